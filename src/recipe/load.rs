@@ -1,0 +1,574 @@
+//! Turns a recipe file into a validated [`Recipe`].
+
+use std::{
+    collections::BTreeMap,
+    path::{Path, PathBuf},
+    str::FromStr,
+    sync::Arc,
+};
+
+use rattler_conda_types::{
+    Channel, ChannelConfig, MatchSpec, ParseStrictness, Subdir, Version,
+};
+use toml::Spanned;
+use url::Url;
+
+use super::{
+    DEFAULT_CHANNEL_ALIAS, DEFAULT_LAYER_BUDGET, DEFAULT_PREFIX,
+    error::{RecipeError, SourceSpan},
+    schema::RecipeFile,
+};
+
+/// Settings that change how a recipe is read but are not part of it.
+#[derive(Debug, Clone)]
+pub struct RecipeOptions {
+    /// Base URL that channel names resolve against (`conda-forge` → `<alias>/conda-forge`).
+    pub channel_alias: Url,
+}
+
+impl Default for RecipeOptions {
+    fn default() -> Self {
+        Self {
+            channel_alias: Url::parse(DEFAULT_CHANNEL_ALIAS).expect("valid default alias"),
+        }
+    }
+}
+
+/// The image the recipe builds on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Base {
+    /// An empty root filesystem.
+    Scratch,
+    /// An image in a local OCI image layout, selected by tag (`latest` when none is given).
+    OciLayout { path: PathBuf, tag: String },
+}
+
+impl std::fmt::Display for Base {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Base::Scratch => f.write_str("scratch"),
+            Base::OciLayout { path, tag } => write!(f, "oci:{}:{tag}", path.display()),
+        }
+    }
+}
+
+/// The CUDA runtime an image targets; it becomes the solver's `__cuda` virtual package.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CudaTarget {
+    pub version: Version,
+    pub min_driver: Option<String>,
+}
+
+/// A validated recipe. Every field holds a value later stages can use as it is.
+#[derive(Debug, Clone)]
+pub struct Recipe {
+    /// The recipe file, as given.
+    pub path: PathBuf,
+    /// Image name (`[a-z0-9][a-z0-9._-]*`).
+    pub name: String,
+    /// Tags for `index.json`, never empty.
+    pub tags: Vec<String>,
+    pub base: Base,
+    /// The conda subdir the environment is solved and installed for.
+    pub platform: Subdir,
+    /// Absolute in-image path of the environment, without a trailing slash.
+    pub prefix: String,
+    /// glibc version of the target; `None` means "take it from the base, else 2.17".
+    pub glibc: Option<Version>,
+    /// Channels in priority order.
+    pub channels: Vec<Channel>,
+    /// The channel strings as written, for the lock and messages.
+    pub channel_names: Vec<String>,
+    pub specs: Vec<MatchSpec>,
+    pub cuda: Option<CudaTarget>,
+    pub env: BTreeMap<String, String>,
+    pub entrypoint: Option<Vec<String>>,
+    pub cmd: Option<Vec<String>>,
+    pub workdir: Option<String>,
+    pub user: Option<String>,
+    pub labels: BTreeMap<String, String>,
+    /// Most layers the image may have, base layers included.
+    pub layer_budget: u32,
+}
+
+impl Recipe {
+    /// Reads and validates a recipe file.
+    pub fn load(path: &Path, options: &RecipeOptions) -> Result<Recipe, RecipeError> {
+        let text = fs_err::read_to_string(path).map_err(|source| RecipeError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        Self::from_str_at(&text, path, options)
+    }
+
+    /// Parses recipe text as if it had been read from `path` (relative paths in the recipe
+    /// resolve against the directory of `path`).
+    pub fn from_str_at(
+        text: &str,
+        path: &Path,
+        options: &RecipeOptions,
+    ) -> Result<Recipe, RecipeError> {
+        let checker = Checker {
+            path: path.to_path_buf(),
+            text: Arc::from(text),
+        };
+        let file: RecipeFile = toml::from_str(text).map_err(|err| RecipeError::Invalid {
+            path: path.to_path_buf(),
+            message: err.message().trim_end().to_string(),
+            span: err.span().map(|range| checker.span(range)),
+        })?;
+        checker.validate(file, options)
+    }
+
+    /// The lock file that belongs to this recipe: the recipe path with extension `.lock`.
+    pub fn lock_path(&self) -> PathBuf {
+        self.path.with_extension("lock")
+    }
+
+    /// Directory that relative paths in the recipe are resolved against.
+    pub fn directory(&self) -> PathBuf {
+        recipe_dir(&self.path)
+    }
+}
+
+fn recipe_dir(path: &Path) -> PathBuf {
+    let dir = path.parent().unwrap_or(Path::new(""));
+    let dir = if dir.as_os_str().is_empty() {
+        Path::new(".")
+    } else {
+        dir
+    };
+    std::path::absolute(dir).unwrap_or_else(|_| dir.to_path_buf())
+}
+
+/// Holds the recipe text so every check can report a span.
+struct Checker {
+    path: PathBuf,
+    text: Arc<str>,
+}
+
+impl Checker {
+    fn span(&self, range: std::ops::Range<usize>) -> SourceSpan {
+        SourceSpan {
+            text: self.text.clone(),
+            range,
+        }
+    }
+
+    fn error<T>(&self, value: &Spanned<T>, message: impl Into<String>) -> RecipeError {
+        RecipeError::Invalid {
+            path: self.path.clone(),
+            message: message.into(),
+            span: Some(self.span(value.span())),
+        }
+    }
+
+    fn validate(&self, file: RecipeFile, options: &RecipeOptions) -> Result<Recipe, RecipeError> {
+        let image = file.image;
+
+        let name = image.name.get_ref().clone();
+        if !is_valid_image_name(&name) {
+            return Err(self.error(
+                &image.name,
+                format!(
+                    "invalid image name `{name}`: expected lowercase letters, digits, `.`, `_` and `-`, starting with a letter or digit"
+                ),
+            ));
+        }
+
+        let tags = match &image.tags {
+            None => vec!["latest".to_string()],
+            Some(tags) if tags.get_ref().is_empty() => {
+                return Err(self.error(tags, "`tags` must name at least one tag"));
+            }
+            Some(tags) => tags
+                .get_ref()
+                .iter()
+                .map(|tag| {
+                    if is_valid_tag(tag.get_ref()) {
+                        Ok(tag.get_ref().clone())
+                    } else {
+                        Err(self.error(
+                            tag,
+                            format!("invalid tag `{}`: expected up to 128 of `A-Za-z0-9_.-`, not starting with `.` or `-`", tag.get_ref()),
+                        ))
+                    }
+                })
+                .collect::<Result<_, _>>()?,
+        };
+
+        let base = match &image.base {
+            None => Base::Scratch,
+            Some(base) => self.base(base)?,
+        };
+
+        let platform = match &image.platforms {
+            None => Subdir::Linux64,
+            Some(platforms) => {
+                let list = platforms.get_ref();
+                let [only] = list.as_slice() else {
+                    return Err(self.error(
+                        platforms,
+                        if list.is_empty() {
+                            "`platforms` must name one platform".to_string()
+                        } else {
+                            "this version builds one platform per image; multi-platform images are not supported yet".to_string()
+                        },
+                    ));
+                };
+                let subdir = Subdir::from_str(only.get_ref()).map_err(|_| {
+                    self.error(
+                        only,
+                        format!(
+                            "unknown platform `{}`: expected a conda subdir such as `linux-64` or `linux-aarch64`",
+                            only.get_ref()
+                        ),
+                    )
+                })?;
+                if !subdir.is_linux() || oci_architecture(subdir).is_none() {
+                    return Err(self.error(
+                        only,
+                        format!("platform `{subdir}` cannot run in a Linux container image"),
+                    ));
+                }
+                subdir
+            }
+        };
+
+        let prefix = match &image.prefix {
+            None => DEFAULT_PREFIX.to_string(),
+            Some(prefix) => self.prefix(prefix)?,
+        };
+
+        let glibc = image
+            .glibc
+            .as_ref()
+            .map(|glibc| self.version(glibc, "glibc version"))
+            .transpose()?;
+
+        // `Url::join` drops the last path segment unless it ends with `/`, so a mirror alias
+        // like `https://mirror/conda` would lose `conda` without this.
+        let mut channel_alias = options.channel_alias.clone();
+        if !channel_alias.path().ends_with('/') {
+            let path = format!("{}/", channel_alias.path());
+            channel_alias.set_path(&path);
+        }
+        let channel_config = ChannelConfig {
+            channel_alias,
+            root_dir: recipe_dir(&self.path),
+        };
+        if file.conda.channels.is_empty() && !file.conda.dependencies.is_empty() {
+            return Err(RecipeError::Invalid {
+                path: self.path.clone(),
+                message: "`[conda] dependencies` need at least one entry in `[conda] channels`"
+                    .into(),
+                span: None,
+            });
+        }
+        let mut channels = Vec::new();
+        let mut channel_names = Vec::new();
+        for channel in &file.conda.channels {
+            let parsed = Channel::from_str(channel.get_ref(), &channel_config).map_err(|err| {
+                self.error(channel, format!("invalid channel `{}`: {err}", channel.get_ref()))
+            })?;
+            channels.push(parsed);
+            channel_names.push(channel.get_ref().clone());
+        }
+
+        let specs = file
+            .conda
+            .dependencies
+            .iter()
+            .map(|dep| {
+                MatchSpec::from_str(dep.get_ref(), ParseStrictness::Strict).map_err(|err| {
+                    self.error(dep, format!("invalid dependency `{}`: {err}", dep.get_ref()))
+                })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        for (spec, raw) in specs.iter().zip(&file.conda.dependencies) {
+            if spec.name.as_exact().is_none() {
+                return Err(self.error(raw, "a dependency must name one package exactly (no globs or regexes)"));
+            }
+        }
+
+        let cuda = file
+            .cuda
+            .as_ref()
+            .map(|cuda| {
+                let numeric = cuda.version.get_ref().split('.').all(|part| {
+                    !part.is_empty() && part.chars().all(|c| c.is_ascii_digit())
+                });
+                if !numeric {
+                    return Err(self.error(
+                        &cuda.version,
+                        format!(
+                            "invalid CUDA version `{}`: expected `MAJOR.MINOR`, e.g. `11.8`",
+                            cuda.version.get_ref()
+                        ),
+                    ));
+                }
+                Ok::<_, RecipeError>(CudaTarget {
+                    version: self.version(&cuda.version, "CUDA version")?,
+                    min_driver: cuda.min_driver.as_ref().map(|d| d.get_ref().clone()),
+                })
+            })
+            .transpose()?;
+
+        let workdir = match &image.workdir {
+            Some(dir) if !dir.get_ref().starts_with('/') => {
+                return Err(self.error(dir, "`workdir` must be an absolute path"));
+            }
+            other => other.as_ref().map(|d| d.get_ref().clone()),
+        };
+        let user = match &image.user {
+            Some(user) if user.get_ref().trim().is_empty() || user.get_ref().contains(' ') => {
+                return Err(self.error(
+                    user,
+                    "`user` must be `uid`, `uid:gid`, `name` or `name:group`",
+                ));
+            }
+            other => other.as_ref().map(|u| u.get_ref().clone()),
+        };
+
+        let layer_budget = match &file.layers.max {
+            None => DEFAULT_LAYER_BUDGET,
+            Some(max) => match u32::try_from(*max.get_ref()) {
+                Ok(n @ 2..=127) => n,
+                _ => {
+                    return Err(self.error(
+                        max,
+                        "`layers.max` must be between 2 and 127 (overlay filesystems stop near 127 layers)",
+                    ));
+                }
+            },
+        };
+
+        Ok(Recipe {
+            path: self.path.clone(),
+            name,
+            tags,
+            base,
+            platform,
+            prefix,
+            glibc,
+            channels,
+            channel_names,
+            specs,
+            cuda,
+            env: image.env,
+            entrypoint: image.entrypoint,
+            cmd: image.cmd,
+            workdir,
+            user,
+            labels: image.labels,
+            layer_budget,
+        })
+    }
+
+    fn base(&self, base: &Spanned<String>) -> Result<Base, RecipeError> {
+        let raw = base.get_ref().as_str();
+        if raw == "scratch" {
+            return Ok(Base::Scratch);
+        }
+        let Some(rest) = raw.strip_prefix("oci:") else {
+            return Err(self.error(
+                base,
+                format!(
+                    "unsupported base `{raw}`: expected `scratch` or `oci:PATH[:TAG]` (a local OCI image layout); registry bases are not supported yet"
+                ),
+            ));
+        };
+        // `oci:PATH:TAG`; a colon followed by a path separator belongs to the path.
+        let (path, tag) = match rest.rsplit_once(':') {
+            Some((path, tag)) if !tag.contains('/') && !path.is_empty() => (path, tag),
+            _ => (rest, "latest"),
+        };
+        if path.is_empty() {
+            return Err(self.error(base, "`oci:` needs a path to an OCI image layout"));
+        }
+        if !is_valid_tag(tag) {
+            return Err(self.error(base, format!("invalid tag `{tag}` in base `{raw}`")));
+        }
+        Ok(Base::OciLayout {
+            path: recipe_dir(&self.path).join(path),
+            tag: tag.to_string(),
+        })
+    }
+
+    fn prefix(&self, prefix: &Spanned<String>) -> Result<String, RecipeError> {
+        let raw = prefix.get_ref();
+        let trimmed = raw.trim_end_matches('/');
+        let valid = trimmed.starts_with('/')
+            && trimmed.len() > 1
+            && trimmed
+                .split('/')
+                .skip(1)
+                .all(|part| !part.is_empty() && part != "." && part != "..")
+            && !trimmed.contains(['\0', '\n', ' ']);
+        if !valid {
+            return Err(self.error(
+                prefix,
+                format!(
+                    "invalid prefix `{raw}`: expected an absolute path like `/opt/conda`, without `..`, spaces or `/` alone"
+                ),
+            ));
+        }
+        Ok(trimmed.to_string())
+    }
+
+    fn version(&self, value: &Spanned<String>, what: &str) -> Result<Version, RecipeError> {
+        Version::from_str(value.get_ref())
+            .map_err(|err| self.error(value, format!("invalid {what} `{}`: {err}", value.get_ref())))
+    }
+}
+
+/// OCI image names: lowercase alphanumerics with `.`, `_`, `-` separators.
+fn is_valid_image_name(name: &str) -> bool {
+    let mut chars = name.chars();
+    matches!(chars.next(), Some(c) if c.is_ascii_lowercase() || c.is_ascii_digit())
+        && name.len() <= 128
+        && name
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || matches!(c, '.' | '_' | '-'))
+}
+
+/// The OCI distribution spec's tag grammar: `[A-Za-z0-9_][A-Za-z0-9._-]{0,127}`.
+pub(crate) fn is_valid_tag(tag: &str) -> bool {
+    let mut chars = tag.chars();
+    matches!(chars.next(), Some(c) if c.is_ascii_alphanumeric() || c == '_')
+        && tag.len() <= 128
+        && chars.all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
+}
+
+/// The OCI `architecture` (and `variant`) of a conda subdir.
+pub fn oci_architecture(subdir: Subdir) -> Option<(&'static str, Option<&'static str>)> {
+    Some(match subdir {
+        Subdir::Linux64 => ("amd64", None),
+        Subdir::LinuxAarch64 => ("arm64", Some("v8")),
+        Subdir::LinuxPpc64le => ("ppc64le", None),
+        Subdir::LinuxS390X => ("s390x", None),
+        Subdir::LinuxArmV7l => ("arm", Some("v7")),
+        Subdir::LinuxRiscv64 => ("riscv64", None),
+        _ => return None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Result<Recipe, RecipeError> {
+        Recipe::from_str_at(text, Path::new("/work/recipes/x.toml"), &RecipeOptions::default())
+    }
+
+    const MINIMAL: &str = r#"
+[image]
+name = "x"
+
+[conda]
+channels = ["conda-forge", "https://example.org/ch", "file:///srv/ch", "../local"]
+dependencies = ["python=3.9", "numpy >=1.20"]
+"#;
+
+    #[test]
+    fn minimal_recipe_gets_defaults() {
+        let recipe = parse(MINIMAL).unwrap();
+        assert_eq!(recipe.tags, vec!["latest"]);
+        assert_eq!(recipe.base, Base::Scratch);
+        assert_eq!(recipe.platform, Subdir::Linux64);
+        assert_eq!(recipe.prefix, "/opt/conda");
+        assert_eq!(recipe.layer_budget, DEFAULT_LAYER_BUDGET);
+        let urls: Vec<String> = recipe
+            .channels
+            .iter()
+            .map(|c| c.base_url.to_string())
+            .collect();
+        assert_eq!(
+            urls,
+            [
+                "https://conda.anaconda.org/conda-forge/",
+                "https://example.org/ch/",
+                "file:///srv/ch/",
+                "file:///work/local/"
+            ]
+        );
+    }
+
+    #[test]
+    fn channel_alias_applies_to_names_only() {
+        let options = RecipeOptions {
+            channel_alias: Url::parse("https://mirror.example/conda").unwrap(),
+        };
+        let recipe =
+            Recipe::from_str_at(MINIMAL, Path::new("/work/recipes/x.toml"), &options).unwrap();
+        assert_eq!(
+            recipe.channels[0].base_url.to_string(),
+            "https://mirror.example/conda/conda-forge/"
+        );
+        assert_eq!(recipe.channels[1].base_url.to_string(), "https://example.org/ch/");
+    }
+
+    #[test]
+    fn unknown_key_names_line_and_column() {
+        let err = parse("[image]\nname = \"x\"\nnmae = \"y\"\n").unwrap_err();
+        let shown = err.to_string();
+        assert!(shown.contains("unknown field `nmae`"), "{shown}");
+        assert!(shown.contains("x.toml:3:1"), "{shown}");
+    }
+
+    #[test]
+    fn wrong_type_is_reported_at_the_value() {
+        let err = parse("[image]\nname = 5\n").unwrap_err();
+        let shown = err.to_string();
+        assert!(shown.contains("x.toml:2:8"), "{shown}");
+        assert!(shown.contains("string"), "{shown}");
+    }
+
+    #[test]
+    fn invalid_match_spec_is_reported_at_the_entry() {
+        let text = "[image]\nname = \"x\"\n[conda]\nchannels = [\"c\"]\ndependencies = [\"ok\", \"python >=>3\"]\n";
+        let shown = parse(text).unwrap_err().to_string();
+        assert!(shown.contains("invalid dependency `python >=>3`"), "{shown}");
+        assert!(shown.contains("x.toml:5:23"), "{shown}");
+    }
+
+    #[test]
+    fn base_forms() {
+        let with = |base: &str| parse(&format!("[image]\nname = \"x\"\nbase = \"{base}\"\n"));
+        assert_eq!(
+            with("oci:../base:v1").unwrap().base,
+            Base::OciLayout {
+                path: "/work/recipes/../base".into(),
+                tag: "v1".into()
+            }
+        );
+        assert_eq!(
+            with("oci:/abs/layout").unwrap().base,
+            Base::OciLayout {
+                path: "/abs/layout".into(),
+                tag: "latest".into()
+            }
+        );
+        let err = with("docker.io/library/ubuntu:22.04").unwrap_err().to_string();
+        assert!(err.contains("registry bases are not supported yet"), "{err}");
+    }
+
+    #[test]
+    fn rejects_bad_values() {
+        for (text, needle) in [
+            ("[image]\nname = \"X\"\n", "invalid image name"),
+            ("[image]\nname = \"x\"\nprefix = \"opt\"\n", "invalid prefix"),
+            ("[image]\nname = \"x\"\nprefix = \"/opt/../x\"\n", "invalid prefix"),
+            ("[image]\nname = \"x\"\nplatforms = [\"win-64\"]\n", "cannot run"),
+            ("[image]\nname = \"x\"\nplatforms = [\"linux-65\"]\n", "unknown platform"),
+            ("[image]\nname = \"x\"\ntags = [\"-x\"]\n", "invalid tag"),
+            ("[image]\nname = \"x\"\n[layers]\nmax = 500\n", "between 2 and 127"),
+            ("[image]\nname = \"x\"\n[cuda]\nversion = \"eleven\"\n", "invalid CUDA version"),
+            ("[image]\nname = \"x\"\nworkdir = \"rel\"\n", "absolute"),
+            ("[image]\n", "missing field `name`"),
+        ] {
+            let err = parse(text).unwrap_err().to_string();
+            assert!(err.contains(needle), "{text:?}: {err}");
+        }
+    }
+}

@@ -1,0 +1,22 @@
+//! The recipe: the TOML file a user writes, parsed into a validated [`Recipe`].
+//!
+//! Parsing happens in two steps: [`schema`] is the serde view of the file (unknown keys are
+//! rejected, every value keeps its byte span), and [`load`] turns it into a [`Recipe`] whose
+//! fields are already checked and typed, so later stages never see an invalid value.
+//! Every error points at the file, line and column of the offending value.
+
+mod error;
+mod load;
+mod schema;
+
+pub use error::{RecipeError, SourceSpan};
+pub use load::{Base, CudaTarget, Recipe, RecipeOptions};
+
+/// Where channel names such as `conda-forge` resolve when no alias is configured.
+pub const DEFAULT_CHANNEL_ALIAS: &str = "https://conda.anaconda.org";
+
+/// The in-image prefix of the conda environment when the recipe does not name one.
+pub const DEFAULT_PREFIX: &str = "/opt/conda";
+
+/// The default layer budget, base layers included. containerd and overlay2 stop near 127.
+pub const DEFAULT_LAYER_BUDGET: u32 = 60;

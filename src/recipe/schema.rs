@@ -1,0 +1,76 @@
+//! The serde view of a recipe file. Every key is documented here and in the README; unknown
+//! keys are errors, so a typo never silently changes an image.
+
+use std::collections::BTreeMap;
+
+use serde::Deserialize;
+use toml::Spanned;
+
+/// The whole recipe file.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RecipeFile {
+    /// Required: what image to build and how it runs.
+    pub image: ImageSection,
+    /// Optional: the conda environment.
+    #[serde(default)]
+    pub conda: CondaSection,
+    /// Optional: the CUDA target the environment is solved for.
+    pub cuda: Option<CudaSection>,
+    /// Optional: layer planning.
+    #[serde(default)]
+    pub layers: LayersSection,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub(crate) struct ImageSection {
+    /// Required: image name, also the output directory `images/<name>`.
+    pub name: Spanned<String>,
+    /// Optional: tags written into `index.json`; default `["latest"]`.
+    pub tags: Option<Spanned<Vec<Spanned<String>>>>,
+    /// Optional: `scratch` (default) or `oci:PATH[:TAG]`.
+    pub base: Option<Spanned<String>>,
+    /// Optional: conda subdirs to build for; default `["linux-64"]`.
+    pub platforms: Option<Spanned<Vec<Spanned<String>>>>,
+    /// Optional: in-image path of the environment; default `/opt/conda`.
+    pub prefix: Option<Spanned<String>>,
+    /// Optional: glibc version of the target (the `__glibc` virtual package).
+    pub glibc: Option<Spanned<String>>,
+    /// Optional: extra environment variables, applied last.
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    pub entrypoint: Option<Vec<String>>,
+    pub cmd: Option<Vec<String>>,
+    pub workdir: Option<Spanned<String>>,
+    pub user: Option<Spanned<String>>,
+    #[serde(default)]
+    pub labels: BTreeMap<String, String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct CondaSection {
+    /// Channel names, URLs, `file://` URLs or paths relative to the recipe.
+    #[serde(default)]
+    pub channels: Vec<Spanned<String>>,
+    /// Match specs, e.g. `python=3.9`.
+    #[serde(default)]
+    pub dependencies: Vec<Spanned<String>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub(crate) struct CudaSection {
+    /// CUDA runtime version the image targets, e.g. `11.8`.
+    pub version: Spanned<String>,
+    /// Oldest host driver the image must run on, e.g. `520.61.05`.
+    pub min_driver: Option<Spanned<String>>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct LayersSection {
+    /// Layer budget, base layers included.
+    pub max: Option<Spanned<i64>>,
+}
