@@ -1,1 +1,10 @@
+//! imgbuild: daemonless, rootless, bit-reproducible OCI images for conda-based AI runtimes.
+//!
+//! A build is a straight pipeline; each module is one stage and passes plain data on:
+//! [`recipe`] → [`resolve`] → [`lock`] → [`install`] → [`layers`] → [`oci`], driven by
+//! [`build`].
+
+pub mod fs;
+pub mod lock;
 pub mod recipe;
+pub mod resolve;

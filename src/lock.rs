@@ -1,0 +1,382 @@
+//! The lock file: `recipes/<name>.lock`, next to its recipe.
+//!
+//! It is a rattler/pixi lock file (format v7), so pixi and rattler tools can read it, with
+//! one imgbuild addition kept in a leading comment: the digest of the base image. A lock
+//! pins every package by URL and sha256, the target's virtual packages and the channels.
+
+use std::{
+    collections::{BTreeSet, HashMap},
+    fmt,
+    path::{Path, PathBuf},
+};
+
+use rattler_conda_types::{
+    GenericVirtualPackage, MatchSpec, Matches, PackageName, ParseStrictness, RepoDataRecord,
+};
+use rattler_lock::{
+    CondaPackageData, DEFAULT_ENVIRONMENT_NAME, LockFile, ParseCondaLockError, PlatformData,
+    PlatformName,
+};
+
+use crate::{recipe::Recipe, resolve::Target};
+
+const BASE_MARKER: &str = "# imgbuild-base: ";
+
+/// The base image as pinned in a lock.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LockedBase {
+    Scratch,
+    /// The manifest digest of the base image, `sha256:<hex>`.
+    Digest(String),
+}
+
+impl fmt::Display for LockedBase {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            LockedBase::Scratch => f.write_str("scratch"),
+            LockedBase::Digest(digest) => f.write_str(digest),
+        }
+    }
+}
+
+/// What a lock file holds, in the shape the build uses.
+#[derive(Debug, Clone)]
+pub struct Lock {
+    pub target: Target,
+    /// Channel base URLs in priority order.
+    pub channels: Vec<String>,
+    pub base: LockedBase,
+    /// Packages sorted by name.
+    pub records: Vec<RepoDataRecord>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum LockError {
+    #[error("Failed to read lock file `{}`", path.display())]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("Lock file `{}` is not a valid lock file", path.display())]
+    Parse {
+        path: PathBuf,
+        #[source]
+        source: ParseCondaLockError,
+    },
+    #[error("Lock file `{}` is not an imgbuild lock: {reason}", path.display())]
+    Shape { path: PathBuf, reason: String },
+    #[error("Failed to build the lock file")]
+    Build(#[source] ParseCondaLockError),
+    #[error("Failed to write lock file `{}`", path.display())]
+    Write {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// Why an existing lock no longer satisfies the recipe.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Staleness {
+    Platform { locked: String, wanted: String },
+    VirtualPackages { locked: Vec<String>, wanted: Vec<String> },
+    Channels { locked: Vec<String>, wanted: Vec<String> },
+    Base { locked: String, wanted: String },
+    MissingSpec(String),
+    UnsatisfiedDependency { package: String, dependency: String },
+    Unrequested(String),
+}
+
+impl fmt::Display for Staleness {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Staleness::Platform { locked, wanted } => {
+                write!(f, "the lock is for platform `{locked}`, the recipe asks for `{wanted}`")
+            }
+            Staleness::VirtualPackages { locked, wanted } => write!(
+                f,
+                "the target changed: locked for [{}], the recipe now targets [{}]",
+                locked.join(", "),
+                wanted.join(", ")
+            ),
+            Staleness::Channels { locked, wanted } => write!(
+                f,
+                "the channels changed: locked [{}], the recipe has [{}]",
+                locked.join(", "),
+                wanted.join(", ")
+            ),
+            Staleness::Base { locked, wanted } => {
+                write!(f, "the base image changed: locked {locked}, now {wanted}")
+            }
+            Staleness::MissingSpec(spec) => {
+                write!(f, "no locked package satisfies the dependency `{spec}`")
+            }
+            Staleness::UnsatisfiedDependency {
+                package,
+                dependency,
+            } => write!(
+                f,
+                "locked package `{package}` needs `{dependency}`, which no locked package provides"
+            ),
+            Staleness::Unrequested(package) => write!(
+                f,
+                "locked package `{package}` is no longer needed by the recipe's dependencies"
+            ),
+        }
+    }
+}
+
+impl Lock {
+    /// Reads the lock at `path`; `Ok(None)` when there is none.
+    pub fn read(path: &Path) -> Result<Option<Lock>, LockError> {
+        let text = match fs_err::read_to_string(path) {
+            Ok(text) => text,
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(source) => {
+                return Err(LockError::Read {
+                    path: path.to_path_buf(),
+                    source,
+                });
+            }
+        };
+        Self::parse(&text, path).map(Some)
+    }
+
+    fn parse(text: &str, path: &Path) -> Result<Lock, LockError> {
+        let shape = |reason: &str| LockError::Shape {
+            path: path.to_path_buf(),
+            reason: reason.to_string(),
+        };
+        let base = text
+            .lines()
+            .take_while(|line| line.starts_with('#'))
+            .find_map(|line| line.strip_prefix(BASE_MARKER))
+            .ok_or_else(|| shape("the `# imgbuild-base:` header is missing"))?;
+        let base = match base.trim() {
+            "scratch" => LockedBase::Scratch,
+            digest if digest.starts_with("sha256:") => LockedBase::Digest(digest.to_string()),
+            _ => return Err(shape("the `# imgbuild-base:` header is not `scratch` or a digest")),
+        };
+        let lock = LockFile::from_str_with_base_directory(text, path.parent()).map_err(|source| {
+            LockError::Parse {
+                path: path.to_path_buf(),
+                source,
+            }
+        })?;
+        let environment = lock
+            .default_environment()
+            .ok_or_else(|| shape("it has no `default` environment"))?;
+        let mut platforms = environment.platforms();
+        let platform = platforms
+            .next()
+            .ok_or_else(|| shape("it locks no platform"))?;
+        if platforms.next().is_some() {
+            return Err(shape("it locks more than one platform"));
+        }
+        let virtual_packages = platform
+            .virtual_packages()
+            .iter()
+            .map(|v| {
+                serde_json::from_value::<GenericVirtualPackage>(serde_json::Value::String(
+                    v.clone(),
+                ))
+            })
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|_| shape("a virtual package entry cannot be parsed"))?;
+        let target = Target {
+            platform: platform.subdir(),
+            virtual_packages,
+        };
+        let mut records = environment
+            .conda_repodata_records(platform)
+            .map_err(|_| shape("a package entry cannot be read as a conda package"))?
+            .unwrap_or_default();
+        records.sort_by(|a, b| a.package_record.name.cmp(&b.package_record.name));
+        if let Some(record) = records.iter().find(|r| r.package_record.sha256.is_none()) {
+            return Err(shape(&format!(
+                "package `{}` has no sha256",
+                record.package_record.name.as_normalized()
+            )));
+        }
+        Ok(Lock {
+            target,
+            channels: environment.channels().iter().map(|c| c.url.clone()).collect(),
+            base,
+            records,
+        })
+    }
+
+    /// Renders the lock file text.
+    pub fn render(&self, recipe_file: &str) -> Result<String, LockError> {
+        let platform = PlatformName::from(&self.target.platform);
+        let mut builder = LockFile::builder()
+            .with_platforms(vec![PlatformData {
+                name: platform.clone(),
+                subdir: self.target.platform,
+                virtual_packages: self.target.virtual_package_strings(),
+            }])
+            .map_err(LockError::Build)?
+            .with_channels(DEFAULT_ENVIRONMENT_NAME, self.channels.iter().cloned());
+        for record in &self.records {
+            builder
+                .add_conda_package(
+                    DEFAULT_ENVIRONMENT_NAME,
+                    platform.as_str(),
+                    CondaPackageData::from(record.clone()),
+                )
+                .map_err(LockError::Build)?;
+        }
+        let body = builder.finish().render_to_string().map_err(|source| LockError::Write {
+            path: recipe_file.into(),
+            source,
+        })?;
+        Ok(format!(
+            "# Generated by imgbuild from `{recipe_file}`; do not edit. Re-create it with `imgbuild lock`.\n\
+             # This is a rattler/pixi lock file; the next line is imgbuild's own pin of the base image.\n\
+             {BASE_MARKER}{}\n{body}",
+            self.base
+        ))
+    }
+
+    /// Writes the lock atomically: a reader sees the old or the new file, never half of one.
+    pub fn write(&self, path: &Path, recipe_file: &str) -> Result<(), LockError> {
+        let text = self.render(recipe_file)?;
+        crate::fs::write_atomic(path, text.as_bytes()).map_err(|source| LockError::Write {
+            path: path.to_path_buf(),
+            source,
+        })
+    }
+
+    /// The newest package build time in the lock, in seconds since the epoch. Images built
+    /// from the same lock get the same `created` time from it.
+    pub fn newest_timestamp(&self) -> i64 {
+        self.records
+            .iter()
+            .filter_map(|r| r.package_record.timestamp.as_ref())
+            .map(|t| t.timestamp() / 1000)
+            .max()
+            .unwrap_or(0)
+            .max(0)
+    }
+
+    /// Checks that this lock still satisfies `recipe` for `target` and `base`; the first
+    /// reason it does not is returned.
+    pub fn check(
+        &self,
+        recipe: &Recipe,
+        target: &Target,
+        base: &LockedBase,
+    ) -> Result<(), Staleness> {
+        if self.target.platform != target.platform {
+            return Err(Staleness::Platform {
+                locked: self.target.platform.to_string(),
+                wanted: target.platform.to_string(),
+            });
+        }
+        if self.target.virtual_package_strings() != target.virtual_package_strings() {
+            return Err(Staleness::VirtualPackages {
+                locked: self.target.virtual_package_strings(),
+                wanted: target.virtual_package_strings(),
+            });
+        }
+        let wanted_channels: Vec<String> = recipe
+            .channels
+            .iter()
+            .map(|c| c.base_url.to_string())
+            .collect();
+        let normalise = |urls: &[String]| -> Vec<String> {
+            urls.iter().map(|u| u.trim_end_matches('/').to_string()).collect()
+        };
+        if normalise(&self.channels) != normalise(&wanted_channels) {
+            return Err(Staleness::Channels {
+                locked: self.channels.clone(),
+                wanted: wanted_channels,
+            });
+        }
+        if &self.base != base {
+            return Err(Staleness::Base {
+                locked: self.base.to_string(),
+                wanted: base.to_string(),
+            });
+        }
+        self.check_closure(&recipe.specs, &target.virtual_packages)
+    }
+
+    /// Every requested spec is met, every locked package's dependencies are met inside the
+    /// lock, and every locked package is reachable from the requested specs.
+    fn check_closure(
+        &self,
+        specs: &[MatchSpec],
+        virtual_packages: &[GenericVirtualPackage],
+    ) -> Result<(), Staleness> {
+        let by_name: HashMap<&PackageName, &RepoDataRecord> = self
+            .records
+            .iter()
+            .map(|r| (&r.package_record.name, r))
+            .collect();
+        let mut reached: BTreeSet<&PackageName> = BTreeSet::new();
+        let mut queue: Vec<&RepoDataRecord> = Vec::new();
+        for spec in specs {
+            let record = spec
+                .name
+                .as_exact()
+                .and_then(|name| by_name.get(name))
+                .filter(|record| spec.matches(**record))
+                .ok_or_else(|| Staleness::MissingSpec(spec.to_string()))?;
+            queue.push(record);
+        }
+        while let Some(record) = queue.pop() {
+            if !reached.insert(&record.package_record.name) {
+                continue;
+            }
+            for dependency in &record.package_record.depends {
+                let package = || {
+                    format!(
+                        "{}-{}-{}",
+                        record.package_record.name.as_normalized(),
+                        record.package_record.version,
+                        record.package_record.build
+                    )
+                };
+                let spec = MatchSpec::from_str(dependency, ParseStrictness::Lenient).map_err(
+                    |_| Staleness::UnsatisfiedDependency {
+                        package: package(),
+                        dependency: dependency.clone(),
+                    },
+                )?;
+                let Some(name) = spec.name.as_exact() else {
+                    continue;
+                };
+                if name.as_normalized().starts_with("__") {
+                    if virtual_packages.iter().any(|v| spec.matches(v)) {
+                        continue;
+                    }
+                    return Err(Staleness::UnsatisfiedDependency {
+                        package: package(),
+                        dependency: dependency.clone(),
+                    });
+                }
+                match by_name.get(name) {
+                    Some(dep) if spec.matches(*dep) => queue.push(dep),
+                    _ => {
+                        return Err(Staleness::UnsatisfiedDependency {
+                            package: package(),
+                            dependency: dependency.clone(),
+                        });
+                    }
+                }
+            }
+        }
+        if let Some(extra) = self
+            .records
+            .iter()
+            .find(|r| !reached.contains(&r.package_record.name))
+        {
+            return Err(Staleness::Unrequested(
+                extra.package_record.name.as_normalized().to_string(),
+            ));
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,167 @@
+//! Solving: recipe specs + channels + the image's target → a set of package records.
+//!
+//! The virtual packages describe the machine the *image* will run on (its platform, the glibc
+//! of its base, the CUDA it targets), never the build host, so a laptop without a GPU can
+//! lock a CUDA image for x86-64 or aarch64 alike.
+
+use std::{path::Path, str::FromStr};
+
+use rattler_conda_types::{
+    Channel, GenericVirtualPackage, MatchSpec, PackageName, RepoDataRecord, Subdir, Version,
+    package::BuildString,
+};
+use rattler_repodata_gateway::{Gateway, GatewayError, SourceConfig, fetch::CacheAction};
+use rattler_solve::{SolveError, SolverImpl, SolverTask};
+
+use crate::recipe::Recipe;
+
+/// The glibc assumed for a base that does not tell us its own (conda-forge's baseline).
+pub const DEFAULT_GLIBC: &str = "2.17";
+
+/// The Linux kernel version the image is solved for: RHEL 8's kernel, old enough for any
+/// cluster node still in service.
+pub const TARGET_LINUX: &str = "4.18";
+
+/// What the image runs on, as the solver sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Target {
+    pub platform: Subdir,
+    pub virtual_packages: Vec<GenericVirtualPackage>,
+}
+
+impl Target {
+    /// The target of `recipe`, given the glibc its base provides (if known).
+    pub fn for_recipe(recipe: &Recipe, base_glibc: Option<&Version>) -> Target {
+        let glibc = recipe
+            .glibc
+            .clone()
+            .or_else(|| base_glibc.cloned())
+            .unwrap_or_else(|| Version::from_str(DEFAULT_GLIBC).expect("valid version"));
+        let virtual_package = |name: &str, version: Version, build: &str| GenericVirtualPackage {
+            name: PackageName::new_unchecked(name),
+            version,
+            build_string: BuildString::new_unchecked(build),
+        };
+        let mut virtual_packages = vec![
+            virtual_package("__unix", Version::from_str("0").expect("valid"), "0"),
+            virtual_package(
+                "__linux",
+                Version::from_str(TARGET_LINUX).expect("valid"),
+                "0",
+            ),
+            virtual_package("__glibc", glibc, "0"),
+        ];
+        if let Some(cuda) = &recipe.cuda {
+            virtual_packages.push(virtual_package("__cuda", cuda.version.clone(), "0"));
+        }
+        if let Some(arch) = recipe.platform.arch() {
+            virtual_packages.push(virtual_package(
+                "__archspec",
+                Version::from_str("1").expect("valid"),
+                &arch.to_string(),
+            ));
+        }
+        virtual_packages.sort_by(|a, b| a.name.cmp(&b.name));
+        Target {
+            platform: recipe.platform,
+            virtual_packages,
+        }
+    }
+
+    /// The virtual packages in the form the lock file stores (`__glibc=2.17=0`).
+    pub fn virtual_package_strings(&self) -> Vec<String> {
+        self.virtual_packages.iter().map(|v| v.to_string()).collect()
+    }
+}
+
+/// How to reach channels.
+#[derive(Debug, Clone)]
+pub struct ResolveOptions<'a> {
+    /// Where repodata and packages are cached.
+    pub cache_dir: &'a Path,
+    /// Use only cached repodata; never touch the network.
+    pub offline: bool,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ResolveError {
+    #[error("Failed to fetch repodata from channels {}", channels.join(", "))]
+    Fetch {
+        channels: Vec<String>,
+        #[source]
+        source: GatewayError,
+    },
+    #[error("The environment cannot be solved for {platform}:\n{}", explanation.trim_end())]
+    Unsolvable {
+        platform: Subdir,
+        explanation: String,
+    },
+    #[error("The solver failed")]
+    Solver(#[source] SolveError),
+}
+
+/// Builds the gateway that fetches and caches repodata for `options`.
+pub fn gateway(options: &ResolveOptions<'_>) -> Gateway {
+    let source = SourceConfig {
+        cache_action: if options.offline {
+            CacheAction::ForceCacheOnly
+        } else {
+            CacheAction::CacheOrFetch
+        },
+        ..SourceConfig::default()
+    };
+    Gateway::builder()
+        .with_cache_dir(options.cache_dir.join("repodata"))
+        .with_package_cache(rattler_cache::package_cache::PackageCache::new(
+            options.cache_dir.join("pkgs"),
+        ))
+        .with_channel_config(rattler_repodata_gateway::ChannelConfig {
+            default: source,
+            per_channel: Default::default(),
+        })
+        .finish()
+}
+
+/// Solves `specs` from `channels` for `target`. Records come back sorted by name.
+pub async fn resolve(
+    channels: &[Channel],
+    specs: &[MatchSpec],
+    target: &Target,
+    options: &ResolveOptions<'_>,
+) -> Result<Vec<RepoDataRecord>, ResolveError> {
+    if specs.is_empty() {
+        return Ok(Vec::new());
+    }
+    let repodata = gateway(options)
+        .query(
+            channels.iter().cloned(),
+            [target.platform, Subdir::NoArch],
+            specs.iter().cloned(),
+        )
+        .recursive(true)
+        .await
+        .map_err(|source| ResolveError::Fetch {
+            channels: channels.iter().map(|c| c.base_url.to_string()).collect(),
+            source,
+        })?;
+
+    let task = SolverTask {
+        virtual_packages: target.virtual_packages.clone(),
+        specs: specs.to_vec(),
+        ..SolverTask::from_iter(repodata.repodata.iter())
+    };
+    // resolvo is CPU-bound; keep it off the async workers.
+    let result = tokio::task::block_in_place(|| rattler_solve::resolvo::Solver.solve(task));
+    let mut records = match result {
+        Ok(solution) => solution.records,
+        Err(SolveError::Unsolvable(explanation)) => {
+            return Err(ResolveError::Unsolvable {
+                platform: target.platform,
+                explanation: explanation.join("\n"),
+            });
+        }
+        Err(other) => return Err(ResolveError::Solver(other)),
+    };
+    records.sort_by(|a, b| a.package_record.name.cmp(&b.package_record.name));
+    Ok(records)
+}
