@@ -8,3 +8,5 @@ pub mod fs;
 pub mod lock;
 pub mod recipe;
 pub mod resolve;
+pub mod install;
+pub mod layers;

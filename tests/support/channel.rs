@@ -42,7 +42,8 @@ pub const TIMESTAMP: &str = "2023-10-01T00:00:00Z";
 pub const TIMESTAMP_MS: u64 = 1_696_118_400_000;
 
 /// NVIDIA's CUDA runtime wheel from PyPI: the source of the real `libcudart.so.11.0`.
-pub const CUDA_RUNTIME_WHEEL: &str = "nvidia_cuda_runtime_cu11-11.8.89-py3-none-manylinux2014_x86_64.whl";
+pub const CUDA_RUNTIME_WHEEL: &str =
+    "nvidia_cuda_runtime_cu11-11.8.89-py3-none-manylinux2014_x86_64.whl";
 const CUDA_RUNTIME_WHEEL_URL: &str = "https://files.pythonhosted.org/packages/a6/ec/\
 a540f28b31de7bc1ed49eecc72035d4cb77db88ead1d42f7bfa5ae407ac6/\
 nvidia_cuda_runtime_cu11-11.8.89-py3-none-manylinux2014_x86_64.whl";
@@ -150,6 +151,8 @@ pub fn cuda_runtime_wheel(cache_dir: &Path) -> anyhow::Result<PathBuf> {
         "sha256 mismatch for {CUDA_RUNTIME_WHEEL_URL}: expected {CUDA_RUNTIME_WHEEL_SHA256}, \
          got {digest}"
     );
+    // tempfile creates 0600 files; a cache may be shared by users and containers.
+    fs_err::set_permissions(tmp.path(), std::fs::Permissions::from_mode(0o644))?;
     tmp.persist(&target)
         .with_context(|| format!("moving the download to {}", target.display()))?;
     Ok(target)
@@ -239,6 +242,9 @@ pub fn write_test_channel(channel_dir: &Path, cache_dir: &Path) -> anyhow::Resul
         let to = channel_dir.join(subdir).join(name);
         fs_err::copy(&from, &to)
             .context("copying a real fixture package (is IMGBUILD_SHARED_DIR right?)")?;
+        // The shared fixtures are read-only; the channel copy must not be, so it can be
+        // rewritten (a second run into the same directory) or cleaned up as any user.
+        fs_err::set_permissions(&to, std::fs::Permissions::from_mode(0o644))?;
         verify_sha256(&to, sha256)?;
     }
 
@@ -272,6 +278,9 @@ pub fn index_channel(channel_dir: &Path) -> anyhow::Result<()> {
     };
     block_on_fresh_runtime(|| rattler_index::index_fs(config))
         .with_context(|| format!("indexing {}", channel_dir.display()))?;
+    // rattler_index leaves an empty `.tmp/` (its staging area) at the channel root; remove it
+    // so the channel holds only subdirs. `remove_dir` never removes a non-empty directory.
+    let _ = std::fs::remove_dir(channel_dir.join(".tmp"));
     for subdir in subdirs(channel_dir)? {
         let path = subdir.join("repodata.json");
         let json = fs_err::read_to_string(&path)?;
@@ -326,8 +335,8 @@ pub fn pin_indexed_timestamps(json: &str, ms: u64) -> anyhow::Result<String> {
 fn check_repodata(channel_dir: &Path) -> anyhow::Result<()> {
     for subdir in ["linux-64", "noarch"] {
         let path = channel_dir.join(subdir).join("repodata.json");
-        let repodata = RepoData::from_path(&path)
-            .with_context(|| format!("reading {}", path.display()))?;
+        let repodata =
+            RepoData::from_path(&path).with_context(|| format!("reading {}", path.display()))?;
         let indexed: BTreeSet<String> = repodata
             .packages
             .keys()
@@ -591,7 +600,10 @@ fn write_cuda_cudart(wheel: &Path, out: &Path) -> anyhow::Result<()> {
     };
     let libcudart = member("nvidia/cuda_runtime/lib/libcudart.so.11.0")?;
     let header = member("nvidia/cuda_runtime/include/cuda_runtime_api.h")?;
-    ensure!(libcudart.starts_with(b"\x7fELF"), "libcudart.so.11.0 is not an ELF file");
+    ensure!(
+        libcudart.starts_with(b"\x7fELF"),
+        "libcudart.so.11.0 is not an ELF file"
+    );
 
     let mut index = linux64_index("cuda-cudart", "11.8.89", &["__glibc >=2.17"]);
     index["license"] = "NVIDIA End User License Agreement".into();

@@ -1,0 +1,255 @@
+//! Installing: locked records → a staging root whose in-image path is the recipe's prefix.
+//!
+//! rattler's installer does the linking; this module tells it the *in-image* prefix, so text
+//! and binary placeholders get `/opt/conda` (say) and never the staging path, then scrubs what
+//! rattler writes for a host environment but must not reach an image: cache paths in
+//! `conda-meta`, the cache tag, 0600 metadata files.
+
+use std::{
+    collections::BTreeMap,
+    path::{Path, PathBuf},
+};
+
+use rattler::install::{ExternalSymlinkPolicy, Installer, InstallerError, LinkOptions};
+use rattler_cache::package_cache::PackageCache;
+use rattler_conda_types::RepoDataRecord;
+use serde_json::Value;
+
+/// Keys of a `conda-meta/*.json` record that describe the build host, not the package.
+const HOST_KEYS: &[&str] = &[
+    "extracted_package_dir",
+    "package_tarball_full_path",
+    "link",
+    "requested_spec",
+    "requested_specs",
+];
+
+/// How to install.
+#[derive(Debug, Clone)]
+pub struct InstallOptions<'a> {
+    /// Holds the package cache (`pkgs/`).
+    pub cache_dir: &'a Path,
+}
+
+/// One installed package and the prefix-relative paths it owns.
+#[derive(Debug, Clone)]
+pub struct StagedPackage {
+    pub record: RepoDataRecord,
+    /// Prefix-relative paths of the package's files, its `conda-meta` record included.
+    pub files: Vec<String>,
+}
+
+impl StagedPackage {
+    /// `name-version-build`, the way conda names a package file.
+    pub fn dist_name(&self) -> String {
+        dist_name(&self.record)
+    }
+}
+
+/// `name-version-build` of a record.
+pub fn dist_name(record: &RepoDataRecord) -> String {
+    format!(
+        "{}-{}-{}",
+        record.package_record.name.as_normalized(),
+        record.package_record.version,
+        record.package_record.build
+    )
+}
+
+/// An installed environment in a staging root.
+#[derive(Debug, Clone)]
+pub struct StagedPrefix {
+    /// The staging directory that stands for the image's `/`.
+    pub root: PathBuf,
+    /// The in-image prefix, e.g. `/opt/conda`.
+    pub prefix: String,
+    /// Packages in the order of the lock (by name).
+    pub packages: Vec<StagedPackage>,
+}
+
+impl StagedPrefix {
+    /// The staging path of the prefix.
+    pub fn prefix_dir(&self) -> PathBuf {
+        self.root.join(self.prefix.trim_start_matches('/'))
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum InstallError {
+    #[error("Failed to create the staging directory `{}`", path.display())]
+    Staging {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("Failed to install the environment")]
+    Install(#[source] InstallerError),
+    #[error("Failed to clean the conda metadata `{}`", path.display())]
+    Metadata {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("The conda metadata `{}` is not valid JSON", path.display())]
+    MetadataJson {
+        path: PathBuf,
+        #[source]
+        source: serde_json::Error,
+    },
+    #[error("rattler wrote no conda metadata for `{0}`")]
+    MissingMetadata(String),
+}
+
+/// Installs `records` into `<root><prefix>` for the records' platform.
+pub async fn install(
+    records: &[RepoDataRecord],
+    platform: rattler_conda_types::Subdir,
+    root: &Path,
+    prefix: &str,
+    options: &InstallOptions<'_>,
+) -> Result<StagedPrefix, InstallError> {
+    let staged = StagedPrefix {
+        root: root.to_path_buf(),
+        prefix: prefix.to_string(),
+        packages: Vec::new(),
+    };
+    let prefix_dir = staged.prefix_dir();
+    fs_err::create_dir_all(&prefix_dir).map_err(|source| InstallError::Staging {
+        path: prefix_dir.clone(),
+        source,
+    })?;
+    if records.is_empty() {
+        return Ok(staged);
+    }
+
+    Installer::new()
+        .with_target_platform(platform)
+        .with_package_cache(PackageCache::new(options.cache_dir.join("pkgs")))
+        // Placeholders get the path the files will have inside the image.
+        .with_alternative_target_prefix(prefix)
+        // Copies, not hard links into the cache: the staging tree is ours to scrub and
+        // must not share inodes (and mtimes) with the cache.
+        .with_link_options(LinkOptions {
+            allow_symbolic_links: Some(true),
+            allow_hard_links: Some(false),
+            allow_ref_links: Some(false),
+        })
+        // Link scripts are target code; never run them on the build host.
+        .with_execute_link_scripts(false)
+        .with_external_symlink_policy(ExternalSymlinkPolicy::Deny)
+        .with_installed_packages(Vec::new())
+        .install(&prefix_dir, records.iter().cloned())
+        .await
+        .map_err(InstallError::Install)?;
+
+    let packages = scrub(&prefix_dir, records)?;
+    Ok(StagedPrefix { packages, ..staged })
+}
+
+/// Removes host details from the prefix and collects the files of each package.
+fn scrub(prefix_dir: &Path, records: &[RepoDataRecord]) -> Result<Vec<StagedPackage>, InstallError> {
+    let tag = prefix_dir.join("CACHEDIR.TAG");
+    if tag.exists() {
+        fs_err::remove_file(&tag).map_err(|source| InstallError::Metadata {
+            path: tag.clone(),
+            source,
+        })?;
+    }
+
+    let meta_dir = prefix_dir.join("conda-meta");
+    let mut packages = Vec::with_capacity(records.len());
+    for record in records {
+        let file_name = format!("{}.json", dist_name(record));
+        let path = meta_dir.join(&file_name);
+        let text = fs_err::read_to_string(&path).map_err(|source| {
+            if source.kind() == std::io::ErrorKind::NotFound {
+                return InstallError::MissingMetadata(dist_name(record));
+            }
+            InstallError::Metadata {
+                path: path.clone(),
+                source,
+            }
+        })?;
+        let mut json: Value =
+            serde_json::from_str(&text).map_err(|source| InstallError::MetadataJson {
+                path: path.clone(),
+                source,
+            })?;
+        let mut files = Vec::new();
+        if let Value::Object(map) = &mut json {
+            for key in HOST_KEYS {
+                map.remove(*key);
+            }
+            for key in ["url", "channel"] {
+                if let Some(Value::String(url)) = map.get_mut(key) {
+                    *url = without_host_path(url);
+                }
+            }
+            if let Some(Value::Array(list)) = map.get("files") {
+                files.extend(list.iter().filter_map(Value::as_str).map(str::to_string));
+            }
+        }
+        files.push(format!("conda-meta/{file_name}"));
+        let mut bytes = serde_json::to_vec_pretty(&json).map_err(|source| {
+            InstallError::MetadataJson {
+                path: path.clone(),
+                source,
+            }
+        })?;
+        bytes.push(b'\n');
+        crate::fs::write_atomic(&path, &bytes).map_err(|source| InstallError::Metadata {
+            path: path.clone(),
+            source,
+        })?;
+        packages.push(StagedPackage {
+            record: record.clone(),
+            files,
+        });
+    }
+    Ok(packages)
+}
+
+/// A package from a local channel is recorded as `file:///channel/<subdir>/<file>` (and its
+/// channel as `file:///channel/`), so the builder's directory layout never reaches an image
+/// and the same package gives the same layer from any local channel. Remote URLs are kept.
+fn without_host_path(url: &str) -> String {
+    let Some(path) = url.strip_prefix("file://") else {
+        return url.to_string();
+    };
+    let parts: Vec<&str> = path.trim_end_matches('/').rsplit('/').take(2).collect();
+    let looks_like_package = path.ends_with(".conda") || path.ends_with(".tar.bz2");
+    match (looks_like_package, parts.as_slice()) {
+        (true, [file, subdir]) => format!("file:///channel/{subdir}/{file}"),
+        _ => "file:///channel/".to_string(),
+    }
+}
+
+/// Prefix-relative paths claimed by each package: a path listed by two packages belongs to
+/// the one installed later, as on disk.
+pub fn ownership(packages: &[StagedPackage]) -> BTreeMap<&str, usize> {
+    let mut owners = BTreeMap::new();
+    for (index, package) in packages.iter().enumerate() {
+        for file in &package.files {
+            owners.insert(file.as_str(), index);
+        }
+    }
+    owners
+}
+
+#[cfg(test)]
+mod tests {
+    use super::without_host_path;
+
+    #[test]
+    fn local_urls_lose_the_host_directory() {
+        assert_eq!(
+            without_host_path("file:///home/alice/ch/linux-64/zlib-1.2.11-h0_0.conda"),
+            "file:///channel/linux-64/zlib-1.2.11-h0_0.conda"
+        );
+        assert_eq!(without_host_path("file:///home/alice/ch/"), "file:///channel/");
+        assert_eq!(
+            without_host_path("https://conda.anaconda.org/conda-forge/noarch/x-1-0.conda"),
+            "https://conda.anaconda.org/conda-forge/noarch/x-1-0.conda"
+        );
+    }
+}

@@ -1,0 +1,266 @@
+//! Which file goes into which layer, and in what order. Pure: no file is written here.
+//!
+//! A layer per package, so the same package build gives the same layer in every image that
+//! holds it and registries and nodes store it once. Order runs from the most shared and least
+//! changing (CUDA runtime, then packages nothing else depends on... the roots of the
+//! dependency graph come last) to the most specific, because runtimes share a layer only
+//! when every layer below it is shared too. When the packages do not fit the budget, the
+//! largest keep their own layers and the small rest share one. A last layer holds the
+//! image's own files: what no package owns (`conda-meta/history`, empty directories).
+
+use std::{
+    collections::{BTreeMap, BTreeSet, HashMap},
+    path::Path,
+};
+
+use rattler_conda_types::{MatchSpec, ParseStrictness};
+
+use crate::install::{StagedPrefix, ownership};
+
+/// One planned layer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PlannedLayer {
+    /// What the layer holds, for history and annotations: a package's `name-version-build`,
+    /// or `image` for the image's own files.
+    pub name: String,
+    /// The packages in the layer (`name-version-build`), empty for the image layer.
+    pub packages: Vec<String>,
+    /// Paths relative to the staging root (`opt/conda/lib/libz.so`), without parents;
+    /// the tar writer adds parent directories.
+    pub paths: Vec<String>,
+    /// Modification time of every entry, seconds since the epoch. A package layer carries
+    /// its package's build time, so the layer does not depend on the image it is in.
+    pub mtime: u64,
+    /// Bytes of file data, for ordering and reports.
+    pub size: u64,
+}
+
+/// The layers of an image, bottom first.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LayerPlan {
+    pub layers: Vec<PlannedLayer>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum PlanError {
+    #[error(
+        "The layer budget of {budget} is too small: the base has {base_layers} layers and the image needs at least 2 more (packages and its own files); raise `[layers] max`"
+    )]
+    BudgetTooSmall { budget: u32, base_layers: usize },
+    #[error("Failed to read the staged prefix at `{}`", path.display())]
+    Walk {
+        path: std::path::PathBuf,
+        #[source]
+        source: walkdir::Error,
+    },
+}
+
+/// Names of packages that make up a CUDA runtime; they go to the bottom of the image so
+/// every variant built on the same CUDA shares them.
+fn is_cuda_runtime(name: &str) -> bool {
+    const PREFIXES: &[&str] = &[
+        "cuda-", "libcu", "libnv", "nvidia-", "cudnn", "nccl", "cudatoolkit", "libnccl",
+    ];
+    PREFIXES.iter().any(|p| name.starts_with(p))
+}
+
+/// Plans the layers of `staged` within `budget` layers in all, `base_layers` of which the
+/// base already uses. `image_mtime` stamps the image's own layer.
+pub fn plan_layers(
+    staged: &StagedPrefix,
+    budget: u32,
+    base_layers: usize,
+    image_mtime: u64,
+) -> Result<LayerPlan, PlanError> {
+    let slots = (budget as usize)
+        .checked_sub(base_layers + 1)
+        .filter(|slots| *slots >= 1 || staged.packages.is_empty())
+        .ok_or(PlanError::BudgetTooSmall {
+            budget,
+            base_layers,
+        })?;
+
+    let prefix_rel = staged.prefix.trim_start_matches('/').to_string();
+    let full = |rel: &str| format!("{prefix_rel}/{rel}");
+    let owners = ownership(&staged.packages);
+
+    // Files per package, as claimed (a clobbered path belongs to its last owner).
+    let mut package_paths: Vec<Vec<String>> = vec![Vec::new(); staged.packages.len()];
+    for (path, owner) in &owners {
+        package_paths[*owner].push(full(path));
+    }
+    let prefix_dir = staged.prefix_dir();
+    let sizes: Vec<u64> = package_paths
+        .iter()
+        .map(|paths| paths.iter().map(|p| file_size(&staged.root.join(p))).sum())
+        .collect();
+
+    let order = dependency_order(staged);
+
+    let mut layers = Vec::new();
+    let single = |index: usize| {
+        let package = &staged.packages[index];
+        PlannedLayer {
+            name: package.dist_name(),
+            packages: vec![package.dist_name()],
+            paths: package_paths[index].clone(),
+            mtime: package_mtime(package),
+            size: sizes[index],
+        }
+    };
+    if order.len() <= slots {
+        layers.extend(order.iter().map(|&i| single(i)));
+    } else {
+        // The largest packages keep a layer each; the rest share the last package layer.
+        let mut by_size = order.clone();
+        by_size.sort_by(|a, b| sizes[*b].cmp(&sizes[*a]).then(a.cmp(b)));
+        let alone: BTreeSet<usize> = by_size.iter().take(slots - 1).copied().collect();
+        layers.extend(order.iter().filter(|i| alone.contains(i)).map(|&i| single(i)));
+        let grouped: Vec<usize> = order.iter().filter(|i| !alone.contains(i)).copied().collect();
+        let mut paths: Vec<String> = grouped
+            .iter()
+            .flat_map(|&i| package_paths[i].iter().cloned())
+            .collect();
+        paths.sort();
+        let packages: Vec<String> = grouped.iter().map(|&i| staged.packages[i].dist_name()).collect();
+        layers.push(PlannedLayer {
+            name: format!("{} small packages", grouped.len()),
+            mtime: grouped
+                .iter()
+                .map(|&i| package_mtime(&staged.packages[i]))
+                .max()
+                .unwrap_or(0),
+            size: grouped.iter().map(|&i| sizes[i]).sum(),
+            packages,
+            paths,
+        });
+    }
+
+    // The image's own files: everything under the prefix no package owns.
+    let mut own = Vec::new();
+    let mut own_size = 0;
+    if prefix_dir.exists() {
+        for entry in walkdir::WalkDir::new(&prefix_dir)
+            .follow_links(false)
+            .sort_by_file_name()
+            .min_depth(1)
+        {
+            let entry = entry.map_err(|source| PlanError::Walk {
+                path: prefix_dir.clone(),
+                source,
+            })?;
+            let rel = entry
+                .path()
+                .strip_prefix(&prefix_dir)
+                .expect("walk stays under the prefix")
+                .to_string_lossy()
+                .into_owned();
+            if owners.contains_key(rel.as_str()) {
+                continue;
+            }
+            let is_dir = entry.file_type().is_dir();
+            // A directory is the image's only when it is empty; parents of owned files are
+            // written by the layers that hold those files.
+            let keep = !is_dir
+                || fs_err::read_dir(entry.path())
+                    .map(|mut d| d.next().is_none())
+                    .unwrap_or(false);
+            if keep {
+                own_size += file_size(entry.path());
+                own.push(full(&rel));
+            }
+        }
+    }
+    if own.is_empty() {
+        // An image always has its own layer (it marks the prefix), even when empty of files.
+        own.push(prefix_rel.clone());
+    }
+    layers.push(PlannedLayer {
+        name: "image".to_string(),
+        packages: Vec::new(),
+        paths: own,
+        mtime: image_mtime,
+        size: own_size,
+    });
+    Ok(LayerPlan { layers })
+}
+
+fn file_size(path: &Path) -> u64 {
+    std::fs::symlink_metadata(path)
+        .map(|m| if m.is_file() { m.len() } else { 0 })
+        .unwrap_or(0)
+}
+
+/// A package's build time in seconds (0 when the channel does not say).
+fn package_mtime(package: &crate::install::StagedPackage) -> u64 {
+    package
+        .record
+        .package_record
+        .timestamp
+        .as_ref()
+        .map(|t| (t.timestamp() / 1000).max(0) as u64)
+        .unwrap_or(0)
+}
+
+/// Package indices from most shared to most specific: CUDA runtime packages first, then by
+/// depth in the dependency graph (what nothing depends on comes last), then by name.
+fn dependency_order(staged: &StagedPrefix) -> Vec<usize> {
+    let index: HashMap<&str, usize> = staged
+        .packages
+        .iter()
+        .enumerate()
+        .map(|(i, p)| (p.record.package_record.name.as_normalized(), i))
+        .collect();
+    let deps: Vec<Vec<usize>> = staged
+        .packages
+        .iter()
+        .map(|p| {
+            p.record
+                .package_record
+                .depends
+                .iter()
+                .filter_map(|d| MatchSpec::from_str(d, ParseStrictness::Lenient).ok())
+                .filter_map(|s| s.name.as_exact().map(|n| n.as_normalized().to_string()))
+                .filter_map(|n| index.get(n.as_str()).copied())
+                .collect()
+        })
+        .collect();
+    // Height: 0 for packages without dependencies in the set, else 1 + max of deps.
+    // Dependency cycles exist in the wild (e.g. python ↔ pip); a node on the stack counts 0.
+    let mut height: Vec<Option<usize>> = vec![None; deps.len()];
+    fn visit(i: usize, deps: &[Vec<usize>], height: &mut [Option<usize>], stack: &mut Vec<bool>) -> usize {
+        if let Some(h) = height[i] {
+            return h;
+        }
+        if stack[i] {
+            return 0;
+        }
+        stack[i] = true;
+        let h = deps[i]
+            .iter()
+            .map(|&d| visit(d, deps, height, stack) + 1)
+            .max()
+            .unwrap_or(0);
+        stack[i] = false;
+        height[i] = Some(h);
+        h
+    }
+    let mut stack = vec![false; deps.len()];
+    let mut order: Vec<usize> = (0..deps.len()).collect();
+    let keys: BTreeMap<usize, (bool, usize)> = (0..deps.len())
+        .map(|i| {
+            let name = staged.packages[i].record.package_record.name.as_normalized();
+            (i, (!is_cuda_runtime(name), visit(i, &deps, &mut height, &mut stack)))
+        })
+        .collect();
+    order.sort_by(|a, b| {
+        keys[a].cmp(&keys[b]).then_with(|| {
+            staged.packages[*a]
+                .record
+                .package_record
+                .name
+                .cmp(&staged.packages[*b].record.package_record.name)
+        })
+    });
+    order
+}

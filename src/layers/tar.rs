@@ -1,0 +1,228 @@
+//! Deterministic tar: sorted entries, explicit parent directories, uid/gid 0, no owner
+//! names, fixed times, no PAX records, symlinks and hard links kept as links.
+//!
+//! Modes are normalised to 0755 (anything executable) or 0644 and directories to 0755, so
+//! the builder's umask never reaches the image; conda packages carry nothing else.
+
+use std::{
+    collections::{BTreeSet, HashMap},
+    io::Write,
+    os::unix::fs::MetadataExt,
+    path::{Path, PathBuf},
+};
+
+use tar::{Builder, EntryType, Header};
+
+#[derive(Debug, thiserror::Error)]
+pub enum TarError {
+    #[error("Failed to read `{}`", path.display())]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("Failed to write the tar entry `{path}`")]
+    Write {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("`{path}` is a {kind}; an image layer may hold only files, directories and links")]
+    Unsupported { path: String, kind: &'static str },
+    #[error("`{path}` is not valid UTF-8")]
+    NonUtf8 { path: String },
+}
+
+/// Every ancestor directory of `paths`, plus the paths themselves, in tar order.
+fn with_parents(paths: &[String]) -> BTreeSet<String> {
+    let mut all = BTreeSet::new();
+    for path in paths {
+        let mut current = path.as_str();
+        all.insert(current.to_string());
+        while let Some((parent, _)) = current.rsplit_once('/') {
+            if !all.insert(parent.to_string()) {
+                break;
+            }
+            current = parent;
+        }
+    }
+    all
+}
+
+/// Writes a tar of `paths` (relative to `root`) and their parent directories to `out`.
+/// Returns `out` after the end-of-archive blocks.
+pub fn write_tar<W: Write>(root: &Path, paths: &[String], mtime: u64, out: W) -> Result<W, TarError> {
+    let mut builder = Builder::new(out);
+    // First path written for each (device, inode) of a multiply-linked file.
+    let mut seen_inodes: HashMap<(u64, u64), String> = HashMap::new();
+    let explicit: BTreeSet<&str> = paths.iter().map(String::as_str).collect();
+
+    for path in with_parents(paths) {
+        let source = root.join(&path);
+        let write_err = |source: std::io::Error| TarError::Write {
+            path: path.clone(),
+            source,
+        };
+        let meta = match std::fs::symlink_metadata(&source) {
+            Ok(meta) => meta,
+            // A parent we added ourselves always exists; an explicit path may be missing
+            // when a package lists a file it does not ship. The image cannot hold it either.
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound && explicit.contains(path.as_str()) => {
+                tracing::debug!("skipping `{path}`: listed by its package but not installed");
+                continue;
+            }
+            Err(source_err) => {
+                return Err(TarError::Read {
+                    path: source,
+                    source: source_err,
+                });
+            }
+        };
+        let file_type = meta.file_type();
+        let mut header = Header::new_gnu();
+        header.set_uid(0);
+        header.set_gid(0);
+        header.set_mtime(mtime);
+
+        if file_type.is_dir() {
+            header.set_entry_type(EntryType::Directory);
+            header.set_mode(0o755);
+            header.set_size(0);
+            builder
+                .append_data(&mut header, format!("{path}/"), std::io::empty())
+                .map_err(write_err)?;
+        } else if file_type.is_symlink() {
+            let target = std::fs::read_link(&source).map_err(|e| TarError::Read {
+                path: source.clone(),
+                source: e,
+            })?;
+            header.set_entry_type(EntryType::Symlink);
+            header.set_mode(0o777);
+            header.set_size(0);
+            builder
+                .append_link(&mut header, &path, &target)
+                .map_err(write_err)?;
+        } else if file_type.is_file() {
+            if meta.nlink() > 1 {
+                let key = (meta.dev(), meta.ino());
+                if let Some(first) = seen_inodes.get(&key) {
+                    header.set_entry_type(EntryType::Link);
+                    header.set_mode(normal_mode(meta.mode()));
+                    header.set_size(0);
+                    builder
+                        .append_link(&mut header, &path, first)
+                        .map_err(write_err)?;
+                    continue;
+                }
+                seen_inodes.insert(key, path.clone());
+            }
+            header.set_entry_type(EntryType::Regular);
+            header.set_mode(normal_mode(meta.mode()));
+            header.set_size(meta.len());
+            let file = fs_err::File::open(&source).map_err(|e| TarError::Read {
+                path: source.clone(),
+                source: e,
+            })?;
+            builder
+                .append_data(&mut header, &path, std::io::BufReader::with_capacity(1 << 20, file))
+                .map_err(write_err)?;
+        } else {
+            use std::os::unix::fs::FileTypeExt;
+            let kind = if file_type.is_fifo() {
+                "named pipe"
+            } else if file_type.is_socket() {
+                "socket"
+            } else if file_type.is_block_device() || file_type.is_char_device() {
+                "device file"
+            } else {
+                "special file"
+            };
+            return Err(TarError::Unsupported { path, kind });
+        }
+    }
+    builder.into_inner().map_err(|source| TarError::Write {
+        path: "<end of archive>".into(),
+        source,
+    })
+}
+
+/// 0755 for anything executable, 0644 otherwise.
+fn normal_mode(mode: u32) -> u32 {
+    if mode & 0o111 != 0 { 0o755 } else { 0o644 }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parents_come_first_and_once() {
+        let paths = vec![
+            "opt/conda/lib/b".to_string(),
+            "opt/conda/lib/a".to_string(),
+            "opt/conda-x".to_string(),
+        ];
+        let all: Vec<String> = with_parents(&paths).into_iter().collect();
+        assert_eq!(
+            all,
+            ["opt", "opt/conda", "opt/conda-x", "opt/conda/lib", "opt/conda/lib/a", "opt/conda/lib/b"]
+        );
+    }
+
+    #[test]
+    fn same_tree_same_bytes_whatever_the_host_metadata() {
+        let make = |umask_mode: u32| {
+            let dir = tempfile::tempdir().unwrap();
+            let root = dir.path();
+            fs_err::create_dir_all(root.join("p/bin")).unwrap();
+            fs_err::write(root.join("p/bin/tool"), "#!/bin/sh\n").unwrap();
+            fs_err::write(root.join("p/data"), "x").unwrap();
+            std::os::unix::fs::symlink("tool", root.join("p/bin/alias")).unwrap();
+            fs_err::hard_link(root.join("p/data"), root.join("p/data2")).unwrap();
+            crate::fs::set_mode(&root.join("p/bin/tool"), 0o700 & umask_mode | 0o100).unwrap();
+            crate::fs::set_mode(&root.join("p/data"), 0o666 & umask_mode).unwrap();
+            let paths = ["p/bin/tool", "p/bin/alias", "p/data", "p/data2"].map(String::from);
+            write_tar(root, &paths, 42, Vec::new()).unwrap()
+        };
+        let a = make(0o777);
+        let b = make(0o700);
+        assert_eq!(a, b);
+
+        let mut archive = tar::Archive::new(a.as_slice());
+        let entries: Vec<(String, EntryType, u32, u64)> = archive
+            .entries()
+            .unwrap()
+            .map(|e| {
+                let e = e.unwrap();
+                let h = e.header();
+                (
+                    e.path().unwrap().to_string_lossy().into_owned(),
+                    h.entry_type(),
+                    h.mode().unwrap(),
+                    h.mtime().unwrap(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            entries,
+            vec![
+                ("p/".into(), EntryType::Directory, 0o755, 42),
+                ("p/bin/".into(), EntryType::Directory, 0o755, 42),
+                ("p/bin/alias".into(), EntryType::Symlink, 0o777, 42),
+                ("p/bin/tool".into(), EntryType::Regular, 0o755, 42),
+                ("p/data".into(), EntryType::Regular, 0o644, 42),
+                ("p/data2".into(), EntryType::Link, 0o644, 42),
+            ]
+        );
+    }
+
+    #[test]
+    fn refuses_special_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("pipe");
+        let status = std::process::Command::new("mkfifo").arg(&fifo).status().unwrap();
+        assert!(status.success());
+        let err = write_tar(dir.path(), &["pipe".to_string()], 0, Vec::new()).unwrap_err();
+        assert!(err.to_string().contains("named pipe"), "{err}");
+    }
+}

@@ -1,0 +1,4 @@
+#[path = "../support/mod.rs"]
+mod support;
+
+mod fixtures_smoke;

@@ -1,0 +1,148 @@
+//! A runnable base image for tests: an OCI image layout holding Debian's static busybox.
+//!
+//! Docker Hub is not reachable from our machines, so tests that need `base = "oci:…"` get this
+//! one-layer image instead. It is made with the real `umoci` CLI, so the layout is a
+//! third-party one (not written by our own OCI code), and every time input is pinned, so the
+//! same busybox and umoci give the same manifest digest on every run.
+
+use std::os::unix::fs::{PermissionsExt, symlink};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{Context, bail, ensure};
+
+/// `created` of the base image config, its history entry and every file's mtime in its layer.
+pub const BASE_CREATED: &str = "2023-10-01T00:00:00Z";
+
+/// The busybox applets the base image links to `/bin/busybox`.
+pub const BUSYBOX_APPLETS: &[&str] = &["sh", "cat", "ls", "echo", "test"];
+
+/// Whether `cmd` is an executable file on `$PATH`.
+pub fn have(cmd: &str) -> bool {
+    find_on_path(cmd).is_some()
+}
+
+fn find_on_path(cmd: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|dir| dir.join(cmd))
+        .find(|candidate| {
+            std::fs::metadata(candidate)
+                .map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+                .unwrap_or(false)
+        })
+}
+
+/// Creates an OCI image layout at `dir`, tag `latest`, whose single layer holds `/bin/busybox`
+/// (copied from the host's busybox-static), symlinks for [`BUSYBOX_APPLETS`], and the
+/// directories `/tmp` (mode 1777) and `/etc`. `dir` must not exist or be empty.
+///
+/// Runs `umoci` as the current user; as root (our machines) the layer's files are owned by 0:0.
+pub fn busybox_base_layout(dir: &Path) -> anyhow::Result<()> {
+    ensure!(
+        have("umoci"),
+        "umoci is not installed (Debian: apt-get install umoci); it builds the busybox base image"
+    );
+    let busybox = Path::new("/bin/busybox");
+    ensure!(
+        busybox.is_file(),
+        "/bin/busybox is missing (Debian: apt-get install busybox-static)"
+    );
+    // `umoci init` refuses an existing directory; accept an empty one (e.g. a fresh tempdir).
+    if dir.exists() {
+        ensure!(
+            fs_err::read_dir(dir)?.next().is_none(),
+            "{} exists and is not empty",
+            dir.display()
+        );
+        fs_err::remove_dir(dir)?;
+    }
+
+    let image = format!("{}:latest", dir.display());
+    let work = tempfile::tempdir()?;
+    let bundle = work.path().join("bundle");
+
+    umoci(&["init", "--layout", &dir.display().to_string()])?;
+    umoci(&["new", "--image", &image])?;
+    umoci(&["unpack", "--image", &image, &bundle.display().to_string()])?;
+
+    let rootfs = bundle.join("rootfs");
+    for sub in ["bin", "etc", "tmp"] {
+        fs_err::create_dir_all(rootfs.join(sub))?;
+    }
+    fs_err::set_permissions(rootfs.join("tmp"), std::fs::Permissions::from_mode(0o1777))?;
+    fs_err::copy(busybox, rootfs.join("bin/busybox"))?;
+    fs_err::set_permissions(
+        rootfs.join("bin/busybox"),
+        std::fs::Permissions::from_mode(0o755),
+    )?;
+    for applet in BUSYBOX_APPLETS {
+        let link = rootfs.join("bin").join(applet);
+        symlink("busybox", &link).with_context(|| format!("symlink {}", link.display()))?;
+    }
+    pin_mtimes(&rootfs)?;
+
+    // Fixed history and config timestamps, and `gc` to drop the blobs `new` and `repack`
+    // superseded (they carry the current time), so the whole layout is reproducible.
+    umoci(&[
+        "repack",
+        "--history.created",
+        BASE_CREATED,
+        "--history.created_by",
+        "imgbuild tests: busybox base",
+        "--image",
+        &image,
+        &bundle.display().to_string(),
+    ])?;
+    umoci(&[
+        "config",
+        "--no-history",
+        "--created",
+        BASE_CREATED,
+        "--config.env",
+        "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+        "--os",
+        "linux",
+        "--architecture",
+        "amd64",
+        "--image",
+        &image,
+    ])?;
+    umoci(&["gc", "--layout", &dir.display().to_string()])?;
+    Ok(())
+}
+
+/// Sets the mtime of every entry under `root` (symlinks themselves included) to
+/// [`BASE_CREATED`]: umoci puts mtimes into the layer tar. std cannot set a symlink's mtime,
+/// so this uses `touch -h`.
+fn pin_mtimes(root: &Path) -> anyhow::Result<()> {
+    let mut paths = Vec::new();
+    for entry in walkdir::WalkDir::new(root) {
+        paths.push(entry?.into_path());
+    }
+    let status = Command::new("touch")
+        .args(["-h", "-d", BASE_CREATED])
+        .args(&paths)
+        .status()
+        .context("running touch")?;
+    ensure!(status.success(), "touch -h failed: {status}");
+    Ok(())
+}
+
+/// Runs `umoci ARGS`, failing with its output when it fails.
+pub fn umoci(args: &[&str]) -> anyhow::Result<()> {
+    let output = Command::new("umoci")
+        .args(args)
+        .output()
+        .with_context(|| format!("running umoci {}", args.join(" ")))?;
+    if !output.status.success() {
+        bail!(
+            "umoci {} failed ({}):\n{}{}",
+            args.join(" "),
+            output.status,
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+    Ok(())
+}
