@@ -10,3 +10,6 @@ pub mod recipe;
 pub mod resolve;
 pub mod install;
 pub mod layers;
+pub mod oci;
+pub mod build;
+pub mod cli;

@@ -69,6 +69,9 @@ pub struct Recipe {
     /// Tags for `index.json`, never empty.
     pub tags: Vec<String>,
     pub base: Base,
+    /// The base as the recipe wrote it (`oci:../base:v1`), for annotations: unlike
+    /// [`Base`], it holds no path of the build host.
+    pub base_reference: String,
     /// The conda subdir the environment is solved and installed for.
     pub platform: Subdir,
     /// Absolute in-image path of the environment, without a trailing slash.
@@ -348,6 +351,10 @@ impl Checker {
             name,
             tags,
             base,
+            base_reference: image
+                .base
+                .as_ref()
+                .map_or_else(|| "scratch".to_string(), |b| b.get_ref().clone()),
             platform,
             prefix,
             glibc,

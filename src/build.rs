@@ -1,0 +1,437 @@
+//! The build pipeline, top to bottom: recipe → base → target → lock (reuse or solve) →
+//! install → layer plan → layer blobs → config and manifest → `index.json` switch.
+
+use std::{
+    path::{Path, PathBuf},
+    time::{Duration, Instant},
+};
+
+use rattler_conda_types::RepoDataRecord;
+use rattler_shell::{activation::Activator, shell};
+use url::Url;
+
+use crate::{
+    install::{InstallError, InstallOptions, install},
+    layers::{Compression, LayerBlob, PlannedLayer, plan::PlanError, plan_layers, write::WriteError, write_layers},
+    lock::{Lock, LockError, LockedBase, Staleness},
+    oci::{
+        base::{BaseError, BaseImage, open_base},
+        image::{Activation, ImageError, ImageInputs, index_of, write_image},
+        layout::{Layout, LayoutError},
+    },
+    recipe::{Recipe, RecipeError, RecipeOptions},
+    resolve::{ResolveError, ResolveOptions, Target, resolve},
+};
+
+/// How to treat an existing lock file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum LockMode {
+    /// Use the lock if it still satisfies the recipe, else solve and rewrite it.
+    #[default]
+    Reuse,
+    /// Use the lock; fail if it is missing or no longer satisfies the recipe.
+    Locked,
+    /// Always solve and rewrite the lock.
+    Refresh,
+}
+
+/// Settings of one build, resolved from the command line and environment.
+#[derive(Debug, Clone)]
+pub struct BuildSettings {
+    pub recipe_path: PathBuf,
+    pub channel_alias: Url,
+    pub cache_dir: PathBuf,
+    /// The layout directory; `images/<name>` under the working directory when `None`.
+    pub output: Option<PathBuf>,
+    pub lock_mode: LockMode,
+    pub offline: bool,
+    /// Layers compressed at once.
+    pub jobs: usize,
+    /// `SOURCE_DATE_EPOCH`, if set: the image's `created` time.
+    pub source_date_epoch: Option<i64>,
+}
+
+/// Pipeline stages, for progress reports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stage {
+    Solve,
+    Install,
+    Layers,
+    Write,
+}
+
+/// Receives progress; the library never prints.
+pub trait Reporter: Send + Sync {
+    fn on_stage(&self, _stage: Stage, _detail: &str) {}
+    fn on_warning(&self, _message: &str) {}
+}
+
+/// A reporter that drops everything.
+pub struct Silent;
+impl Reporter for Silent {}
+
+/// How the lock was obtained.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LockOutcome {
+    Reused,
+    Written { reason: Option<String> },
+}
+
+/// The result of `lock`.
+#[derive(Debug, Clone)]
+pub struct LockReport {
+    pub lock_path: PathBuf,
+    pub outcome: LockOutcome,
+    pub packages: usize,
+}
+
+/// The result of `build`.
+#[derive(Debug, Clone)]
+pub struct BuildReport {
+    pub layout_dir: PathBuf,
+    pub tags: Vec<String>,
+    pub manifest_digest: String,
+    pub base_layers: usize,
+    pub layers: Vec<(PlannedLayer, LayerBlob)>,
+    pub lock: LockReport,
+    pub timings: Vec<(Stage, Duration)>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum BuildError {
+    #[error(transparent)]
+    Recipe(#[from] RecipeError),
+    #[error(transparent)]
+    Base(#[from] BaseError),
+    #[error(transparent)]
+    Resolve(#[from] ResolveError),
+    #[error(transparent)]
+    Lock(#[from] LockError),
+    #[error("Lock file `{}` does not exist and `--locked` forbids creating it", path.display())]
+    LockMissing { path: PathBuf },
+    #[error("Lock file `{}` no longer satisfies the recipe: {reason}; run `imgbuild lock` or drop `--locked`", path.display())]
+    LockOutdated { path: PathBuf, reason: Staleness },
+    #[error("Failed to install packages for `{name}`")]
+    Install {
+        name: String,
+        #[source]
+        source: InstallError,
+    },
+    #[error(transparent)]
+    Plan(#[from] PlanError),
+    #[error(transparent)]
+    WriteLayer(#[from] WriteError),
+    #[error(transparent)]
+    Image(#[from] ImageError),
+    #[error(transparent)]
+    Layout(#[from] LayoutError),
+    #[error("Failed to create the staging directory in `{}`", path.display())]
+    Staging {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("Failed to read the environment's activation")]
+    Activation(#[source] rattler_shell::activation::ActivationError),
+}
+
+impl BuildError {
+    /// 1 when the input is at fault (recipe, packages, lock, base), 2 when the machine is
+    /// (disk, permissions). Documented in the README.
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            BuildError::Layout(_) | BuildError::Staging { .. } => 2,
+            BuildError::Lock(LockError::Write { .. }) => 2,
+            _ => 1,
+        }
+    }
+}
+
+/// Everything known about a recipe before solving.
+struct Prepared {
+    recipe: Recipe,
+    base: Option<BaseImage>,
+    target: Target,
+    locked_base: LockedBase,
+}
+
+fn prepare(settings: &BuildSettings) -> Result<Prepared, BuildError> {
+    let options = RecipeOptions {
+        channel_alias: settings.channel_alias.clone(),
+    };
+    let recipe = Recipe::load(&settings.recipe_path, &options)?;
+    let base = open_base(&recipe.base, recipe.platform)?;
+    let target = Target::for_recipe(&recipe, None);
+    let locked_base = base
+        .as_ref()
+        .map_or(LockedBase::Scratch, |b| LockedBase::Digest(b.manifest_digest.clone()));
+    Ok(Prepared {
+        recipe,
+        base,
+        target,
+        locked_base,
+    })
+}
+
+/// Returns a lock that satisfies the recipe, solving and writing one when needed.
+async fn obtain_lock(
+    prepared: &Prepared,
+    settings: &BuildSettings,
+    reporter: &dyn Reporter,
+) -> Result<(Lock, LockReport), BuildError> {
+    let recipe = &prepared.recipe;
+    let lock_path = recipe.lock_path();
+    let existing = Lock::read(&lock_path)?;
+    let staleness = match &existing {
+        Some(lock) => lock
+            .check(recipe, &prepared.target, &prepared.locked_base)
+            .err(),
+        None => None,
+    };
+    match (settings.lock_mode, existing, staleness) {
+        (LockMode::Locked, None, _) => {
+            return Err(BuildError::LockMissing { path: lock_path });
+        }
+        (LockMode::Locked, Some(_), Some(reason)) => {
+            return Err(BuildError::LockOutdated {
+                path: lock_path,
+                reason,
+            });
+        }
+        (LockMode::Locked | LockMode::Reuse, Some(lock), None) => {
+            let packages = lock.records.len();
+            return Ok((
+                lock,
+                LockReport {
+                    lock_path,
+                    outcome: LockOutcome::Reused,
+                    packages,
+                },
+            ));
+        }
+        (_, existing, staleness) => {
+            let reason = match (existing.is_some(), staleness) {
+                (_, Some(reason)) => Some(reason.to_string()),
+                (true, None) => Some("refresh requested".to_string()),
+                (false, None) => None,
+            };
+            reporter.on_stage(
+                Stage::Solve,
+                &format!(
+                    "{} dependencies for {}",
+                    recipe.specs.len(),
+                    recipe.platform
+                ),
+            );
+            let records: Vec<RepoDataRecord> = resolve(
+                &recipe.channels,
+                &recipe.specs,
+                &prepared.target,
+                &ResolveOptions {
+                    cache_dir: &settings.cache_dir,
+                    offline: settings.offline,
+                },
+            )
+            .await?;
+            let lock = Lock {
+                target: prepared.target.clone(),
+                channels: recipe.channels.iter().map(|c| c.base_url.to_string()).collect(),
+                base: prepared.locked_base.clone(),
+                records,
+            };
+            let recipe_file = recipe
+                .path
+                .file_name()
+                .map_or_else(|| recipe.path.display().to_string(), |f| f.to_string_lossy().into_owned());
+            lock.write(&lock_path, &recipe_file)?;
+            let packages = lock.records.len();
+            Ok((
+                lock,
+                LockReport {
+                    lock_path,
+                    outcome: LockOutcome::Written { reason },
+                    packages,
+                },
+            ))
+        }
+    }
+}
+
+/// Solves the recipe and writes its lock (always re-solving with [`LockMode::Refresh`]).
+pub async fn lock(settings: &BuildSettings, reporter: &dyn Reporter) -> Result<LockReport, BuildError> {
+    let prepared = prepare(settings)?;
+    obtain_lock(&prepared, settings, reporter)
+        .await
+        .map(|(_, report)| report)
+}
+
+/// Builds the image of a recipe into its layout directory.
+pub async fn build(settings: &BuildSettings, reporter: &dyn Reporter) -> Result<BuildReport, BuildError> {
+    let mut timings = Vec::new();
+    let started = Instant::now();
+    let prepared = prepare(settings)?;
+    let (lock, lock_report) = obtain_lock(&prepared, settings, reporter).await?;
+    timings.push((Stage::Solve, started.elapsed()));
+    let recipe = &prepared.recipe;
+
+    // Stage the environment under the cache, away from the output: a failed build never
+    // leaves a half-made tree next to the images.
+    let staging_parent = settings.cache_dir.join("staging");
+    fs_err::create_dir_all(&staging_parent).map_err(|source| BuildError::Staging {
+        path: staging_parent.clone(),
+        source,
+    })?;
+    let staging = tempfile::Builder::new()
+        .prefix("build-")
+        .tempdir_in(&staging_parent)
+        .map_err(|source| BuildError::Staging {
+            path: staging_parent.clone(),
+            source,
+        })?;
+    let root = staging.path().join("rootfs");
+
+    let started = Instant::now();
+    reporter.on_stage(Stage::Install, &format!("{} packages", lock.records.len()));
+    let staged = install(
+        &lock.records,
+        recipe.platform,
+        &root,
+        &recipe.prefix,
+        &InstallOptions {
+            cache_dir: &settings.cache_dir,
+        },
+    )
+    .await
+    .map_err(|source| BuildError::Install {
+        name: recipe.name.clone(),
+        source,
+    })?;
+    let activation = activation(&staged.prefix_dir(), &recipe.prefix, recipe, reporter)?;
+    timings.push((Stage::Install, started.elapsed()));
+
+    let created_seconds = settings
+        .source_date_epoch
+        .unwrap_or_else(|| lock.newest_timestamp())
+        .max(0);
+    let created = jiff::Timestamp::from_second(created_seconds)
+        .unwrap_or(jiff::Timestamp::UNIX_EPOCH)
+        .to_string();
+    let base_layers = prepared.base.as_ref().map_or(0, |b| b.layers.len());
+    let plan = plan_layers(&staged, recipe.layer_budget, base_layers, created_seconds as u64)?;
+
+    let layout_dir = settings
+        .output
+        .clone()
+        .unwrap_or_else(|| Path::new("images").join(&recipe.name));
+    let layout = Layout::new(&layout_dir);
+    let created_dir = layout.prepare()?;
+    let result = write_output(
+        &layout,
+        &staged.root,
+        &prepared,
+        &plan,
+        &activation,
+        created,
+        settings,
+        reporter,
+        &mut timings,
+    );
+    match result {
+        Ok((manifest_digest, layers)) => Ok(BuildReport {
+            layout_dir,
+            tags: recipe.tags.clone(),
+            manifest_digest,
+            base_layers,
+            layers,
+            lock: lock_report,
+            timings,
+        }),
+        Err(err) => {
+            if created_dir {
+                // Nothing was there before this build: leave nothing behind.
+                let _ = fs_err::remove_dir_all(&layout.dir);
+            }
+            Err(err)
+        }
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn write_output(
+    layout: &Layout,
+    root: &Path,
+    prepared: &Prepared,
+    plan: &crate::layers::LayerPlan,
+    activation: &Activation,
+    created: String,
+    settings: &BuildSettings,
+    reporter: &dyn Reporter,
+    timings: &mut Vec<(Stage, Duration)>,
+) -> Result<(String, Vec<(PlannedLayer, LayerBlob)>), BuildError> {
+    let started = Instant::now();
+    if let Some(base) = &prepared.base {
+        for layer in &base.layers {
+            let digest = layer.digest().to_string();
+            layout.import_blob(&base.blobs_dir.join(layer.digest().digest()), &digest)?;
+        }
+    }
+    let compression = Compression::default();
+    reporter.on_stage(Stage::Layers, &format!("{} layers", plan.layers.len()));
+    let blobs = write_layers(root, plan, compression, &layout.blobs_dir(), settings.jobs)?;
+    timings.push((Stage::Layers, started.elapsed()));
+
+    let started = Instant::now();
+    reporter.on_stage(Stage::Write, &layout.dir.display().to_string());
+    let layers: Vec<(PlannedLayer, LayerBlob)> = plan.layers.iter().cloned().zip(blobs).collect();
+    let written = write_image(
+        layout,
+        &ImageInputs {
+            recipe: &prepared.recipe,
+            base: prepared.base.as_ref(),
+            activation,
+            layers: &layers,
+            created,
+            compression,
+        },
+    )?;
+    layout.commit_index(&index_of(written.index_manifests)?)?;
+    let removed = layout.collect_garbage()?;
+    tracing::debug!("removed {removed} unreferenced blobs");
+    timings.push((Stage::Write, started.elapsed()));
+    Ok((written.manifest.digest().to_string(), layers))
+}
+
+/// The environment variables activating the prefix sets, in the image's terms. Activation
+/// scripts (`etc/conda/activate.d`) are target code and are not run; they are reported.
+fn activation(
+    prefix_dir: &Path,
+    prefix: &str,
+    recipe: &Recipe,
+    reporter: &dyn Reporter,
+) -> Result<Activation, BuildError> {
+    let activator = Activator::from_path(prefix_dir, shell::Bash::default(), recipe.platform)
+        .map_err(BuildError::Activation)?;
+    let staging = prefix_dir.to_string_lossy().into_owned();
+    let in_image = |value: &str| value.replace(&staging, prefix);
+    for script in &activator.activation_scripts {
+        reporter.on_warning(&format!(
+            "activation script `{}` is not run at build time; set what it sets in `[image.env]`",
+            in_image(&script.to_string_lossy())
+        ));
+    }
+    let mut variables = indexmap::IndexMap::new();
+    variables.insert("CONDA_PREFIX".to_string(), prefix.to_string());
+    variables.insert("CONDA_DEFAULT_ENV".to_string(), prefix.to_string());
+    variables.insert("CONDA_SHLVL".to_string(), "1".to_string());
+    for (key, value) in &activator.env_vars {
+        variables.insert(key.clone(), in_image(value));
+    }
+    Ok(Activation {
+        path: activator
+            .paths
+            .iter()
+            .map(|p| in_image(&p.to_string_lossy()))
+            .collect(),
+        variables,
+    })
+}

@@ -1,0 +1,326 @@
+//! The command line: clap types, settings resolution and rendering. Only this module prints.
+
+use std::{
+    path::PathBuf,
+    process::ExitCode,
+};
+
+use clap::{Args, Parser, Subcommand};
+use url::Url;
+
+use crate::{
+    build::{self, BuildError, BuildSettings, LockMode, LockOutcome, Reporter, Stage},
+    recipe::DEFAULT_CHANNEL_ALIAS,
+};
+
+const BUILD_EXAMPLES: &str = "\
+Examples:
+  imgbuild recipes/py39-torch21.toml              # same as `imgbuild build …`
+  imgbuild build recipes/tiny.toml --locked       # fail if recipes/tiny.lock is stale
+  imgbuild build recipes/tiny.toml --offline -o /tmp/tiny
+  SOURCE_DATE_EPOCH=1700000000 imgbuild build recipes/tiny.toml";
+
+const LOCK_EXAMPLES: &str = "\
+Examples:
+  imgbuild lock recipes/py39-torch21.toml         # writes recipes/py39-torch21.lock
+  imgbuild lock recipes/x.toml --channel-alias https://mirror.example/conda";
+
+/// Daemonless, rootless, bit-reproducible OCI images for conda-based AI runtimes.
+#[derive(Debug, Parser)]
+#[command(name = "imgbuild", version, after_help = BUILD_EXAMPLES)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+    #[command(flatten)]
+    pub global: GlobalArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct GlobalArgs {
+    /// Where packages, repodata and staging trees are cached
+    /// [default: $XDG_CACHE_HOME/imgbuild or ~/.cache/imgbuild]
+    #[arg(long, global = true, env = "IMGBUILD_CACHE_DIR", value_name = "DIR")]
+    pub cache_dir: Option<PathBuf>,
+    /// Base URL that channel names resolve against, e.g. a mirror
+    #[arg(long, global = true, env = "IMGBUILD_CHANNEL_ALIAS", value_name = "URL", default_value = DEFAULT_CHANNEL_ALIAS)]
+    pub channel_alias: Url,
+    /// Print only errors and the result
+    #[arg(short, long, global = true)]
+    pub quiet: bool,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Solve (or reuse the lock), install and write the OCI image layout
+    #[command(after_help = BUILD_EXAMPLES)]
+    Build(BuildArgs),
+    /// Solve the recipe and write its lock file, without building
+    #[command(after_help = LOCK_EXAMPLES)]
+    Lock(LockArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct BuildArgs {
+    /// The recipe, e.g. recipes/py39-torch21.toml
+    pub recipe: PathBuf,
+    /// Fail instead of re-solving when the lock is missing or no longer satisfies the recipe
+    #[arg(long)]
+    pub locked: bool,
+    /// Use only cached repodata and packages (local channels still work)
+    #[arg(long)]
+    pub offline: bool,
+    /// The OCI layout directory to write [default: images/<name>]
+    #[arg(short, long, value_name = "DIR")]
+    pub output: Option<PathBuf>,
+    /// Layers compressed in parallel [default: number of CPUs]
+    #[arg(short, long, env = "IMGBUILD_JOBS", value_name = "N")]
+    pub jobs: Option<usize>,
+}
+
+#[derive(Debug, Args)]
+pub struct LockArgs {
+    /// The recipe, e.g. recipes/py39-torch21.toml
+    pub recipe: PathBuf,
+    /// Use only cached repodata
+    #[arg(long)]
+    pub offline: bool,
+}
+
+/// `imgbuild recipe.toml` means `imgbuild build recipe.toml`.
+fn with_default_command(args: Vec<String>) -> Vec<String> {
+    const COMMANDS: &[&str] = &["build", "lock", "help"];
+    match args.get(1) {
+        Some(first) if !first.starts_with('-') && !COMMANDS.contains(&first.as_str()) => {
+            let mut out = vec![args[0].clone(), "build".to_string()];
+            out.extend(args[1..].iter().cloned());
+            out
+        }
+        _ => args,
+    }
+}
+
+fn default_cache_dir() -> PathBuf {
+    std::env::var_os("XDG_CACHE_HOME")
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".cache")))
+        .unwrap_or_else(std::env::temp_dir)
+        .join("imgbuild")
+}
+
+fn source_date_epoch() -> Result<Option<i64>, String> {
+    match std::env::var("SOURCE_DATE_EPOCH") {
+        Ok(value) if !value.trim().is_empty() => value
+            .trim()
+            .parse::<i64>()
+            .map(Some)
+            .map_err(|_| format!("SOURCE_DATE_EPOCH=`{value}` is not a number of seconds")),
+        _ => Ok(None),
+    }
+}
+
+/// Progress lines on stderr.
+struct StderrReporter {
+    quiet: bool,
+}
+
+impl Reporter for StderrReporter {
+    fn on_stage(&self, stage: Stage, detail: &str) {
+        if self.quiet {
+            return;
+        }
+        let verb = match stage {
+            Stage::Solve => "Solving",
+            Stage::Install => "Installing",
+            Stage::Layers => "Writing",
+            Stage::Write => "Committing",
+        };
+        #[allow(clippy::print_stderr)]
+        {
+            eprintln!("{verb:>12} {detail}");
+        }
+    }
+
+    fn on_warning(&self, message: &str) {
+        #[allow(clippy::print_stderr)]
+        {
+            eprintln!("warning: {message}");
+        }
+    }
+}
+
+/// Renders an error and its causes the way uv does: `error: …` then `Caused by: …` lines.
+fn render_error(err: &(dyn std::error::Error + 'static)) -> String {
+    let mut out = format!("error: {err}");
+    let mut source = err.source();
+    let mut last = err.to_string();
+    while let Some(cause) = source {
+        let text = cause.to_string();
+        // Some errors repeat their source in their own message; print each text once.
+        if !last.contains(&text) {
+            out.push_str(&format!("\n  Caused by: {text}"));
+        }
+        last = text;
+        source = cause.source();
+    }
+    out
+}
+
+/// Parses the arguments, runs the command and returns the process exit code.
+pub fn main() -> ExitCode {
+    let args = with_default_command(std::env::args().collect());
+    let cli = Cli::parse_from(args);
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("IMGBUILD_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .with_writer(std::io::stderr)
+        .without_time()
+        .init();
+
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(runtime) => runtime,
+        Err(err) => return fail(&err, 2),
+    };
+    runtime.block_on(run(cli))
+}
+
+#[allow(clippy::print_stderr)]
+fn fail(err: &(dyn std::error::Error + 'static), code: u8) -> ExitCode {
+    eprintln!("{}", render_error(err));
+    ExitCode::from(code)
+}
+
+#[allow(clippy::print_stdout, clippy::print_stderr)]
+async fn run(cli: Cli) -> ExitCode {
+    let source_date_epoch = match source_date_epoch() {
+        Ok(value) => value,
+        Err(message) => {
+            eprintln!("error: {message}");
+            return ExitCode::from(1);
+        }
+    };
+    let cache_dir = cli.global.cache_dir.clone().unwrap_or_else(default_cache_dir);
+    let reporter = StderrReporter {
+        quiet: cli.global.quiet,
+    };
+    let settings = |recipe: PathBuf, lock_mode, offline, output, jobs: Option<usize>| BuildSettings {
+        recipe_path: recipe,
+        channel_alias: cli.global.channel_alias.clone(),
+        cache_dir: cache_dir.clone(),
+        output,
+        lock_mode,
+        offline,
+        jobs: jobs.filter(|j| *j > 0).unwrap_or_else(|| {
+            std::thread::available_parallelism().map_or(1, |n| n.get())
+        }),
+        source_date_epoch,
+    };
+
+    let result: Result<(), BuildError> = match &cli.command {
+        Command::Build(args) => {
+            let mode = if args.locked { LockMode::Locked } else { LockMode::Reuse };
+            let settings = settings(args.recipe.clone(), mode, args.offline, args.output.clone(), args.jobs);
+            build::build(&settings, &reporter).await.map(|report| {
+                if !cli.global.quiet {
+                    describe_lock(&report.lock);
+                    let compressed: u64 = report.layers.iter().map(|(_, b)| b.size).sum();
+                    let uncompressed: u64 = report.layers.iter().map(|(_, b)| b.tar_size).sum();
+                    eprintln!(
+                        "{:>12} {} layers ({} from the base, {} new): {} compressed, {} uncompressed",
+                        "Built",
+                        report.base_layers + report.layers.len(),
+                        report.base_layers,
+                        report.layers.len(),
+                        human_bytes(compressed),
+                        human_bytes(uncompressed),
+                    );
+                    for (stage, time) in &report.timings {
+                        eprintln!("{:>12} {:?} {:.2}s", "", stage, time.as_secs_f64());
+                    }
+                }
+                // stdout carries the result only: one `layout:tag@digest` line per tag.
+                for tag in &report.tags {
+                    println!("{}:{tag}@{}", report.layout_dir.display(), report.manifest_digest);
+                }
+            })
+        }
+        Command::Lock(args) => {
+            let settings = settings(args.recipe.clone(), LockMode::Refresh, args.offline, None, None);
+            build::lock(&settings, &reporter).await.map(|report| {
+                if !cli.global.quiet {
+                    describe_lock(&report);
+                }
+                println!("{}", report.lock_path.display());
+            })
+        }
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            let code = err.exit_code() as u8;
+            fail(&err, code)
+        }
+    }
+}
+
+#[allow(clippy::print_stderr)]
+fn describe_lock(report: &build::LockReport) {
+    let path = report.lock_path.display();
+    match &report.outcome {
+        LockOutcome::Reused => eprintln!("{:>12} {path} ({} packages)", "Reusing", report.packages),
+        LockOutcome::Written { reason: None } => {
+            eprintln!("{:>12} {path} ({} packages)", "Locked", report.packages)
+        }
+        LockOutcome::Written {
+            reason: Some(reason),
+        } => eprintln!(
+            "{:>12} {path} ({} packages; re-solved because {reason})",
+            "Locked", report.packages
+        ),
+    }
+}
+
+fn human_bytes(bytes: u64) -> String {
+    const UNITS: &[&str] = &["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut value = bytes as f64;
+    let mut unit = 0;
+    while value >= 1024.0 && unit < UNITS.len() - 1 {
+        value /= 1024.0;
+        unit += 1;
+    }
+    if unit == 0 {
+        format!("{bytes} B")
+    } else {
+        format!("{value:.1} {}", UNITS[unit])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_recipe_path_means_build() {
+        let args = |a: &[&str]| a.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert_eq!(
+            with_default_command(args(&["imgbuild", "r.toml", "--locked"])),
+            args(&["imgbuild", "build", "r.toml", "--locked"])
+        );
+        assert_eq!(
+            with_default_command(args(&["imgbuild", "lock", "r.toml"])),
+            args(&["imgbuild", "lock", "r.toml"])
+        );
+        assert_eq!(
+            with_default_command(args(&["imgbuild", "--help"])),
+            args(&["imgbuild", "--help"])
+        );
+    }
+
+    #[test]
+    fn cli_definition_is_consistent() {
+        use clap::CommandFactory;
+        Cli::command().debug_assert();
+    }
+}

@@ -1,0 +1,288 @@
+//! The image config, manifest and index of a build: base config merged with the
+//! environment's activation, the recipe's runtime settings, and one history entry per layer.
+
+use std::collections::{BTreeMap, HashMap};
+
+use indexmap::IndexMap;
+use oci_spec::image::{
+    Arch, Config, ConfigBuilder, Descriptor, DescriptorBuilder, HistoryBuilder,
+    ImageConfigurationBuilder, ImageIndexBuilder, ImageManifestBuilder, MediaType, Os,
+    PlatformBuilder, RootFsBuilder, SCHEMA_VERSION,
+};
+
+use super::{
+    annotations,
+    base::BaseImage,
+    layout::{Layout, LayoutError},
+};
+use crate::{
+    layers::{Compression, LayerBlob, PlannedLayer},
+    recipe::{Recipe, oci_architecture},
+};
+
+/// `PATH` of an image whose base does not set one (Docker's default).
+pub const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
+/// Environment variables that activating the conda environment sets, in the image's terms.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Activation {
+    /// Directories to put in front of `PATH` (e.g. `/opt/conda/bin`).
+    pub path: Vec<String>,
+    /// Variables in the order activation sets them.
+    pub variables: IndexMap<String, String>,
+}
+
+/// Everything that goes into the image's JSON.
+#[derive(Debug)]
+pub struct ImageInputs<'a> {
+    pub recipe: &'a Recipe,
+    pub base: Option<&'a BaseImage>,
+    pub activation: &'a Activation,
+    /// Our layers, bottom first, with the blob written for each.
+    pub layers: &'a [(PlannedLayer, LayerBlob)],
+    /// RFC 3339 creation time.
+    pub created: String,
+    pub compression: Compression,
+}
+
+/// What was written.
+#[derive(Debug, Clone)]
+pub struct WrittenImage {
+    pub manifest: Descriptor,
+    pub config_digest: String,
+    /// Index entries, one per tag.
+    pub index_manifests: Vec<Descriptor>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ImageError {
+    #[error("Failed to assemble the image {what}")]
+    Spec {
+        what: &'static str,
+        #[source]
+        source: oci_spec::OciSpecError,
+    },
+    #[error(transparent)]
+    Layout(#[from] LayoutError),
+}
+
+fn spec_err(what: &'static str) -> impl FnOnce(oci_spec::OciSpecError) -> ImageError {
+    move |source| ImageError::Spec { what, source }
+}
+
+/// Merges `base` env, the activation and the recipe's `env`, later ones winning, and
+/// returns `KEY=value` strings. The base's order is kept; new keys follow in order.
+pub fn merge_env(base: &[String], activation: &Activation, recipe_env: &BTreeMap<String, String>) -> Vec<String> {
+    let mut env: IndexMap<String, String> = base
+        .iter()
+        .filter_map(|kv| kv.split_once('='))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    let base_path = env.get("PATH").cloned().unwrap_or_else(|| DEFAULT_PATH.to_string());
+    let mut path: Vec<String> = activation.path.clone();
+    path.extend(
+        base_path
+            .split(':')
+            .filter(|p| !p.is_empty() && !activation.path.iter().any(|a| a == p))
+            .map(str::to_string),
+    );
+    env.insert("PATH".to_string(), path.join(":"));
+    for (key, value) in &activation.variables {
+        env.insert(key.clone(), value.clone());
+    }
+    for (key, value) in recipe_env {
+        env.insert(key.clone(), value.clone());
+    }
+    env.into_iter().map(|(k, v)| format!("{k}={v}")).collect()
+}
+
+/// Writes config and manifest blobs into `layout` and returns the index entries to commit.
+pub fn write_image(layout: &Layout, inputs: &ImageInputs<'_>) -> Result<WrittenImage, ImageError> {
+    let recipe = inputs.recipe;
+    let (architecture, variant) = oci_architecture(recipe.platform).expect("validated platform");
+
+    let base_config = inputs.base.and_then(|b| b.config.config().clone());
+    let mut config: Config = match base_config {
+        Some(config) => config,
+        None => ConfigBuilder::default().build().map_err(spec_err("config"))?,
+    };
+    let base_env = config.env().clone().unwrap_or_default();
+    config.set_env(Some(merge_env(&base_env, inputs.activation, &recipe.env)));
+    if let Some(entrypoint) = &recipe.entrypoint {
+        config.set_entrypoint(Some(entrypoint.clone()));
+        // As in a Dockerfile: a new entrypoint drops the base's command.
+        config.set_cmd(recipe.cmd.clone());
+    } else if let Some(cmd) = &recipe.cmd {
+        config.set_cmd(Some(cmd.clone()));
+    }
+    if let Some(workdir) = &recipe.workdir {
+        config.set_working_dir(Some(workdir.clone()));
+    }
+    if let Some(user) = &recipe.user {
+        config.set_user(Some(user.clone()));
+    }
+    let mut labels: HashMap<String, String> = config.labels().clone().unwrap_or_default();
+    labels.extend(recipe.labels.iter().map(|(k, v)| (k.clone(), v.clone())));
+    config.set_labels((!labels.is_empty()).then_some(labels));
+
+    let mut diff_ids: Vec<String> = inputs
+        .base
+        .map(|b| b.config.rootfs().diff_ids().clone())
+        .unwrap_or_default();
+    let mut history = inputs
+        .base
+        .and_then(|b| b.config.history().clone())
+        .unwrap_or_default();
+    for (layer, blob) in inputs.layers {
+        diff_ids.push(blob.diff_id.clone());
+        let created_by = if layer.packages.is_empty() {
+            "imgbuild: image files".to_string()
+        } else {
+            format!("imgbuild: conda {}", layer.packages.join(" "))
+        };
+        history.push(
+            HistoryBuilder::default()
+                .created(inputs.created.clone())
+                .created_by(created_by)
+                .build()
+                .map_err(spec_err("history"))?,
+        );
+    }
+
+    let mut image_config = ImageConfigurationBuilder::default()
+        .created(inputs.created.clone())
+        .architecture(Arch::from(architecture))
+        .os(Os::Linux)
+        .config(config)
+        .rootfs(
+            RootFsBuilder::default()
+                .typ("layers")
+                .diff_ids(diff_ids)
+                .build()
+                .map_err(spec_err("rootfs"))?,
+        )
+        .history(history)
+        .build()
+        .map_err(spec_err("config"))?;
+    if let Some(variant) = variant {
+        image_config.set_variant(Some(variant.to_string()));
+    }
+    let (config_descriptor, _) =
+        layout.write_json_blob(&image_config, MediaType::ImageConfig, "the image config")?;
+
+    let mut layer_descriptors: Vec<Descriptor> =
+        inputs.base.map(|b| b.layers.clone()).unwrap_or_default();
+    for (layer, blob) in inputs.layers {
+        let mut descriptor = Descriptor::new(
+            MediaType::from(blob.media_type),
+            blob.size,
+            blob.digest.parse::<oci_spec::image::Digest>().expect("sha256 digest"),
+        );
+        if !layer.packages.is_empty() {
+            descriptor.set_annotations(Some(HashMap::from([(
+                annotations::PACKAGES.to_string(),
+                layer.packages.join(","),
+            )])));
+        }
+        layer_descriptors.push(descriptor);
+    }
+
+    let mut manifest_annotations = HashMap::from([
+        ("org.opencontainers.image.created".to_string(), inputs.created.clone()),
+        ("org.opencontainers.image.title".to_string(), recipe.name.clone()),
+        (annotations::COMPRESSION.to_string(), inputs.compression.describe()),
+        (annotations::PLATFORM.to_string(), recipe.platform.to_string()),
+        (annotations::PREFIX.to_string(), recipe.prefix.clone()),
+    ]);
+    if let Some(base) = inputs.base {
+        manifest_annotations.insert(
+            "org.opencontainers.image.base.name".to_string(),
+            recipe.base_reference.clone(),
+        );
+        manifest_annotations.insert(
+            "org.opencontainers.image.base.digest".to_string(),
+            base.manifest_digest.clone(),
+        );
+    }
+    let manifest = ImageManifestBuilder::default()
+        .schema_version(SCHEMA_VERSION)
+        .media_type(MediaType::ImageManifest)
+        .config(config_descriptor.clone())
+        .layers(layer_descriptors)
+        .annotations(manifest_annotations)
+        .build()
+        .map_err(spec_err("manifest"))?;
+    let (manifest_descriptor, _) =
+        layout.write_json_blob(&manifest, MediaType::ImageManifest, "the image manifest")?;
+
+    let mut platform = PlatformBuilder::default()
+        .architecture(Arch::from(architecture))
+        .os(Os::Linux);
+    if let Some(variant) = variant {
+        platform = platform.variant(variant.to_string());
+    }
+    let platform = platform.build().map_err(spec_err("platform"))?;
+    let index_manifests = recipe
+        .tags
+        .iter()
+        .map(|tag| {
+            DescriptorBuilder::default()
+                .media_type(MediaType::ImageManifest)
+                .size(manifest_descriptor.size())
+                .digest(manifest_descriptor.digest().clone())
+                .platform(platform.clone())
+                .annotations(HashMap::from([(
+                    "org.opencontainers.image.ref.name".to_string(),
+                    tag.clone(),
+                )]))
+                .build()
+                .map_err(spec_err("index entry"))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+
+    Ok(WrittenImage {
+        config_digest: config_descriptor.digest().to_string(),
+        manifest: manifest_descriptor,
+        index_manifests,
+    })
+}
+
+/// The `index.json` that lists `manifests`.
+pub fn index_of(manifests: Vec<Descriptor>) -> Result<oci_spec::image::ImageIndex, ImageError> {
+    ImageIndexBuilder::default()
+        .schema_version(SCHEMA_VERSION)
+        .media_type(MediaType::ImageIndex)
+        .manifests(manifests)
+        .build()
+        .map_err(spec_err("index"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn env_merge_prepends_path_and_lets_the_recipe_win() {
+        let activation = Activation {
+            path: vec!["/opt/conda/bin".into()],
+            variables: IndexMap::from([
+                ("CONDA_PREFIX".to_string(), "/opt/conda".to_string()),
+                ("LANG".to_string(), "C.UTF-8".to_string()),
+            ]),
+        };
+        let base = vec!["PATH=/usr/bin:/bin".to_string(), "LANG=C".to_string()];
+        let recipe = BTreeMap::from([("LANG".to_string(), "en_US.UTF-8".to_string())]);
+        assert_eq!(
+            merge_env(&base, &activation, &recipe),
+            vec![
+                "PATH=/opt/conda/bin:/usr/bin:/bin",
+                "LANG=en_US.UTF-8",
+                "CONDA_PREFIX=/opt/conda"
+            ]
+        );
+        assert_eq!(
+            merge_env(&[], &activation, &BTreeMap::new())[0],
+            format!("PATH=/opt/conda/bin:{DEFAULT_PATH}")
+        );
+    }
+}
