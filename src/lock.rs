@@ -254,7 +254,7 @@ impl Lock {
         self.records
             .iter()
             .filter_map(|r| r.package_record.timestamp.as_ref())
-            .map(|t| t.timestamp() / 1000)
+            .map(|t| t.timestamp())
             .max()
             .unwrap_or(0)
             .max(0)

@@ -86,17 +86,27 @@ pub struct LockArgs {
     pub offline: bool,
 }
 
-/// `imgbuild recipe.toml` means `imgbuild build recipe.toml`.
-fn with_default_command(args: Vec<String>) -> Vec<String> {
-    const COMMANDS: &[&str] = &["build", "lock", "help"];
-    match args.get(1) {
-        Some(first) if !first.starts_with('-') && !COMMANDS.contains(&first.as_str()) => {
-            let mut out = vec![args[0].clone(), "build".to_string()];
-            out.extend(args[1..].iter().cloned());
-            out
-        }
-        _ => args,
+/// Parses the command line; `imgbuild [flags] recipe.toml` means `imgbuild [flags] build
+/// recipe.toml`. clap reports the recipe as an unknown subcommand; `build` is inserted in
+/// front of it and the line parsed again.
+fn parse_cli(args: Vec<String>) -> Result<Cli, clap::Error> {
+    use clap::error::{ContextKind, ContextValue, ErrorKind};
+    let err = match Cli::try_parse_from(&args) {
+        Ok(cli) => return Ok(cli),
+        Err(err) => err,
+    };
+    if err.kind() != ErrorKind::InvalidSubcommand {
+        return Err(err);
     }
+    let Some(ContextValue::String(word)) = err.get(ContextKind::InvalidSubcommand) else {
+        return Err(err);
+    };
+    let Some(position) = args.iter().skip(1).position(|a| a == word) else {
+        return Err(err);
+    };
+    let mut with_build = args.clone();
+    with_build.insert(position + 1, "build".to_string());
+    Cli::try_parse_from(with_build)
 }
 
 fn default_cache_dir() -> PathBuf {
@@ -168,8 +178,10 @@ fn render_error(err: &(dyn std::error::Error + 'static)) -> String {
 
 /// Parses the arguments, runs the command and returns the process exit code.
 pub fn main() -> ExitCode {
-    let args = with_default_command(std::env::args().collect());
-    let cli = Cli::parse_from(args);
+    let cli = match parse_cli(std::env::args().collect()) {
+        Ok(cli) => cli,
+        Err(err) => err.exit(),
+    };
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("IMGBUILD_LOG")
@@ -303,19 +315,21 @@ mod tests {
 
     #[test]
     fn a_recipe_path_means_build() {
-        let args = |a: &[&str]| a.iter().map(|s| s.to_string()).collect::<Vec<_>>();
-        assert_eq!(
-            with_default_command(args(&["imgbuild", "r.toml", "--locked"])),
-            args(&["imgbuild", "build", "r.toml", "--locked"])
-        );
-        assert_eq!(
-            with_default_command(args(&["imgbuild", "lock", "r.toml"])),
-            args(&["imgbuild", "lock", "r.toml"])
-        );
-        assert_eq!(
-            with_default_command(args(&["imgbuild", "--help"])),
-            args(&["imgbuild", "--help"])
-        );
+        let parse = |a: &[&str]| parse_cli(a.iter().map(|s| s.to_string()).collect());
+        let cli = parse(&["imgbuild", "-q", "--cache-dir", "/c", "r.toml", "--locked"]).unwrap();
+        match cli.command {
+            Command::Build(args) => {
+                assert_eq!(args.recipe, PathBuf::from("r.toml"));
+                assert!(args.locked);
+            }
+            other => panic!("expected build, got {other:?}"),
+        }
+        assert!(cli.global.quiet);
+        assert!(matches!(
+            parse(&["imgbuild", "lock", "r.toml"]).unwrap().command,
+            Command::Lock(_)
+        ));
+        assert!(parse(&["imgbuild", "r.toml", "--no-such-flag"]).is_err());
     }
 
     #[test]

@@ -198,7 +198,7 @@ fn package_mtime(package: &crate::install::StagedPackage) -> u64 {
         .package_record
         .timestamp
         .as_ref()
-        .map(|t| (t.timestamp() / 1000).max(0) as u64)
+        .map(|t| t.timestamp().max(0) as u64)
         .unwrap_or(0)
 }
 

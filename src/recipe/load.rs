@@ -283,7 +283,8 @@ impl Checker {
             .dependencies
             .iter()
             .map(|dep| {
-                MatchSpec::from_str(dep.get_ref(), ParseStrictness::Strict).map_err(|err| {
+                // Lenient, as conda itself: `python 3.9` means `3.9.*`, as users write in environment.yml.
+                MatchSpec::from_str(dep.get_ref(), ParseStrictness::Lenient).map_err(|err| {
                     self.error(dep, format!("invalid dependency `{}`: {err}", dep.get_ref()))
                 })
             })
