@@ -174,3 +174,120 @@ fn busybox_base_layout_unpacks_with_umoci() {
         fs_err::read(again.join("index.json")).unwrap()
     );
 }
+
+/// The made packages solve and install with plain rattler (no imgbuild code), placeholders
+/// patched for an in-image prefix: when an imgbuild test fails, the fixtures are not the cause.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn made_packages_solve_and_install_with_rattler() {
+    use rattler::install::{Installer, LinkOptions};
+    use rattler_conda_types::{
+        Channel, GenericVirtualPackage, MatchSpec, PackageName, ParseMatchSpecOptions, Subdir,
+        package::BuildString,
+    };
+    use rattler_solve::{SolverImpl, SolverTask};
+
+    let channel_dir = support::shared_channel();
+    let cache = tempfile::tempdir().unwrap();
+    let gateway = rattler_repodata_gateway::Gateway::builder()
+        .with_cache_dir(cache.path().join("repodata"))
+        .with_package_cache(rattler_cache::package_cache::PackageCache::new(
+            cache.path().join("pkgs"),
+        ))
+        .finish();
+    let channel = Channel::try_from_directory(channel_dir).unwrap();
+    let specs: Vec<MatchSpec> = ["hello 1.0.*", "pyhello", "other"]
+        .iter()
+        .map(|s| MatchSpec::from_str(s, ParseMatchSpecOptions::strict()).unwrap())
+        .collect();
+    let repodata = gateway
+        .query([channel], [Subdir::Linux64, Subdir::NoArch], specs.clone())
+        .recursive(true)
+        .await
+        .unwrap();
+    let task = SolverTask {
+        // The target's virtual packages, never the build host's.
+        virtual_packages: [("__unix", "0"), ("__linux", "4.18"), ("__glibc", "2.17")]
+            .map(|(name, version)| GenericVirtualPackage {
+                name: PackageName::new_unchecked(name),
+                version: version.parse().unwrap(),
+                build_string: BuildString::new_unchecked("0"),
+            })
+            .to_vec(),
+        specs,
+        ..SolverTask::from_iter(repodata.iter())
+    };
+    let records = tokio::task::block_in_place(|| rattler_solve::resolvo::Solver.solve(task))
+        .unwrap()
+        .records;
+    let mut solved: Vec<String> = records
+        .iter()
+        .map(|r| {
+            format!(
+                "{}-{}",
+                r.package_record.name.as_normalized(),
+                r.package_record.version
+            )
+        })
+        .collect();
+    solved.sort();
+    assert_eq!(
+        solved,
+        [
+            "cuda-cudart-11.8.89",
+            "hello-1.0",
+            "other-1.0",
+            "pyhello-1.0",
+            "python-3.9.18"
+        ]
+    );
+
+    let staging = tempfile::tempdir().unwrap();
+    Installer::new()
+        .with_target_platform(Subdir::Linux64)
+        .with_package_cache(rattler_cache::package_cache::PackageCache::new(
+            cache.path().join("pkgs"),
+        ))
+        .with_alternative_target_prefix("/opt/conda")
+        .with_link_options(LinkOptions {
+            allow_symbolic_links: Some(true),
+            allow_hard_links: Some(false),
+            allow_ref_links: Some(false),
+        })
+        .with_execute_link_scripts(false)
+        .install(staging.path(), records)
+        .await
+        .unwrap();
+    let prefix = staging.path();
+
+    let conf = fs_err::read_to_string(prefix.join("etc/hello.conf")).unwrap();
+    assert_eq!(conf, "prefix=/opt/conda/share/hello\n");
+    let output = std::process::Command::new(prefix.join("bin/hi"))
+        .output()
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&output.stdout),
+        "hello from /opt/conda\n"
+    );
+    // Binary replacement keeps the length and NUL-pads the shortened C string.
+    let data = fs_err::read(prefix.join("lib/libhello.data")).unwrap();
+    let hello = extract(channel_dir, "linux-64", "hello-1.0-h0_0.tar.bz2");
+    let original = fs_err::read(hello.path().join("lib/libhello.data")).unwrap();
+    assert_eq!(data.len(), original.len());
+    assert!(data.windows(23).any(|w| w == b"/opt/conda/share/hello\0"));
+    assert!(!String::from_utf8_lossy(&data).contains("placehold"));
+    // noarch python: linked into the stand-in python's site-packages, with an entry point.
+    assert!(
+        prefix
+            .join("lib/python3.9/site-packages/pyhello/__init__.py")
+            .is_file()
+    );
+    let entry_point = fs_err::read_to_string(prefix.join("bin/pyhello")).unwrap();
+    assert!(
+        entry_point.starts_with("#!/opt/conda/bin/python3.9"),
+        "{entry_point}"
+    );
+    assert_eq!(
+        fs_err::read_link(prefix.join("lib/libcudart.so")).unwrap(),
+        Path::new("libcudart.so.11.0")
+    );
+}

@@ -28,8 +28,7 @@ fn find_on_path(cmd: &str) -> Option<PathBuf> {
         .map(|dir| dir.join(cmd))
         .find(|candidate| {
             std::fs::metadata(candidate)
-                .map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
-                .unwrap_or(false)
+                .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
         })
 }
 

@@ -1,0 +1,32 @@
+# imgbuild tasks. `cargo install just` if you do not have it; every recipe is also a plain
+# command you can copy.
+
+export CARGO_TARGET_DIR := env_var_or_default("CARGO_TARGET_DIR", "target")
+
+# Build the release binary
+build:
+    cargo build --release
+
+# Install the test tools (Debian/Ubuntu, as root) and run every test
+test:
+    tests/install-deps.sh
+    cargo test --all-targets
+
+# rustfmt and clippy, as CI runs them
+lint:
+    cargo fmt --check
+    cargo clippy --all-targets -- -D warnings
+
+# Offline demo: make a local channel and busybox base, build recipes/demo.toml, run it under runc
+demo:
+    cargo run --quiet --example make_demo_channel -- images/.demo
+    cargo run --quiet -- build recipes/demo.toml
+    rm -rf images/.demo/bundle
+    umoci unpack --image images/demo:latest images/.demo/bundle
+    # runc without a terminal: the demo runs in scripts and CI logs too
+    sed -i 's/"terminal":true/"terminal":false/; s/"terminal": true/"terminal": false/' images/.demo/bundle/config.json
+    runc run --bundle images/.demo/bundle imgbuild-demo-$$ < /dev/null
+
+# Benchmarks (see issue 7): not written yet
+bench:
+    @echo "no benchmarks yet" && exit 1
