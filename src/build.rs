@@ -140,6 +140,7 @@ impl BuildError {
     /// (disk, permissions). Documented in the README.
     pub fn exit_code(&self) -> i32 {
         match self {
+            BuildError::Layout(LayoutError::NotALayout { .. }) => 1,
             BuildError::Layout(_) | BuildError::Staging { .. } => 2,
             BuildError::Lock(LockError::Write { .. }) => 2,
             _ => 1,

@@ -38,6 +38,7 @@ fn test_channel_has_every_package_and_rattler_reads_them() {
             "cuda-cudart-11.8.89-h0_0.conda",
             "hello-1.0-h0_0.tar.bz2",
             "hello-2.0-h0_0.tar.bz2",
+            "libgcc-ng-13.2.0-h0_0.tar.bz2",
             "other-1.0-h0_0.tar.bz2",
             "python-3.9.18-h0_0.tar.bz2",
             "xtensor-io-0.10.3-hb585cf6_0.tar.bz2",

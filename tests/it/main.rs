@@ -1,4 +1,12 @@
+//! Integration tests: one binary that drives the real `imgbuild` CLI against a local
+//! channel of real packages and checks the images with real consumers.
+
 #[path = "../support/mod.rs"]
 mod support;
 
+mod build;
+mod common;
+mod errors;
 mod fixtures_smoke;
+mod lock;
+mod reproducible;

@@ -85,6 +85,7 @@ pub const MADE_PACKAGES: &[(&str, &str)] = &[
     ("linux-64", "cuda-cudart-11.8.89-h0_0.conda"),
     ("linux-64", "hello-1.0-h0_0.tar.bz2"),
     ("linux-64", "hello-2.0-h0_0.tar.bz2"),
+    ("linux-64", "libgcc-ng-13.2.0-h0_0.tar.bz2"),
     ("linux-64", "other-1.0-h0_0.tar.bz2"),
     ("linux-64", "python-3.9.18-h0_0.tar.bz2"),
     ("noarch", "pyhello-1.0-pyh0_0.conda"),
@@ -256,6 +257,7 @@ pub fn write_test_channel(channel_dir: &Path, cache_dir: &Path) -> anyhow::Resul
     write_python_standin(&linux64.join("python-3.9.18-h0_0.tar.bz2"))?;
     write_pyhello(&noarch.join("pyhello-1.0-pyh0_0.conda"))?;
     write_other(&linux64.join("other-1.0-h0_0.tar.bz2"))?;
+    write_libgcc_standin(&linux64.join("libgcc-ng-13.2.0-h0_0.tar.bz2"))?;
 
     index_channel(channel_dir)?;
     check_repodata(channel_dir)
@@ -694,6 +696,17 @@ fn write_pyhello(out: &Path) -> anyhow::Result<()> {
             "def main():\n    print(\"hi\")\n",
         )],
         Some(link_json),
+    )
+}
+
+/// h. A STAND-IN for conda-forge's `libgcc-ng` (metadata only): the real `zlib` fixtures
+/// depend on it, and with it they can be solved, so tests reach their broken payloads.
+fn write_libgcc_standin(out: &Path) -> anyhow::Result<()> {
+    write_package(
+        out,
+        linux64_index("libgcc-ng", "13.2.0", &[]),
+        &[file("share/libgcc-ng/STAND-IN", "metadata-only stand-in for tests\n")],
+        None,
     )
 }
 

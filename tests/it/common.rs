@@ -1,0 +1,304 @@
+//! Helpers for driving the real `imgbuild` binary and reading what it wrote.
+
+use std::{
+    io::{BufRead, BufReader, Read, Write},
+    net::{TcpListener, TcpStream},
+    path::{Path, PathBuf},
+    process::Command,
+    sync::{
+        Arc,
+        atomic::{AtomicBool, AtomicUsize, Ordering},
+    },
+    thread::JoinHandle,
+};
+
+use serde_json::Value;
+
+use crate::support::imgbuild_bin;
+
+/// What a run of the CLI did.
+#[derive(Debug)]
+pub struct Run {
+    pub code: i32,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl Run {
+    /// Panics with the output unless the run succeeded.
+    #[track_caller]
+    pub fn success(self) -> Self {
+        assert_eq!(self.code, 0, "imgbuild failed:\n{}", self.stderr);
+        self
+    }
+
+    /// The manifest digest printed on stdout (`layout:tag@sha256:…`).
+    pub fn digest(&self) -> String {
+        let line = self.stdout.lines().next().expect("a result line on stdout");
+        line.rsplit_once('@').expect("layout:tag@digest").1.to_string()
+    }
+
+    /// A failure must be an error the user can read, never a crash.
+    #[track_caller]
+    pub fn assert_clean_failure(&self, code: i32) {
+        assert_eq!(self.code, code, "exit code; stderr:\n{}", self.stderr);
+        assert!(!self.stderr.contains("panicked"), "panic:\n{}", self.stderr);
+        assert!(self.stderr.starts_with("error: ") || self.stderr.contains("\nerror: "), "{}", self.stderr);
+        assert!(self.stdout.is_empty(), "no result on failure: {}", self.stdout);
+    }
+}
+
+/// A project directory with one recipe, its own cache, and the commands to build it.
+pub struct Project {
+    pub dir: tempfile::TempDir,
+    pub cache: PathBuf,
+}
+
+impl Project {
+    pub fn new() -> Self {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let cache = dir.path().join("cache");
+        Project { dir, cache }
+    }
+
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    pub fn recipe_path(&self) -> PathBuf {
+        self.path().join("recipes/image.toml")
+    }
+
+    pub fn lock_path(&self) -> PathBuf {
+        self.path().join("recipes/image.lock")
+    }
+
+    pub fn write_recipe(&self, text: &str) {
+        fs_err::create_dir_all(self.path().join("recipes")).unwrap();
+        fs_err::write(self.recipe_path(), text).unwrap();
+    }
+
+    /// Runs imgbuild in the project directory with this project's cache.
+    pub fn run(&self, args: &[&str]) -> Run {
+        self.run_with(args, &[], None)
+    }
+
+    /// Runs imgbuild with extra environment variables and, optionally, a umask.
+    pub fn run_with(&self, args: &[&str], envs: &[(&str, &str)], umask: Option<&str>) -> Run {
+        let bin = imgbuild_bin();
+        let mut command = match umask {
+            Some(mask) => {
+                let mut c = Command::new("sh");
+                c.arg("-c")
+                    .arg(format!("umask {mask} && exec \"$0\" \"$@\""))
+                    .arg(&bin);
+                c
+            }
+            None => Command::new(&bin),
+        };
+        command
+            .args(args)
+            .current_dir(self.path())
+            .env("IMGBUILD_CACHE_DIR", &self.cache)
+            .env_remove("SOURCE_DATE_EPOCH")
+            .env_remove("IMGBUILD_JOBS")
+            .env_remove("IMGBUILD_CHANNEL_ALIAS");
+        for (key, value) in envs {
+            command.env(key, value);
+        }
+        let output = command.output().expect("running imgbuild");
+        Run {
+            code: output.status.code().unwrap_or(-1),
+            stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+        }
+    }
+
+    /// `imgbuild build recipes/image.toml`.
+    pub fn build(&self, extra: &[&str]) -> Run {
+        let mut args = vec!["build", "recipes/image.toml"];
+        args.extend_from_slice(extra);
+        self.run(&args)
+    }
+}
+
+/// A parsed OCI layout.
+pub struct LayoutView {
+    pub dir: PathBuf,
+}
+
+impl LayoutView {
+    pub fn new(dir: impl Into<PathBuf>) -> Self {
+        Self { dir: dir.into() }
+    }
+
+    pub fn blob(&self, digest: &str) -> Vec<u8> {
+        fs_err::read(self.dir.join("blobs/sha256").join(digest.trim_start_matches("sha256:")))
+            .unwrap()
+    }
+
+    pub fn json_blob(&self, digest: &str) -> Value {
+        serde_json::from_slice(&self.blob(digest)).unwrap()
+    }
+
+    pub fn index(&self) -> Value {
+        serde_json::from_slice(&fs_err::read(self.dir.join("index.json")).unwrap()).unwrap()
+    }
+
+    pub fn manifest_digest(&self) -> String {
+        self.index()["manifests"][0]["digest"].as_str().unwrap().to_string()
+    }
+
+    pub fn manifest(&self) -> Value {
+        self.json_blob(&self.manifest_digest())
+    }
+
+    pub fn config(&self) -> Value {
+        let manifest = self.manifest();
+        self.json_blob(manifest["config"]["digest"].as_str().unwrap())
+    }
+
+    /// `(packages annotation, digest)` for every layer, bottom first.
+    pub fn layers(&self) -> Vec<(String, String)> {
+        self.manifest()["layers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|l| {
+                (
+                    l["annotations"]["dev.imgbuild.layer.packages"]
+                        .as_str()
+                        .unwrap_or("")
+                        .to_string(),
+                    l["digest"].as_str().unwrap().to_string(),
+                )
+            })
+            .collect()
+    }
+
+    /// Every blob file name, sorted.
+    pub fn blob_names(&self) -> Vec<String> {
+        let mut names: Vec<String> = fs_err::read_dir(self.dir.join("blobs/sha256"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        names
+    }
+}
+
+/// Runs a command and returns its stdout, panicking with its output on failure.
+#[track_caller]
+pub fn run_tool(program: &str, args: &[&str]) -> String {
+    let output = Command::new(program)
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("running {program}: {e}"));
+    assert!(
+        output.status.success(),
+        "{program} {args:?} failed:\n{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+/// `umoci unpack` of `layout:tag` into `bundle`; returns the rootfs.
+pub fn unpack(layout: &Path, tag: &str, bundle: &Path) -> PathBuf {
+    run_tool(
+        "umoci",
+        &[
+            "unpack",
+            "--image",
+            &format!("{}:{tag}", layout.display()),
+            bundle.to_str().unwrap(),
+        ],
+    );
+    bundle.join("rootfs")
+}
+
+/// A minimal HTTP/1.1 file server on 127.0.0.1 for channel tests: GET and HEAD of files
+/// under `root`, 404 otherwise; it counts requests so tests can prove a run stayed offline.
+pub struct FileServer {
+    pub url: String,
+    pub requests: Arc<AtomicUsize>,
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl FileServer {
+    pub fn serve(root: PathBuf) -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}/", listener.local_addr().unwrap());
+        listener.set_nonblocking(true).unwrap();
+        let requests = Arc::new(AtomicUsize::new(0));
+        let stop = Arc::new(AtomicBool::new(false));
+        let thread = {
+            let (requests, stop) = (requests.clone(), stop.clone());
+            std::thread::spawn(move || {
+                // Bounded: the server lives at most as long as the test that made it.
+                while !stop.load(Ordering::Relaxed) {
+                    match listener.accept() {
+                        Ok((stream, _)) => {
+                            requests.fetch_add(1, Ordering::Relaxed);
+                            let _ = handle(stream, &root);
+                        }
+                        Err(_) => std::thread::sleep(std::time::Duration::from_millis(5)),
+                    }
+                }
+            })
+        };
+        FileServer {
+            url,
+            requests,
+            stop,
+            thread: Some(thread),
+        }
+    }
+}
+
+impl Drop for FileServer {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+fn handle(stream: TcpStream, root: &Path) -> std::io::Result<()> {
+    stream.set_nonblocking(false)?;
+    let mut reader = BufReader::new(stream.try_clone()?);
+    let mut request = String::new();
+    reader.read_line(&mut request)?;
+    loop {
+        let mut line = String::new();
+        if reader.read_line(&mut line)? == 0 || line == "\r\n" {
+            break;
+        }
+    }
+    let mut parts = request.split_whitespace();
+    let method = parts.next().unwrap_or("");
+    let path = parts.next().unwrap_or("/").split('?').next().unwrap_or("/");
+    let file = root.join(path.trim_start_matches('/'));
+    let mut out = stream;
+    let safe = !path.contains("..");
+    match (safe, fs_err::File::open(&file)) {
+        (true, Ok(mut f)) if file.is_file() => {
+            let mut body = Vec::new();
+            f.read_to_end(&mut body)?;
+            write!(
+                out,
+                "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nContent-Type: application/octet-stream\r\nConnection: close\r\n\r\n",
+                body.len()
+            )?;
+            if method != "HEAD" {
+                out.write_all(&body)?;
+            }
+        }
+        _ => {
+            write!(out, "HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")?;
+        }
+    }
+    out.flush()
+}

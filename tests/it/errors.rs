@@ -1,0 +1,135 @@
+//! Bad input gets a clear error, exit code 1, no panic, and loses nothing.
+
+use crate::{
+    common::{LayoutView, Project, run_tool},
+    support::{channel::tiny_recipe, shared_channel},
+};
+
+fn channel_url() -> String {
+    url::Url::from_file_path(shared_channel()).unwrap().to_string()
+}
+
+/// Runs a build of `recipe` in a fresh project and checks the failure left nothing behind.
+#[track_caller]
+fn fails_with(recipe: &str, needles: &[&str]) {
+    let project = Project::new();
+    project.write_recipe(recipe);
+    let run = project.build(&[]);
+    run.assert_clean_failure(1);
+    for needle in needles {
+        assert!(run.stderr.contains(needle), "expected `{needle}` in:\n{}", run.stderr);
+    }
+    assert!(!project.path().join("images").exists(), "no output on failure");
+    assert!(!project.lock_path().exists(), "no lock on failure");
+}
+
+#[test]
+fn unknown_key_points_at_it() {
+    fails_with(
+        "[image]\nname = \"x\"\nnmae = \"y\"\n",
+        &[
+            "unknown field `nmae`, expected one of",
+            "--> recipes/image.toml:3:1",
+            "3 | nmae = \"y\"",
+            "  | ^^^^",
+        ],
+    );
+}
+
+#[test]
+fn wrong_type_points_at_the_value() {
+    fails_with(
+        "[image]\nname = \"x\"\n[layers]\nmax = \"many\"\n",
+        &["invalid type: string \"many\", expected i64", "recipes/image.toml:4:7"],
+    );
+}
+
+#[test]
+fn unsatisfiable_spec_shows_the_solver_explanation() {
+    fails_with(
+        &tiny_recipe(shared_channel(), "x", &["hello >=5"]),
+        &["cannot be solved for linux-64", "hello >=5"],
+    );
+}
+
+#[test]
+fn missing_dependency_of_a_real_package_is_explained() {
+    // xtensor-io (a real conda-forge build) needs packages the channel does not have.
+    fails_with(
+        &tiny_recipe(shared_channel(), "x", &["xtensor-io"]),
+        &["xtensor-io 0.10.3 would require", "blosc"],
+    );
+}
+
+#[test]
+fn unknown_package_is_named() {
+    fails_with(
+        &tiny_recipe(shared_channel(), "x", &["nosuchpkg"]),
+        &["No candidates were found for nosuchpkg"],
+    );
+}
+
+#[test]
+fn missing_channel_is_named() {
+    let recipe = "[image]\nname = \"x\"\n[conda]\nchannels = [\"file:///nonexistent/imgbuild-channel\"]\ndependencies = [\"hello\"]\n";
+    fails_with(recipe, &["file:///nonexistent/imgbuild-channel"]);
+}
+
+#[test]
+fn invalid_match_spec_points_at_it() {
+    let recipe = format!(
+        "[image]\nname = \"x\"\n[conda]\nchannels = [\"{}\"]\ndependencies = [\"hello\", \"hello >=1,<\"]\n",
+        channel_url()
+    );
+    fails_with(&recipe, &["invalid dependency `hello >=1,<`: unable to parse version spec", "recipes/image.toml:5:"]);
+}
+
+#[test]
+fn missing_base_layout_is_named() {
+    fails_with(
+        "[image]\nname = \"x\"\nbase = \"oci:../no-such-layout:v1\"\n",
+        &["Base image layout", "no-such-layout", "cannot be read"],
+    );
+}
+
+#[test]
+fn broken_real_package_fails_cleanly_and_keeps_the_previous_image() {
+    // First a good image.
+    let project = Project::new();
+    project.write_recipe(&tiny_recipe(shared_channel(), "keep", &["hello 1.0"]));
+    let good = project.build(&[]).success();
+    let layout_dir = project.path().join("images/keep");
+    let index_before = fs_err::read(layout_dir.join("index.json")).unwrap();
+
+    // Then the same image with the real `zlib` from conda/conda's test data, whose
+    // `info/paths.json` disagrees with its payload: the install must fail, naming it.
+    project.write_recipe(&tiny_recipe(shared_channel(), "keep", &["hello 1.0", "zlib"]));
+    let run = project.build(&[]);
+    run.assert_clean_failure(1);
+    assert!(run.stderr.contains("zlib-1.2.11"), "{}", run.stderr);
+    assert!(run.stderr.contains("lib/libz.so"), "{}", run.stderr);
+
+    // The previous image is still there, whole.
+    assert_eq!(fs_err::read(layout_dir.join("index.json")).unwrap(), index_before);
+    assert_eq!(LayoutView::new(&layout_dir).manifest_digest(), good.digest());
+    run_tool(
+        "oci-image-tool",
+        &["validate", "--type", "image", "--ref", "name=latest", layout_dir.to_str().unwrap()],
+    );
+    // No staging trees are left in the cache.
+    let staging = project.cache.join("staging");
+    assert_eq!(fs_err::read_dir(&staging).unwrap().count(), 0);
+}
+
+#[test]
+fn a_directory_that_is_not_a_layout_is_never_overwritten() {
+    let project = Project::new();
+    project.write_recipe(&tiny_recipe(shared_channel(), "x", &["hello 1.0"]));
+    let precious = project.path().join("precious");
+    fs_err::create_dir_all(&precious).unwrap();
+    fs_err::write(precious.join("notes.txt"), "mine").unwrap();
+    let run = project.build(&["-o", "precious"]);
+    run.assert_clean_failure(1);
+    assert!(run.stderr.contains("is not an OCI image layout"), "{}", run.stderr);
+    assert_eq!(fs_err::read_dir(&precious).unwrap().count(), 1);
+}

@@ -1,0 +1,136 @@
+//! The lock: written next to the recipe, reused while it satisfies the recipe, re-solved
+//! when it does not, enforced by `--locked`; `--offline` builds from the cache alone.
+
+use crate::{
+    common::{FileServer, Project},
+    support::{channel::tiny_recipe, shared_channel},
+};
+
+#[test]
+fn lock_is_written_reused_and_refreshed() {
+    let project = Project::new();
+    project.write_recipe(&tiny_recipe(shared_channel(), "locky", &["hello 1.0"]));
+
+    let run = project.run(&["lock", "recipes/image.toml"]).success();
+    assert_eq!(run.stdout.trim(), "recipes/image.lock");
+    let lock = fs_err::read_to_string(project.lock_path()).unwrap();
+    assert!(lock.contains("# imgbuild-base: scratch"), "{lock}");
+    assert!(lock.contains("version: 7"), "a rattler lock file:\n{lock}");
+    for line in ["__glibc=2.17=0", "__linux=4.18=0", "__unix=0=0", "__archspec=1=x86_64"] {
+        assert!(lock.contains(line), "{line} in\n{lock}");
+    }
+    assert!(!lock.contains("__cuda"), "no [cuda] section, no __cuda:\n{lock}");
+    // Every package pinned by location and sha256.
+    for name in ["cuda-cudart-11.8.89-h0_0.conda", "hello-1.0-h0_0.tar.bz2"] {
+        assert!(lock.contains(name), "{name} in\n{lock}");
+    }
+    assert_eq!(lock.matches("sha256: ").count(), 2, "{lock}");
+
+    // A build reuses it, byte for byte.
+    let run = project.build(&[]).success();
+    assert!(run.stderr.contains("Reusing recipes/image.lock"), "{}", run.stderr);
+    assert_eq!(fs_err::read_to_string(project.lock_path()).unwrap(), lock);
+
+    // The recipe changes: the lock no longer satisfies it and is re-solved.
+    project.write_recipe(&tiny_recipe(shared_channel(), "locky", &["hello 2.0"]));
+    let run = project.build(&[]).success();
+    assert!(
+        run.stderr
+            .contains("re-solved because no locked package satisfies the dependency `hello ==2.0`"),
+        "{}",
+        run.stderr
+    );
+    let relocked = fs_err::read_to_string(project.lock_path()).unwrap();
+    assert!(relocked.contains("hello-2.0-h0_0.tar.bz2"), "{relocked}");
+
+    // A dependency removed: the lock holds a package nothing needs any more.
+    project.write_recipe(&tiny_recipe(shared_channel(), "locky", &["cuda-cudart"]));
+    let run = project.build(&["--locked"]);
+    run.assert_clean_failure(1);
+    assert!(
+        run.stderr.contains("locked package `hello` is no longer needed"),
+        "{}",
+        run.stderr
+    );
+    assert_eq!(fs_err::read_to_string(project.lock_path()).unwrap(), relocked);
+}
+
+#[test]
+fn locked_refuses_a_stale_or_missing_lock() {
+    let project = Project::new();
+    project.write_recipe(&tiny_recipe(shared_channel(), "strict", &["hello 1.0"]));
+    let run = project.build(&["--locked"]);
+    run.assert_clean_failure(1);
+    assert!(run.stderr.contains("does not exist and `--locked` forbids"), "{}", run.stderr);
+
+    project.run(&["lock", "recipes/image.toml"]).success();
+    project.build(&["--locked"]).success();
+
+    // A CUDA target changes the virtual packages the lock was solved for.
+    let with_cuda = format!(
+        "{}\n[cuda]\nversion = \"11.8\"\n",
+        tiny_recipe(shared_channel(), "strict", &["hello 1.0"])
+    );
+    project.write_recipe(&with_cuda);
+    let run = project.build(&["--locked"]);
+    run.assert_clean_failure(1);
+    assert!(run.stderr.contains("no longer satisfies the recipe: the target changed"), "{}", run.stderr);
+    assert!(run.stderr.contains("__cuda=11.8=0"), "{}", run.stderr);
+
+    // Without --locked it re-solves, and the lock records the CUDA target.
+    project.build(&[]).success();
+    let lock = fs_err::read_to_string(project.lock_path()).unwrap();
+    assert!(lock.contains("__cuda=11.8=0"), "{lock}");
+}
+
+#[test]
+fn http_channel_by_alias_then_offline_from_the_cache() {
+    // The channel served over HTTP on 127.0.0.1 and named through the channel alias, as
+    // users behind a mirror do.
+    let served = tempfile::tempdir().unwrap();
+    std::os::unix::fs::symlink(shared_channel(), served.path().join("testchan")).unwrap();
+    let server = FileServer::serve(served.path().to_path_buf());
+    let project = Project::new();
+    let recipe = "[image]\nname = \"remote\"\n[conda]\nchannels = [\"testchan\"]\ndependencies = [\"hello 1.0\", \"pyhello\"]\n";
+    project.write_recipe(recipe);
+    let online = project
+        .run_with(
+            &["build", "recipes/image.toml"],
+            &[("IMGBUILD_CHANNEL_ALIAS", server.url.as_str())],
+            None,
+        )
+        .success();
+    assert!(server.requests.load(std::sync::atomic::Ordering::Relaxed) > 0);
+    let lock = fs_err::read_to_string(project.lock_path()).unwrap();
+    let alias = server.url.clone();
+    assert!(
+        lock.contains(&format!("url: {alias}testchan/")),
+        "the lock names the channel by its URL:\n{lock}"
+    );
+    assert!(
+        lock.contains(&format!("{alias}testchan/linux-64/hello-1.0-h0_0.tar.bz2")),
+        "{lock}"
+    );
+    // The server stops: nothing can be fetched any more.
+    drop(server);
+    let offline = |args: &[&str]| {
+        project.run_with(args, &[("IMGBUILD_CHANNEL_ALIAS", alias.as_str())], None)
+    };
+
+    // --offline rebuilds from the lock and the package cache alone, to the same image.
+    let rebuilt = offline(&["build", "recipes/image.toml", "--offline", "--locked", "-o", "out/a"])
+        .success();
+    assert_eq!(rebuilt.digest(), online.digest());
+
+    // Without the lock, --offline solves from the cached repodata: the same lock again.
+    fs_err::remove_file(project.lock_path()).unwrap();
+    let resolved = offline(&["build", "recipes/image.toml", "--offline", "-o", "out/b"]).success();
+    assert_eq!(resolved.digest(), online.digest());
+    assert_eq!(fs_err::read_to_string(project.lock_path()).unwrap(), lock);
+
+    // Online without a server, the failure names the channel URL.
+    fs_err::remove_file(project.lock_path()).unwrap();
+    let run = offline(&["build", "recipes/image.toml", "-o", "out/c"]);
+    run.assert_clean_failure(1);
+    assert!(run.stderr.contains(&format!("{alias}testchan")), "{}", run.stderr);
+}

@@ -1,0 +1,87 @@
+//! Same lock + recipe ⇒ same manifest digest, whatever the directory, time, umask, cache or
+//! thread count; and the same package gives the same layer in different images.
+
+use crate::{
+    common::{LayoutView, Project},
+    support::{channel::tiny_recipe, shared_channel},
+};
+
+#[test]
+fn same_lock_same_digest_across_directories_times_umasks_and_threads() {
+    let recipe = tiny_recipe(shared_channel(), "repro", &["hello 1.0", "pyhello", "other"]);
+    let first = Project::new();
+    first.write_recipe(&recipe);
+    let a = first
+        .run_with(
+            &["build", "recipes/image.toml", "--jobs", "1"],
+            &[("TZ", "UTC"), ("LC_ALL", "C")],
+            Some("022"),
+        )
+        .success();
+
+    // Somewhere else, later, with another umask, cache, output path and thread count, from
+    // the lock the first build wrote.
+    std::thread::sleep(std::time::Duration::from_millis(1100));
+    let second = Project::new();
+    second.write_recipe(&recipe);
+    fs_err::copy(first.lock_path(), second.lock_path()).unwrap();
+    let b = second
+        .run_with(
+            &["build", "recipes/image.toml", "--locked", "--jobs", "4", "-o", "out/elsewhere"],
+            &[("TZ", "Asia/Tokyo"), ("LC_ALL", "C.UTF-8")],
+            Some("077"),
+        )
+        .success();
+
+    assert_eq!(a.digest(), b.digest());
+    let layout_a = LayoutView::new(first.path().join("images/repro"));
+    let layout_b = LayoutView::new(second.path().join("out/elsewhere"));
+    assert_eq!(layout_a.blob_names(), layout_b.blob_names());
+    assert_eq!(
+        fs_err::read(layout_a.dir.join("index.json")).unwrap(),
+        fs_err::read(layout_b.dir.join("index.json")).unwrap()
+    );
+
+    // SOURCE_DATE_EPOCH sets `created` (so the digest changes) but no package layer.
+    let c = second
+        .run_with(
+            &["build", "recipes/image.toml", "--locked", "-o", "out/dated"],
+            &[("SOURCE_DATE_EPOCH", "1700000000")],
+            None,
+        )
+        .success();
+    assert_ne!(c.digest(), a.digest());
+    let layout_c = LayoutView::new(second.path().join("out/dated"));
+    assert_eq!(layout_c.config()["created"], "2023-11-14T22:13:20Z");
+    let packages = |view: &LayoutView| -> Vec<(String, String)> {
+        view.layers().into_iter().filter(|(p, _)| !p.is_empty()).collect()
+    };
+    assert_eq!(packages(&layout_a), packages(&layout_c));
+}
+
+#[test]
+fn a_package_shared_by_two_recipes_has_one_layer_digest() {
+    let with_hello = Project::new();
+    with_hello.write_recipe(&tiny_recipe(shared_channel(), "one", &["hello 2.0"]));
+    with_hello.build(&[]).success();
+    let with_other = Project::new();
+    with_other.write_recipe(&tiny_recipe(shared_channel(), "two", &["other", "_r-mutex"]));
+    with_other.build(&[]).success();
+
+    let one = LayoutView::new(with_hello.path().join("images/one")).layers();
+    let two = LayoutView::new(with_other.path().join("images/two")).layers();
+    // The CUDA runtime is the lowest layer of both, so runtimes share it (and everything
+    // above it that is equal, by chain id).
+    assert_eq!(one[0].0, "cuda-cudart-11.8.89-h0_0");
+    assert_eq!(two[0].0, "cuda-cudart-11.8.89-h0_0");
+    assert_eq!(one[0].1, two[0].1);
+    // No other package layer is shared (the image's own layers, both holding just an empty
+    // `conda-meta/history`, are equal too, which is right).
+    let other_digests: Vec<&String> = two.iter().map(|(_, d)| d).collect();
+    assert!(
+        one[1..]
+            .iter()
+            .filter(|(packages, _)| !packages.is_empty())
+            .all(|(_, d)| !other_digests.contains(&d))
+    );
+}
