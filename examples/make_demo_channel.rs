@@ -11,6 +11,8 @@
 //! The CUDA runtime wheel is cached in `$IMGBUILD_TEST_CACHE` (default `tests/.cache`), the same
 //! place the tests use, so a demo after a test run downloads nothing.
 
+#![allow(clippy::print_stdout, clippy::print_stderr)] // a command-line example prints its result
+
 // The same code the integration tests use, so the demo shows exactly what the tests exercise.
 #[allow(dead_code)]
 #[path = "../tests/support/base.rs"]

@@ -12,7 +12,10 @@ use url::Url;
 
 use crate::{
     install::{InstallError, InstallOptions, install},
-    layers::{Compression, LayerBlob, PlannedLayer, plan::PlanError, plan_layers, write::WriteError, write_layers},
+    layers::{
+        Compression, LayerBlob, PlannedLayer, plan::PlanError, plan_layers, write::WriteError,
+        write_layers,
+    },
     lock::{Lock, LockError, LockedBase, Staleness},
     oci::{
         base::{BaseError, BaseImage, open_base},
@@ -163,9 +166,9 @@ fn prepare(settings: &BuildSettings) -> Result<Prepared, BuildError> {
     let recipe = Recipe::load(&settings.recipe_path, &options)?;
     let base = open_base(&recipe.base, recipe.platform)?;
     let target = Target::for_recipe(&recipe, None);
-    let locked_base = base
-        .as_ref()
-        .map_or(LockedBase::Scratch, |b| LockedBase::Digest(b.manifest_digest.clone()));
+    let locked_base = base.as_ref().map_or(LockedBase::Scratch, |b| {
+        LockedBase::Digest(b.manifest_digest.clone())
+    });
     Ok(Prepared {
         recipe,
         base,
@@ -190,25 +193,21 @@ async fn obtain_lock(
         None => None,
     };
     match (settings.lock_mode, existing, staleness) {
-        (LockMode::Locked, None, _) => {
-            return Err(BuildError::LockMissing { path: lock_path });
-        }
-        (LockMode::Locked, Some(_), Some(reason)) => {
-            return Err(BuildError::LockOutdated {
-                path: lock_path,
-                reason,
-            });
-        }
+        (LockMode::Locked, None, _) => Err(BuildError::LockMissing { path: lock_path }),
+        (LockMode::Locked, Some(_), Some(reason)) => Err(BuildError::LockOutdated {
+            path: lock_path,
+            reason,
+        }),
         (LockMode::Locked | LockMode::Reuse, Some(lock), None) => {
             let packages = lock.records.len();
-            return Ok((
+            Ok((
                 lock,
                 LockReport {
                     lock_path,
                     outcome: LockOutcome::Reused,
                     packages,
                 },
-            ));
+            ))
         }
         (_, existing, staleness) => {
             let reason = match (existing.is_some(), staleness) {
@@ -236,14 +235,18 @@ async fn obtain_lock(
             .await?;
             let lock = Lock {
                 target: prepared.target.clone(),
-                channels: recipe.channels.iter().map(|c| c.base_url.to_string()).collect(),
+                channels: recipe
+                    .channels
+                    .iter()
+                    .map(|c| c.base_url.to_string())
+                    .collect(),
                 base: prepared.locked_base.clone(),
                 records,
             };
-            let recipe_file = recipe
-                .path
-                .file_name()
-                .map_or_else(|| recipe.path.display().to_string(), |f| f.to_string_lossy().into_owned());
+            let recipe_file = recipe.path.file_name().map_or_else(
+                || recipe.path.display().to_string(),
+                |f| f.to_string_lossy().into_owned(),
+            );
             lock.write(&lock_path, &recipe_file)?;
             let packages = lock.records.len();
             Ok((
@@ -259,7 +262,10 @@ async fn obtain_lock(
 }
 
 /// Solves the recipe and writes its lock (always re-solving with [`LockMode::Refresh`]).
-pub async fn lock(settings: &BuildSettings, reporter: &dyn Reporter) -> Result<LockReport, BuildError> {
+pub async fn lock(
+    settings: &BuildSettings,
+    reporter: &dyn Reporter,
+) -> Result<LockReport, BuildError> {
     let prepared = prepare(settings)?;
     obtain_lock(&prepared, settings, reporter)
         .await
@@ -267,7 +273,10 @@ pub async fn lock(settings: &BuildSettings, reporter: &dyn Reporter) -> Result<L
 }
 
 /// Builds the image of a recipe into its layout directory.
-pub async fn build(settings: &BuildSettings, reporter: &dyn Reporter) -> Result<BuildReport, BuildError> {
+pub async fn build(
+    settings: &BuildSettings,
+    reporter: &dyn Reporter,
+) -> Result<BuildReport, BuildError> {
     let mut timings = Vec::new();
     let started = Instant::now();
     let prepared = prepare(settings)?;
@@ -318,7 +327,12 @@ pub async fn build(settings: &BuildSettings, reporter: &dyn Reporter) -> Result<
         .unwrap_or(jiff::Timestamp::UNIX_EPOCH)
         .to_string();
     let base_layers = prepared.base.as_ref().map_or(0, |b| b.layers.len());
-    let plan = plan_layers(&staged, recipe.layer_budget, base_layers, created_seconds as u64)?;
+    let plan = plan_layers(
+        &staged,
+        recipe.layer_budget,
+        base_layers,
+        created_seconds as u64,
+    )?;
 
     let layout_dir = settings
         .output

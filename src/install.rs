@@ -147,7 +147,10 @@ pub async fn install(
 }
 
 /// Removes host details from the prefix and collects the files of each package.
-fn scrub(prefix_dir: &Path, records: &[RepoDataRecord]) -> Result<Vec<StagedPackage>, InstallError> {
+fn scrub(
+    prefix_dir: &Path,
+    records: &[RepoDataRecord],
+) -> Result<Vec<StagedPackage>, InstallError> {
     let tag = prefix_dir.join("CACHEDIR.TAG");
     if tag.exists() {
         fs_err::remove_file(&tag).map_err(|source| InstallError::Metadata {
@@ -190,12 +193,11 @@ fn scrub(prefix_dir: &Path, records: &[RepoDataRecord]) -> Result<Vec<StagedPack
             }
         }
         files.push(format!("conda-meta/{file_name}"));
-        let mut bytes = serde_json::to_vec_pretty(&json).map_err(|source| {
-            InstallError::MetadataJson {
+        let mut bytes =
+            serde_json::to_vec_pretty(&json).map_err(|source| InstallError::MetadataJson {
                 path: path.clone(),
                 source,
-            }
-        })?;
+            })?;
         bytes.push(b'\n');
         crate::fs::write_atomic(&path, &bytes).map_err(|source| InstallError::Metadata {
             path: path.clone(),
@@ -246,7 +248,10 @@ mod tests {
             without_host_path("file:///home/alice/ch/linux-64/zlib-1.2.11-h0_0.conda"),
             "file:///channel/linux-64/zlib-1.2.11-h0_0.conda"
         );
-        assert_eq!(without_host_path("file:///home/alice/ch/"), "file:///channel/");
+        assert_eq!(
+            without_host_path("file:///home/alice/ch/"),
+            "file:///channel/"
+        );
         assert_eq!(
             without_host_path("https://conda.anaconda.org/conda-forge/noarch/x-1-0.conda"),
             "https://conda.anaconda.org/conda-forge/noarch/x-1-0.conda"

@@ -4,12 +4,12 @@
 //! [`recipe`] → [`resolve`] → [`lock`] → [`install`] → [`layers`] → [`oci`], driven by
 //! [`build`].
 
-pub mod fs;
-pub mod lock;
-pub mod recipe;
-pub mod resolve;
-pub mod install;
-pub mod layers;
-pub mod oci;
 pub mod build;
 pub mod cli;
+pub mod fs;
+pub mod install;
+pub mod layers;
+pub mod lock;
+pub mod oci;
+pub mod recipe;
+pub mod resolve;

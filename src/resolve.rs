@@ -70,7 +70,10 @@ impl Target {
 
     /// The virtual packages in the form the lock file stores (`__glibc=2.17=0`).
     pub fn virtual_package_strings(&self) -> Vec<String> {
-        self.virtual_packages.iter().map(|v| v.to_string()).collect()
+        self.virtual_packages
+            .iter()
+            .map(|v| v.to_string())
+            .collect()
     }
 }
 

@@ -1,9 +1,6 @@
 //! The command line: clap types, settings resolution and rendering. Only this module prints.
 
-use std::{
-    path::PathBuf,
-    process::ExitCode,
-};
+use std::{path::PathBuf, process::ExitCode};
 
 use clap::{Args, Parser, Subcommand};
 use url::Url;
@@ -191,7 +188,10 @@ pub fn main() -> ExitCode {
         .without_time()
         .init();
 
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
         Ok(runtime) => runtime,
         Err(err) => return fail(&err, 2),
     };
@@ -213,27 +213,42 @@ async fn run(cli: Cli) -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    let cache_dir = cli.global.cache_dir.clone().unwrap_or_else(default_cache_dir);
+    let cache_dir = cli
+        .global
+        .cache_dir
+        .clone()
+        .unwrap_or_else(default_cache_dir);
     let reporter = StderrReporter {
         quiet: cli.global.quiet,
     };
-    let settings = |recipe: PathBuf, lock_mode, offline, output, jobs: Option<usize>| BuildSettings {
-        recipe_path: recipe,
-        channel_alias: cli.global.channel_alias.clone(),
-        cache_dir: cache_dir.clone(),
-        output,
-        lock_mode,
-        offline,
-        jobs: jobs.filter(|j| *j > 0).unwrap_or_else(|| {
-            std::thread::available_parallelism().map_or(1, |n| n.get())
-        }),
-        source_date_epoch,
-    };
+    let settings =
+        |recipe: PathBuf, lock_mode, offline, output, jobs: Option<usize>| BuildSettings {
+            recipe_path: recipe,
+            channel_alias: cli.global.channel_alias.clone(),
+            cache_dir: cache_dir.clone(),
+            output,
+            lock_mode,
+            offline,
+            jobs: jobs
+                .filter(|j| *j > 0)
+                .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get())),
+            source_date_epoch,
+        };
 
     let result: Result<(), BuildError> = match &cli.command {
         Command::Build(args) => {
-            let mode = if args.locked { LockMode::Locked } else { LockMode::Reuse };
-            let settings = settings(args.recipe.clone(), mode, args.offline, args.output.clone(), args.jobs);
+            let mode = if args.locked {
+                LockMode::Locked
+            } else {
+                LockMode::Reuse
+            };
+            let settings = settings(
+                args.recipe.clone(),
+                mode,
+                args.offline,
+                args.output.clone(),
+                args.jobs,
+            );
             build::build(&settings, &reporter).await.map(|report| {
                 if !cli.global.quiet {
                     describe_lock(&report.lock);
@@ -259,7 +274,13 @@ async fn run(cli: Cli) -> ExitCode {
             })
         }
         Command::Lock(args) => {
-            let settings = settings(args.recipe.clone(), LockMode::Refresh, args.offline, None, None);
+            let settings = settings(
+                args.recipe.clone(),
+                LockMode::Refresh,
+                args.offline,
+                None,
+                None,
+            );
             build::lock(&settings, &reporter).await.map(|report| {
                 if !cli.global.quiet {
                     describe_lock(&report);

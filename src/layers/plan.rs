@@ -59,7 +59,14 @@ pub enum PlanError {
 /// every variant built on the same CUDA shares them.
 fn is_cuda_runtime(name: &str) -> bool {
     const PREFIXES: &[&str] = &[
-        "cuda-", "libcu", "libnv", "nvidia-", "cudnn", "nccl", "cudatoolkit", "libnccl",
+        "cuda-",
+        "libcu",
+        "libnv",
+        "nvidia-",
+        "cudnn",
+        "nccl",
+        "cudatoolkit",
+        "libnccl",
     ];
     PREFIXES.iter().any(|p| name.starts_with(p))
 }
@@ -115,14 +122,26 @@ pub fn plan_layers(
         let mut by_size = order.clone();
         by_size.sort_by(|a, b| sizes[*b].cmp(&sizes[*a]).then(a.cmp(b)));
         let alone: BTreeSet<usize> = by_size.iter().take(slots - 1).copied().collect();
-        layers.extend(order.iter().filter(|i| alone.contains(i)).map(|&i| single(i)));
-        let grouped: Vec<usize> = order.iter().filter(|i| !alone.contains(i)).copied().collect();
+        layers.extend(
+            order
+                .iter()
+                .filter(|i| alone.contains(i))
+                .map(|&i| single(i)),
+        );
+        let grouped: Vec<usize> = order
+            .iter()
+            .filter(|i| !alone.contains(i))
+            .copied()
+            .collect();
         let mut paths: Vec<String> = grouped
             .iter()
             .flat_map(|&i| package_paths[i].iter().cloned())
             .collect();
         paths.sort();
-        let packages: Vec<String> = grouped.iter().map(|&i| staged.packages[i].dist_name()).collect();
+        let packages: Vec<String> = grouped
+            .iter()
+            .map(|&i| staged.packages[i].dist_name())
+            .collect();
         layers.push(PlannedLayer {
             name: format!("{} small packages", grouped.len()),
             mtime: grouped
@@ -228,7 +247,12 @@ fn dependency_order(staged: &StagedPrefix) -> Vec<usize> {
     // Height: 0 for packages without dependencies in the set, else 1 + max of deps.
     // Dependency cycles exist in the wild (e.g. python ↔ pip); a node on the stack counts 0.
     let mut height: Vec<Option<usize>> = vec![None; deps.len()];
-    fn visit(i: usize, deps: &[Vec<usize>], height: &mut [Option<usize>], stack: &mut Vec<bool>) -> usize {
+    fn visit(
+        i: usize,
+        deps: &[Vec<usize>],
+        height: &mut [Option<usize>],
+        stack: &mut Vec<bool>,
+    ) -> usize {
         if let Some(h) = height[i] {
             return h;
         }
@@ -249,8 +273,18 @@ fn dependency_order(staged: &StagedPrefix) -> Vec<usize> {
     let mut order: Vec<usize> = (0..deps.len()).collect();
     let keys: BTreeMap<usize, (bool, usize)> = (0..deps.len())
         .map(|i| {
-            let name = staged.packages[i].record.package_record.name.as_normalized();
-            (i, (!is_cuda_runtime(name), visit(i, &deps, &mut height, &mut stack)))
+            let name = staged.packages[i]
+                .record
+                .package_record
+                .name
+                .as_normalized();
+            (
+                i,
+                (
+                    !is_cuda_runtime(name),
+                    visit(i, &deps, &mut height, &mut stack),
+                ),
+            )
         })
         .collect();
     order.sort_by(|a, b| {

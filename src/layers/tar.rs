@@ -51,7 +51,12 @@ fn with_parents(paths: &[String]) -> BTreeSet<String> {
 
 /// Writes a tar of `paths` (relative to `root`) and their parent directories to `out`.
 /// Returns `out` after the end-of-archive blocks.
-pub fn write_tar<W: Write>(root: &Path, paths: &[String], mtime: u64, out: W) -> Result<W, TarError> {
+pub fn write_tar<W: Write>(
+    root: &Path,
+    paths: &[String],
+    mtime: u64,
+    out: W,
+) -> Result<W, TarError> {
     let mut builder = Builder::new(out);
     // First path written for each (device, inode) of a multiply-linked file.
     let mut seen_inodes: HashMap<(u64, u64), String> = HashMap::new();
@@ -67,7 +72,10 @@ pub fn write_tar<W: Write>(root: &Path, paths: &[String], mtime: u64, out: W) ->
             Ok(meta) => meta,
             // A parent we added ourselves always exists; an explicit path may be missing
             // when a package lists a file it does not ship. The image cannot hold it either.
-            Err(err) if err.kind() == std::io::ErrorKind::NotFound && explicit.contains(path.as_str()) => {
+            Err(err)
+                if err.kind() == std::io::ErrorKind::NotFound
+                    && explicit.contains(path.as_str()) =>
+            {
                 tracing::debug!("skipping `{path}`: listed by its package but not installed");
                 continue;
             }
@@ -124,7 +132,11 @@ pub fn write_tar<W: Write>(root: &Path, paths: &[String], mtime: u64, out: W) ->
                 source: e,
             })?;
             builder
-                .append_data(&mut header, &path, std::io::BufReader::with_capacity(1 << 20, file))
+                .append_data(
+                    &mut header,
+                    &path,
+                    std::io::BufReader::with_capacity(1 << 20, file),
+                )
                 .map_err(write_err)?;
         } else {
             use std::os::unix::fs::FileTypeExt;
@@ -165,7 +177,14 @@ mod tests {
         let all: Vec<String> = with_parents(&paths).into_iter().collect();
         assert_eq!(
             all,
-            ["opt", "opt/conda", "opt/conda-x", "opt/conda/lib", "opt/conda/lib/a", "opt/conda/lib/b"]
+            [
+                "opt",
+                "opt/conda",
+                "opt/conda-x",
+                "opt/conda/lib",
+                "opt/conda/lib/a",
+                "opt/conda/lib/b"
+            ]
         );
     }
 
@@ -220,7 +239,10 @@ mod tests {
     fn refuses_special_files() {
         let dir = tempfile::tempdir().unwrap();
         let fifo = dir.path().join("pipe");
-        let status = std::process::Command::new("mkfifo").arg(&fifo).status().unwrap();
+        let status = std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap();
         assert!(status.success());
         let err = write_tar(dir.path(), &["pipe".to_string()], 0, Vec::new()).unwrap_err();
         assert!(err.to_string().contains("named pipe"), "{err}");

@@ -100,7 +100,11 @@ impl<W: Write> HashingWriter<W> {
     }
 
     fn finish(self) -> (W, String, u64) {
-        (self.inner, format!("sha256:{}", hex::encode(self.hasher.finalize())), self.bytes)
+        (
+            self.inner,
+            format!("sha256:{}", hex::encode(self.hasher.finalize())),
+            self.bytes,
+        )
     }
 }
 
@@ -183,24 +187,26 @@ pub fn write_layer(
         .write(compressed, flate2::Compression::new(level));
     let tar_out = HashingWriter::new(Chunker::new(gzip));
 
-    let tar_out = write_tar(root, &layer.paths, layer.mtime, tar_out).map_err(|source| {
-        WriteError::Tar {
+    let tar_out =
+        write_tar(root, &layer.paths, layer.mtime, tar_out).map_err(|source| WriteError::Tar {
             name: layer.name.clone(),
             source,
-        }
-    })?;
+        })?;
     let (chunker, diff_id, tar_size) = tar_out.finish();
     let gzip = chunker.finish().map_err(|e| blob_err(temp.path(), e))?;
     let compressed = gzip.finish().map_err(|e| blob_err(temp.path(), e))?;
     let (buffered, digest, size) = compressed.finish();
-    let file = buffered.into_inner().map_err(|e| blob_err(temp.path(), e.into_error()))?;
+    let file = buffered
+        .into_inner()
+        .map_err(|e| blob_err(temp.path(), e.into_error()))?;
     file.sync_all().map_err(|e| blob_err(temp.path(), e))?;
     drop(file);
 
     let target = blobs_dir.join(digest.trim_start_matches("sha256:"));
     crate::fs::set_mode(temp.path(), 0o644).map_err(|e| blob_err(temp.path(), e))?;
     // Blobs are named by content: an existing blob of that name already holds these bytes.
-    temp.persist(&target).map_err(|e| blob_err(&target, e.error))?;
+    temp.persist(&target)
+        .map_err(|e| blob_err(&target, e.error))?;
     Ok(LayerBlob {
         diff_id,
         digest,

@@ -5,9 +5,7 @@
 
 use std::path::{Path, PathBuf};
 
-use oci_spec::image::{
-    Descriptor, ImageConfiguration, ImageIndex, ImageManifest, MediaType,
-};
+use oci_spec::image::{Descriptor, ImageConfiguration, ImageIndex, ImageManifest, MediaType};
 use rattler_conda_types::Subdir;
 
 use crate::recipe::{Base, oci_architecture};
@@ -144,13 +142,12 @@ fn open_layout(dir: &Path, tag: &str, platform: Subdir) -> Result<BaseImage, Bas
         .layers()
         .iter()
         .map(|layer| {
-            let media_type = oci_layer_media_type(layer.media_type()).ok_or_else(|| {
-                BaseError::MediaType {
+            let media_type =
+                oci_layer_media_type(layer.media_type()).ok_or_else(|| BaseError::MediaType {
                     reference: reference.clone(),
                     what: "layer",
                     media_type: layer.media_type().to_string(),
-                }
-            })?;
+                })?;
             let mut layer = layer.clone();
             layer.set_media_type(media_type);
             Ok(layer)

@@ -72,13 +72,20 @@ fn spec_err(what: &'static str) -> impl FnOnce(oci_spec::OciSpecError) -> ImageE
 
 /// Merges `base` env, the activation and the recipe's `env`, later ones winning, and
 /// returns `KEY=value` strings. The base's order is kept; new keys follow in order.
-pub fn merge_env(base: &[String], activation: &Activation, recipe_env: &BTreeMap<String, String>) -> Vec<String> {
+pub fn merge_env(
+    base: &[String],
+    activation: &Activation,
+    recipe_env: &BTreeMap<String, String>,
+) -> Vec<String> {
     let mut env: IndexMap<String, String> = base
         .iter()
         .filter_map(|kv| kv.split_once('='))
         .map(|(k, v)| (k.to_string(), v.to_string()))
         .collect();
-    let base_path = env.get("PATH").cloned().unwrap_or_else(|| DEFAULT_PATH.to_string());
+    let base_path = env
+        .get("PATH")
+        .cloned()
+        .unwrap_or_else(|| DEFAULT_PATH.to_string());
     let mut path: Vec<String> = activation.path.clone();
     path.extend(
         base_path
@@ -104,7 +111,9 @@ pub fn write_image(layout: &Layout, inputs: &ImageInputs<'_>) -> Result<WrittenI
     let base_config = inputs.base.and_then(|b| b.config.config().clone());
     let mut config: Config = match base_config {
         Some(config) => config,
-        None => ConfigBuilder::default().build().map_err(spec_err("config"))?,
+        None => ConfigBuilder::default()
+            .build()
+            .map_err(spec_err("config"))?,
     };
     let base_env = config.env().clone().unwrap_or_default();
     config.set_env(Some(merge_env(&base_env, inputs.activation, &recipe.env)));
@@ -176,7 +185,9 @@ pub fn write_image(layout: &Layout, inputs: &ImageInputs<'_>) -> Result<WrittenI
         let mut descriptor = Descriptor::new(
             MediaType::from(blob.media_type),
             blob.size,
-            blob.digest.parse::<oci_spec::image::Digest>().expect("sha256 digest"),
+            blob.digest
+                .parse::<oci_spec::image::Digest>()
+                .expect("sha256 digest"),
         );
         if !layer.packages.is_empty() {
             descriptor.set_annotations(Some(HashMap::from([(
@@ -188,10 +199,22 @@ pub fn write_image(layout: &Layout, inputs: &ImageInputs<'_>) -> Result<WrittenI
     }
 
     let mut manifest_annotations = HashMap::from([
-        ("org.opencontainers.image.created".to_string(), inputs.created.clone()),
-        ("org.opencontainers.image.title".to_string(), recipe.name.clone()),
-        (annotations::COMPRESSION.to_string(), inputs.compression.describe()),
-        (annotations::PLATFORM.to_string(), recipe.platform.to_string()),
+        (
+            "org.opencontainers.image.created".to_string(),
+            inputs.created.clone(),
+        ),
+        (
+            "org.opencontainers.image.title".to_string(),
+            recipe.name.clone(),
+        ),
+        (
+            annotations::COMPRESSION.to_string(),
+            inputs.compression.describe(),
+        ),
+        (
+            annotations::PLATFORM.to_string(),
+            recipe.platform.to_string(),
+        ),
         (annotations::PREFIX.to_string(), recipe.prefix.clone()),
     ]);
     if let Some(base) = inputs.base {

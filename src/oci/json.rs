@@ -45,6 +45,9 @@ mod tests {
             assert_eq!(canonical_json(&again).unwrap(), first);
         }
         let text = String::from_utf8(first).unwrap();
-        assert!(text.starts_with(r#"{"key0":"v\n0","key1":"v\n1","key10""#), "{text}");
+        assert!(
+            text.starts_with(r#"{"key0":"v\n0","key1":"v\n1","key10""#),
+            "{text}"
+        );
     }
 }

@@ -105,7 +105,8 @@ impl Layout {
         fs_err::create_dir_all(self.blobs_dir()).map_err(|e| write(&self.blobs_dir(), e))?;
         let marker = self.dir.join("oci-layout");
         if !marker.exists() {
-            crate::fs::write_atomic(&marker, OCI_LAYOUT.as_bytes()).map_err(|e| write(&marker, e))?;
+            crate::fs::write_atomic(&marker, OCI_LAYOUT.as_bytes())
+                .map_err(|e| write(&marker, e))?;
         }
         Ok(created)
     }
@@ -130,12 +131,15 @@ impl Layout {
         media_type: MediaType,
         what: &'static str,
     ) -> Result<(Descriptor, Vec<u8>), LayoutError> {
-        let bytes = canonical_json(value).map_err(|source| LayoutError::Serialize { what, source })?;
+        let bytes =
+            canonical_json(value).map_err(|source| LayoutError::Serialize { what, source })?;
         let digest = self.write_blob(&bytes)?;
         let descriptor = Descriptor::new(
             media_type,
             bytes.len() as u64,
-            digest.parse::<oci_spec::image::Digest>().expect("sha256 digests parse"),
+            digest
+                .parse::<oci_spec::image::Digest>()
+                .expect("sha256 digests parse"),
         );
         Ok((descriptor, bytes))
     }

@@ -94,10 +94,7 @@ mod tests {
         let err = RecipeError::Invalid {
             path: "r.toml".into(),
             message: "unknown field `nmae`".into(),
-            span: Some(SourceSpan {
-                text,
-                range: 8..12,
-            }),
+            span: Some(SourceSpan { text, range: 8..12 }),
         };
         let shown = err.to_string();
         assert!(shown.contains("--> r.toml:2:1"), "{shown}");

@@ -7,9 +7,7 @@ use std::{
     sync::Arc,
 };
 
-use rattler_conda_types::{
-    Channel, ChannelConfig, MatchSpec, ParseStrictness, Subdir, Version,
-};
+use rattler_conda_types::{Channel, ChannelConfig, MatchSpec, ParseStrictness, Subdir, Version};
 use toml::Spanned;
 use url::Url;
 
@@ -272,7 +270,10 @@ impl Checker {
         let mut channel_names = Vec::new();
         for channel in &file.conda.channels {
             let parsed = Channel::from_str(channel.get_ref(), &channel_config).map_err(|err| {
-                self.error(channel, format!("invalid channel `{}`: {err}", channel.get_ref()))
+                self.error(
+                    channel,
+                    format!("invalid channel `{}`: {err}", channel.get_ref()),
+                )
             })?;
             channels.push(parsed);
             channel_names.push(channel.get_ref().clone());
@@ -285,38 +286,45 @@ impl Checker {
             .map(|dep| {
                 // Lenient, as conda itself: `python 3.9` means `3.9.*`, as users write in environment.yml.
                 MatchSpec::from_str(dep.get_ref(), ParseStrictness::Lenient).map_err(|err| {
-                    self.error(dep, format!("invalid dependency `{}`: {err}", dep.get_ref()))
+                    self.error(
+                        dep,
+                        format!("invalid dependency `{}`: {err}", dep.get_ref()),
+                    )
                 })
             })
             .collect::<Result<Vec<_>, _>>()?;
         for (spec, raw) in specs.iter().zip(&file.conda.dependencies) {
             if spec.name.as_exact().is_none() {
-                return Err(self.error(raw, "a dependency must name one package exactly (no globs or regexes)"));
+                return Err(self.error(
+                    raw,
+                    "a dependency must name one package exactly (no globs or regexes)",
+                ));
             }
         }
 
-        let cuda = file
-            .cuda
-            .as_ref()
-            .map(|cuda| {
-                let numeric = cuda.version.get_ref().split('.').all(|part| {
-                    !part.is_empty() && part.chars().all(|c| c.is_ascii_digit())
-                });
-                if !numeric {
-                    return Err(self.error(
-                        &cuda.version,
-                        format!(
-                            "invalid CUDA version `{}`: expected `MAJOR.MINOR`, e.g. `11.8`",
-                            cuda.version.get_ref()
-                        ),
-                    ));
-                }
-                Ok::<_, RecipeError>(CudaTarget {
-                    version: self.version(&cuda.version, "CUDA version")?,
-                    min_driver: cuda.min_driver.as_ref().map(|d| d.get_ref().clone()),
+        let cuda =
+            file.cuda
+                .as_ref()
+                .map(|cuda| {
+                    let numeric =
+                        cuda.version.get_ref().split('.').all(|part| {
+                            !part.is_empty() && part.chars().all(|c| c.is_ascii_digit())
+                        });
+                    if !numeric {
+                        return Err(self.error(
+                            &cuda.version,
+                            format!(
+                                "invalid CUDA version `{}`: expected `MAJOR.MINOR`, e.g. `11.8`",
+                                cuda.version.get_ref()
+                            ),
+                        ));
+                    }
+                    Ok::<_, RecipeError>(CudaTarget {
+                        version: self.version(&cuda.version, "CUDA version")?,
+                        min_driver: cuda.min_driver.as_ref().map(|d| d.get_ref().clone()),
+                    })
                 })
-            })
-            .transpose()?;
+                .transpose()?;
 
         let workdir = match &image.workdir {
             Some(dir) if !dir.get_ref().starts_with('/') => {
@@ -425,8 +433,12 @@ impl Checker {
     }
 
     fn version(&self, value: &Spanned<String>, what: &str) -> Result<Version, RecipeError> {
-        Version::from_str(value.get_ref())
-            .map_err(|err| self.error(value, format!("invalid {what} `{}`: {err}", value.get_ref())))
+        Version::from_str(value.get_ref()).map_err(|err| {
+            self.error(
+                value,
+                format!("invalid {what} `{}`: {err}", value.get_ref()),
+            )
+        })
     }
 }
 
@@ -466,7 +478,11 @@ mod tests {
     use super::*;
 
     fn parse(text: &str) -> Result<Recipe, RecipeError> {
-        Recipe::from_str_at(text, Path::new("/work/recipes/x.toml"), &RecipeOptions::default())
+        Recipe::from_str_at(
+            text,
+            Path::new("/work/recipes/x.toml"),
+            &RecipeOptions::default(),
+        )
     }
 
     const MINIMAL: &str = r#"
@@ -513,7 +529,10 @@ dependencies = ["python=3.9", "numpy >=1.20"]
             recipe.channels[0].base_url.to_string(),
             "https://mirror.example/conda/conda-forge/"
         );
-        assert_eq!(recipe.channels[1].base_url.to_string(), "https://example.org/ch/");
+        assert_eq!(
+            recipe.channels[1].base_url.to_string(),
+            "https://example.org/ch/"
+        );
     }
 
     #[test]
@@ -536,7 +555,10 @@ dependencies = ["python=3.9", "numpy >=1.20"]
     fn invalid_match_spec_is_reported_at_the_entry() {
         let text = "[image]\nname = \"x\"\n[conda]\nchannels = [\"c\"]\ndependencies = [\"ok\", \"python >=>3\"]\n";
         let shown = parse(text).unwrap_err().to_string();
-        assert!(shown.contains("invalid dependency `python >=>3`"), "{shown}");
+        assert!(
+            shown.contains("invalid dependency `python >=>3`"),
+            "{shown}"
+        );
         assert!(shown.contains("x.toml:5:23"), "{shown}");
     }
 
@@ -557,21 +579,44 @@ dependencies = ["python=3.9", "numpy >=1.20"]
                 tag: "latest".into()
             }
         );
-        let err = with("docker.io/library/ubuntu:22.04").unwrap_err().to_string();
-        assert!(err.contains("registry bases are not supported yet"), "{err}");
+        let err = with("docker.io/library/ubuntu:22.04")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("registry bases are not supported yet"),
+            "{err}"
+        );
     }
 
     #[test]
     fn rejects_bad_values() {
         for (text, needle) in [
             ("[image]\nname = \"X\"\n", "invalid image name"),
-            ("[image]\nname = \"x\"\nprefix = \"opt\"\n", "invalid prefix"),
-            ("[image]\nname = \"x\"\nprefix = \"/opt/../x\"\n", "invalid prefix"),
-            ("[image]\nname = \"x\"\nplatforms = [\"win-64\"]\n", "cannot run"),
-            ("[image]\nname = \"x\"\nplatforms = [\"linux-65\"]\n", "unknown platform"),
+            (
+                "[image]\nname = \"x\"\nprefix = \"opt\"\n",
+                "invalid prefix",
+            ),
+            (
+                "[image]\nname = \"x\"\nprefix = \"/opt/../x\"\n",
+                "invalid prefix",
+            ),
+            (
+                "[image]\nname = \"x\"\nplatforms = [\"win-64\"]\n",
+                "cannot run",
+            ),
+            (
+                "[image]\nname = \"x\"\nplatforms = [\"linux-65\"]\n",
+                "unknown platform",
+            ),
             ("[image]\nname = \"x\"\ntags = [\"-x\"]\n", "invalid tag"),
-            ("[image]\nname = \"x\"\n[layers]\nmax = 500\n", "between 2 and 127"),
-            ("[image]\nname = \"x\"\n[cuda]\nversion = \"eleven\"\n", "invalid CUDA version"),
+            (
+                "[image]\nname = \"x\"\n[layers]\nmax = 500\n",
+                "between 2 and 127",
+            ),
+            (
+                "[image]\nname = \"x\"\n[cuda]\nversion = \"eleven\"\n",
+                "invalid CUDA version",
+            ),
             ("[image]\nname = \"x\"\nworkdir = \"rel\"\n", "absolute"),
             ("[image]\n", "missing field `name`"),
         ] {

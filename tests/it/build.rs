@@ -48,7 +48,14 @@ fn build_is_accepted_by_umoci_oci_image_tool_and_skopeo() {
     let layout_arg = layout_dir.to_str().unwrap();
     run_tool(
         "oci-image-tool",
-        &["validate", "--type", "image", "--ref", "name=latest", layout_arg],
+        &[
+            "validate",
+            "--type",
+            "image",
+            "--ref",
+            "name=latest",
+            layout_arg,
+        ],
     );
 
     // skopeo reads the same digest and layers.
@@ -90,7 +97,10 @@ fn build_is_accepted_by_umoci_oci_image_tool_and_skopeo() {
         .map(|v| v.as_str().unwrap())
         .collect();
     assert!(env.contains(&"CONDA_PREFIX=/opt/conda"), "{env:?}");
-    assert!(env.iter().any(|e| e.starts_with("PATH=/opt/conda/bin:")), "{env:?}");
+    assert!(
+        env.iter().any(|e| e.starts_with("PATH=/opt/conda/bin:")),
+        "{env:?}"
+    );
     // Without SOURCE_DATE_EPOCH, `created` is the newest package build time of the lock.
     assert_eq!(config["created"], "2023-10-01T00:00:00Z");
 
@@ -113,11 +123,23 @@ fn build_is_accepted_by_umoci_oci_image_tool_and_skopeo() {
         .windows(b"/opt/conda/".len())
         .position(|w| w == b"/opt/conda/")
         .expect("in-image prefix in the binary file");
-    assert!(!data.windows(PLACEHOLDER.len()).any(|w| w == PLACEHOLDER.as_bytes()));
+    assert!(
+        !data
+            .windows(PLACEHOLDER.len())
+            .any(|w| w == PLACEHOLDER.as_bytes())
+    );
     let end = at + data[at..].iter().position(|b| *b == 0).unwrap();
-    assert!(std::str::from_utf8(&data[at..end]).unwrap().starts_with("/opt/conda/"));
+    assert!(
+        std::str::from_utf8(&data[at..end])
+            .unwrap()
+            .starts_with("/opt/conda/")
+    );
     // noarch python: in the target's site-packages, with an entry point for the image.
-    assert!(prefix.join("lib/python3.9/site-packages/pyhello/__init__.py").is_file());
+    assert!(
+        prefix
+            .join("lib/python3.9/site-packages/pyhello/__init__.py")
+            .is_file()
+    );
     assert!(
         fs_err::read_to_string(prefix.join("bin/pyhello"))
             .unwrap()
@@ -145,7 +167,11 @@ fn build_is_accepted_by_umoci_oci_image_tool_and_skopeo() {
             "extracted_package_dir",
             "package_tarball_full_path",
         ] {
-            assert!(!text.contains(host), "{} holds `{host}`", entry.path().display());
+            assert!(
+                !text.contains(host),
+                "{} holds `{host}`",
+                entry.path().display()
+            );
         }
     }
 }

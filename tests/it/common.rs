@@ -35,7 +35,10 @@ impl Run {
     /// The manifest digest printed on stdout (`layout:tag@sha256:…`).
     pub fn digest(&self) -> String {
         let line = self.stdout.lines().next().expect("a result line on stdout");
-        line.rsplit_once('@').expect("layout:tag@digest").1.to_string()
+        line.rsplit_once('@')
+            .expect("layout:tag@digest")
+            .1
+            .to_string()
     }
 
     /// A failure must be an error the user can read, never a crash.
@@ -43,8 +46,16 @@ impl Run {
     pub fn assert_clean_failure(&self, code: i32) {
         assert_eq!(self.code, code, "exit code; stderr:\n{}", self.stderr);
         assert!(!self.stderr.contains("panicked"), "panic:\n{}", self.stderr);
-        assert!(self.stderr.starts_with("error: ") || self.stderr.contains("\nerror: "), "{}", self.stderr);
-        assert!(self.stdout.is_empty(), "no result on failure: {}", self.stdout);
+        assert!(
+            self.stderr.starts_with("error: ") || self.stderr.contains("\nerror: "),
+            "{}",
+            self.stderr
+        );
+        assert!(
+            self.stdout.is_empty(),
+            "no result on failure: {}",
+            self.stdout
+        );
     }
 }
 
@@ -133,8 +144,12 @@ impl LayoutView {
     }
 
     pub fn blob(&self, digest: &str) -> Vec<u8> {
-        fs_err::read(self.dir.join("blobs/sha256").join(digest.trim_start_matches("sha256:")))
-            .unwrap()
+        fs_err::read(
+            self.dir
+                .join("blobs/sha256")
+                .join(digest.trim_start_matches("sha256:")),
+        )
+        .unwrap()
     }
 
     pub fn json_blob(&self, digest: &str) -> Value {
@@ -146,7 +161,10 @@ impl LayoutView {
     }
 
     pub fn manifest_digest(&self) -> String {
-        self.index()["manifests"][0]["digest"].as_str().unwrap().to_string()
+        self.index()["manifests"][0]["digest"]
+            .as_str()
+            .unwrap()
+            .to_string()
     }
 
     pub fn manifest(&self) -> Value {
@@ -297,7 +315,10 @@ fn handle(stream: TcpStream, root: &Path) -> std::io::Result<()> {
             }
         }
         _ => {
-            write!(out, "HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")?;
+            write!(
+                out,
+                "HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+            )?;
         }
     }
     out.flush()

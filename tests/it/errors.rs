@@ -6,7 +6,9 @@ use crate::{
 };
 
 fn channel_url() -> String {
-    url::Url::from_file_path(shared_channel()).unwrap().to_string()
+    url::Url::from_file_path(shared_channel())
+        .unwrap()
+        .to_string()
 }
 
 /// Runs a build of `recipe` in a fresh project and checks the failure left nothing behind.
@@ -17,9 +19,16 @@ fn fails_with(recipe: &str, needles: &[&str]) {
     let run = project.build(&[]);
     run.assert_clean_failure(1);
     for needle in needles {
-        assert!(run.stderr.contains(needle), "expected `{needle}` in:\n{}", run.stderr);
+        assert!(
+            run.stderr.contains(needle),
+            "expected `{needle}` in:\n{}",
+            run.stderr
+        );
     }
-    assert!(!project.path().join("images").exists(), "no output on failure");
+    assert!(
+        !project.path().join("images").exists(),
+        "no output on failure"
+    );
     assert!(!project.lock_path().exists(), "no lock on failure");
 }
 
@@ -40,7 +49,10 @@ fn unknown_key_points_at_it() {
 fn wrong_type_points_at_the_value() {
     fails_with(
         "[image]\nname = \"x\"\n[layers]\nmax = \"many\"\n",
-        &["invalid type: string \"many\", expected i64", "recipes/image.toml:4:7"],
+        &[
+            "invalid type: string \"many\", expected i64",
+            "recipes/image.toml:4:7",
+        ],
     );
 }
 
@@ -81,7 +93,13 @@ fn invalid_match_spec_points_at_it() {
         "[image]\nname = \"x\"\n[conda]\nchannels = [\"{}\"]\ndependencies = [\"hello\", \"hello >=1,<\"]\n",
         channel_url()
     );
-    fails_with(&recipe, &["invalid dependency `hello >=1,<`: unable to parse version spec", "recipes/image.toml:5:"]);
+    fails_with(
+        &recipe,
+        &[
+            "invalid dependency `hello >=1,<`: unable to parse version spec",
+            "recipes/image.toml:5:",
+        ],
+    );
 }
 
 #[test]
@@ -103,18 +121,35 @@ fn broken_real_package_fails_cleanly_and_keeps_the_previous_image() {
 
     // Then the same image with the real `zlib` from conda/conda's test data, whose
     // `info/paths.json` disagrees with its payload: the install must fail, naming it.
-    project.write_recipe(&tiny_recipe(shared_channel(), "keep", &["hello 1.0", "zlib"]));
+    project.write_recipe(&tiny_recipe(
+        shared_channel(),
+        "keep",
+        &["hello 1.0", "zlib"],
+    ));
     let run = project.build(&[]);
     run.assert_clean_failure(1);
     assert!(run.stderr.contains("zlib-1.2.11"), "{}", run.stderr);
     assert!(run.stderr.contains("lib/libz.so"), "{}", run.stderr);
 
     // The previous image is still there, whole.
-    assert_eq!(fs_err::read(layout_dir.join("index.json")).unwrap(), index_before);
-    assert_eq!(LayoutView::new(&layout_dir).manifest_digest(), good.digest());
+    assert_eq!(
+        fs_err::read(layout_dir.join("index.json")).unwrap(),
+        index_before
+    );
+    assert_eq!(
+        LayoutView::new(&layout_dir).manifest_digest(),
+        good.digest()
+    );
     run_tool(
         "oci-image-tool",
-        &["validate", "--type", "image", "--ref", "name=latest", layout_dir.to_str().unwrap()],
+        &[
+            "validate",
+            "--type",
+            "image",
+            "--ref",
+            "name=latest",
+            layout_dir.to_str().unwrap(),
+        ],
     );
     // No staging trees are left in the cache.
     let staging = project.cache.join("staging");
@@ -130,6 +165,10 @@ fn a_directory_that_is_not_a_layout_is_never_overwritten() {
     fs_err::write(precious.join("notes.txt"), "mine").unwrap();
     let run = project.build(&["-o", "precious"]);
     run.assert_clean_failure(1);
-    assert!(run.stderr.contains("is not an OCI image layout"), "{}", run.stderr);
+    assert!(
+        run.stderr.contains("is not an OCI image layout"),
+        "{}",
+        run.stderr
+    );
     assert_eq!(fs_err::read_dir(&precious).unwrap().count(), 1);
 }

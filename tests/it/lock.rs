@@ -16,10 +16,18 @@ fn lock_is_written_reused_and_refreshed() {
     let lock = fs_err::read_to_string(project.lock_path()).unwrap();
     assert!(lock.contains("# imgbuild-base: scratch"), "{lock}");
     assert!(lock.contains("version: 7"), "a rattler lock file:\n{lock}");
-    for line in ["__glibc=2.17=0", "__linux=4.18=0", "__unix=0=0", "__archspec=1=x86_64"] {
+    for line in [
+        "__glibc=2.17=0",
+        "__linux=4.18=0",
+        "__unix=0=0",
+        "__archspec=1=x86_64",
+    ] {
         assert!(lock.contains(line), "{line} in\n{lock}");
     }
-    assert!(!lock.contains("__cuda"), "no [cuda] section, no __cuda:\n{lock}");
+    assert!(
+        !lock.contains("__cuda"),
+        "no [cuda] section, no __cuda:\n{lock}"
+    );
     // Every package pinned by location and sha256.
     for name in ["cuda-cudart-11.8.89-h0_0.conda", "hello-1.0-h0_0.tar.bz2"] {
         assert!(lock.contains(name), "{name} in\n{lock}");
@@ -28,7 +36,11 @@ fn lock_is_written_reused_and_refreshed() {
 
     // A build reuses it, byte for byte.
     let run = project.build(&[]).success();
-    assert!(run.stderr.contains("Reusing recipes/image.lock"), "{}", run.stderr);
+    assert!(
+        run.stderr.contains("Reusing recipes/image.lock"),
+        "{}",
+        run.stderr
+    );
     assert_eq!(fs_err::read_to_string(project.lock_path()).unwrap(), lock);
 
     // The recipe changes: the lock no longer satisfies it and is re-solved.
@@ -48,11 +60,15 @@ fn lock_is_written_reused_and_refreshed() {
     let run = project.build(&["--locked"]);
     run.assert_clean_failure(1);
     assert!(
-        run.stderr.contains("locked package `hello` is no longer needed"),
+        run.stderr
+            .contains("locked package `hello` is no longer needed"),
         "{}",
         run.stderr
     );
-    assert_eq!(fs_err::read_to_string(project.lock_path()).unwrap(), relocked);
+    assert_eq!(
+        fs_err::read_to_string(project.lock_path()).unwrap(),
+        relocked
+    );
 }
 
 #[test]
@@ -61,7 +77,11 @@ fn locked_refuses_a_stale_or_missing_lock() {
     project.write_recipe(&tiny_recipe(shared_channel(), "strict", &["hello 1.0"]));
     let run = project.build(&["--locked"]);
     run.assert_clean_failure(1);
-    assert!(run.stderr.contains("does not exist and `--locked` forbids"), "{}", run.stderr);
+    assert!(
+        run.stderr.contains("does not exist and `--locked` forbids"),
+        "{}",
+        run.stderr
+    );
 
     project.run(&["lock", "recipes/image.toml"]).success();
     project.build(&["--locked"]).success();
@@ -74,7 +94,12 @@ fn locked_refuses_a_stale_or_missing_lock() {
     project.write_recipe(&with_cuda);
     let run = project.build(&["--locked"]);
     run.assert_clean_failure(1);
-    assert!(run.stderr.contains("no longer satisfies the recipe: the target changed"), "{}", run.stderr);
+    assert!(
+        run.stderr
+            .contains("no longer satisfies the recipe: the target changed"),
+        "{}",
+        run.stderr
+    );
     assert!(run.stderr.contains("__cuda=11.8=0"), "{}", run.stderr);
 
     // Without --locked it re-solves, and the lock records the CUDA target.
@@ -113,13 +138,19 @@ fn http_channel_by_alias_then_offline_from_the_cache() {
     );
     // The server stops: nothing can be fetched any more.
     drop(server);
-    let offline = |args: &[&str]| {
-        project.run_with(args, &[("IMGBUILD_CHANNEL_ALIAS", alias.as_str())], None)
-    };
+    let offline =
+        |args: &[&str]| project.run_with(args, &[("IMGBUILD_CHANNEL_ALIAS", alias.as_str())], None);
 
     // --offline rebuilds from the lock and the package cache alone, to the same image.
-    let rebuilt = offline(&["build", "recipes/image.toml", "--offline", "--locked", "-o", "out/a"])
-        .success();
+    let rebuilt = offline(&[
+        "build",
+        "recipes/image.toml",
+        "--offline",
+        "--locked",
+        "-o",
+        "out/a",
+    ])
+    .success();
     assert_eq!(rebuilt.digest(), online.digest());
 
     // Without the lock, --offline solves from the cached repodata: the same lock again.
@@ -132,5 +163,9 @@ fn http_channel_by_alias_then_offline_from_the_cache() {
     fs_err::remove_file(project.lock_path()).unwrap();
     let run = offline(&["build", "recipes/image.toml", "-o", "out/c"]);
     run.assert_clean_failure(1);
-    assert!(run.stderr.contains(&format!("{alias}testchan")), "{}", run.stderr);
+    assert!(
+        run.stderr.contains(&format!("{alias}testchan")),
+        "{}",
+        run.stderr
+    );
 }

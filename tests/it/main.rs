@@ -1,6 +1,9 @@
 //! Integration tests: one binary that drives the real `imgbuild` CLI against a local
 //! channel of real packages and checks the images with real consumers.
 
+// Tests say on stderr when they skip.
+#![allow(clippy::print_stderr)]
+
 #[path = "../support/mod.rs"]
 mod support;
 

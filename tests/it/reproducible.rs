@@ -8,7 +8,11 @@ use crate::{
 
 #[test]
 fn same_lock_same_digest_across_directories_times_umasks_and_threads() {
-    let recipe = tiny_recipe(shared_channel(), "repro", &["hello 1.0", "pyhello", "other"]);
+    let recipe = tiny_recipe(
+        shared_channel(),
+        "repro",
+        &["hello 1.0", "pyhello", "other"],
+    );
     let first = Project::new();
     first.write_recipe(&recipe);
     let a = first
@@ -27,7 +31,15 @@ fn same_lock_same_digest_across_directories_times_umasks_and_threads() {
     fs_err::copy(first.lock_path(), second.lock_path()).unwrap();
     let b = second
         .run_with(
-            &["build", "recipes/image.toml", "--locked", "--jobs", "4", "-o", "out/elsewhere"],
+            &[
+                "build",
+                "recipes/image.toml",
+                "--locked",
+                "--jobs",
+                "4",
+                "-o",
+                "out/elsewhere",
+            ],
             &[("TZ", "Asia/Tokyo"), ("LC_ALL", "C.UTF-8")],
             Some("077"),
         )
@@ -54,7 +66,10 @@ fn same_lock_same_digest_across_directories_times_umasks_and_threads() {
     let layout_c = LayoutView::new(second.path().join("out/dated"));
     assert_eq!(layout_c.config()["created"], "2023-11-14T22:13:20Z");
     let packages = |view: &LayoutView| -> Vec<(String, String)> {
-        view.layers().into_iter().filter(|(p, _)| !p.is_empty()).collect()
+        view.layers()
+            .into_iter()
+            .filter(|(p, _)| !p.is_empty())
+            .collect()
     };
     assert_eq!(packages(&layout_a), packages(&layout_c));
 }
@@ -65,7 +80,11 @@ fn a_package_shared_by_two_recipes_has_one_layer_digest() {
     with_hello.write_recipe(&tiny_recipe(shared_channel(), "one", &["hello 2.0"]));
     with_hello.build(&[]).success();
     let with_other = Project::new();
-    with_other.write_recipe(&tiny_recipe(shared_channel(), "two", &["other", "_r-mutex"]));
+    with_other.write_recipe(&tiny_recipe(
+        shared_channel(),
+        "two",
+        &["other", "_r-mutex"],
+    ));
     with_other.build(&[]).success();
 
     let one = LayoutView::new(with_hello.path().join("images/one")).layers();

@@ -705,7 +705,10 @@ fn write_libgcc_standin(out: &Path) -> anyhow::Result<()> {
     write_package(
         out,
         linux64_index("libgcc-ng", "13.2.0", &[]),
-        &[file("share/libgcc-ng/STAND-IN", "metadata-only stand-in for tests\n")],
+        &[file(
+            "share/libgcc-ng/STAND-IN",
+            "metadata-only stand-in for tests\n",
+        )],
         None,
     )
 }
