@@ -18,7 +18,7 @@ use crate::{
     },
     lock::{Lock, LockError, LockedBase, Staleness},
     oci::{
-        base::{BaseError, BaseImage, open_base},
+        base::{BaseError, BaseImage, GlibcError, detect_glibc, open_base},
         image::{Activation, ImageError, ImageInputs, index_of, write_image},
         layout::{Layout, LayoutError},
     },
@@ -107,6 +107,8 @@ pub enum BuildError {
     #[error(transparent)]
     Base(#[from] BaseError),
     #[error(transparent)]
+    Glibc(#[from] GlibcError),
+    #[error(transparent)]
     Resolve(#[from] ResolveError),
     #[error(transparent)]
     Lock(#[from] LockError),
@@ -165,7 +167,12 @@ fn prepare(settings: &BuildSettings) -> Result<Prepared, BuildError> {
     };
     let recipe = Recipe::load(&settings.recipe_path, &options)?;
     let base = open_base(&recipe.base, recipe.platform)?;
-    let target = Target::for_recipe(&recipe, None);
+    // The base's glibc bounds what the environment may need, unless the recipe says.
+    let base_glibc = match (&recipe.glibc, &base) {
+        (None, Some(base)) => detect_glibc(base)?,
+        _ => None,
+    };
+    let target = Target::for_recipe(&recipe, base_glibc.as_ref());
     let locked_base = base.as_ref().map_or(LockedBase::Scratch, |b| {
         LockedBase::Digest(b.manifest_digest.clone())
     });

@@ -263,9 +263,12 @@ async fn run(cli: Cli) -> ExitCode {
                         human_bytes(compressed),
                         human_bytes(uncompressed),
                     );
-                    for (stage, time) in &report.timings {
-                        eprintln!("{:>12} {:?} {:.2}s", "", stage, time.as_secs_f64());
-                    }
+                    let timings: Vec<String> = report
+                        .timings
+                        .iter()
+                        .map(|(stage, time)| format!("{} {:.2}s", stage_name(*stage), time.as_secs_f64()))
+                        .collect();
+                    eprintln!("{:>12} {}", "Took", timings.join(", "));
                 }
                 // stdout carries the result only: one `layout:tag@digest` line per tag.
                 for tag in &report.tags {
@@ -312,6 +315,15 @@ fn describe_lock(report: &build::LockReport) {
             "{:>12} {path} ({} packages; re-solved because {reason})",
             "Locked", report.packages
         ),
+    }
+}
+
+fn stage_name(stage: Stage) -> &'static str {
+    match stage {
+        Stage::Solve => "lock",
+        Stage::Install => "install",
+        Stage::Layers => "layers",
+        Stage::Write => "write",
     }
 }
 

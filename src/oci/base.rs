@@ -182,3 +182,117 @@ fn oci_layer_media_type(media_type: &MediaType) -> Option<MediaType> {
         _ => None,
     }
 }
+
+#[derive(Debug, thiserror::Error)]
+pub enum GlibcError {
+    #[error("Failed to read layer `{digest}` of the base image")]
+    Layer {
+        digest: String,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// The glibc version the base image ships, found by reading its layers: the version string
+/// inside `libc.so.6` (`… release version 2.36.`) or the name `libc-2.31.so` of older
+/// glibcs. `None` when the base has no glibc (scratch, busybox, musl).
+pub fn detect_glibc(base: &BaseImage) -> Result<Option<rattler_conda_types::Version>, GlibcError> {
+    let mut found = None;
+    // Later layers override earlier ones, so the last find wins.
+    for layer in &base.layers {
+        let digest = layer.digest().to_string();
+        let err = |source| GlibcError::Layer {
+            digest: digest.clone(),
+            source,
+        };
+        let file = fs_err::File::open(base.blobs_dir.join(layer.digest().digest())).map_err(err)?;
+        let reader: Box<dyn std::io::Read> = match layer.media_type() {
+            MediaType::ImageLayerGzip => Box::new(flate2::read::MultiGzDecoder::new(
+                std::io::BufReader::new(file),
+            )),
+            MediaType::ImageLayerZstd => Box::new(zstd::Decoder::new(file).map_err(err)?),
+            _ => Box::new(std::io::BufReader::new(file)),
+        };
+        let mut archive = tar::Archive::new(reader);
+        for entry in archive.entries().map_err(err)? {
+            let mut entry = entry.map_err(err)?;
+            let path = entry.path().map_err(err)?.to_string_lossy().into_owned();
+            let Some(name) = path.rsplit('/').next() else {
+                continue;
+            };
+            if !is_library_dir(&path) {
+                continue;
+            }
+            if let Some(version) = name
+                .strip_prefix("libc-")
+                .and_then(|rest| rest.strip_suffix(".so"))
+            {
+                found = version.parse().ok().or(found);
+            } else if name == "libc.so.6" && entry.header().entry_type().is_file() {
+                let mut bytes = Vec::new();
+                std::io::Read::read_to_end(&mut entry, &mut bytes).map_err(err)?;
+                found = glibc_version_in(&bytes).or(found);
+            }
+        }
+    }
+    Ok(found)
+}
+
+/// Whether `path` (a tar entry name) is in a directory the dynamic loader searches.
+fn is_library_dir(path: &str) -> bool {
+    let path = path.trim_start_matches("./").trim_start_matches('/');
+    let dir = path.rsplit_once('/').map_or("", |(dir, _)| dir);
+    matches!(dir, "lib" | "lib64" | "usr/lib" | "usr/lib64")
+        || dir
+            .strip_prefix("lib/")
+            .is_some_and(|d| d.ends_with("-linux-gnu"))
+        || dir
+            .strip_prefix("usr/lib/")
+            .is_some_and(|d| d.ends_with("-linux-gnu"))
+}
+
+/// Finds `release version X.Y` in the bytes of a `libc.so.6`.
+fn glibc_version_in(bytes: &[u8]) -> Option<rattler_conda_types::Version> {
+    const MARK: &[u8] = b"GNU C Library";
+    let start = bytes.windows(MARK.len()).position(|w| w == MARK)?;
+    let tail = &bytes[start..bytes.len().min(start + 200)];
+    const VERSION: &[u8] = b"release version ";
+    let at = tail.windows(VERSION.len()).position(|w| w == VERSION)? + VERSION.len();
+    let digits: String = tail[at..]
+        .iter()
+        .take_while(|b| b.is_ascii_digit() || **b == b'.')
+        .map(|b| *b as char)
+        .collect();
+    digits.trim_end_matches('.').parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_the_version_banner_of_libc() {
+        let bytes = b"\0\0GNU C Library (Debian GLIBC 2.36-9+deb12u14) stable release version 2.36.\nCopyright";
+        assert_eq!(glibc_version_in(bytes).unwrap().to_string(), "2.36");
+        assert!(glibc_version_in(b"musl libc").is_none());
+    }
+
+    #[test]
+    fn library_directories() {
+        for yes in [
+            "lib/libc.so.6",
+            "usr/lib/x86_64-linux-gnu/libc.so.6",
+            "./lib64/libc-2.17.so",
+            "lib/aarch64-linux-gnu/libc.so.6",
+        ] {
+            assert!(is_library_dir(yes), "{yes}");
+        }
+        for no in [
+            "opt/conda/lib/libc.so.6",
+            "usr/share/doc/libc.so.6",
+            "libc.so.6",
+        ] {
+            assert!(!is_library_dir(no), "{no}");
+        }
+    }
+}
