@@ -1,12 +1,13 @@
 //! Which file goes into which layer, and in what order. Pure: no file is written here.
 //!
 //! A layer per package, so the same package build gives the same layer in every image that
-//! holds it and registries and nodes store it once. Order runs from the most shared and least
-//! changing (CUDA runtime, then packages nothing else depends on... the roots of the
-//! dependency graph come last) to the most specific, because runtimes share a layer only
-//! when every layer below it is shared too. When the packages do not fit the budget, the
-//! largest keep their own layers and the small rest share one. A last layer holds the
-//! image's own files: what no package owns (`conda-meta/history`, empty directories).
+//! holds it and registries and nodes store it once. Runtimes share a layer only when every
+//! layer below it is shared too (containerd keys snapshots by chain id), so the order runs
+//! from the most shared and least changing to the most specific: CUDA runtime packages
+//! first, then libraries before the packages that depend on them. When the packages do not
+//! fit the budget, the largest keep their own layers and the small rest share one. A last
+//! layer holds the image's own files: what no package owns (`conda-meta/history`, empty
+//! directories).
 
 use std::{
     collections::{BTreeMap, BTreeSet, HashMap},

@@ -12,4 +12,5 @@ mod common;
 mod errors;
 mod fixtures_smoke;
 mod lock;
+mod recipes;
 mod reproducible;
