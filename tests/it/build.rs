@@ -5,7 +5,7 @@ use std::{io::Read, path::Path};
 use sha2::{Digest, Sha256};
 
 use crate::{
-    common::{LayoutView, Project, run_tool, unpack},
+    common::{LayoutView, Project, run_tool, unpack, validate_layout},
     support::{
         base::{busybox_base_layout, have},
         channel::{PLACEHOLDER, cuda_runtime_wheel, tiny_recipe},
@@ -46,17 +46,7 @@ fn build_is_accepted_by_umoci_oci_image_tool_and_skopeo() {
 
     // oci-image-tool checks the layout, the manifest, the config and every descriptor.
     let layout_arg = layout_dir.to_str().unwrap();
-    run_tool(
-        "oci-image-tool",
-        &[
-            "validate",
-            "--type",
-            "image",
-            "--ref",
-            "name=latest",
-            layout_arg,
-        ],
-    );
+    validate_layout(layout_arg);
 
     // skopeo reads the same digest and layers.
     let inspect: serde_json::Value = serde_json::from_str(&run_tool(
@@ -238,4 +228,34 @@ fn image_on_a_busybox_base_runs_under_runc() {
 unsafe extern "C" {
     #[link_name = "geteuid"]
     fn libc_geteuid() -> u32;
+}
+
+#[test]
+fn activation_variables_become_image_env_and_scripts_are_reported() {
+    let project = Project::new();
+    let recipe = tiny_recipe(shared_channel(), "activated", &["activation"])
+        + "\n[image.env]\nACTIVATION_MODE = \"from the recipe\"\n";
+    project.write_recipe(&recipe);
+    let run = project.build(&[]).success();
+    assert!(
+        run.stderr.contains(
+            "warning: activation script `/opt/conda/etc/conda/activate.d/activation.sh` is not run at build time"
+        ),
+        "{}",
+        run.stderr
+    );
+    let config = LayoutView::new(project.path().join("images/activated")).config();
+    let env: Vec<&str> = config["config"]["Env"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap())
+        .collect();
+    assert!(env.contains(&"ACTIVATION_HOME=/somewhere/else"), "{env:?}");
+    // The recipe's env is applied last.
+    assert!(env.contains(&"ACTIVATION_MODE=from the recipe"), "{env:?}");
+    assert!(
+        !env.iter().any(|e| e.starts_with("ACTIVATION_SCRIPT_RAN")),
+        "{env:?}"
+    );
 }

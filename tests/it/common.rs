@@ -221,6 +221,16 @@ pub fn run_tool(program: &str, args: &[&str]) -> String {
     String::from_utf8_lossy(&output.stdout).into_owned()
 }
 
+/// `oci-image-tool validate` of the `latest` image of a layout: the layout, the manifest,
+/// the config and every descriptor.
+#[track_caller]
+pub fn validate_layout(dir: &str) {
+    run_tool(
+        "oci-image-tool",
+        &["validate", "--type", "image", "--ref", "name=latest", dir],
+    );
+}
+
 /// `umoci unpack` of `layout:tag` into `bundle`; returns the rootfs.
 pub fn unpack(layout: &Path, tag: &str, bundle: &Path) -> PathBuf {
     run_tool(

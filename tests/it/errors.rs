@@ -1,7 +1,7 @@
 //! Bad input gets a clear error, exit code 1, no panic, and loses nothing.
 
 use crate::{
-    common::{LayoutView, Project, run_tool},
+    common::{LayoutView, Project, validate_layout},
     support::{channel::tiny_recipe, shared_channel},
 };
 
@@ -140,17 +140,7 @@ fn broken_real_package_fails_cleanly_and_keeps_the_previous_image() {
         LayoutView::new(&layout_dir).manifest_digest(),
         good.digest()
     );
-    run_tool(
-        "oci-image-tool",
-        &[
-            "validate",
-            "--type",
-            "image",
-            "--ref",
-            "name=latest",
-            layout_dir.to_str().unwrap(),
-        ],
-    );
+    validate_layout(layout_dir.to_str().unwrap());
     // No staging trees are left in the cache.
     let staging = project.cache.join("staging");
     assert_eq!(fs_err::read_dir(&staging).unwrap().count(), 0);

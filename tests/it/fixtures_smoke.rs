@@ -34,6 +34,7 @@ fn test_channel_has_every_package_and_rattler_reads_them() {
     assert_eq!(
         indexed_names(channel_dir, "linux-64"),
         [
+            "activation-1.0-h0_0.tar.bz2",
             "bcj-cffi-0.5.1-py310h295c915_0.tar.bz2",
             "cuda-cudart-11.8.89-h0_0.conda",
             "hello-1.0-h0_0.tar.bz2",

@@ -11,8 +11,8 @@ fn every_shipped_recipe_is_valid() {
     for entry in fs_err::read_dir(&dir).unwrap() {
         let path = entry.unwrap().path();
         if path.extension().is_some_and(|e| e == "toml") {
-            let recipe = Recipe::load(&path, &RecipeOptions::default())
-                .unwrap_or_else(|e| panic!("{e}"));
+            let recipe =
+                Recipe::load(&path, &RecipeOptions::default()).unwrap_or_else(|e| panic!("{e}"));
             assert_eq!(
                 path.file_stem().unwrap().to_str().unwrap(),
                 recipe.name,
@@ -25,7 +25,11 @@ fn every_shipped_recipe_is_valid() {
     assert_eq!(names, ["demo", "py39-torch21"]);
 
     let torch = Recipe::load(&dir.join("py39-torch21.toml"), &RecipeOptions::default()).unwrap();
-    let channels: Vec<String> = torch.channels.iter().map(|c| c.base_url.to_string()).collect();
+    let channels: Vec<String> = torch
+        .channels
+        .iter()
+        .map(|c| c.base_url.to_string())
+        .collect();
     assert_eq!(
         channels,
         [
@@ -37,7 +41,13 @@ fn every_shipped_recipe_is_valid() {
     let specs: Vec<String> = torch.specs.iter().map(|s| s.to_string()).collect();
     assert_eq!(
         specs,
-        ["python 3.9.*", "pytorch 2.1.*", "pytorch-cuda 11.8.*", "torchvision", "numpy"]
+        [
+            "python 3.9.*",
+            "pytorch 2.1.*",
+            "pytorch-cuda 11.8.*",
+            "torchvision",
+            "numpy"
+        ]
     );
     assert_eq!(torch.cuda.as_ref().unwrap().version.to_string(), "11.8");
 }

@@ -82,6 +82,7 @@ pub const REAL_PACKAGES: &[(&str, &str, &str)] = &[
 
 /// Packages made by [`write_test_channel`], as (subdir, file name).
 pub const MADE_PACKAGES: &[(&str, &str)] = &[
+    ("linux-64", "activation-1.0-h0_0.tar.bz2"),
     ("linux-64", "cuda-cudart-11.8.89-h0_0.conda"),
     ("linux-64", "hello-1.0-h0_0.tar.bz2"),
     ("linux-64", "hello-2.0-h0_0.tar.bz2"),
@@ -258,6 +259,7 @@ pub fn write_test_channel(channel_dir: &Path, cache_dir: &Path) -> anyhow::Resul
     write_pyhello(&noarch.join("pyhello-1.0-pyh0_0.conda"))?;
     write_other(&linux64.join("other-1.0-h0_0.tar.bz2"))?;
     write_libgcc_standin(&linux64.join("libgcc-ng-13.2.0-h0_0.tar.bz2"))?;
+    write_activation(&linux64.join("activation-1.0-h0_0.tar.bz2"))?;
 
     index_channel(channel_dir)?;
     check_repodata(channel_dir)
@@ -696,6 +698,27 @@ fn write_pyhello(out: &Path) -> anyhow::Result<()> {
             "def main():\n    print(\"hi\")\n",
         )],
         Some(link_json),
+    )
+}
+
+/// i. A package that sets environment variables on activation, the way `cuda-nvcc` or
+/// `openjdk` do: `etc/conda/env_vars.d/*.json` (static, becomes image `Env`) and an
+/// `etc/conda/activate.d/*.sh` script (target code, never run at build time).
+fn write_activation(out: &Path) -> anyhow::Result<()> {
+    write_package(
+        out,
+        linux64_index("activation", "1.0", &[]),
+        &[
+            file(
+                "etc/conda/env_vars.d/activation.json",
+                "{\"ACTIVATION_HOME\": \"/somewhere/else\", \"ACTIVATION_MODE\": \"static\"}\n",
+            ),
+            executable(
+                "etc/conda/activate.d/activation.sh",
+                "export ACTIVATION_SCRIPT_RAN=yes\n",
+            ),
+        ],
+        None,
     )
 }
 
