@@ -48,6 +48,8 @@ pub enum PlanError {
         "The layer budget of {budget} is too small: the base has {base_layers} layers and the image needs at least 2 more (packages and its own files); raise `[layers] max`"
     )]
     BudgetTooSmall { budget: u32, base_layers: usize },
+    #[error("`{}` has a name that is not UTF-8, which an image layer cannot carry faithfully", path.display())]
+    NonUtf8 { path: std::path::PathBuf },
     #[error("Failed to read the staged prefix at `{}`", path.display())]
     Walk {
         path: std::path::PathBuf,
@@ -173,8 +175,11 @@ pub fn plan_layers(
                 .path()
                 .strip_prefix(&prefix_dir)
                 .expect("walk stays under the prefix")
-                .to_string_lossy()
-                .into_owned();
+                .to_str()
+                .ok_or_else(|| PlanError::NonUtf8 {
+                    path: entry.path().to_path_buf(),
+                })?
+                .to_string();
             if owners.contains_key(rel.as_str()) {
                 continue;
             }
@@ -298,4 +303,125 @@ fn dependency_order(staged: &StagedPrefix) -> Vec<usize> {
         })
     });
     order
+}
+
+#[cfg(test)]
+mod tests {
+    use rattler_conda_types::RepoDataRecord;
+
+    use super::*;
+    use crate::install::StagedPackage;
+
+    /// A staged prefix with packages `(name, depends, [(file, size)])`.
+    fn staged(root: &Path, packages: &[(&str, &[&str], &[(&str, usize)])]) -> StagedPrefix {
+        let prefix = root.join("opt/conda");
+        fs_err::create_dir_all(prefix.join("conda-meta")).unwrap();
+        fs_err::write(prefix.join("conda-meta/history"), "").unwrap();
+        fs_err::create_dir_all(prefix.join("empty")).unwrap();
+        let packages = packages
+            .iter()
+            .map(|(name, depends, files)| {
+                let record: RepoDataRecord = serde_json::from_value(serde_json::json!({
+                    "name": name, "version": "1", "build": "0", "build_number": 0,
+                    "depends": depends, "subdir": "linux-64", "timestamp": 1_696_118_400_000u64,
+                    "fn": format!("{name}-1-0.conda"),
+                    "url": format!("https://example.org/c/linux-64/{name}-1-0.conda"),
+                    "channel": "https://example.org/c/",
+                }))
+                .unwrap();
+                let mut owned = Vec::new();
+                for (file, size) in *files {
+                    let path = prefix.join(file);
+                    fs_err::create_dir_all(path.parent().unwrap()).unwrap();
+                    fs_err::write(&path, vec![0u8; *size]).unwrap();
+                    owned.push(file.to_string());
+                }
+                let meta = format!("conda-meta/{name}-1-0.json");
+                fs_err::write(prefix.join(&meta), "{}").unwrap();
+                owned.push(meta);
+                StagedPackage {
+                    record,
+                    files: owned,
+                }
+            })
+            .collect();
+        StagedPrefix {
+            root: root.to_path_buf(),
+            prefix: "/opt/conda".into(),
+            packages,
+        }
+    }
+
+    const PACKAGES: &[(&str, &[&str], &[(&str, usize)])] = &[
+        ("app", &["numpy >=1", "python 3.9.*"], &[("bin/app", 10)]),
+        ("cuda-cudart", &[], &[("lib/libcudart.so.11.0", 500)]),
+        ("numpy", &["python"], &[("lib/numpy.so", 300)]),
+        ("python", &["__glibc >=2.17"], &[("bin/python", 200)]),
+        ("tiny", &[], &[("share/tiny", 1)]),
+    ];
+
+    fn names(plan: &LayerPlan) -> Vec<&str> {
+        plan.layers.iter().map(|l| l.name.as_str()).collect()
+    }
+
+    #[test]
+    fn one_layer_per_package_cuda_first_libraries_before_users() {
+        let dir = tempfile::tempdir().unwrap();
+        let plan = plan_layers(&staged(dir.path(), PACKAGES), 60, 0, 7).unwrap();
+        assert_eq!(
+            names(&plan),
+            [
+                "cuda-cudart-1-0",
+                "python-1-0",
+                "tiny-1-0",
+                "numpy-1-0",
+                "app-1-0",
+                "image"
+            ]
+        );
+        let numpy = &plan.layers[3];
+        assert_eq!(
+            numpy.paths,
+            [
+                "opt/conda/conda-meta/numpy-1-0.json",
+                "opt/conda/lib/numpy.so"
+            ]
+        );
+        assert_eq!(numpy.mtime, 1_696_118_400);
+        assert_eq!(numpy.size, 300 + 2);
+        let image = plan.layers.last().unwrap();
+        assert_eq!(
+            image.paths,
+            ["opt/conda/conda-meta/history", "opt/conda/empty"]
+        );
+        assert_eq!(image.mtime, 7);
+    }
+
+    #[test]
+    fn over_budget_the_largest_stay_alone_and_the_rest_share_a_layer() {
+        let dir = tempfile::tempdir().unwrap();
+        // 6 layers in all, 2 from the base, 1 for the image: 3 for 5 packages.
+        let plan = plan_layers(&staged(dir.path(), PACKAGES), 6, 2, 0).unwrap();
+        assert_eq!(
+            names(&plan),
+            ["cuda-cudart-1-0", "numpy-1-0", "3 small packages", "image"]
+        );
+        assert_eq!(
+            plan.layers[2].packages,
+            ["python-1-0", "tiny-1-0", "app-1-0"]
+        );
+        let mut sorted = plan.layers[2].paths.clone();
+        sorted.sort();
+        assert_eq!(
+            plan.layers[2].paths, sorted,
+            "a shared layer's paths are sorted"
+        );
+    }
+
+    #[test]
+    fn a_budget_the_base_already_fills_is_an_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let err = plan_layers(&staged(dir.path(), PACKAGES), 10, 9, 0).unwrap_err();
+        assert!(err.to_string().contains("the base has 9 layers"), "{err}");
+    }
 }

@@ -29,8 +29,6 @@ pub enum TarError {
     },
     #[error("`{path}` is a {kind}; an image layer may hold only files, directories and links")]
     Unsupported { path: String, kind: &'static str },
-    #[error("`{path}` is not valid UTF-8")]
-    NonUtf8 { path: String },
 }
 
 /// Every ancestor directory of `paths`, plus the paths themselves, in tar order.
@@ -232,6 +230,36 @@ mod tests {
                 ("p/data".into(), EntryType::Regular, 0o644, 42),
                 ("p/data2".into(), EntryType::Link, 0o644, 42),
             ]
+        );
+    }
+
+    #[test]
+    fn long_names_and_link_targets_survive() {
+        let dir = tempfile::tempdir().unwrap();
+        let deep = format!("p/{}/{}", "d".repeat(120), "f".repeat(120));
+        let link = format!("p/{}", "l".repeat(150));
+        fs_err::create_dir_all(dir.path().join(&deep).parent().unwrap()).unwrap();
+        fs_err::write(dir.path().join(&deep), "x").unwrap();
+        std::os::unix::fs::symlink(format!("../{deep}"), dir.path().join(&link)).unwrap();
+        let bytes = write_tar(dir.path(), &[deep.clone(), link.clone()], 0, Vec::new()).unwrap();
+        let mut archive = tar::Archive::new(bytes.as_slice());
+        let entries: Vec<(String, Option<String>)> = archive
+            .entries()
+            .unwrap()
+            .map(|e| {
+                let e = e.unwrap();
+                (
+                    e.path().unwrap().to_string_lossy().into_owned(),
+                    e.link_name()
+                        .unwrap()
+                        .map(|l| l.to_string_lossy().into_owned()),
+                )
+            })
+            .filter(|(path, _)| path == &deep || path == &link)
+            .collect();
+        assert_eq!(
+            entries,
+            vec![(deep.clone(), None), (link, Some(format!("../{deep}")))]
         );
     }
 
