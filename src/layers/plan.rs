@@ -312,8 +312,11 @@ mod tests {
     use super::*;
     use crate::install::StagedPackage;
 
-    /// A staged prefix with packages `(name, depends, [(file, size)])`.
-    fn staged(root: &Path, packages: &[(&str, &[&str], &[(&str, usize)])]) -> StagedPrefix {
+    /// `(name, depends, [(file, size)])` of a made-up package.
+    type Package<'a> = (&'a str, &'a [&'a str], &'a [(&'a str, usize)]);
+
+    /// A staged prefix holding `packages`.
+    fn staged(root: &Path, packages: &[Package<'_>]) -> StagedPrefix {
         let prefix = root.join("opt/conda");
         fs_err::create_dir_all(prefix.join("conda-meta")).unwrap();
         fs_err::write(prefix.join("conda-meta/history"), "").unwrap();
@@ -352,7 +355,7 @@ mod tests {
         }
     }
 
-    const PACKAGES: &[(&str, &[&str], &[(&str, usize)])] = &[
+    const PACKAGES: &[Package<'static>] = &[
         ("app", &["numpy >=1", "python 3.9.*"], &[("bin/app", 10)]),
         ("cuda-cudart", &[], &[("lib/libcudart.so.11.0", 500)]),
         ("numpy", &["python"], &[("lib/numpy.so", 300)]),
