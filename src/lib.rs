@@ -6,6 +6,7 @@
 
 pub mod build;
 pub mod cli;
+pub mod cuda;
 pub mod fs;
 pub mod install;
 pub mod layers;

@@ -52,7 +52,8 @@ impl Target {
             virtual_package("__glibc", glibc, "0"),
         ];
         if let Some(cuda) = &recipe.cuda {
-            virtual_packages.push(virtual_package("__cuda", cuda.version.clone(), "0"));
+            let version = Version::from_str(&cuda.virtual_cuda().to_string()).expect("valid");
+            virtual_packages.push(virtual_package("__cuda", version, "0"));
         }
         if let Some(arch) = recipe.platform.arch() {
             virtual_packages.push(virtual_package(

@@ -11,6 +11,11 @@ use rattler_conda_types::{Channel, ChannelConfig, MatchSpec, ParseStrictness, Su
 use toml::Spanned;
 use url::Url;
 
+use crate::cuda::compat::{
+    CudaVersion, DriverVersion, Support, driver_cuda_version, minor_version_minimum,
+    release_minimum, support,
+};
+
 use super::{
     DEFAULT_CHANNEL_ALIAS, DEFAULT_LAYER_BUDGET, DEFAULT_PREFIX,
     error::{RecipeError, SourceSpan},
@@ -50,11 +55,24 @@ impl std::fmt::Display for Base {
     }
 }
 
-/// The CUDA runtime an image targets; it becomes the solver's `__cuda` virtual package.
+/// The CUDA runtime an image targets and the oldest driver it must run on.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CudaTarget {
-    pub version: Version,
-    pub min_driver: Option<String>,
+    pub version: CudaVersion,
+    /// As the recipe gave it, or the release's own minimum.
+    pub min_driver: DriverVersion,
+    /// Whether NVIDIA's forward-compatibility libraries are added.
+    pub compat: bool,
+    /// How the runtime runs on `min_driver`; never `Unsupported` (that is a recipe error).
+    pub support: Support,
+}
+
+impl CudaTarget {
+    /// The `__cuda` virtual package: the CUDA version `min_driver` fully supports, so
+    /// packages that need a newer driver are never chosen.
+    pub fn virtual_cuda(&self) -> CudaVersion {
+        driver_cuda_version(&self.min_driver).unwrap_or(self.version)
+    }
 }
 
 /// A validated recipe. Every field holds a value later stages can use as it is.
@@ -302,29 +320,19 @@ impl Checker {
             }
         }
 
-        let cuda =
-            file.cuda
-                .as_ref()
-                .map(|cuda| {
-                    let numeric =
-                        cuda.version.get_ref().split('.').all(|part| {
-                            !part.is_empty() && part.chars().all(|c| c.is_ascii_digit())
-                        });
-                    if !numeric {
-                        return Err(self.error(
-                            &cuda.version,
-                            format!(
-                                "invalid CUDA version `{}`: expected `MAJOR.MINOR`, e.g. `11.8`",
-                                cuda.version.get_ref()
-                            ),
-                        ));
-                    }
-                    Ok::<_, RecipeError>(CudaTarget {
-                        version: self.version(&cuda.version, "CUDA version")?,
-                        min_driver: cuda.min_driver.as_ref().map(|d| d.get_ref().clone()),
-                    })
-                })
-                .transpose()?;
+        let cuda = file.cuda.as_ref().map(|cuda| self.cuda(cuda)).transpose()?;
+        let mut specs = specs;
+        if let Some(cuda) = cuda.as_ref().filter(|c| c.compat) {
+            // NVIDIA's forward-compatibility libraries for this runtime (conda-forge and
+            // the nvidia channel name them `cuda-compat`).
+            specs.push(
+                MatchSpec::from_str(
+                    &format!("cuda-compat {}.*", cuda.version),
+                    ParseStrictness::Lenient,
+                )
+                .expect("a valid spec"),
+            );
+        }
 
         let workdir = match &image.workdir {
             Some(dir) if !dir.get_ref().starts_with('/') => {
@@ -408,6 +416,62 @@ impl Checker {
         Ok(Base::OciLayout {
             path: recipe_dir(&self.path).join(path),
             tag: tag.to_string(),
+        })
+    }
+
+    fn cuda(&self, cuda: &super::schema::CudaSection) -> Result<CudaTarget, RecipeError> {
+        let version: CudaVersion = cuda
+            .version
+            .get_ref()
+            .parse()
+            .ok()
+            .filter(|_| cuda.version.get_ref().matches('.').count() == 1)
+            .ok_or_else(|| {
+                self.error(
+                    &cuda.version,
+                    format!(
+                        "invalid CUDA version `{}`: expected `MAJOR.MINOR`, e.g. `11.8`",
+                        cuda.version.get_ref()
+                    ),
+                )
+            })?;
+        if minor_version_minimum(version.major).is_none() {
+            return Err(self.error(
+                &cuda.version,
+                format!("CUDA {version} is not a release imgbuild knows (11.x, 12.x and 13.x are)"),
+            ));
+        }
+        let min_driver = match &cuda.min_driver {
+            Some(raw) => raw
+                .get_ref()
+                .parse::<DriverVersion>()
+                .map_err(|message| self.error(raw, format!("invalid `min-driver`: {message}")))?,
+            None => release_minimum(version)
+                .or_else(|| minor_version_minimum(version.major))
+                .expect("known major"),
+        };
+        let support = support(version, &min_driver);
+        if let (Support::Unsupported { needs }, false) = (&support, cuda.compat) {
+            let span = cuda
+                .min_driver
+                .as_ref()
+                .map_or_else(|| cuda.version.span(), |d| d.span());
+            let full = release_minimum(version)
+                .map(|d| format!("; {d} or newer for full support"))
+                .unwrap_or_default();
+            return Err(RecipeError::Invalid {
+                path: self.path.clone(),
+                message: format!(
+                    "CUDA {version} cannot run on driver {min_driver}: it needs driver {needs} or newer (minor-version compatibility){full}. Raise `min-driver`, lower `version`, or set `compat = true` for NVIDIA's forward-compatibility libraries"
+                ),
+                span: Some(self.span(span)),
+            });
+        }
+        Ok(CudaTarget {
+            version,
+            min_driver,
+            compat: cuda.compat,
+            support,
         })
     }
 
@@ -563,6 +627,45 @@ dependencies = ["python=3.9", "numpy >=1.20"]
     }
 
     #[test]
+    fn cuda_that_cannot_run_on_min_driver_fails_naming_the_driver_it_needs() {
+        let text =
+            "[image]\nname = \"x\"\n[cuda]\nversion = \"12.1\"\nmin-driver = \"520.61.05\"\n";
+        let shown = parse(text).unwrap_err().to_string();
+        assert!(
+            shown.contains("CUDA 12.1 cannot run on driver 520.61.05: it needs driver 525.60.13 or newer (minor-version compatibility); 530.30.02 or newer for full support"),
+            "{shown}"
+        );
+        assert!(shown.contains("x.toml:5:14"), "{shown}");
+        // Forward compatibility lifts the check and adds NVIDIA's libraries.
+        let compat = parse(&format!("{text}compat = true\n")).unwrap();
+        assert!(compat.cuda.unwrap().compat);
+        assert_eq!(
+            compat.specs.last().unwrap().to_string(),
+            "cuda-compat 12.1.*"
+        );
+    }
+
+    #[test]
+    fn virtual_cuda_follows_min_driver() {
+        let with = |body: &str| {
+            parse(&format!("[image]\nname = \"x\"\n[cuda]\n{body}"))
+                .unwrap()
+                .cuda
+                .unwrap()
+        };
+        let full = with("version = \"11.8\"\n");
+        assert_eq!(full.min_driver.to_string(), "520.61.05");
+        assert_eq!(full.support, Support::Full);
+        assert_eq!(full.virtual_cuda().to_string(), "11.8");
+        // 12.4 on a 12.0 driver: minor-version compatibility, and the solver sees 12.0.
+        let minor = with("version = \"12.4\"\nmin-driver = \"525.60.13\"\n");
+        assert_eq!(minor.support, Support::MinorVersion);
+        assert_eq!(minor.virtual_cuda().to_string(), "12.0");
+        let newer = with("version = \"11.8\"\nmin-driver = \"535.104.05\"\n");
+        assert_eq!(newer.virtual_cuda().to_string(), "12.2");
+    }
+
+    #[test]
     fn base_forms() {
         let with = |base: &str| parse(&format!("[image]\nname = \"x\"\nbase = \"{base}\"\n"));
         assert_eq!(
@@ -616,6 +719,18 @@ dependencies = ["python=3.9", "numpy >=1.20"]
             (
                 "[image]\nname = \"x\"\n[cuda]\nversion = \"eleven\"\n",
                 "invalid CUDA version",
+            ),
+            (
+                "[image]\nname = \"x\"\n[cuda]\nversion = \"11.8.0\"\n",
+                "invalid CUDA version",
+            ),
+            (
+                "[image]\nname = \"x\"\n[cuda]\nversion = \"10.2\"\n",
+                "not a release imgbuild knows",
+            ),
+            (
+                "[image]\nname = \"x\"\n[cuda]\nversion = \"11.8\"\nmin-driver = \"new\"\n",
+                "invalid `min-driver`",
             ),
             ("[image]\nname = \"x\"\nworkdir = \"rel\"\n", "absolute"),
             ("[image]\n", "missing field `name`"),

@@ -64,8 +64,12 @@ pub(crate) struct CondaSection {
 pub(crate) struct CudaSection {
     /// CUDA runtime version the image targets, e.g. `11.8`.
     pub version: Spanned<String>,
-    /// Oldest host driver the image must run on, e.g. `520.61.05`.
+    /// Oldest host driver the image must run on, e.g. `520.61.05`; default: the release's
+    /// own minimum.
     pub min_driver: Option<Spanned<String>>,
+    /// Include NVIDIA's forward-compatibility libraries (`cuda-compat`).
+    #[serde(default)]
+    pub compat: bool,
 }
 
 #[derive(Debug, Default, Deserialize)]

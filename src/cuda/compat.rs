@@ -1,0 +1,295 @@
+//! NVIDIA's CUDA ⇄ driver compatibility rules, as data.
+//!
+//! Sources (Linux x86-64 columns):
+//! - "CUDA Toolkit and Corresponding Driver Versions", Table 3 of the CUDA Toolkit release
+//!   notes (docs.nvidia.com/cuda/cuda-toolkit-release-notes): the driver each toolkit
+//!   release (GA) ships with and fully supports.
+//! - "CUDA Compatibility" guide (docs.nvidia.com/deploy/cuda-compatibility), minor-version
+//!   compatibility: any 11.x runtime runs on ≥ 450.80.02, 12.x on ≥ 525.60.13, 13.x on
+//!   ≥ 580, with limits (no JIT of PTX newer than the driver; use SASS or the same-major
+//!   NVRTC output compiled for the device).
+
+use std::{cmp::Ordering, fmt, str::FromStr};
+
+/// A driver version such as `520.61.05`, compared numerically field by field and shown as
+/// written (NVIDIA's versions keep leading zeros: `520.61.05`).
+#[derive(Debug, Clone)]
+pub struct DriverVersion {
+    parts: Vec<u32>,
+    text: String,
+}
+
+impl DriverVersion {
+    pub fn major(&self) -> u32 {
+        self.parts[0]
+    }
+}
+
+impl PartialEq for DriverVersion {
+    fn eq(&self, other: &Self) -> bool {
+        self.cmp(other) == Ordering::Equal
+    }
+}
+
+impl Eq for DriverVersion {}
+
+impl FromStr for DriverVersion {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let parts = s
+            .split('.')
+            .map(|p| p.parse::<u32>())
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|_| format!("`{s}` is not a driver version like `520.61.05`"))?;
+        if parts.is_empty() || parts.len() > 3 || parts[0] < 100 {
+            return Err(format!("`{s}` is not a driver version like `520.61.05`"));
+        }
+        Ok(DriverVersion {
+            parts,
+            text: s.to_string(),
+        })
+    }
+}
+
+impl fmt::Display for DriverVersion {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.text)
+    }
+}
+
+impl PartialOrd for DriverVersion {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for DriverVersion {
+    fn cmp(&self, other: &Self) -> Ordering {
+        // Missing fields count as 0: `580` < `580.65.06`.
+        let len = self.parts.len().max(other.parts.len());
+        (0..len)
+            .map(|i| {
+                let a = self.parts.get(i).copied().unwrap_or(0);
+                let b = other.parts.get(i).copied().unwrap_or(0);
+                a.cmp(&b)
+            })
+            .find(|o| o.is_ne())
+            .unwrap_or(Ordering::Equal)
+    }
+}
+
+/// A CUDA `major.minor` version.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct CudaVersion {
+    pub major: u32,
+    pub minor: u32,
+}
+
+impl CudaVersion {
+    pub const fn new(major: u32, minor: u32) -> Self {
+        Self { major, minor }
+    }
+
+    /// The CUDA version the driver API reports (`cuDriverGetVersion`: 1000 × major + 10 × minor).
+    pub fn from_driver_api(version: i32) -> Self {
+        let version = version.max(0) as u32;
+        Self::new(version / 1000, (version % 1000) / 10)
+    }
+}
+
+impl FromStr for CudaVersion {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let mut parts = s.split('.');
+        let parse = |p: Option<&str>| p.and_then(|p| p.parse::<u32>().ok());
+        match (parse(parts.next()), parse(parts.next())) {
+            (Some(major), Some(minor)) => Ok(Self::new(major, minor)),
+            (Some(major), None) if !s.contains('.') => Ok(Self::new(major, 0)),
+            _ => Err(format!("`{s}` is not a CUDA version like `11.8`")),
+        }
+    }
+}
+
+impl fmt::Display for CudaVersion {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}.{}", self.major, self.minor)
+    }
+}
+
+/// The minimum Linux driver of each CUDA toolkit release (GA), Table 3 of the release notes.
+pub const RELEASE_MINIMUM_DRIVER: &[(CudaVersion, &str)] = &[
+    (CudaVersion::new(11, 0), "450.36.06"),
+    (CudaVersion::new(11, 1), "455.23"),
+    (CudaVersion::new(11, 2), "460.27.03"),
+    (CudaVersion::new(11, 3), "465.19.01"),
+    (CudaVersion::new(11, 4), "470.42.01"),
+    (CudaVersion::new(11, 5), "495.29.05"),
+    (CudaVersion::new(11, 6), "510.39.01"),
+    (CudaVersion::new(11, 7), "515.43.04"),
+    (CudaVersion::new(11, 8), "520.61.05"),
+    (CudaVersion::new(12, 0), "525.60.13"),
+    (CudaVersion::new(12, 1), "530.30.02"),
+    (CudaVersion::new(12, 2), "535.54.03"),
+    (CudaVersion::new(12, 3), "545.23.06"),
+    (CudaVersion::new(12, 4), "550.54.14"),
+    (CudaVersion::new(12, 5), "555.42.02"),
+    (CudaVersion::new(12, 6), "560.28.03"),
+    (CudaVersion::new(12, 8), "570.26"),
+    (CudaVersion::new(12, 9), "575.51.03"),
+    (CudaVersion::new(13, 0), "580.65.06"),
+];
+
+/// Minor-version compatibility: the oldest driver any runtime of a major version runs on.
+pub const MINOR_VERSION_COMPAT: &[(u32, &str)] =
+    &[(11, "450.80.02"), (12, "525.60.13"), (13, "580")];
+
+/// How a runtime can run on a driver.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Support {
+    /// The driver is at least the release's own minimum.
+    Full,
+    /// Only through minor-version compatibility: PTX newer than the driver cannot be
+    /// JIT-compiled, so kernels must be built for the device (SASS).
+    MinorVersion,
+    /// It cannot run; the driver it would need is given.
+    Unsupported { needs: DriverVersion },
+}
+
+fn driver(s: &str) -> DriverVersion {
+    s.parse().expect("the tables hold valid driver versions")
+}
+
+/// The minimum driver of release `cuda`, if the table knows the release.
+pub fn release_minimum(cuda: CudaVersion) -> Option<DriverVersion> {
+    RELEASE_MINIMUM_DRIVER
+        .iter()
+        .find(|(v, _)| *v == cuda)
+        .map(|(_, d)| driver(d))
+}
+
+/// The oldest driver a `major` runtime runs on through minor-version compatibility.
+pub fn minor_version_minimum(major: u32) -> Option<DriverVersion> {
+    MINOR_VERSION_COMPAT
+        .iter()
+        .find(|(m, _)| *m == major)
+        .map(|(_, d)| driver(d))
+}
+
+/// Whether runtime `cuda` runs on `installed`.
+pub fn support(cuda: CudaVersion, installed: &DriverVersion) -> Support {
+    // A release newer than the table: its own minimum is unknown, so ask for at least the
+    // newest known release's.
+    let full = release_minimum(cuda).unwrap_or_else(|| {
+        RELEASE_MINIMUM_DRIVER
+            .iter()
+            .filter(|(v, _)| *v <= cuda)
+            .map(|(_, d)| driver(d))
+            .max()
+            .unwrap_or_else(|| driver("450.36.06"))
+    });
+    if *installed >= full {
+        return Support::Full;
+    }
+    match minor_version_minimum(cuda.major) {
+        Some(floor) if *installed >= floor => Support::MinorVersion,
+        Some(floor) => Support::Unsupported { needs: floor },
+        None => Support::Unsupported { needs: full },
+    }
+}
+
+/// The newest CUDA release `installed` fully supports: what `cuDriverGetVersion` would
+/// report, and the solver's `__cuda`.
+pub fn driver_cuda_version(installed: &DriverVersion) -> Option<CudaVersion> {
+    RELEASE_MINIMUM_DRIVER
+        .iter()
+        .filter(|(_, d)| driver(d) <= *installed)
+        .map(|(v, _)| *v)
+        .max()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn d(s: &str) -> DriverVersion {
+        s.parse().unwrap()
+    }
+
+    #[test]
+    fn driver_versions_compare_numerically() {
+        assert!(d("520.61.05") > d("520.61.4"));
+        assert!(d("580") < d("580.65.06"));
+        assert!(d("1000.0") > d("999.99.99"));
+        assert!("52.1".parse::<DriverVersion>().is_err());
+        assert!("abc".parse::<DriverVersion>().is_err());
+    }
+
+    #[test]
+    fn the_tables_are_ordered_and_consistent() {
+        for pair in RELEASE_MINIMUM_DRIVER.windows(2) {
+            assert!(
+                pair[0].0 < pair[1].0 && driver(pair[0].1) < driver(pair[1].1),
+                "{pair:?}"
+            );
+        }
+        // Every release of a major runs on that major's minor-version floor or newer; the
+        // floor is at most the newest release's own minimum (11.0 GA predates its floor).
+        for (major, floor) in MINOR_VERSION_COMPAT {
+            let newest = RELEASE_MINIMUM_DRIVER
+                .iter()
+                .filter(|(v, _)| v.major == *major)
+                .map(|(_, d)| driver(d))
+                .max()
+                .unwrap();
+            assert!(driver(floor) <= newest, "{major}: {floor} vs {newest}");
+        }
+    }
+
+    #[test]
+    fn support_follows_nvidia_rules() {
+        let v = |s: &str| s.parse::<CudaVersion>().unwrap();
+        assert_eq!(support(v("11.8"), &d("520.61.05")), Support::Full);
+        assert_eq!(support(v("11.8"), &d("470.82.01")), Support::MinorVersion);
+        assert_eq!(
+            support(v("11.8"), &d("450.36.06")),
+            Support::Unsupported {
+                needs: d("450.80.02")
+            }
+        );
+        assert_eq!(support(v("12.4"), &d("525.60.13")), Support::MinorVersion);
+        assert_eq!(
+            support(v("12.1"), &d("520.61.05")),
+            Support::Unsupported {
+                needs: d("525.60.13")
+            }
+        );
+        assert_eq!(support(v("13.0"), &d("580.95.05")), Support::Full);
+        assert_eq!(
+            support(v("13.0"), &d("575.51.03")),
+            Support::Unsupported { needs: d("580") }
+        );
+        // A release newer than the table is held to at least the newest known minimum.
+        assert_eq!(support(v("13.1"), &d("580.65.06")), Support::Full);
+    }
+
+    #[test]
+    fn the_driver_cuda_version_is_the_newest_fully_supported_release() {
+        assert_eq!(
+            driver_cuda_version(&d("520.61.05")),
+            Some(CudaVersion::new(11, 8))
+        );
+        assert_eq!(
+            driver_cuda_version(&d("535.104.05")),
+            Some(CudaVersion::new(12, 2))
+        );
+        assert_eq!(
+            driver_cuda_version(&d("580.159.04")),
+            Some(CudaVersion::new(13, 0))
+        );
+        assert_eq!(driver_cuda_version(&d("440.33")), None);
+        assert_eq!(CudaVersion::from_driver_api(13000), CudaVersion::new(13, 0));
+        assert_eq!(CudaVersion::from_driver_api(12080), CudaVersion::new(12, 8));
+    }
+}
