@@ -11,6 +11,7 @@ use rattler_shell::{activation::Activator, shell};
 use url::Url;
 
 use crate::{
+    cuda::{compat::Support, solved_cuda},
     install::{InstallError, InstallOptions, install},
     layers::{
         Compression, LayerBlob, PlannedLayer, plan::PlanError, plan_layers, write::WriteError,
@@ -323,7 +324,20 @@ pub async fn build(
         name: recipe.name.clone(),
         source,
     })?;
-    let activation = activation(&staged.prefix_dir(), &recipe.prefix, recipe, reporter)?;
+    let mut activation = activation(&staged.prefix_dir(), &recipe.prefix, recipe, reporter)?;
+    let mut annotations = indexmap::IndexMap::new();
+    if let Some(cuda) = &recipe.cuda {
+        if cuda.support == Support::MinorVersion {
+            reporter.on_warning(&format!(
+                "CUDA {} runs on driver {} only through minor-version compatibility: kernels must be built for the device, PTX newer than the driver cannot be JIT-compiled",
+                cuda.version, cuda.min_driver
+            ));
+        }
+        let settings =
+            crate::cuda::image_settings(cuda, solved_cuda(&lock.records).as_ref(), &recipe.prefix);
+        activation.variables.extend(settings.env);
+        annotations = settings.annotations;
+    }
     timings.push((Stage::Install, started.elapsed()));
 
     let created_seconds = settings
@@ -353,6 +367,7 @@ pub async fn build(
         &prepared,
         &plan,
         &activation,
+        annotations,
         created,
         settings,
         reporter,
@@ -385,6 +400,7 @@ fn write_output(
     prepared: &Prepared,
     plan: &crate::layers::LayerPlan,
     activation: &Activation,
+    annotations: indexmap::IndexMap<String, String>,
     created: String,
     settings: &BuildSettings,
     reporter: &dyn Reporter,
@@ -414,6 +430,7 @@ fn write_output(
             layers: &layers,
             created,
             compression,
+            annotations,
         },
     )?;
     layout.commit_index(&index_of(written.index_manifests)?)?;

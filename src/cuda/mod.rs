@@ -2,3 +2,151 @@
 //! GPU from the NVIDIA container toolkit.
 
 pub mod compat;
+
+use indexmap::IndexMap;
+use rattler_conda_types::RepoDataRecord;
+
+use crate::recipe::CudaTarget;
+use compat::CudaVersion;
+
+/// Where the NVIDIA container toolkit mounts the driver's libraries when it does not use
+/// the loader cache (NVIDIA's own images put these on `LD_LIBRARY_PATH`).
+pub const NVIDIA_LIBRARY_PATH: &str = "/usr/local/nvidia/lib:/usr/local/nvidia/lib64";
+
+/// Packages whose version is the CUDA runtime version, most telling first.
+const RUNTIME_PACKAGES: &[&str] = &["cuda-cudart", "cuda-version", "cudatoolkit", "cuda-runtime"];
+
+/// The CUDA runtime of a solved environment.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SolvedCuda {
+    /// The full version as the package has it (`11.8.89`).
+    pub full_version: String,
+    pub version: CudaVersion,
+}
+
+/// Finds the CUDA runtime in `records`.
+pub fn solved_cuda(records: &[RepoDataRecord]) -> Option<SolvedCuda> {
+    RUNTIME_PACKAGES.iter().find_map(|name| {
+        let record = records
+            .iter()
+            .find(|r| r.package_record.name.as_normalized() == *name)?;
+        let full_version = record.package_record.version.to_string();
+        let mut parts = full_version.split('.');
+        let version = format!("{}.{}", parts.next()?, parts.next().unwrap_or("0"))
+            .parse()
+            .ok()?;
+        Some(SolvedCuda {
+            full_version,
+            version,
+        })
+    })
+}
+
+/// Environment variables and annotations a CUDA image carries, the way NVIDIA's images do.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CudaImage {
+    pub env: IndexMap<String, String>,
+    pub annotations: IndexMap<String, String>,
+}
+
+/// The image settings for `target` with the runtime the environment solved to.
+pub fn image_settings(target: &CudaTarget, solved: Option<&SolvedCuda>, prefix: &str) -> CudaImage {
+    let runtime = solved.map_or(target.version, |s| s.version);
+    // The toolkit refuses to start the container on a driver older than this. The image
+    // needs no more than its runtime, and promises no more than its `min-driver` supports
+    // (lower with minor-version compatibility).
+    let required = runtime.min(target.virtual_cuda());
+    let mut library_path = Vec::new();
+    if target.compat {
+        // conda's `cuda-compat` puts NVIDIA's forward-compatibility libraries here; they must
+        // be found before the host driver's.
+        library_path.push(format!("{prefix}/cuda-compat"));
+    }
+    library_path.push(NVIDIA_LIBRARY_PATH.to_string());
+    let env = IndexMap::from([
+        ("NVIDIA_VISIBLE_DEVICES".to_string(), "all".to_string()),
+        (
+            "NVIDIA_DRIVER_CAPABILITIES".to_string(),
+            "compute,utility".to_string(),
+        ),
+        (
+            "NVIDIA_REQUIRE_CUDA".to_string(),
+            format!("cuda>={required}"),
+        ),
+        (
+            "CUDA_VERSION".to_string(),
+            solved.map_or_else(|| target.version.to_string(), |s| s.full_version.clone()),
+        ),
+        ("LD_LIBRARY_PATH".to_string(), library_path.join(":")),
+    ]);
+    let annotations = IndexMap::from([
+        (
+            crate::oci::annotations::CUDA_VERSION.to_string(),
+            runtime.to_string(),
+        ),
+        (
+            crate::oci::annotations::CUDA_MIN_DRIVER.to_string(),
+            target.min_driver.to_string(),
+        ),
+    ]);
+    CudaImage { env, annotations }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use compat::Support;
+
+    fn target(version: &str, min_driver: &str, compat: bool) -> CudaTarget {
+        let version: CudaVersion = version.parse().unwrap();
+        let min_driver: compat::DriverVersion = min_driver.parse().unwrap();
+        CudaTarget {
+            support: compat::support(version, &min_driver),
+            version,
+            min_driver,
+            compat,
+        }
+    }
+
+    #[test]
+    fn settings_like_nvidia_images() {
+        let solved = SolvedCuda {
+            full_version: "11.8.89".into(),
+            version: "11.8".parse().unwrap(),
+        };
+        let image = image_settings(
+            &target("11.8", "520.61.05", false),
+            Some(&solved),
+            "/opt/conda",
+        );
+        let env: Vec<String> = image.env.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        assert_eq!(
+            env,
+            [
+                "NVIDIA_VISIBLE_DEVICES=all",
+                "NVIDIA_DRIVER_CAPABILITIES=compute,utility",
+                "NVIDIA_REQUIRE_CUDA=cuda>=11.8",
+                "CUDA_VERSION=11.8.89",
+                "LD_LIBRARY_PATH=/usr/local/nvidia/lib:/usr/local/nvidia/lib64",
+            ]
+        );
+        assert_eq!(
+            image.annotations["dev.imgbuild.cuda.min-driver"],
+            "520.61.05"
+        );
+        assert_eq!(image.annotations["dev.imgbuild.cuda.version"], "11.8");
+    }
+
+    #[test]
+    fn minor_version_compatibility_lowers_the_requirement_and_compat_leads_the_path() {
+        let t = target("12.4", "525.60.13", true);
+        assert_eq!(t.support, Support::MinorVersion);
+        let image = image_settings(&t, None, "/opt/conda");
+        assert_eq!(image.env["NVIDIA_REQUIRE_CUDA"], "cuda>=12.0");
+        assert_eq!(image.env["CUDA_VERSION"], "12.4");
+        assert_eq!(
+            image.env["LD_LIBRARY_PATH"],
+            "/opt/conda/cuda-compat:/usr/local/nvidia/lib:/usr/local/nvidia/lib64"
+        );
+    }
+}

@@ -43,6 +43,8 @@ pub struct ImageInputs<'a> {
     /// RFC 3339 creation time.
     pub created: String,
     pub compression: Compression,
+    /// More manifest annotations (e.g. the CUDA version and minimum driver).
+    pub annotations: IndexMap<String, String>,
 }
 
 /// What was written.
@@ -95,7 +97,12 @@ pub fn merge_env(
     );
     env.insert("PATH".to_string(), path.join(":"));
     for (key, value) in &activation.variables {
-        env.insert(key.clone(), value.clone());
+        // Library search paths add to the base's, in front.
+        let value = match (key.as_str(), env.get(key)) {
+            ("LD_LIBRARY_PATH", Some(base)) if !base.is_empty() => format!("{value}:{base}"),
+            _ => value.clone(),
+        };
+        env.insert(key.clone(), value);
     }
     for (key, value) in recipe_env {
         env.insert(key.clone(), value.clone());
@@ -217,6 +224,7 @@ pub fn write_image(layout: &Layout, inputs: &ImageInputs<'_>) -> Result<WrittenI
         ),
         (annotations::PREFIX.to_string(), recipe.prefix.clone()),
     ]);
+    manifest_annotations.extend(inputs.annotations.clone());
     if let Some(base) = inputs.base {
         manifest_annotations.insert(
             "org.opencontainers.image.base.name".to_string(),
@@ -306,6 +314,18 @@ mod tests {
         assert_eq!(
             merge_env(&[], &activation, &BTreeMap::new())[0],
             format!("PATH=/opt/conda/bin:{DEFAULT_PATH}")
+        );
+        let cuda = Activation {
+            path: vec![],
+            variables: IndexMap::from([(
+                "LD_LIBRARY_PATH".to_string(),
+                "/usr/local/nvidia/lib64".to_string(),
+            )]),
+        };
+        let base = vec!["LD_LIBRARY_PATH=/usr/lib/extra".to_string()];
+        assert_eq!(
+            merge_env(&base, &cuda, &BTreeMap::new())[0],
+            "LD_LIBRARY_PATH=/usr/local/nvidia/lib64:/usr/lib/extra"
         );
     }
 }

@@ -15,6 +15,8 @@ pub fn sha256_digest(bytes: &[u8]) -> String {
 /// Annotation keys of our own, under a reverse-DNS namespace as the image spec asks.
 pub mod annotations {
     pub const COMPRESSION: &str = "dev.imgbuild.compression";
+    pub const CUDA_VERSION: &str = "dev.imgbuild.cuda.version";
+    pub const CUDA_MIN_DRIVER: &str = "dev.imgbuild.cuda.min-driver";
     pub const PACKAGES: &str = "dev.imgbuild.layer.packages";
     pub const PLATFORM: &str = "dev.imgbuild.conda.platform";
     pub const PREFIX: &str = "dev.imgbuild.conda.prefix";

@@ -259,3 +259,34 @@ fn activation_variables_become_image_env_and_scripts_are_reported() {
         "{env:?}"
     );
 }
+
+#[test]
+fn a_cuda_image_is_configured_like_nvidias() {
+    let project = Project::new();
+    let recipe = tiny_recipe(shared_channel(), "cuda", &["cuda-cudart"])
+        + "\n[cuda]\nversion = \"11.8\"\nmin-driver = \"520.61.05\"\n";
+    project.write_recipe(&recipe);
+    project.build(&[]).success();
+    let layout = LayoutView::new(project.path().join("images/cuda"));
+    let config = layout.config();
+    let env: Vec<&str> = config["config"]["Env"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap())
+        .collect();
+    for expected in [
+        "NVIDIA_VISIBLE_DEVICES=all",
+        "NVIDIA_DRIVER_CAPABILITIES=compute,utility",
+        "NVIDIA_REQUIRE_CUDA=cuda>=11.8",
+        "CUDA_VERSION=11.8.89",
+        "LD_LIBRARY_PATH=/usr/local/nvidia/lib:/usr/local/nvidia/lib64",
+    ] {
+        assert!(env.contains(&expected), "{expected} in {env:?}");
+    }
+    let annotations = &layout.manifest()["annotations"];
+    assert_eq!(annotations["dev.imgbuild.cuda.version"], "11.8");
+    assert_eq!(annotations["dev.imgbuild.cuda.min-driver"], "520.61.05");
+    let lock = fs_err::read_to_string(project.lock_path()).unwrap();
+    assert!(lock.contains("__cuda=11.8=0"), "{lock}");
+}

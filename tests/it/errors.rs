@@ -162,3 +162,16 @@ fn a_directory_that_is_not_a_layout_is_never_overwritten() {
     );
     assert_eq!(fs_err::read_dir(&precious).unwrap().count(), 1);
 }
+
+#[test]
+fn cuda_newer_than_min_driver_fails_before_solving() {
+    let recipe = tiny_recipe(shared_channel(), "x", &["cuda-cudart"])
+        + "\n[cuda]\nversion = \"12.1\"\nmin-driver = \"520.61.05\"\n";
+    fails_with(
+        &recipe,
+        &[
+            "CUDA 12.1 cannot run on driver 520.61.05: it needs driver 525.60.13 or newer",
+            "min-driver = \"520.61.05\"",
+        ],
+    );
+}
