@@ -14,3 +14,4 @@ pub mod lock;
 pub mod oci;
 pub mod recipe;
 pub mod resolve;
+pub mod smoke;

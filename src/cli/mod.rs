@@ -17,6 +17,14 @@ Examples:
   imgbuild build recipes/tiny.toml --offline -o /tmp/tiny
   SOURCE_DATE_EPOCH=1700000000 imgbuild build recipes/tiny.toml";
 
+const SMOKE_EXAMPLES: &str = "\
+Examples:
+  imgbuild smoke images/py39-torch21              # the `latest` tag of a layout
+  imgbuild smoke images/py39-torch21:cuda11.8 --json
+
+Exit codes: 0 pass, 3 no NVIDIA driver or GPU, 4 the image's CUDA cannot run on this
+driver, 5 the kernel failed or computed wrong values, 1 the image cannot be read.";
+
 const LOCK_EXAMPLES: &str = "\
 Examples:
   imgbuild lock recipes/py39-torch21.toml         # writes recipes/py39-torch21.lock
@@ -54,6 +62,19 @@ pub enum Command {
     /// Solve the recipe and write its lock file, without building
     #[command(after_help = LOCK_EXAMPLES)]
     Lock(LockArgs),
+    /// Run a CUDA unified-memory kernel on this machine's GPU with the image's own CUDA
+    /// libraries
+    #[command(after_help = SMOKE_EXAMPLES)]
+    Smoke(SmokeArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct SmokeArgs {
+    /// The image: an OCI layout directory, optionally with `:TAG`
+    pub image: String,
+    /// Print the report as one JSON object
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Args)]
@@ -235,6 +256,9 @@ async fn run(cli: Cli) -> ExitCode {
             source_date_epoch,
         };
 
+    if let Command::Smoke(args) = &cli.command {
+        return smoke(args);
+    }
     let result: Result<(), BuildError> = match &cli.command {
         Command::Build(args) => {
             let mode = if args.locked {
@@ -291,6 +315,7 @@ async fn run(cli: Cli) -> ExitCode {
                 println!("{}", report.lock_path.display());
             })
         }
+        Command::Smoke(_) => unreachable!("handled above"),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -299,6 +324,79 @@ async fn run(cli: Cli) -> ExitCode {
             fail(&err, code)
         }
     }
+}
+
+#[allow(clippy::print_stdout)]
+fn smoke(args: &SmokeArgs) -> ExitCode {
+    let report = match crate::smoke::smoke(&args.image) {
+        Ok(report) => report,
+        Err(err) => return fail(&err, 1),
+    };
+    if args.json {
+        println!(
+            "{}",
+            serde_json::to_string(&report).expect("the report serializes")
+        );
+    } else {
+        print!("{}", render_smoke(&report));
+    }
+    ExitCode::from(report.verdict.exit_code())
+}
+
+/// The smoke report as text, one fact per line.
+fn render_smoke(report: &crate::smoke::SmokeReport) -> String {
+    use std::fmt::Write;
+    let mut out = String::new();
+    let or_none = |v: &Option<String>| v.clone().unwrap_or_else(|| "-".to_string());
+    let _ = writeln!(out, "image            {}", report.image);
+    let _ = writeln!(out, "image CUDA       {}", or_none(&report.image_cuda));
+    let _ = writeln!(out, "image cudart     {}", or_none(&report.image_cudart));
+    let _ = writeln!(out, "image NVRTC      {}", or_none(&report.image_nvrtc));
+    for library in &report.libraries {
+        let _ = writeln!(out, "  library        {library}");
+    }
+    let _ = writeln!(out, "driver           {}", or_none(&report.driver_version));
+    let _ = writeln!(out, "driver CUDA      {}", or_none(&report.driver_cuda));
+    if let Some(gpu) = &report.gpu {
+        let _ = writeln!(
+            out,
+            "GPU              {} (compute capability {})",
+            gpu.name, gpu.compute_capability
+        );
+        let _ = writeln!(
+            out,
+            "GPU memory       {} MiB free of {} MiB",
+            gpu.free_memory_mib, gpu.total_memory_mib
+        );
+        let _ = writeln!(
+            out,
+            "managed memory   {} (concurrent managed access: {}, pageable memory access: {})",
+            gpu.managed_memory, gpu.concurrent_managed_access, gpu.pageable_memory_access
+        );
+    }
+    if let Some(compatibility) = &report.compatibility {
+        let _ = writeln!(out, "compatibility    {compatibility}");
+    }
+    if let Some(kernel) = &report.kernel {
+        let _ = writeln!(out, "kernel           {kernel}");
+    }
+    for run in &report.runs {
+        let prefetch = run
+            .prefetch_ms
+            .map(|ms| format!("prefetch {ms:.3} ms, "))
+            .unwrap_or_default();
+        let _ = writeln!(
+            out,
+            "run              {}: {prefetch}kernel {:.3} ms, {} elements, {} wrong",
+            run.name, run.kernel_ms, run.elements, run.mismatches
+        );
+    }
+    let verdict = serde_json::to_value(report.verdict)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_uppercase))
+        .unwrap_or_default();
+    let _ = writeln!(out, "verdict          {verdict}: {}", report.message);
+    out
 }
 
 #[allow(clippy::print_stderr)]

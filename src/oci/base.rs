@@ -28,13 +28,13 @@ pub struct BaseImage {
 
 #[derive(Debug, thiserror::Error)]
 pub enum BaseError {
-    #[error("Base image layout `{}` cannot be read", path.display())]
+    #[error("OCI layout file `{}` cannot be read", path.display())]
     Read {
         path: PathBuf,
         #[source]
         source: oci_spec::OciSpecError,
     },
-    #[error("Base image layout `{}` has no tag `{tag}`; it has: {}", path.display(), if available.is_empty() { "no tags".to_string() } else { available.join(", ") })]
+    #[error("OCI layout `{}` has no tag `{tag}`; it has: {}", path.display(), if available.is_empty() { "no tags".to_string() } else { available.join(", ") })]
     NoSuchTag {
         path: PathBuf,
         tag: String,

@@ -106,7 +106,7 @@ fn invalid_match_spec_points_at_it() {
 fn missing_base_layout_is_named() {
     fails_with(
         "[image]\nname = \"x\"\nbase = \"oci:../no-such-layout:v1\"\n",
-        &["Base image layout", "no-such-layout", "cannot be read"],
+        &["OCI layout file", "no-such-layout", "cannot be read"],
     );
 }
 

@@ -14,3 +14,4 @@ mod fixtures_smoke;
 mod lock;
 mod recipes;
 mod reproducible;
+mod smoke;

@@ -1,0 +1,173 @@
+//! Pulls an image's CUDA libraries (cudart, NVRTC and its builtins) out of its layers into a
+//! temporary directory, where the smoke test loads them by absolute path.
+
+use std::{
+    collections::BTreeMap,
+    io::Read,
+    path::{Path, PathBuf},
+};
+
+use oci_spec::image::MediaType;
+use rattler_conda_types::Subdir;
+
+use crate::{
+    oci::base::{BaseError, BaseImage, open_base},
+    recipe::Base,
+};
+
+/// The CUDA libraries found in an image.
+#[derive(Debug)]
+pub struct ImageCuda {
+    /// Holds the extracted files; removed on drop.
+    pub dir: tempfile::TempDir,
+    pub cudart: Option<PathBuf>,
+    pub nvrtc: Option<PathBuf>,
+    pub nvrtc_builtins: Option<PathBuf>,
+    /// `CUDA_VERSION` from the image config, if set.
+    pub cuda_version: Option<String>,
+    /// Where each extracted file was in the image.
+    pub sources: BTreeMap<String, String>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ExtractError {
+    #[error(transparent)]
+    Open(#[from] BaseError),
+    #[error("Failed to read layer `{digest}` of the image")]
+    Layer {
+        digest: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("Failed to write `{}`", path.display())]
+    Write {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// Which CUDA library a file name is, if any.
+fn library_kind(name: &str) -> Option<&'static str> {
+    if name.starts_with("libnvrtc-builtins.so") {
+        Some("nvrtc-builtins")
+    } else if name.starts_with("libnvrtc.so") {
+        Some("nvrtc")
+    } else if name.starts_with("libcudart.so") {
+        Some("cudart")
+    } else {
+        None
+    }
+}
+
+/// Opens the image `tag` of the layout at `dir` (for this machine's platform).
+pub fn open_image(dir: &Path, tag: &str) -> Result<BaseImage, BaseError> {
+    let base = Base::OciLayout {
+        path: dir.to_path_buf(),
+        tag: tag.to_string(),
+    };
+    let platform = Subdir::current().unwrap_or(Subdir::Linux64);
+    Ok(open_base(&base, platform)?.expect("a layout base is never scratch"))
+}
+
+/// Extracts the CUDA libraries of `image`; later layers win, as in the container.
+pub fn extract_cuda_libraries(image: &BaseImage) -> Result<ImageCuda, ExtractError> {
+    let dir = tempfile::Builder::new()
+        .prefix("imgbuild-smoke-")
+        .tempdir()
+        .map_err(|source| ExtractError::Write {
+            path: std::env::temp_dir(),
+            source,
+        })?;
+    // File name → (in-image path, symlink target or None for a file).
+    let mut found: BTreeMap<String, (String, Option<String>)> = BTreeMap::new();
+    for layer in &image.layers {
+        let digest = layer.digest().to_string();
+        let err = |source| ExtractError::Layer {
+            digest: digest.clone(),
+            source,
+        };
+        let file =
+            fs_err::File::open(image.blobs_dir.join(layer.digest().digest())).map_err(err)?;
+        let reader: Box<dyn Read> = match layer.media_type() {
+            MediaType::ImageLayerGzip => Box::new(flate2::read::MultiGzDecoder::new(
+                std::io::BufReader::new(file),
+            )),
+            MediaType::ImageLayerZstd => Box::new(zstd::Decoder::new(file).map_err(err)?),
+            _ => Box::new(std::io::BufReader::new(file)),
+        };
+        let mut archive = tar::Archive::new(reader);
+        for entry in archive.entries().map_err(err)? {
+            let mut entry = entry.map_err(err)?;
+            let path = entry.path().map_err(err)?.to_string_lossy().into_owned();
+            let Some(name) = path.rsplit('/').next().map(str::to_string) else {
+                continue;
+            };
+            if library_kind(&name).is_none() {
+                continue;
+            }
+            let target = dir.path().join(&name);
+            let entry_type = entry.header().entry_type();
+            if entry_type.is_symlink() {
+                let link = entry
+                    .link_name()
+                    .map_err(err)?
+                    .map(|l| l.to_string_lossy().into_owned())
+                    .unwrap_or_default();
+                // Links between CUDA libraries point within their directory.
+                let link_name = link.rsplit('/').next().unwrap_or(&link).to_string();
+                found.insert(name, (path, Some(link_name)));
+            } else if entry_type.is_file() {
+                let mut out =
+                    fs_err::File::create(&target).map_err(|source| ExtractError::Write {
+                        path: target.clone(),
+                        source,
+                    })?;
+                std::io::copy(&mut entry, &mut out).map_err(|source| ExtractError::Write {
+                    path: target.clone(),
+                    source,
+                })?;
+                found.insert(name, (path, None));
+            }
+        }
+    }
+    for (name, (_, link)) in &found {
+        if let Some(link) = link {
+            let target = dir.path().join(name);
+            let _ = fs_err::remove_file(&target);
+            std::os::unix::fs::symlink(link, &target).map_err(|source| ExtractError::Write {
+                path: target.clone(),
+                source,
+            })?;
+        }
+    }
+    // The library to load is the real file (not a link) of each kind with the longest name:
+    // the most specific soname (`libnvrtc.so.11.8.89` over `libnvrtc.so.11.2` links).
+    let pick = |kind: &str| -> Option<PathBuf> {
+        let mut names: Vec<&String> = found
+            .iter()
+            .filter(|(name, (_, link))| library_kind(name) == Some(kind) && link.is_none())
+            .map(|(name, _)| name)
+            .collect();
+        names.sort_by_key(|n| n.len());
+        names.last().map(|n| dir.path().join(n))
+    };
+    let cuda_version = image
+        .config
+        .config()
+        .as_ref()
+        .and_then(|c| c.env().as_ref())
+        .and_then(|env| env.iter().find_map(|kv| kv.strip_prefix("CUDA_VERSION=")))
+        .map(str::to_string);
+    Ok(ImageCuda {
+        cudart: pick("cudart"),
+        nvrtc: pick("nvrtc"),
+        nvrtc_builtins: pick("nvrtc-builtins"),
+        cuda_version,
+        sources: found
+            .into_iter()
+            .map(|(name, (path, _))| (name, path))
+            .collect(),
+        dir,
+    })
+}

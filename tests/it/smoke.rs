@@ -1,0 +1,88 @@
+//! `imgbuild smoke` without a GPU (as in CI): the image's CUDA libraries are extracted, and
+//! the missing driver is reported with its own exit code, never a panic. The GPU path runs
+//! on the device machine; its output is kept in `docs/evidence/`.
+
+use sha2::{Digest, Sha256};
+
+use crate::{
+    common::Project,
+    support::{channel::tiny_recipe, shared_channel},
+};
+
+fn cuda_image() -> Project {
+    let project = Project::new();
+    let recipe = tiny_recipe(shared_channel(), "cudaimg", &["cuda-cudart"])
+        + "\n[cuda]\nversion = \"11.8\"\nmin-driver = \"520.61.05\"\n";
+    project.write_recipe(&recipe);
+    project.build(&[]).success();
+    project
+}
+
+#[test]
+fn the_images_cuda_libraries_are_extracted_from_its_layers() {
+    let project = cuda_image();
+    let layout = project.path().join("images/cudaimg");
+    let image = imgbuild::smoke::extract::open_image(&layout, "latest").unwrap();
+    let cuda = imgbuild::smoke::extract::extract_cuda_libraries(&image).unwrap();
+    assert_eq!(cuda.cuda_version.as_deref(), Some("11.8.89"));
+    assert!(cuda.nvrtc.is_none(), "the test image has no NVRTC");
+    let cudart = cuda.cudart.as_ref().expect("cudart found");
+    assert_eq!(cudart.file_name().unwrap(), "libcudart.so.11.0");
+    // Byte for byte the library the image holds.
+    let unpacked = crate::common::unpack(&layout, "latest", &project.path().join("bundle"));
+    let in_image = fs_err::read(unpacked.join("opt/conda/lib/libcudart.so.11.0")).unwrap();
+    assert_eq!(
+        Sha256::digest(fs_err::read(cudart).unwrap()),
+        Sha256::digest(&in_image)
+    );
+    assert_eq!(
+        fs_err::read_link(cuda.dir.path().join("libcudart.so")).unwrap(),
+        std::path::Path::new("libcudart.so.11.0")
+    );
+    assert_eq!(
+        cuda.sources.get("libcudart.so.11.0").map(String::as_str),
+        Some("opt/conda/lib/libcudart.so.11.0")
+    );
+}
+
+#[test]
+fn without_a_driver_smoke_says_so_with_exit_code_3() {
+    if std::path::Path::new("/proc/driver/nvidia/version").exists() {
+        eprintln!(
+            "skipped: this machine has an NVIDIA driver; the GPU path is tested on the device"
+        );
+        return;
+    }
+    let project = cuda_image();
+    let run = project.run(&["smoke", "images/cudaimg"]);
+    assert_eq!(run.code, 3, "{}{}", run.stdout, run.stderr);
+    assert!(!run.stderr.contains("panicked"), "{}", run.stderr);
+    assert!(
+        run.stdout.contains("image CUDA       11.8.89"),
+        "{}",
+        run.stdout
+    );
+    assert!(
+        run.stdout
+            .contains("verdict          NO-DEVICE: no NVIDIA driver found"),
+        "{}",
+        run.stdout
+    );
+
+    let run = project.run(&["smoke", "images/cudaimg:latest", "--json"]);
+    assert_eq!(run.code, 3);
+    let report: serde_json::Value = serde_json::from_str(&run.stdout).unwrap();
+    assert_eq!(report["verdict"], "no-device");
+    assert_eq!(report["image_cuda"], "11.8.89");
+    assert!(
+        report["libraries"]
+            .as_array()
+            .unwrap()
+            .contains(&serde_json::json!("opt/conda/lib/libcudart.so.11.0")),
+        "{report}"
+    );
+
+    // An image that is not there is an input error.
+    let run = project.run(&["smoke", "images/none"]);
+    run.assert_clean_failure(1);
+}
