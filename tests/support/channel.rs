@@ -113,26 +113,51 @@ pub fn shared_dir() -> PathBuf {
     }
 }
 
-/// Returns the path of NVIDIA's `nvidia-cuda-runtime-cu11` 11.8.89 wheel, downloading it from
-/// PyPI into `cache_dir` unless it is already there, in `$IMGBUILD_TEST_WHEELS`, or in pip's
-/// find-links directory `/opt/wheels`. Every candidate, and every download, is checked against
-/// the pinned sha256; a mismatch is an error rather than a silent re-download, because it means
-/// someone put a different file under that name.
+/// A wheel pinned by URL and sha256.
+#[derive(Debug, Clone, Copy)]
+pub struct PinnedWheel {
+    pub file_name: &'static str,
+    pub url: &'static str,
+    pub sha256: &'static str,
+}
+
+/// NVIDIA's `nvidia-cuda-runtime-cu11` 11.8.89 wheel.
+pub const CUDA_RUNTIME_11_8: PinnedWheel = PinnedWheel {
+    file_name: CUDA_RUNTIME_WHEEL,
+    url: CUDA_RUNTIME_WHEEL_URL,
+    sha256: CUDA_RUNTIME_WHEEL_SHA256,
+};
+
+/// Returns the path of NVIDIA's `nvidia-cuda-runtime-cu11` 11.8.89 wheel (see [`fetch_wheel`]).
 pub fn cuda_runtime_wheel(cache_dir: &Path) -> anyhow::Result<PathBuf> {
-    let mut candidates = vec![cache_dir.join(CUDA_RUNTIME_WHEEL)];
+    fetch_wheel(cache_dir, &CUDA_RUNTIME_11_8)
+}
+
+/// Returns the path of `wheel`, downloading it from PyPI into `cache_dir` unless it is already
+/// there, in `$IMGBUILD_TEST_WHEELS`, or in pip's find-links directory `/opt/wheels`. Every
+/// candidate, and every download, is checked against the pinned sha256; a mismatch is an error
+/// rather than a silent re-download, because it means someone put a different file under that
+/// name.
+pub fn fetch_wheel(cache_dir: &Path, wheel: &PinnedWheel) -> anyhow::Result<PathBuf> {
+    let PinnedWheel {
+        file_name,
+        url,
+        sha256,
+    } = *wheel;
+    let mut candidates = vec![cache_dir.join(file_name)];
     if let Some(dir) = std::env::var_os("IMGBUILD_TEST_WHEELS") {
-        candidates.push(Path::new(&dir).join(CUDA_RUNTIME_WHEEL));
+        candidates.push(Path::new(&dir).join(file_name));
     }
-    candidates.push(Path::new("/opt/wheels").join(CUDA_RUNTIME_WHEEL));
+    candidates.push(Path::new("/opt/wheels").join(file_name));
     for candidate in candidates {
         if candidate.is_file() {
-            verify_sha256(&candidate, CUDA_RUNTIME_WHEEL_SHA256)?;
+            verify_sha256(&candidate, sha256)?;
             return Ok(candidate);
         }
     }
 
     fs_err::create_dir_all(cache_dir)?;
-    let target = cache_dir.join(CUDA_RUNTIME_WHEEL);
+    let target = cache_dir.join(file_name);
     // Download under a temporary name in the same directory, so a half-written or wrong file is
     // never seen under the final name and the final rename is atomic (concurrent test processes
     // may race here; both write the same bytes).
@@ -140,24 +165,50 @@ pub fn cuda_runtime_wheel(cache_dir: &Path) -> anyhow::Result<PathBuf> {
         .prefix(".download-")
         .tempfile_in(cache_dir)
         .with_context(|| format!("creating a temporary file in {}", cache_dir.display()))?;
-    let digest = block_on_fresh_runtime(|| download(CUDA_RUNTIME_WHEEL_URL, tmp.path()))
-        .with_context(|| {
-            format!(
-                "downloading {CUDA_RUNTIME_WHEEL_URL} (offline? put {CUDA_RUNTIME_WHEEL} in \
-                 $IMGBUILD_TEST_WHEELS or {})",
-                cache_dir.display()
-            )
-        })?;
+    let digest = block_on_fresh_runtime(|| download(url, tmp.path())).with_context(|| {
+        format!(
+            "downloading {url} (offline? put {file_name} in $IMGBUILD_TEST_WHEELS or {})",
+            cache_dir.display()
+        )
+    })?;
     ensure!(
-        digest == CUDA_RUNTIME_WHEEL_SHA256,
-        "sha256 mismatch for {CUDA_RUNTIME_WHEEL_URL}: expected {CUDA_RUNTIME_WHEEL_SHA256}, \
-         got {digest}"
+        digest == sha256,
+        "sha256 mismatch for {url}: expected {sha256}, got {digest}"
     );
     // tempfile creates 0600 files; a cache may be shared by users and containers.
     fs_err::set_permissions(tmp.path(), std::fs::Permissions::from_mode(0o644))?;
     tmp.persist(&target)
         .with_context(|| format!("moving the download to {}", target.display()))?;
     Ok(target)
+}
+
+/// Writes a conda package `name-version-h0_0.conda` (linux-64) holding shared libraries taken
+/// from a wheel: `files` maps wheel members to prefix paths, `links` adds symlinks.
+pub fn write_wheel_library_package(
+    wheel: &Path,
+    out: &Path,
+    name: &str,
+    version: &str,
+    files: &[(&str, &'static str)],
+    links: &[(&'static str, &'static str)],
+) -> anyhow::Result<()> {
+    let mut zip = zip::ZipArchive::new(fs_err::File::open(wheel)?)
+        .with_context(|| format!("opening {}", wheel.display()))?;
+    let mut entries = Vec::new();
+    for (member, path) in files {
+        let mut bytes = Vec::new();
+        zip.by_name(member)
+            .with_context(|| format!("{member} in {}", wheel.display()))?
+            .read_to_end(&mut bytes)?;
+        ensure!(bytes.starts_with(b"\x7fELF"), "{member} is not an ELF file");
+        entries.push(executable(path, bytes));
+    }
+    for (path, target) in links {
+        entries.push(link(path, target));
+    }
+    let mut index = linux64_index(name, version, &["__glibc >=2.17"]);
+    index["license"] = "NVIDIA End User License Agreement".into();
+    write_package(out, index, &entries, None)
 }
 
 /// Streams `url` into `dest` and returns the hex sha256 of what was written.
