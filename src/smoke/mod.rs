@@ -230,12 +230,23 @@ pub fn smoke(image: &str) -> Result<SmokeReport, SmokeError> {
     Ok(report)
 }
 
-/// `NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.159.04  …` → `580.159.04`.
+/// The kernel driver's version from `/proc/driver/nvidia/version`, whose first line reads
+/// `NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.159.04  …` or, for the open
+/// modules, `… Open Kernel Module for x86_64  580.159.04  …`.
 fn driver_version() -> Option<String> {
     let text = std::fs::read_to_string("/proc/driver/nvidia/version").ok()?;
-    let line = text.lines().next()?;
-    let after = line.split("Kernel Module").nth(1)?;
-    after.split_whitespace().next().map(str::to_string)
+    parse_driver_version(text.lines().next()?)
+}
+
+fn parse_driver_version(line: &str) -> Option<String> {
+    line.split_whitespace()
+        .find(|word| {
+            word.contains('.')
+                && word
+                    .split('.')
+                    .all(|p| !p.is_empty() && p.chars().all(|c| c.is_ascii_digit()))
+        })
+        .map(str::to_string)
 }
 
 /// `cudaRuntimeGetVersion` of the image's cudart, e.g. `11.8`.
@@ -494,6 +505,19 @@ fn run_on_gpu(cuda: &extract::ImageCuda, report: &mut SmokeReport) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn driver_version_lines() {
+        assert_eq!(
+            parse_driver_version("NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.159.04  Release Build  (dvs-builder@U22)  Thu Oct  2 2025").as_deref(),
+            Some("580.159.04")
+        );
+        assert_eq!(
+            parse_driver_version("NVRM version: NVIDIA UNIX x86_64 Kernel Module  535.104.05  Sat Aug 19 01:15:15 UTC 2023").as_deref(),
+            Some("535.104.05")
+        );
+        assert_eq!(parse_driver_version("garbage"), None);
+    }
 
     #[test]
     fn image_references() {
