@@ -1,5 +1,7 @@
 //! The command line: clap types, settings resolution and rendering. Only this module prints.
 
+mod inspect;
+
 use std::{path::PathBuf, process::ExitCode};
 
 use clap::{Args, Parser, Subcommand};
@@ -66,6 +68,12 @@ pub enum Command {
     /// libraries
     #[command(after_help = SMOKE_EXAMPLES)]
     Smoke(SmokeArgs),
+    /// Show an image's config, CUDA needs, layers and packages
+    #[command(after_help = inspect::INSPECT_EXAMPLES)]
+    Inspect(inspect::InspectArgs),
+    /// Compare two images: packages added, removed and changed, layers shared and new
+    #[command(after_help = inspect::DIFF_EXAMPLES)]
+    Diff(inspect::DiffArgs),
 }
 
 #[derive(Debug, Args)]
@@ -256,8 +264,11 @@ async fn run(cli: Cli) -> ExitCode {
             source_date_epoch,
         };
 
-    if let Command::Smoke(args) = &cli.command {
-        return smoke(args);
+    match &cli.command {
+        Command::Smoke(args) => return smoke(args),
+        Command::Inspect(args) => return inspect::run_inspect(args),
+        Command::Diff(args) => return inspect::run_diff(args),
+        _ => {}
     }
     let result: Result<(), BuildError> = match &cli.command {
         Command::Build(args) => {
@@ -315,7 +326,9 @@ async fn run(cli: Cli) -> ExitCode {
                 println!("{}", report.lock_path.display());
             })
         }
-        Command::Smoke(_) => unreachable!("handled above"),
+        Command::Smoke(_) | Command::Inspect(_) | Command::Diff(_) => {
+            unreachable!("handled above")
+        }
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

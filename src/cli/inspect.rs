@@ -1,0 +1,212 @@
+//! `imgbuild inspect` and `imgbuild diff`: arguments and rendering.
+
+use std::{fmt::Write, process::ExitCode};
+
+use clap::Args;
+
+use super::{fail, human_bytes};
+use crate::inspect::{ImageDiff, ImageSummary, describe_layer, diff, inspect};
+
+pub(super) const INSPECT_EXAMPLES: &str = "\
+Examples:
+  imgbuild inspect images/py39-torch21             # the `latest` tag of a layout
+  imgbuild inspect images/py39-torch21:cuda11.8 --json | jq '.layers[].packages'";
+
+pub(super) const DIFF_EXAMPLES: &str = "\
+Examples:
+  imgbuild diff images/app-old images/app          # what a rebuild changed
+  imgbuild diff images/a:v1 images/a:v2 --json | jq .changed";
+
+#[derive(Debug, Args)]
+pub struct InspectArgs {
+    /// The image: an OCI layout directory, optionally with `:TAG`
+    pub image: String,
+    /// Print the summary as one JSON object
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct DiffArgs {
+    /// The image to compare from: an OCI layout directory, optionally with `:TAG`
+    pub from: String,
+    /// The image to compare to
+    pub to: String,
+    /// Print the differences as one JSON object
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[allow(clippy::print_stdout)]
+pub(super) fn run_inspect(args: &InspectArgs) -> ExitCode {
+    let summary = match inspect(&args.image) {
+        Ok(summary) => summary,
+        Err(err) => return fail(&err, 1),
+    };
+    if args.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&summary).expect("the summary serializes")
+        );
+    } else {
+        print!("{}", render_summary(&summary));
+    }
+    ExitCode::SUCCESS
+}
+
+#[allow(clippy::print_stdout)]
+pub(super) fn run_diff(args: &DiffArgs) -> ExitCode {
+    let (from, to) = match (inspect(&args.from), inspect(&args.to)) {
+        (Ok(from), Ok(to)) => (from, to),
+        (Err(err), _) | (_, Err(err)) => return fail(&err, 1),
+    };
+    let changes = diff(&from, &to);
+    if args.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&changes).expect("the diff serializes")
+        );
+    } else {
+        print!("{}", render_diff(&changes));
+    }
+    ExitCode::SUCCESS
+}
+
+fn short(digest: &str) -> &str {
+    let hex = digest.trim_start_matches("sha256:");
+    &hex[..hex.len().min(12)]
+}
+
+fn words(list: &Option<Vec<String>>) -> String {
+    list.as_ref()
+        .map(|l| serde_json::to_string(l).expect("strings serialize"))
+        .unwrap_or_else(|| "-".to_string())
+}
+
+/// The summary as text: the config, CUDA needs, then a table of layers.
+fn render_summary(summary: &ImageSummary) -> String {
+    let mut out = String::new();
+    let or_dash = |v: &Option<String>| v.clone().unwrap_or_else(|| "-".to_string());
+    let config = &summary.config;
+    let _ = writeln!(out, "image        {}", summary.image);
+    let _ = writeln!(out, "digest       {}", summary.manifest_digest);
+    let _ = writeln!(out, "platform     {}/{}", summary.os, summary.architecture);
+    let _ = writeln!(out, "created      {}", or_dash(&summary.created));
+    if let Some(base) = &summary.base {
+        let _ = writeln!(
+            out,
+            "base         {} {}",
+            or_dash(&base.name),
+            or_dash(&base.digest)
+        );
+    }
+    if let Some(conda) = &summary.conda {
+        let _ = writeln!(
+            out,
+            "conda        {} at {}",
+            or_dash(&conda.platform),
+            or_dash(&conda.prefix)
+        );
+    }
+    let _ = writeln!(out, "entrypoint   {}", words(&config.entrypoint));
+    let _ = writeln!(out, "cmd          {}", words(&config.cmd));
+    let _ = writeln!(out, "user         {}", or_dash(&config.user));
+    let _ = writeln!(out, "workdir      {}", or_dash(&config.workdir));
+    for var in &config.env {
+        let _ = writeln!(out, "env          {var}");
+    }
+    for (key, value) in &config.labels {
+        let _ = writeln!(out, "label        {key}={value}");
+    }
+    match &summary.cuda {
+        Some(cuda) => {
+            let _ = writeln!(
+                out,
+                "cuda         {} (min driver {}; NVIDIA_REQUIRE_CUDA {}; CUDA_VERSION {})",
+                or_dash(&cuda.version),
+                or_dash(&cuda.min_driver),
+                or_dash(&cuda.require_cuda),
+                or_dash(&cuda.cuda_version)
+            );
+        }
+        None => {
+            let _ = writeln!(out, "cuda         none");
+        }
+    }
+    let _ = writeln!(out);
+    let _ = writeln!(out, "{:>3}  {:<12}  {:>10}  holds", "#", "digest", "size");
+    for (position, layer) in summary.layers.iter().enumerate() {
+        let _ = writeln!(
+            out,
+            "{:>3}  {:<12}  {:>10}  {}",
+            position + 1,
+            short(&layer.digest),
+            human_bytes(layer.size),
+            describe_layer(layer)
+        );
+    }
+    let _ = writeln!(
+        out,
+        "total        {} layers, {} packages, {} compressed",
+        summary.layers.len(),
+        summary.packages.len(),
+        human_bytes(summary.total_size)
+    );
+    out
+}
+
+/// The diff as text: package changes, then layers.
+fn render_diff(changes: &ImageDiff) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "from         {} {}",
+        changes.from.image, changes.from.manifest_digest
+    );
+    let _ = writeln!(
+        out,
+        "to           {} {}",
+        changes.to.image, changes.to.manifest_digest
+    );
+    if changes.added.is_empty() && changes.removed.is_empty() && changes.changed.is_empty() {
+        let _ = writeln!(out, "packages     unchanged");
+    }
+    for package in &changes.added {
+        let _ = writeln!(out, "+ {} {}", package.name, package.version_build());
+    }
+    for package in &changes.removed {
+        let _ = writeln!(out, "- {} {}", package.name, package.version_build());
+    }
+    for change in &changes.changed {
+        let _ = writeln!(out, "~ {} {} -> {}", change.name, change.from, change.to);
+    }
+    let _ = writeln!(out);
+    for layer in &changes.new_layers {
+        let _ = writeln!(
+            out,
+            "new layer    {}  {:>10}  {}",
+            short(&layer.digest),
+            human_bytes(layer.size),
+            layer.holds
+        );
+    }
+    let shared: u64 = changes.shared_layers.iter().map(|l| l.size).sum();
+    let sign = if changes.size_delta < 0 { "-" } else { "+" };
+    let _ = writeln!(
+        out,
+        "layers       {} shared ({}), {} new ({}), {} dropped",
+        changes.shared_layers.len(),
+        human_bytes(shared),
+        changes.new_layers.len(),
+        human_bytes(changes.new_bytes),
+        changes.dropped_layers.len()
+    );
+    let _ = writeln!(
+        out,
+        "size         {} -> {} ({sign}{})",
+        human_bytes(changes.from.total_size),
+        human_bytes(changes.to.total_size),
+        human_bytes(changes.size_delta.unsigned_abs())
+    );
+    out
+}

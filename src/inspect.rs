@@ -1,0 +1,554 @@
+//! What is in a built image, read back from its OCI layout: `imgbuild inspect` and
+//! `imgbuild diff`.
+//!
+//! Everything comes from the layout alone (index, manifest, config and the annotations a
+//! build writes), never from the recipe or the lock, so an image copied to another machine
+//! or made by an older imgbuild is described the same way. Layer contents are not read: the
+//! packages of a layer are its `dev.imgbuild.layer.packages` annotation.
+
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    path::Path,
+};
+
+use oci_spec::image::{Descriptor, ImageManifest};
+use serde::Serialize;
+
+use crate::oci::{
+    annotations,
+    base::{BaseError, BaseImage},
+};
+
+const BASE_NAME: &str = "org.opencontainers.image.base.name";
+const BASE_DIGEST: &str = "org.opencontainers.image.base.digest";
+
+/// An image as `inspect` shows it. Serialized as the `--json` output.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct ImageSummary {
+    /// The reference as given (`images/x:latest`).
+    pub image: String,
+    pub manifest_digest: String,
+    pub config_digest: String,
+    pub created: Option<String>,
+    pub os: String,
+    pub architecture: String,
+    pub config: RuntimeConfig,
+    /// The base image, from the manifest's `org.opencontainers.image.base.*` annotations.
+    pub base: Option<BaseReference>,
+    /// The conda platform and prefix the image was built for, when imgbuild built it.
+    pub conda: Option<CondaTarget>,
+    pub cuda: Option<CudaNeeds>,
+    /// Bottom first.
+    pub layers: Vec<LayerSummary>,
+    /// Sum of the compressed layer sizes: what a pull with no cached layer downloads.
+    pub total_size: u64,
+    /// Every package of every layer (`name-version-build`), sorted.
+    pub packages: Vec<String>,
+}
+
+/// How the image runs: the parts of the config a user sets.
+#[derive(Debug, Clone, Default, Serialize, PartialEq, Eq)]
+pub struct RuntimeConfig {
+    pub entrypoint: Option<Vec<String>>,
+    pub cmd: Option<Vec<String>>,
+    pub user: Option<String>,
+    pub workdir: Option<String>,
+    /// `KEY=value`, in the image's order.
+    pub env: Vec<String>,
+    pub labels: BTreeMap<String, String>,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct BaseReference {
+    pub name: Option<String>,
+    pub digest: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct CondaTarget {
+    pub platform: Option<String>,
+    pub prefix: Option<String>,
+}
+
+/// What the image needs from the host to run its CUDA code.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct CudaNeeds {
+    /// `dev.imgbuild.cuda.version`: the CUDA runtime the image targets.
+    pub version: Option<String>,
+    /// `dev.imgbuild.cuda.min-driver`: the oldest driver it was built to run on.
+    pub min_driver: Option<String>,
+    /// `NVIDIA_REQUIRE_CUDA` from the config, which the NVIDIA container toolkit enforces.
+    pub require_cuda: Option<String>,
+    /// `CUDA_VERSION` from the config.
+    pub cuda_version: Option<String>,
+}
+
+/// What a layer holds.
+#[derive(Debug, Clone, Copy, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub enum LayerKind {
+    /// A layer of the base image, reused as it is.
+    Base,
+    /// One or more conda packages.
+    Packages,
+    /// The image's own files: what no package owns.
+    ImageFiles,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct LayerSummary {
+    pub digest: String,
+    /// Compressed size in bytes.
+    pub size: u64,
+    pub media_type: String,
+    pub kind: LayerKind,
+    /// `name-version-build` of each package in the layer.
+    pub packages: Vec<String>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum InspectError {
+    #[error("Cannot open image `{image}`")]
+    Open {
+        image: String,
+        #[source]
+        source: BaseError,
+    },
+    #[error("Cannot read the manifest of image `{image}`")]
+    Manifest {
+        image: String,
+        #[source]
+        source: oci_spec::OciSpecError,
+    },
+}
+
+/// `layout[:tag]` → (layout, tag); a colon followed by a path is part of the path.
+pub fn split_reference(image: &str) -> (&str, &str) {
+    match image.rsplit_once(':') {
+        Some((path, tag)) if !tag.contains('/') && !path.is_empty() => (path, tag),
+        _ => (image, "latest"),
+    }
+}
+
+/// Reads the image `LAYOUT[:TAG]` (tag `latest` by default).
+pub fn inspect(image: &str) -> Result<ImageSummary, InspectError> {
+    let (layout, tag) = split_reference(image);
+    let opened = crate::smoke::extract::open_image(Path::new(layout), tag).map_err(|source| {
+        InspectError::Open {
+            image: image.to_string(),
+            source,
+        }
+    })?;
+    // `open_image` keeps the config and layers; the manifest's own annotations (CUDA, base,
+    // conda target) are read from its blob.
+    let manifest_path = opened
+        .blobs_dir
+        .join(opened.manifest_digest.trim_start_matches("sha256:"));
+    let manifest =
+        ImageManifest::from_file(&manifest_path).map_err(|source| InspectError::Manifest {
+            image: image.to_string(),
+            source,
+        })?;
+    Ok(summarize(image, &opened, &manifest))
+}
+
+fn summarize(image: &str, opened: &BaseImage, manifest: &ImageManifest) -> ImageSummary {
+    let manifest_annotations = manifest.annotations().clone().unwrap_or_default();
+    let annotation = |key: &str| manifest_annotations.get(key).cloned();
+    let config = opened.config.config().clone().unwrap_or_default();
+    let env = config.env().clone().unwrap_or_default();
+    let env_var = |key: &str| {
+        env.iter()
+            .find_map(|kv| kv.strip_prefix(key)?.strip_prefix('='))
+            .map(str::to_string)
+    };
+
+    let cuda = CudaNeeds {
+        version: annotation(annotations::CUDA_VERSION),
+        min_driver: annotation(annotations::CUDA_MIN_DRIVER),
+        require_cuda: env_var("NVIDIA_REQUIRE_CUDA"),
+        cuda_version: env_var("CUDA_VERSION"),
+    };
+    let has_cuda = cuda.version.is_some()
+        || cuda.min_driver.is_some()
+        || cuda.require_cuda.is_some()
+        || cuda.cuda_version.is_some();
+    let base = (annotation(BASE_NAME).is_some() || annotation(BASE_DIGEST).is_some()).then(|| {
+        BaseReference {
+            name: annotation(BASE_NAME),
+            digest: annotation(BASE_DIGEST),
+        }
+    });
+    let conda = (annotation(annotations::PLATFORM).is_some()
+        || annotation(annotations::PREFIX).is_some())
+    .then(|| CondaTarget {
+        platform: annotation(annotations::PLATFORM),
+        prefix: annotation(annotations::PREFIX),
+    });
+
+    let built_by_imgbuild = conda.is_some();
+    let layers = classify_layers(&opened.layers, built_by_imgbuild);
+    let packages: BTreeSet<String> = layers
+        .iter()
+        .flat_map(|l| l.packages.iter().cloned())
+        .collect();
+    ImageSummary {
+        image: image.to_string(),
+        manifest_digest: opened.manifest_digest.clone(),
+        config_digest: manifest.config().digest().to_string(),
+        created: opened.config.created().clone(),
+        os: opened.config.os().to_string(),
+        architecture: opened.config.architecture().to_string(),
+        config: RuntimeConfig {
+            entrypoint: config.entrypoint().clone(),
+            cmd: config.cmd().clone(),
+            user: config.user().clone(),
+            workdir: config.working_dir().clone(),
+            env: env.clone(),
+            labels: config
+                .labels()
+                .clone()
+                .unwrap_or_default()
+                .into_iter()
+                .collect(),
+        },
+        base,
+        conda,
+        cuda: has_cuda.then_some(cuda),
+        total_size: layers.iter().map(|l| l.size).sum(),
+        layers,
+        packages: packages.into_iter().collect(),
+    }
+}
+
+/// Names what each layer holds. An imgbuild image is the base's layers, then package layers,
+/// then one layer of the image's own files; so the image-files layer is the last one, and
+/// the base's layers are those below the run of package layers under it. (A base that is
+/// itself an imgbuild image keeps its package annotations, and its packages are listed.)
+fn classify_layers(layers: &[Descriptor], built_by_imgbuild: bool) -> Vec<LayerSummary> {
+    let packages_of = |layer: &Descriptor| -> Vec<String> {
+        layer
+            .annotations()
+            .as_ref()
+            .and_then(|a| a.get(annotations::PACKAGES))
+            .map(|list| {
+                list.split(',')
+                    .filter(|p| !p.is_empty())
+                    .map(str::to_string)
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let mut own_start = layers.len();
+    if built_by_imgbuild && !layers.is_empty() {
+        own_start = layers.len() - 1;
+        while own_start > 0 && !packages_of(&layers[own_start - 1]).is_empty() {
+            own_start -= 1;
+        }
+    }
+    layers
+        .iter()
+        .enumerate()
+        .map(|(position, layer)| {
+            let packages = packages_of(layer);
+            let kind = if !packages.is_empty() {
+                LayerKind::Packages
+            } else if built_by_imgbuild && position == layers.len() - 1 {
+                LayerKind::ImageFiles
+            } else {
+                LayerKind::Base
+            };
+            debug_assert!(kind != LayerKind::Base || position < own_start);
+            LayerSummary {
+                digest: layer.digest().to_string(),
+                size: layer.size(),
+                media_type: layer.media_type().to_string(),
+                kind,
+                packages,
+            }
+        })
+        .collect()
+}
+
+/// A package as a layer annotation names it: `name-version-build`.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq, PartialOrd, Ord)]
+pub struct PackageId {
+    pub name: String,
+    pub version: String,
+    pub build: String,
+}
+
+impl PackageId {
+    /// Splits `name-version-build`. Conda forbids `-` in versions and build strings, so the
+    /// last two dashes separate the three (names may hold dashes: `cuda-cudart`).
+    pub fn parse(text: &str) -> Option<PackageId> {
+        let (rest, build) = text.rsplit_once('-')?;
+        let (name, version) = rest.rsplit_once('-')?;
+        (!name.is_empty() && !version.is_empty() && !build.is_empty()).then(|| PackageId {
+            name: name.to_string(),
+            version: version.to_string(),
+            build: build.to_string(),
+        })
+    }
+
+    /// `version-build`, how a change shows one side.
+    pub fn version_build(&self) -> String {
+        format!("{}-{}", self.version, self.build)
+    }
+}
+
+/// A package in both images with a different version or build.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct PackageChange {
+    pub name: String,
+    /// `version-build` in the first image.
+    pub from: String,
+    /// `version-build` in the second image.
+    pub to: String,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct LayerRef {
+    pub digest: String,
+    pub size: u64,
+    /// The layer's packages, or `base` / `image files`.
+    pub holds: String,
+}
+
+/// What changed from image A to image B. Serialized as the `diff --json` output.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct ImageDiff {
+    pub from: DiffSide,
+    pub to: DiffSide,
+    /// Packages in B only, sorted by name.
+    pub added: Vec<PackageId>,
+    /// Packages in A only, sorted by name.
+    pub removed: Vec<PackageId>,
+    /// Packages in both with a different version or build, sorted by name.
+    pub changed: Vec<PackageChange>,
+    /// Layers of B that A also has (by digest): a node holding A pulls none of them.
+    pub shared_layers: Vec<LayerRef>,
+    /// Layers of B that A does not have: what a node holding A downloads to run B.
+    pub new_layers: Vec<LayerRef>,
+    /// Layers of A that B no longer has.
+    pub dropped_layers: Vec<LayerRef>,
+    /// Sum of the sizes of `new_layers`.
+    pub new_bytes: u64,
+    /// `to.total_size - from.total_size`.
+    pub size_delta: i64,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct DiffSide {
+    pub image: String,
+    pub manifest_digest: String,
+    pub total_size: u64,
+    pub layers: usize,
+}
+
+/// Compares two images by their package annotations and layer digests.
+pub fn diff(from: &ImageSummary, to: &ImageSummary) -> ImageDiff {
+    // A name can appear more than once only in a broken image; the last one wins.
+    let by_name = |summary: &ImageSummary| -> BTreeMap<String, PackageId> {
+        summary
+            .packages
+            .iter()
+            .filter_map(|p| PackageId::parse(p))
+            .map(|p| (p.name.clone(), p))
+            .collect()
+    };
+    let (old, new) = (by_name(from), by_name(to));
+    let added = new
+        .iter()
+        .filter(|(name, _)| !old.contains_key(*name))
+        .map(|(_, p)| p.clone())
+        .collect();
+    let removed = old
+        .iter()
+        .filter(|(name, _)| !new.contains_key(*name))
+        .map(|(_, p)| p.clone())
+        .collect();
+    let changed = new
+        .iter()
+        .filter_map(|(name, to)| {
+            let from = old.get(name)?;
+            (from != to).then(|| PackageChange {
+                name: name.clone(),
+                from: from.version_build(),
+                to: to.version_build(),
+            })
+        })
+        .collect();
+
+    let digests = |summary: &ImageSummary| -> BTreeSet<String> {
+        summary.layers.iter().map(|l| l.digest.clone()).collect()
+    };
+    let (old_digests, new_digests) = (digests(from), digests(to));
+    let layer_ref = |layer: &LayerSummary| LayerRef {
+        digest: layer.digest.clone(),
+        size: layer.size,
+        holds: describe_layer(layer),
+    };
+    let shared_layers = to
+        .layers
+        .iter()
+        .filter(|l| old_digests.contains(&l.digest))
+        .map(layer_ref)
+        .collect();
+    let new_layers: Vec<LayerRef> = to
+        .layers
+        .iter()
+        .filter(|l| !old_digests.contains(&l.digest))
+        .map(layer_ref)
+        .collect();
+    let dropped_layers = from
+        .layers
+        .iter()
+        .filter(|l| !new_digests.contains(&l.digest))
+        .map(layer_ref)
+        .collect();
+    let new_bytes = new_layers.iter().map(|l| l.size).sum();
+    let side = |summary: &ImageSummary| DiffSide {
+        image: summary.image.clone(),
+        manifest_digest: summary.manifest_digest.clone(),
+        total_size: summary.total_size,
+        layers: summary.layers.len(),
+    };
+    ImageDiff {
+        from: side(from),
+        to: side(to),
+        added,
+        removed,
+        changed,
+        shared_layers,
+        new_layers,
+        dropped_layers,
+        new_bytes,
+        size_delta: to.total_size as i64 - from.total_size as i64,
+    }
+}
+
+/// What a layer holds, in words: its packages, `base` or `image files`.
+pub fn describe_layer(layer: &LayerSummary) -> String {
+    match layer.kind {
+        LayerKind::Packages => layer.packages.join(", "),
+        LayerKind::Base => "base".to_string(),
+        LayerKind::ImageFiles => "image files".to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn package_ids_split_at_the_last_two_dashes() {
+        let id = PackageId::parse("cuda-cudart-11.8.89-h0_0").unwrap();
+        assert_eq!(
+            (id.name.as_str(), id.version.as_str(), id.build.as_str()),
+            ("cuda-cudart", "11.8.89", "h0_0")
+        );
+        assert_eq!(id.version_build(), "11.8.89-h0_0");
+        assert_eq!(
+            PackageId::parse("_r-mutex-1.0.1-anacondar_1").unwrap().name,
+            "_r-mutex"
+        );
+        assert!(PackageId::parse("hello-1.0").is_none());
+        assert!(PackageId::parse("nodash").is_none());
+    }
+
+    #[test]
+    fn image_references() {
+        assert_eq!(split_reference("images/x"), ("images/x", "latest"));
+        assert_eq!(split_reference("images/x:v1"), ("images/x", "v1"));
+        assert_eq!(split_reference("/a:b/x"), ("/a:b/x", "latest"));
+    }
+
+    fn layer(digest: &str, size: u64, kind: LayerKind, packages: &[&str]) -> LayerSummary {
+        LayerSummary {
+            digest: digest.into(),
+            size,
+            media_type: "application/vnd.oci.image.layer.v1.tar+gzip".into(),
+            kind,
+            packages: packages.iter().map(|p| p.to_string()).collect(),
+        }
+    }
+
+    fn summary(image: &str, layers: Vec<LayerSummary>) -> ImageSummary {
+        let mut packages: Vec<String> = layers
+            .iter()
+            .flat_map(|l| l.packages.iter().cloned())
+            .collect();
+        packages.sort();
+        ImageSummary {
+            image: image.into(),
+            manifest_digest: format!("sha256:{image}"),
+            config_digest: "sha256:c".into(),
+            created: None,
+            os: "linux".into(),
+            architecture: "amd64".into(),
+            config: RuntimeConfig::default(),
+            base: None,
+            conda: None,
+            cuda: None,
+            total_size: layers.iter().map(|l| l.size).sum(),
+            layers,
+            packages,
+        }
+    }
+
+    #[test]
+    fn diff_sorts_packages_into_added_removed_changed() {
+        let a = summary(
+            "a",
+            vec![
+                layer("sha256:b0", 100, LayerKind::Base, &[]),
+                layer("sha256:p1", 10, LayerKind::Packages, &["zlib-1.2-h0_0"]),
+                layer("sha256:p2", 20, LayerKind::Packages, &["hello-1.0-h0_0"]),
+                layer("sha256:i1", 1, LayerKind::ImageFiles, &[]),
+            ],
+        );
+        let b = summary(
+            "b",
+            vec![
+                layer("sha256:b0", 100, LayerKind::Base, &[]),
+                layer("sha256:p3", 30, LayerKind::Packages, &["hello-2.0-h0_0"]),
+                layer(
+                    "sha256:p4",
+                    40,
+                    LayerKind::Packages,
+                    &["cuda-cudart-11.8.89-h0_0"],
+                ),
+                layer("sha256:i2", 2, LayerKind::ImageFiles, &[]),
+            ],
+        );
+        let d = diff(&a, &b);
+        assert_eq!(
+            d.added.iter().map(|p| p.name.as_str()).collect::<Vec<_>>(),
+            ["cuda-cudart"]
+        );
+        assert_eq!(
+            d.removed
+                .iter()
+                .map(|p| p.name.as_str())
+                .collect::<Vec<_>>(),
+            ["zlib"]
+        );
+        assert_eq!(
+            d.changed,
+            [PackageChange {
+                name: "hello".into(),
+                from: "1.0-h0_0".into(),
+                to: "2.0-h0_0".into()
+            }]
+        );
+        assert_eq!(d.shared_layers.len(), 1);
+        assert_eq!(d.shared_layers[0].holds, "base");
+        assert_eq!(d.new_layers.len(), 3);
+        assert_eq!(d.new_bytes, 72);
+        assert_eq!(d.dropped_layers.len(), 3);
+        assert_eq!(d.size_delta, 172 - 131);
+        assert!(diff(&a, &a).changed.is_empty());
+        assert_eq!(diff(&a, &a).new_bytes, 0);
+    }
+}
