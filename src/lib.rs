@@ -14,5 +14,6 @@ pub mod layers;
 pub mod lock;
 pub mod oci;
 pub mod recipe;
+pub mod registry;
 pub mod resolve;
 pub mod smoke;

@@ -1,6 +1,7 @@
 //! The command line: clap types, settings resolution and rendering. Only this module prints.
 
 mod inspect;
+mod registry;
 
 use std::{path::PathBuf, process::ExitCode};
 
@@ -54,6 +55,21 @@ pub struct GlobalArgs {
     /// Print only errors and the result
     #[arg(short, long, global = true)]
     pub quiet: bool,
+    /// Use plain HTTP for registries on loopback (localhost, 127.0.0.0/8, [::1])
+    #[arg(long, global = true)]
+    pub insecure: bool,
+    /// Trust the CA certificates in this PEM file for registries
+    #[arg(long, global = true, value_name = "PEM")]
+    pub ca_cert: Option<PathBuf>,
+}
+
+impl GlobalArgs {
+    fn registry_options(&self) -> crate::registry::ClientOptions {
+        crate::registry::ClientOptions {
+            insecure: self.insecure,
+            ca_cert: self.ca_cert.clone(),
+        }
+    }
 }
 
 #[derive(Debug, Subcommand)]
@@ -74,6 +90,12 @@ pub enum Command {
     /// Compare two images: packages added, removed and changed, layers shared and new
     #[command(after_help = inspect::DIFF_EXAMPLES)]
     Diff(inspect::DiffArgs),
+    /// Push an image layout to a registry; prints `REF@sha256:…`
+    #[command(after_help = registry::PUSH_EXAMPLES)]
+    Push(registry::PushArgs),
+    /// Check credentials with a registry and store them for push and pull
+    #[command(after_help = registry::LOGIN_EXAMPLES)]
+    Login(registry::LoginArgs),
 }
 
 #[derive(Debug, Args)]
@@ -101,6 +123,9 @@ pub struct BuildArgs {
     /// Layers compressed in parallel [default: number of CPUs]
     #[arg(short, long, env = "IMGBUILD_JOBS", value_name = "N")]
     pub jobs: Option<usize>,
+    /// After building, push the image to this reference (`registry/repository[:tag]`)
+    #[arg(long, value_name = "REF")]
+    pub push: Option<String>,
 }
 
 #[derive(Debug, Args)]
@@ -268,8 +293,17 @@ async fn run(cli: Cli) -> ExitCode {
         Command::Smoke(args) => return smoke(args),
         Command::Inspect(args) => return inspect::run_inspect(args),
         Command::Diff(args) => return inspect::run_diff(args),
+        Command::Push(args) => {
+            return registry::run_push(args, &cli.global.registry_options(), cli.global.quiet)
+                .await;
+        }
+        Command::Login(args) => {
+            return registry::run_login(args, &cli.global.registry_options()).await;
+        }
         _ => {}
     }
+    // `build --push REF`: the layout (and its first tag) to push once the build succeeded.
+    let mut to_push: Option<(String, String)> = None;
     let result: Result<(), BuildError> = match &cli.command {
         Command::Build(args) => {
             let mode = if args.locked {
@@ -309,6 +343,12 @@ async fn run(cli: Cli) -> ExitCode {
                 for tag in &report.tags {
                     println!("{}:{tag}@{}", report.layout_dir.display(), report.manifest_digest);
                 }
+                if let (Some(reference), Some(tag)) = (&args.push, report.tags.first()) {
+                    to_push = Some((
+                        format!("{}:{tag}", report.layout_dir.display()),
+                        reference.clone(),
+                    ));
+                }
             })
         }
         Command::Lock(args) => {
@@ -326,10 +366,27 @@ async fn run(cli: Cli) -> ExitCode {
                 println!("{}", report.lock_path.display());
             })
         }
-        Command::Smoke(_) | Command::Inspect(_) | Command::Diff(_) => {
+        Command::Smoke(_)
+        | Command::Inspect(_)
+        | Command::Diff(_)
+        | Command::Push(_)
+        | Command::Login(_) => {
             unreachable!("handled above")
         }
     };
+    if let (Ok(()), Some((image, reference))) = (&result, &to_push) {
+        let options = cli.global.registry_options();
+        let mount_from = registry::base_of(image);
+        return match registry::push_layout(image, reference, &[], &options, mount_from.as_ref())
+            .await
+        {
+            Ok(report) => {
+                registry::print_push(&report, cli.global.quiet);
+                ExitCode::SUCCESS
+            }
+            Err(err) => fail(err.as_ref(), 1),
+        };
+    }
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => {

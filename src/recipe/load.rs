@@ -517,7 +517,7 @@ fn is_valid_image_name(name: &str) -> bool {
 }
 
 /// The OCI distribution spec's tag grammar: `[A-Za-z0-9_][A-Za-z0-9._-]{0,127}`.
-pub(crate) fn is_valid_tag(tag: &str) -> bool {
+pub fn is_valid_tag(tag: &str) -> bool {
     let mut chars = tag.chars();
     matches!(chars.next(), Some(c) if c.is_ascii_alphanumeric() || c == '_')
         && tag.len() <= 128

@@ -10,7 +10,7 @@ mod load;
 mod schema;
 
 pub use error::{RecipeError, SourceSpan};
-pub use load::{Base, CudaTarget, Recipe, RecipeOptions, oci_architecture};
+pub use load::{Base, CudaTarget, Recipe, RecipeOptions, is_valid_tag, oci_architecture};
 
 /// Where channel names such as `conda-forge` resolve when no alias is configured.
 pub const DEFAULT_CHANNEL_ALIAS: &str = "https://conda.anaconda.org";

@@ -1,0 +1,498 @@
+//! A small OCI distribution client: one repository, bounded retries with backoff, and the
+//! Basic and Bearer (token service) flows driven by the registry's `WWW-Authenticate`.
+
+use std::{sync::Arc, time::Duration};
+
+use reqwest::{Method, StatusCode, header};
+use tokio::sync::Mutex;
+
+use super::{auth::Credentials, reference::Reference};
+
+/// Attempts per request, first included.
+const ATTEMPTS: u32 = 6;
+/// First backoff; doubled each retry, capped at [`MAX_BACKOFF`].
+const BACKOFF: Duration = Duration::from_millis(200);
+const MAX_BACKOFF: Duration = Duration::from_secs(5);
+
+/// How to reach registries.
+#[derive(Debug, Clone, Default)]
+pub struct ClientOptions {
+    /// Plain HTTP for registries on loopback (`localhost`, `127.0.0.0/8`, `[::1]`).
+    pub insecure: bool,
+    /// A PEM file with extra CA certificates to trust.
+    pub ca_cert: Option<std::path::PathBuf>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum RegistryError {
+    #[error("Cannot reach registry `{registry}` ({url}) after {attempts} attempts")]
+    Unreachable {
+        registry: String,
+        url: String,
+        attempts: u32,
+        #[source]
+        source: reqwest::Error,
+    },
+    #[error(
+        "Registry `{registry}` answered {status} to {method} {url}{}",
+        body_hint(body)
+    )]
+    Status {
+        registry: String,
+        method: Method,
+        url: String,
+        status: StatusCode,
+        body: String,
+    },
+    #[error("Registry `{registry}` refused the credentials{}", match user { Some(u) => format!(" of user `{u}`"), None => " (none were found; run `imgbuild login`)".to_string() })]
+    Unauthorized {
+        registry: String,
+        user: Option<String>,
+    },
+    #[error(
+        "Registry `{registry}` sent an authentication challenge imgbuild cannot follow: {challenge}"
+    )]
+    Challenge { registry: String, challenge: String },
+    #[error("Cannot use CA certificate `{}`", path.display())]
+    CaCert {
+        path: std::path::PathBuf,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    #[error("Failed to build the HTTP client")]
+    Client(#[source] reqwest::Error),
+    #[error(
+        "Registry `{registry}` sent {what} that does not match digest {expected} (got {actual})"
+    )]
+    DigestMismatch {
+        registry: String,
+        what: String,
+        expected: String,
+        actual: String,
+    },
+    #[error("Registry `{registry}` sent an invalid {what}")]
+    Invalid { registry: String, what: String },
+}
+
+fn body_hint(body: &str) -> String {
+    let body = body.trim();
+    if body.is_empty() {
+        String::new()
+    } else {
+        let short: String = body.chars().take(300).collect();
+        format!(": {short}")
+    }
+}
+
+impl RegistryError {
+    /// Whether trying again may help: dropped connections, 429 and 5xx.
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            RegistryError::Status { status, .. } => {
+                *status == StatusCode::TOO_MANY_REQUESTS || status.is_server_error()
+            }
+            RegistryError::Unreachable { .. } => true,
+            _ => false,
+        }
+    }
+}
+
+/// A request body that can be sent again on retry.
+#[derive(Debug, Clone)]
+pub enum Body {
+    Empty,
+    Bytes(bytes::Bytes, &'static str),
+}
+
+/// The outcome of a request: status, headers and body.
+#[derive(Debug)]
+pub struct Response {
+    pub status: StatusCode,
+    pub headers: header::HeaderMap,
+    pub body: bytes::Bytes,
+}
+
+/// A client for one repository of one registry.
+#[derive(Clone)]
+pub struct RepositoryClient {
+    http: reqwest::Client,
+    pub reference: Reference,
+    base: String,
+    credentials: Option<Credentials>,
+    /// The `Authorization` value that last worked (a Bearer token or Basic).
+    authorization: Arc<Mutex<Option<String>>>,
+    /// Counts requests sent, retries included: for reports and tests.
+    pub requests: Arc<std::sync::atomic::AtomicUsize>,
+    pub retries: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl std::fmt::Debug for RepositoryClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RepositoryClient")
+            .field("reference", &self.reference.to_string())
+            .finish_non_exhaustive()
+    }
+}
+
+impl RepositoryClient {
+    pub fn new(
+        reference: &Reference,
+        credentials: Option<Credentials>,
+        options: &ClientOptions,
+    ) -> Result<Self, RegistryError> {
+        let scheme = if options.insecure && reference.is_loopback() {
+            "http"
+        } else {
+            "https"
+        };
+        let mut builder = reqwest::Client::builder()
+            .user_agent(concat!("imgbuild/", env!("CARGO_PKG_VERSION")))
+            .connect_timeout(Duration::from_secs(30))
+            .timeout(Duration::from_secs(600));
+        if let Some(path) = &options.ca_cert {
+            let pem = fs_err::read(path).map_err(|e| RegistryError::CaCert {
+                path: path.clone(),
+                source: Box::new(e),
+            })?;
+            for cert in
+                reqwest::Certificate::from_pem_bundle(&pem).map_err(|e| RegistryError::CaCert {
+                    path: path.clone(),
+                    source: Box::new(e),
+                })?
+            {
+                builder = builder.add_root_certificate(cert);
+            }
+        }
+        Ok(RepositoryClient {
+            http: builder.build().map_err(RegistryError::Client)?,
+            reference: reference.clone(),
+            base: format!(
+                "{scheme}://{}/v2/{}",
+                reference.api_host(),
+                reference.repository
+            ),
+            credentials,
+            authorization: Arc::new(Mutex::new(None)),
+            requests: Arc::default(),
+            retries: Arc::default(),
+        })
+    }
+
+    /// The URL of `path` under this repository (`/blobs/…`, `/manifests/…`), or an absolute
+    /// or registry-relative `Location` as registries return them.
+    pub fn url(&self, path: &str) -> String {
+        if path.starts_with("http://") || path.starts_with("https://") {
+            path.to_string()
+        } else if path.starts_with("/v2/") {
+            let origin = self.base.split("/v2/").next().unwrap_or_default();
+            format!("{origin}{path}")
+        } else {
+            format!("{}{path}", self.base)
+        }
+    }
+
+    /// Checks that the registry accepts these credentials (`GET /v2/`, following its
+    /// challenge for this repository).
+    pub async fn check_login(&self) -> Result<(), RegistryError> {
+        let origin = self
+            .base
+            .split("/v2/")
+            .next()
+            .unwrap_or_default()
+            .to_string();
+        self.send(
+            Method::GET,
+            &format!("{origin}/v2/"),
+            &[],
+            Body::Empty,
+            &[StatusCode::OK],
+        )
+        .await
+        .map(|_| ())
+    }
+
+    /// Sends a request, following auth challenges and retrying what may succeed later.
+    /// `ok` lists the statuses the caller handles; anything else is an error.
+    pub async fn send(
+        &self,
+        method: Method,
+        url: &str,
+        headers: &[(header::HeaderName, String)],
+        body: Body,
+        ok: &[StatusCode],
+    ) -> Result<Response, RegistryError> {
+        let mut backoff = BACKOFF;
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            match self.send_once(&method, url, headers, &body, ok).await {
+                Err(err) if err.is_retryable() && attempt < ATTEMPTS => {
+                    self.retries
+                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    tracing::debug!("retrying {method} {url} after: {err}");
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(MAX_BACKOFF);
+                }
+                other => return other,
+            }
+        }
+    }
+
+    async fn send_once(
+        &self,
+        method: &Method,
+        url: &str,
+        headers: &[(header::HeaderName, String)],
+        body: &Body,
+        ok: &[StatusCode],
+    ) -> Result<Response, RegistryError> {
+        let mut authenticated_once = false;
+        loop {
+            let mut request = self.http.request(method.clone(), url);
+            for (name, value) in headers {
+                request = request.header(name, value);
+            }
+            if let Some(authorization) = self.authorization.lock().await.clone() {
+                request = request.header(header::AUTHORIZATION, authorization);
+            }
+            request = match body {
+                Body::Empty => request.header(header::CONTENT_LENGTH, "0"),
+                Body::Bytes(bytes, content_type) => request
+                    .header(header::CONTENT_TYPE, *content_type)
+                    .body(bytes.clone()),
+            };
+            self.requests
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let response = request
+                .send()
+                .await
+                .map_err(|source| self.unreachable(url, source))?;
+            let status = response.status();
+            let response_headers = response.headers().clone();
+            let bytes = response
+                .bytes()
+                .await
+                .map_err(|source| self.unreachable(url, source))?;
+            if status == StatusCode::UNAUTHORIZED && !authenticated_once {
+                authenticated_once = true;
+                let challenge = response_headers
+                    .get(header::WWW_AUTHENTICATE)
+                    .and_then(|v| v.to_str().ok())
+                    .unwrap_or_default()
+                    .to_string();
+                self.authenticate(&challenge).await?;
+                continue;
+            }
+            if status == StatusCode::UNAUTHORIZED || status == StatusCode::FORBIDDEN {
+                return Err(RegistryError::Unauthorized {
+                    registry: self.reference.registry.clone(),
+                    user: self.credentials.as_ref().map(|c| c.username.clone()),
+                });
+            }
+            if !ok.contains(&status) {
+                return Err(RegistryError::Status {
+                    registry: self.reference.registry.clone(),
+                    method: method.clone(),
+                    url: url.to_string(),
+                    status,
+                    body: String::from_utf8_lossy(&bytes).into_owned(),
+                });
+            }
+            return Ok(Response {
+                status,
+                headers: response_headers,
+                body: bytes,
+            });
+        }
+    }
+
+    fn unreachable(&self, url: &str, source: reqwest::Error) -> RegistryError {
+        RegistryError::Unreachable {
+            registry: self.reference.registry.clone(),
+            url: url.to_string(),
+            attempts: ATTEMPTS,
+            source: source.without_url(),
+        }
+    }
+
+    /// Answers a `WWW-Authenticate` challenge: Basic with the stored credentials, or Bearer
+    /// by fetching a token for this repository's pull and push scope.
+    async fn authenticate(&self, challenge: &str) -> Result<(), RegistryError> {
+        let registry = self.reference.registry.clone();
+        let (scheme, params) =
+            parse_challenge(challenge).ok_or_else(|| RegistryError::Challenge {
+                registry: registry.clone(),
+                challenge: challenge.to_string(),
+            })?;
+        let value =
+            match scheme.to_ascii_lowercase().as_str() {
+                "basic" => match &self.credentials {
+                    Some(credentials) => credentials.basic(),
+                    None => {
+                        return Err(RegistryError::Unauthorized {
+                            registry,
+                            user: None,
+                        });
+                    }
+                },
+                "bearer" => {
+                    let realm = params
+                        .iter()
+                        .find(|(k, _)| k == "realm")
+                        .map(|(_, v)| v.clone())
+                        .ok_or_else(|| RegistryError::Challenge {
+                            registry: registry.clone(),
+                            challenge: challenge.to_string(),
+                        })?;
+                    let mut query: Vec<(String, String)> = params
+                        .iter()
+                        .filter(|(k, _)| k == "service")
+                        .cloned()
+                        .collect();
+                    query.push((
+                        "scope".to_string(),
+                        format!("repository:{}:pull,push", self.reference.repository),
+                    ));
+                    let mut request = self.http.get(&realm).query(&query);
+                    if let Some(credentials) = &self.credentials {
+                        request = request.header(header::AUTHORIZATION, credentials.basic());
+                    }
+                    self.requests
+                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    let response = request
+                        .send()
+                        .await
+                        .map_err(|source| self.unreachable(&realm, source))?;
+                    if response.status() == StatusCode::UNAUTHORIZED
+                        || response.status() == StatusCode::FORBIDDEN
+                    {
+                        return Err(RegistryError::Unauthorized {
+                            registry,
+                            user: self.credentials.as_ref().map(|c| c.username.clone()),
+                        });
+                    }
+                    if !response.status().is_success() {
+                        return Err(RegistryError::Status {
+                            registry,
+                            method: Method::GET,
+                            url: realm,
+                            status: response.status(),
+                            body: String::new(),
+                        });
+                    }
+                    #[derive(serde::Deserialize)]
+                    struct Token {
+                        token: Option<String>,
+                        access_token: Option<String>,
+                    }
+                    let bytes = response
+                        .bytes()
+                        .await
+                        .map_err(|source| self.unreachable(&realm, source))?;
+                    let token: Token =
+                        serde_json::from_slice(&bytes).map_err(|_| RegistryError::Invalid {
+                            registry: registry.clone(),
+                            what: "token response".into(),
+                        })?;
+                    let token = token.token.or(token.access_token).ok_or_else(|| {
+                        RegistryError::Invalid {
+                            registry: registry.clone(),
+                            what: "token response (no token)".into(),
+                        }
+                    })?;
+                    format!("Bearer {token}")
+                }
+                _ => {
+                    return Err(RegistryError::Challenge {
+                        registry,
+                        challenge: challenge.to_string(),
+                    });
+                }
+            };
+        *self.authorization.lock().await = Some(value);
+        Ok(())
+    }
+}
+
+/// `Bearer realm="https://auth/token",service="registry",scope="…"` → (`Bearer`, params).
+fn parse_challenge(challenge: &str) -> Option<(String, Vec<(String, String)>)> {
+    let challenge = challenge.trim();
+    let (scheme, rest) = challenge.split_once(' ').unwrap_or((challenge, ""));
+    if scheme.is_empty() {
+        return None;
+    }
+    let mut params = Vec::new();
+    let mut rest = rest.trim();
+    while !rest.is_empty() {
+        let (key, after) = rest.split_once('=')?;
+        let after = after.trim_start();
+        let (value, remainder) = if let Some(quoted) = after.strip_prefix('"') {
+            let end = quoted.find('"')?;
+            (&quoted[..end], &quoted[end + 1..])
+        } else {
+            match after.find(',') {
+                Some(end) => (&after[..end], &after[end..]),
+                None => (after, ""),
+            }
+        };
+        params.push((key.trim().to_ascii_lowercase(), value.to_string()));
+        rest = remainder.trim_start().trim_start_matches(',').trim_start();
+    }
+    Some((scheme.to_string(), params))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn challenges() {
+        let (scheme, params) = parse_challenge(
+            r#"Bearer realm="http://127.0.0.1:1/token",service="registry.test",scope="repository:a/b:pull""#,
+        )
+        .unwrap();
+        assert_eq!(scheme, "Bearer");
+        assert_eq!(
+            params,
+            [
+                ("realm".to_string(), "http://127.0.0.1:1/token".to_string()),
+                ("service".to_string(), "registry.test".to_string()),
+                ("scope".to_string(), "repository:a/b:pull".to_string()),
+            ]
+        );
+        let (scheme, params) = parse_challenge(r#"Basic realm="basic-realm""#).unwrap();
+        assert_eq!((scheme.as_str(), params.len()), ("Basic", 1));
+    }
+
+    #[test]
+    fn locations() {
+        let reference = Reference::parse("127.0.0.1:5000/ml/x:v1").unwrap();
+        let client = RepositoryClient::new(
+            &reference,
+            None,
+            &ClientOptions {
+                insecure: true,
+                ca_cert: None,
+            },
+        )
+        .unwrap();
+        assert_eq!(
+            client.url("/blobs/uploads/"),
+            "http://127.0.0.1:5000/v2/ml/x/blobs/uploads/"
+        );
+        assert_eq!(
+            client.url("/v2/ml/x/blobs/uploads/abc?_state=1"),
+            "http://127.0.0.1:5000/v2/ml/x/blobs/uploads/abc?_state=1"
+        );
+        let remote = RepositoryClient::new(
+            &Reference::parse("ghcr.io/a/b").unwrap(),
+            None,
+            &ClientOptions {
+                insecure: true,
+                ca_cert: None,
+            },
+        )
+        .unwrap();
+        assert!(remote.url("").starts_with("https://ghcr.io/v2/a/b"));
+    }
+}

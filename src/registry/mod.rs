@@ -1,0 +1,9 @@
+//! Registries: references, credentials, an OCI distribution client, push and pull.
+
+pub mod auth;
+pub mod client;
+pub mod push;
+pub mod reference;
+
+pub use client::{ClientOptions, RegistryError, RepositoryClient};
+pub use reference::Reference;

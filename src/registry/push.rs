@@ -1,0 +1,462 @@
+//! Pushing an image layout: every blob is checked with HEAD first and only what is missing
+//! is sent (mounted from the base's repository when it lives in the same registry; one PUT
+//! for small blobs, PATCH chunks for large ones), several at a time; manifests go last, as
+//! the exact bytes of the layout, so the digest the registry computes is ours.
+
+use std::{
+    collections::BTreeSet,
+    path::{Path, PathBuf},
+    sync::atomic::{AtomicU64, AtomicUsize, Ordering},
+};
+
+use futures::{StreamExt, TryStreamExt};
+use oci_spec::image::{ImageIndex, ImageManifest, MediaType};
+use reqwest::{Method, StatusCode, header};
+use sha2::{Digest, Sha256};
+
+use super::{
+    client::{Body, RegistryError, RepositoryClient},
+    reference::Reference,
+};
+
+/// Blobs up to this size go in one PUT; larger ones in PATCH chunks of this size.
+pub const CHUNK: usize = 16 << 20;
+/// Blobs uploaded at once.
+const PARALLEL_UPLOADS: usize = 4;
+
+/// What a push did, for the report and the tests.
+#[derive(Debug, Clone, Default)]
+pub struct PushReport {
+    /// `REF@sha256:…` of what the tag now points at.
+    pub pushed: String,
+    pub digest: String,
+    pub blobs_total: usize,
+    pub blobs_uploaded: usize,
+    pub blobs_mounted: usize,
+    pub bytes_uploaded: u64,
+    pub requests: usize,
+    pub retries: usize,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum PushError {
+    #[error("Cannot read the image layout `{}`", path.display())]
+    Layout {
+        path: PathBuf,
+        #[source]
+        source: oci_spec::OciSpecError,
+    },
+    #[error("The image layout `{}` has no tag `{tag}`", path.display())]
+    NoTag { path: PathBuf, tag: String },
+    #[error("Cannot read blob `{}`", path.display())]
+    Blob {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("Failed to push to `{reference}`")]
+    Registry {
+        reference: String,
+        // Boxed: registry errors are large and travel through every upload task.
+        #[source]
+        source: Box<RegistryError>,
+    },
+}
+
+/// One blob to make present in the repository.
+#[derive(Debug, Clone)]
+struct BlobToPush {
+    digest: String,
+    size: u64,
+    path: PathBuf,
+}
+
+/// A manifest to push: digest, exact bytes, media type.
+type ManifestBlob = (String, Vec<u8>, String);
+
+/// The manifests a tag of a layout consists of, children first, and the blobs they name.
+fn manifests_of(
+    layout: &Path,
+    tag: &str,
+) -> Result<(Vec<ManifestBlob>, BTreeSet<String>), PushError> {
+    let layout_err = |path: PathBuf| move |source| PushError::Layout { path, source };
+    let index_path = layout.join("index.json");
+    let index = ImageIndex::from_file(&index_path).map_err(layout_err(index_path.clone()))?;
+    let descriptor = index
+        .manifests()
+        .iter()
+        .find(|d| {
+            d.annotations()
+                .as_ref()
+                .and_then(|a| a.get("org.opencontainers.image.ref.name"))
+                .is_some_and(|name| name == tag)
+        })
+        .ok_or_else(|| PushError::NoTag {
+            path: layout.to_path_buf(),
+            tag: tag.to_string(),
+        })?
+        .clone();
+    let blob = |digest: &str| {
+        layout
+            .join("blobs/sha256")
+            .join(digest.trim_start_matches("sha256:"))
+    };
+    let read = |digest: &str| {
+        let path = blob(digest);
+        fs_err::read(&path).map_err(|source| PushError::Blob { path, source })
+    };
+    let mut manifests = Vec::new();
+    let mut blobs = BTreeSet::new();
+    let mut pending = vec![descriptor];
+    while let Some(descriptor) = pending.pop() {
+        let digest = descriptor.digest().to_string();
+        let bytes = read(&digest)?;
+        match descriptor.media_type() {
+            MediaType::ImageIndex => {
+                let nested =
+                    ImageIndex::from_reader(bytes.as_slice()).map_err(layout_err(blob(&digest)))?;
+                pending.extend(nested.manifests().iter().cloned());
+            }
+            _ => {
+                let manifest = ImageManifest::from_reader(bytes.as_slice())
+                    .map_err(layout_err(blob(&digest)))?;
+                blobs.insert(manifest.config().digest().to_string());
+                blobs.extend(manifest.layers().iter().map(|l| l.digest().to_string()));
+            }
+        }
+        manifests.push((digest, bytes, descriptor.media_type().to_string()));
+    }
+    // Children before the index that names them.
+    manifests.reverse();
+    Ok((manifests, blobs))
+}
+
+/// Pushes tag `tag` of the layout at `layout` to `target` (whose tag or digest-less name
+/// receives it), and to each of `extra_tags`.
+pub async fn push(
+    layout: &Path,
+    tag: &str,
+    client: &RepositoryClient,
+    extra_tags: &[String],
+    mount_from: Option<&Reference>,
+) -> Result<PushReport, PushError> {
+    let target = &client.reference;
+    let registry_err = |source| PushError::Registry {
+        reference: target.to_string(),
+        source: Box::new(source),
+    };
+    let (manifests, blob_digests) = manifests_of(layout, tag)?;
+    let blobs: Vec<BlobToPush> = blob_digests
+        .iter()
+        .map(|digest| {
+            let path = layout
+                .join("blobs/sha256")
+                .join(digest.trim_start_matches("sha256:"));
+            let size = fs_err::metadata(&path)
+                .map_err(|source| PushError::Blob {
+                    path: path.clone(),
+                    source,
+                })?
+                .len();
+            Ok(BlobToPush {
+                digest: digest.clone(),
+                size,
+                path,
+            })
+        })
+        .collect::<Result<_, PushError>>()?;
+
+    let uploaded = AtomicUsize::new(0);
+    let mounted = AtomicUsize::new(0);
+    let bytes = AtomicU64::new(0);
+    let mount_repo = mount_from
+        .filter(|from| from.registry == target.registry && from.repository != target.repository)
+        .map(|from| from.repository.clone());
+    futures::stream::iter(blobs.iter())
+        .map(|blob| {
+            let (uploaded, mounted, bytes) = (&uploaded, &mounted, &bytes);
+            let mount_repo = mount_repo.as_deref();
+            async move {
+                match ensure_blob(client, blob, mount_repo).await? {
+                    BlobOutcome::Present => {}
+                    BlobOutcome::Mounted => {
+                        mounted.fetch_add(1, Ordering::Relaxed);
+                    }
+                    BlobOutcome::Uploaded => {
+                        uploaded.fetch_add(1, Ordering::Relaxed);
+                        bytes.fetch_add(blob.size, Ordering::Relaxed);
+                    }
+                }
+                Ok::<_, PushError>(())
+            }
+        })
+        .buffer_unordered(PARALLEL_UPLOADS)
+        .try_collect::<Vec<()>>()
+        .await?;
+
+    // Manifests last: children by digest, then the top one under each tag.
+    let (top_digest, top_bytes, top_type) =
+        manifests.last().cloned().expect("a tag has a manifest");
+    for (digest, bytes, media_type) in &manifests[..manifests.len() - 1] {
+        put_manifest(client, digest, bytes, media_type, digest)
+            .await
+            .map_err(registry_err)?;
+    }
+    let target_tag = target.tag.clone().unwrap_or_else(|| tag.to_string());
+    let mut tags = vec![target_tag.clone()];
+    tags.extend(extra_tags.iter().filter(|t| **t != target_tag).cloned());
+    for tag in &tags {
+        put_manifest(client, tag, &top_bytes, &top_type, &top_digest)
+            .await
+            .map_err(registry_err)?;
+    }
+
+    Ok(PushReport {
+        pushed: format!("{}@{top_digest}", target.with_tag(&target_tag)),
+        digest: top_digest,
+        blobs_total: blobs.len(),
+        blobs_uploaded: uploaded.into_inner(),
+        blobs_mounted: mounted.into_inner(),
+        bytes_uploaded: bytes.into_inner(),
+        requests: client.requests.load(Ordering::Relaxed),
+        retries: client.retries.load(Ordering::Relaxed),
+    })
+}
+
+enum BlobOutcome {
+    Present,
+    Mounted,
+    Uploaded,
+}
+
+/// Makes one blob present, restarting its upload from scratch when a step fails in a way
+/// a new session can fix (a chunk applied but its answer lost, a session the registry forgot).
+async fn ensure_blob(
+    client: &RepositoryClient,
+    blob: &BlobToPush,
+    mount_repo: Option<&str>,
+) -> Result<BlobOutcome, PushError> {
+    let registry_err = |source| PushError::Registry {
+        reference: client.reference.to_string(),
+        source: Box::new(source),
+    };
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        match try_blob(client, blob, mount_repo).await {
+            Ok(outcome) => return Ok(outcome),
+            Err(BlobError::Registry(err)) => {
+                let restartable = err.is_retryable()
+                    || matches!(
+                        &err,
+                        RegistryError::Status { status, .. }
+                            if *status == StatusCode::NOT_FOUND || *status == StatusCode::RANGE_NOT_SATISFIABLE
+                    );
+                if !restartable || attempt >= 3 {
+                    return Err(registry_err(err));
+                }
+                client.retries.fetch_add(1, Ordering::Relaxed);
+                tracing::debug!("restarting the upload of {}: {err}", blob.digest);
+            }
+            Err(BlobError::Read(source)) => {
+                return Err(PushError::Blob {
+                    path: blob.path.clone(),
+                    source,
+                });
+            }
+        }
+    }
+}
+
+enum BlobError {
+    Registry(RegistryError),
+    Read(std::io::Error),
+}
+
+impl From<RegistryError> for BlobError {
+    fn from(err: RegistryError) -> Self {
+        BlobError::Registry(err)
+    }
+}
+
+fn with_query(url: &str, query: &str) -> String {
+    if url.contains('?') {
+        format!("{url}&{query}")
+    } else {
+        format!("{url}?{query}")
+    }
+}
+
+fn location(
+    client: &RepositoryClient,
+    response: &super::client::Response,
+) -> Result<String, RegistryError> {
+    response
+        .headers
+        .get(header::LOCATION)
+        .and_then(|v| v.to_str().ok())
+        .map(|l| client.url(l))
+        .ok_or_else(|| RegistryError::Invalid {
+            registry: client.reference.registry.clone(),
+            what: "upload response (no Location)".into(),
+        })
+}
+
+async fn try_blob(
+    client: &RepositoryClient,
+    blob: &BlobToPush,
+    mount_repo: Option<&str>,
+) -> Result<BlobOutcome, BlobError> {
+    let head = client
+        .send(
+            Method::HEAD,
+            &client.url(&format!("/blobs/{}", blob.digest)),
+            &[],
+            Body::Empty,
+            &[StatusCode::OK, StatusCode::NOT_FOUND],
+        )
+        .await?;
+    if head.status == StatusCode::OK {
+        return Ok(BlobOutcome::Present);
+    }
+
+    // A mount that the registry cannot do starts a normal upload session instead (202).
+    let start_url = match mount_repo {
+        Some(repo) => client.url(&format!(
+            "/blobs/uploads/?mount={}&from={repo}",
+            blob.digest
+        )),
+        None => client.url("/blobs/uploads/"),
+    };
+    let started = client
+        .send(
+            Method::POST,
+            &start_url,
+            &[],
+            Body::Empty,
+            &[StatusCode::CREATED, StatusCode::ACCEPTED],
+        )
+        .await?;
+    if started.status == StatusCode::CREATED {
+        return Ok(BlobOutcome::Mounted);
+    }
+    let mut upload = location(client, &started)?;
+
+    let mut file = fs_err::File::open(&blob.path).map_err(BlobError::Read)?;
+    let mut hasher = Sha256::new();
+    let octets = "application/octet-stream";
+    if blob.size as usize <= CHUNK {
+        let mut bytes = Vec::with_capacity(blob.size as usize);
+        std::io::Read::read_to_end(&mut file, &mut bytes).map_err(BlobError::Read)?;
+        hasher.update(&bytes);
+        check_local_digest(client, blob, hasher)?;
+        client
+            .send(
+                Method::PUT,
+                &with_query(&upload, &format!("digest={}", blob.digest)),
+                &[],
+                Body::Bytes(bytes.into(), octets),
+                &[StatusCode::CREATED],
+            )
+            .await?;
+        return Ok(BlobOutcome::Uploaded);
+    }
+    let mut offset = 0u64;
+    let mut buffer = vec![0u8; CHUNK];
+    loop {
+        let n = read_full(&mut file, &mut buffer).map_err(BlobError::Read)?;
+        if n == 0 {
+            break;
+        }
+        hasher.update(&buffer[..n]);
+        let range = format!("{}-{}", offset, offset + n as u64 - 1);
+        let response = client
+            .send(
+                Method::PATCH,
+                &upload,
+                &[(header::CONTENT_RANGE, range)],
+                Body::Bytes(bytes::Bytes::copy_from_slice(&buffer[..n]), octets),
+                &[StatusCode::ACCEPTED, StatusCode::NO_CONTENT],
+            )
+            .await?;
+        upload = location(client, &response)?;
+        offset += n as u64;
+    }
+    check_local_digest(client, blob, hasher)?;
+    client
+        .send(
+            Method::PUT,
+            &with_query(&upload, &format!("digest={}", blob.digest)),
+            &[],
+            Body::Empty,
+            &[StatusCode::CREATED],
+        )
+        .await?;
+    Ok(BlobOutcome::Uploaded)
+}
+
+/// A blob whose bytes on disk no longer match its name must not be sent under that name.
+fn check_local_digest(
+    client: &RepositoryClient,
+    blob: &BlobToPush,
+    hasher: Sha256,
+) -> Result<(), BlobError> {
+    let actual = format!("sha256:{}", hex::encode(hasher.finalize()));
+    if actual != blob.digest {
+        return Err(BlobError::Registry(RegistryError::DigestMismatch {
+            registry: client.reference.registry.clone(),
+            what: format!("local blob `{}`", blob.path.display()),
+            expected: blob.digest.clone(),
+            actual,
+        }));
+    }
+    Ok(())
+}
+
+fn read_full(file: &mut fs_err::File, buffer: &mut [u8]) -> std::io::Result<usize> {
+    let mut filled = 0;
+    while filled < buffer.len() {
+        let n = std::io::Read::read(file, &mut buffer[filled..])?;
+        if n == 0 {
+            break;
+        }
+        filled += n;
+    }
+    Ok(filled)
+}
+
+async fn put_manifest(
+    client: &RepositoryClient,
+    reference: &str,
+    bytes: &[u8],
+    media_type: &str,
+    digest: &str,
+) -> Result<(), RegistryError> {
+    let content_type: &'static str = match media_type {
+        "application/vnd.oci.image.index.v1+json" => "application/vnd.oci.image.index.v1+json",
+        _ => "application/vnd.oci.image.manifest.v1+json",
+    };
+    let response = client
+        .send(
+            Method::PUT,
+            &client.url(&format!("/manifests/{reference}")),
+            &[],
+            Body::Bytes(bytes::Bytes::copy_from_slice(bytes), content_type),
+            &[StatusCode::CREATED, StatusCode::OK],
+        )
+        .await?;
+    if let Some(returned) = response
+        .headers
+        .get("docker-content-digest")
+        .and_then(|v| v.to_str().ok())
+        && returned != digest
+    {
+        return Err(RegistryError::DigestMismatch {
+            registry: client.reference.registry.clone(),
+            what: "a manifest digest".into(),
+            expected: digest.to_string(),
+            actual: returned.to_string(),
+        });
+    }
+    Ok(())
+}

@@ -1,0 +1,216 @@
+//! Image references as Docker reads them: `[registry/]repository[:tag][@digest]`.
+
+use std::fmt;
+
+/// Docker Hub's name in references and its API endpoint.
+const DOCKER_HUB: &str = "docker.io";
+const DOCKER_HUB_API: &str = "registry-1.docker.io";
+
+/// A parsed image reference.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reference {
+    /// Registry host (and port), e.g. `ghcr.io`, `127.0.0.1:5000`, `docker.io`.
+    pub registry: String,
+    /// Repository path, e.g. `library/ubuntu`.
+    pub repository: String,
+    pub tag: Option<String>,
+    /// `sha256:<hex>`.
+    pub digest: Option<String>,
+}
+
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[error("Invalid image reference `{reference}`: {reason}")]
+pub struct ReferenceError {
+    pub reference: String,
+    pub reason: &'static str,
+}
+
+impl Reference {
+    /// Parses `reference` the way Docker does: a first component with a `.` or `:`, or
+    /// `localhost`, is a registry; otherwise the registry is Docker Hub, where one-part names
+    /// live under `library/`.
+    pub fn parse(reference: &str) -> Result<Reference, ReferenceError> {
+        let err = |reason| ReferenceError {
+            reference: reference.to_string(),
+            reason,
+        };
+        let (rest, digest) = match reference.split_once('@') {
+            Some((rest, digest)) => {
+                let hex = digest
+                    .strip_prefix("sha256:")
+                    .ok_or_else(|| err("only sha256 digests are supported"))?;
+                if hex.len() != 64
+                    || !hex
+                        .chars()
+                        .all(|c| c.is_ascii_hexdigit() && !c.is_ascii_uppercase())
+                {
+                    return Err(err("a digest is `sha256:` and 64 lowercase hex digits"));
+                }
+                (rest, Some(digest.to_string()))
+            }
+            None => (reference, None),
+        };
+        let (registry, path) = match rest.split_once('/') {
+            Some((first, path)) if first.contains(['.', ':']) || first == "localhost" => {
+                (first.to_string(), path)
+            }
+            _ => (DOCKER_HUB.to_string(), rest),
+        };
+        // A tag is after the last `:` of the last path component.
+        let (repository, tag) = match path.rsplit_once(':') {
+            Some((repo, tag)) if !tag.contains('/') => (repo, Some(tag.to_string())),
+            _ => (path, None),
+        };
+        if repository.is_empty() {
+            return Err(err("the repository name is empty"));
+        }
+        let valid_component = |c: &str| {
+            !c.is_empty()
+                && c.chars().all(|ch| {
+                    ch.is_ascii_lowercase() || ch.is_ascii_digit() || matches!(ch, '.' | '_' | '-')
+                })
+                && c.starts_with(|ch: char| ch.is_ascii_lowercase() || ch.is_ascii_digit())
+        };
+        if !repository.split('/').all(valid_component) {
+            return Err(err(
+                "repository components are lowercase letters, digits, `.`, `_` and `-`",
+            ));
+        }
+        if let Some(tag) = &tag
+            && !crate::recipe::is_valid_tag(tag)
+        {
+            return Err(err(
+                "a tag is up to 128 of `A-Za-z0-9_.-`, not starting with `.` or `-`",
+            ));
+        }
+        let repository = if registry == DOCKER_HUB && !repository.contains('/') {
+            format!("library/{repository}")
+        } else {
+            repository.to_string()
+        };
+        Ok(Reference {
+            registry,
+            repository,
+            tag,
+            digest,
+        })
+    }
+
+    /// The host the API is served on (Docker Hub's differs from its name).
+    pub fn api_host(&self) -> &str {
+        if self.registry == DOCKER_HUB {
+            DOCKER_HUB_API
+        } else {
+            &self.registry
+        }
+    }
+
+    /// Whether the registry is on this machine (`localhost`, `127.0.0.0/8`, `[::1]`), where
+    /// plain HTTP may be allowed.
+    pub fn is_loopback(&self) -> bool {
+        let host = self
+            .registry
+            .rsplit_once(':')
+            .filter(|(_, port)| port.chars().all(|c| c.is_ascii_digit()))
+            .map_or(self.registry.as_str(), |(host, _)| host);
+        let host = host.trim_start_matches('[').trim_end_matches(']');
+        host == "localhost"
+            || host == "::1"
+            || host
+                .parse::<std::net::Ipv4Addr>()
+                .is_ok_and(|ip| ip.is_loopback())
+    }
+
+    /// What to ask the registry for: the digest if there is one, else the tag (`latest`).
+    pub fn manifest_reference(&self) -> String {
+        self.digest
+            .clone()
+            .or_else(|| self.tag.clone())
+            .unwrap_or_else(|| "latest".to_string())
+    }
+
+    /// The same repository at `digest`.
+    pub fn with_digest(&self, digest: &str) -> Reference {
+        Reference {
+            digest: Some(digest.to_string()),
+            ..self.clone()
+        }
+    }
+
+    /// The same repository at `tag`.
+    pub fn with_tag(&self, tag: &str) -> Reference {
+        Reference {
+            tag: Some(tag.to_string()),
+            digest: None,
+            ..self.clone()
+        }
+    }
+}
+
+impl fmt::Display for Reference {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.registry, self.repository)?;
+        if let Some(tag) = &self.tag {
+            write!(f, ":{tag}")?;
+        }
+        if let Some(digest) = &self.digest {
+            write!(f, "@{digest}")?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(s: &str) -> Reference {
+        Reference::parse(s).unwrap()
+    }
+
+    #[test]
+    fn docker_short_names() {
+        let r = parse("ubuntu:22.04");
+        assert_eq!(
+            (r.registry.as_str(), r.repository.as_str()),
+            ("docker.io", "library/ubuntu")
+        );
+        assert_eq!(r.tag.as_deref(), Some("22.04"));
+        assert_eq!(r.api_host(), "registry-1.docker.io");
+        assert_eq!(
+            parse("docker.io/library/ubuntu").to_string(),
+            "docker.io/library/ubuntu"
+        );
+        assert_eq!(parse("nvidia/cuda:12.4.1-base").repository, "nvidia/cuda");
+        assert_eq!(parse("ubuntu").manifest_reference(), "latest");
+    }
+
+    #[test]
+    fn registries_ports_and_digests() {
+        let digest = format!("sha256:{}", "a".repeat(64));
+        let r = parse(&format!("127.0.0.1:5000/ml/torch:v1@{digest}"));
+        assert_eq!(r.registry, "127.0.0.1:5000");
+        assert_eq!(r.repository, "ml/torch");
+        assert_eq!(r.tag.as_deref(), Some("v1"));
+        assert_eq!(r.manifest_reference(), digest);
+        assert!(r.is_loopback());
+        assert!(parse("localhost/x").is_loopback());
+        assert!(parse("[::1]:5000/x").is_loopback());
+        assert!(!parse("ghcr.io/org/x").is_loopback());
+        assert_eq!(parse("localhost:5000/x").registry, "localhost:5000");
+    }
+
+    #[test]
+    fn bad_references() {
+        for bad in [
+            "",
+            "UPPER/case",
+            "x@sha256:123",
+            "x@md5:abc",
+            "host.io/",
+            "x:-bad",
+        ] {
+            assert!(Reference::parse(bad).is_err(), "{bad}");
+        }
+    }
+}
