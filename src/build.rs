@@ -23,7 +23,11 @@ use crate::{
         image::{Activation, ImageError, ImageInputs, index_of, write_image},
         layout::{Layout, LayoutError},
     },
-    recipe::{Recipe, RecipeError, RecipeOptions},
+    recipe::{Base, Recipe, RecipeError, RecipeOptions, oci_architecture},
+    registry::{
+        ClientOptions, Reference, RepositoryClient,
+        pull::{PullError, pull_base},
+    },
     resolve::{ResolveError, ResolveOptions, Target, resolve},
 };
 
@@ -53,6 +57,8 @@ pub struct BuildSettings {
     pub jobs: usize,
     /// `SOURCE_DATE_EPOCH`, if set: the image's `created` time.
     pub source_date_epoch: Option<i64>,
+    /// How to reach registries (bases).
+    pub registry: ClientOptions,
 }
 
 /// Pipeline stages, for progress reports.
@@ -110,6 +116,10 @@ pub enum BuildError {
     #[error(transparent)]
     Glibc(#[from] GlibcError),
     #[error(transparent)]
+    Pull(#[from] PullError),
+    #[error(transparent)]
+    Auth(#[from] crate::registry::auth::AuthError),
+    #[error(transparent)]
     Resolve(#[from] ResolveError),
     #[error(transparent)]
     Lock(#[from] LockError),
@@ -162,12 +172,15 @@ struct Prepared {
     locked_base: LockedBase,
 }
 
-fn prepare(settings: &BuildSettings) -> Result<Prepared, BuildError> {
+async fn prepare(settings: &BuildSettings) -> Result<Prepared, BuildError> {
     let options = RecipeOptions {
         channel_alias: settings.channel_alias.clone(),
     };
     let recipe = Recipe::load(&settings.recipe_path, &options)?;
-    let base = open_base(&recipe.base, recipe.platform)?;
+    let base = match &recipe.base {
+        Base::Registry(reference) => Some(pull(&recipe, reference, settings).await?),
+        other => open_base(other, recipe.platform)?,
+    };
     // The base's glibc bounds what the environment may need, unless the recipe says.
     let base_glibc = match (&recipe.glibc, &base) {
         (None, Some(base)) => detect_glibc(base)?,
@@ -183,6 +196,40 @@ fn prepare(settings: &BuildSettings) -> Result<Prepared, BuildError> {
         target,
         locked_base,
     })
+}
+
+/// Pulls a registry base into the cache. Offline, the digest pinned in the lock is used, so
+/// a locked build needs no registry once the base is cached.
+async fn pull(
+    recipe: &Recipe,
+    reference: &Reference,
+    settings: &BuildSettings,
+) -> Result<BaseImage, BuildError> {
+    let mut reference = reference.clone();
+    if settings.offline
+        && reference.digest.is_none()
+        && let Ok(Some(lock)) = Lock::read(&recipe.lock_path())
+        && let LockedBase::Digest(digest) = lock.base
+    {
+        reference = reference.with_digest(&digest);
+    }
+    let credentials = crate::registry::auth::credentials_for(&reference.registry)?;
+    let client =
+        RepositoryClient::new(&reference, credentials, &settings.registry).map_err(|e| {
+            BuildError::Pull(PullError::Registry {
+                reference: reference.to_string(),
+                source: Box::new(e),
+            })
+        })?;
+    let (architecture, variant) = oci_architecture(recipe.platform).expect("validated platform");
+    Ok(pull_base(
+        &client,
+        architecture,
+        variant,
+        &settings.cache_dir,
+        settings.offline,
+    )
+    .await?)
 }
 
 /// Returns a lock that satisfies the recipe, solving and writing one when needed.
@@ -274,7 +321,7 @@ pub async fn lock(
     settings: &BuildSettings,
     reporter: &dyn Reporter,
 ) -> Result<LockReport, BuildError> {
-    let prepared = prepare(settings)?;
+    let prepared = prepare(settings).await?;
     obtain_lock(&prepared, settings, reporter)
         .await
         .map(|(_, report)| report)
@@ -287,7 +334,7 @@ pub async fn build(
 ) -> Result<BuildReport, BuildError> {
     let mut timings = Vec::new();
     let started = Instant::now();
-    let prepared = prepare(settings)?;
+    let prepared = prepare(settings).await?;
     let (lock, lock_report) = obtain_lock(&prepared, settings, reporter).await?;
     timings.push((Stage::Solve, started.elapsed()));
     let recipe = &prepared.recipe;

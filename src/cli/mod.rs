@@ -287,6 +287,7 @@ async fn run(cli: Cli) -> ExitCode {
                 .filter(|j| *j > 0)
                 .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get())),
             source_date_epoch,
+            registry: cli.global.registry_options(),
         };
 
     match &cli.command {

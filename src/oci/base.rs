@@ -40,6 +40,8 @@ pub enum BaseError {
         tag: String,
         available: Vec<String>,
     },
+    #[error("Base image `{reference}` is in a registry and must be pulled")]
+    Remote { reference: String },
     #[error("Base image `{reference}` has no manifest for {os}/{architecture}")]
     NoPlatform {
         reference: String,
@@ -65,6 +67,10 @@ pub fn open_base(base: &Base, platform: Subdir) -> Result<Option<BaseImage>, Bas
     match base {
         Base::Scratch => Ok(None),
         Base::OciLayout { path, tag } => open_layout(path, tag, platform).map(Some),
+        // Pulling needs the network and credentials: `registry::pull` does it.
+        Base::Registry(reference) => Err(BaseError::Remote {
+            reference: reference.to_string(),
+        }),
     }
 }
 
@@ -173,7 +179,7 @@ fn is_manifest(media_type: &MediaType) -> bool {
 }
 
 /// The OCI media type for a layer, mapping Docker's names for the same bytes.
-fn oci_layer_media_type(media_type: &MediaType) -> Option<MediaType> {
+pub fn oci_layer_media_type(media_type: &MediaType) -> Option<MediaType> {
     match media_type.to_string().as_str() {
         "application/vnd.oci.image.layer.v1.tar+gzip"
         | "application/vnd.docker.image.rootfs.diff.tar.gzip" => Some(MediaType::ImageLayerGzip),

@@ -44,6 +44,8 @@ pub enum Base {
     Scratch,
     /// An image in a local OCI image layout, selected by tag (`latest` when none is given).
     OciLayout { path: PathBuf, tag: String },
+    /// An image in a registry, by tag or digest.
+    Registry(crate::registry::Reference),
 }
 
 impl std::fmt::Display for Base {
@@ -51,6 +53,7 @@ impl std::fmt::Display for Base {
         match self {
             Base::Scratch => f.write_str("scratch"),
             Base::OciLayout { path, tag } => write!(f, "oci:{}:{tag}", path.display()),
+            Base::Registry(reference) => write!(f, "{reference}"),
         }
     }
 }
@@ -395,12 +398,16 @@ impl Checker {
             return Ok(Base::Scratch);
         }
         let Some(rest) = raw.strip_prefix("oci:") else {
-            return Err(self.error(
-                base,
-                format!(
-                    "unsupported base `{raw}`: expected `scratch` or `oci:PATH[:TAG]` (a local OCI image layout); registry bases are not supported yet"
-                ),
-            ));
+            return crate::registry::Reference::parse(raw)
+                .map(Base::Registry)
+                .map_err(|err| {
+                    self.error(
+                        base,
+                        format!(
+                            "{err}; expected `scratch`, `oci:PATH[:TAG]` (a local OCI image layout) or `registry/repository[:tag][@sha256:…]`"
+                        ),
+                    )
+                });
         };
         // `oci:PATH:TAG`; a colon followed by a path separator belongs to the path.
         let (path, tag) = match rest.rsplit_once(':') {

@@ -2,6 +2,7 @@
 
 pub mod auth;
 pub mod client;
+pub mod pull;
 pub mod push;
 pub mod reference;
 
