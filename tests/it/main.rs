@@ -14,5 +14,7 @@ mod fixtures_smoke;
 mod inspect;
 mod lock;
 mod recipes;
+mod registry;
 mod reproducible;
 mod smoke;
+mod token_server;

@@ -1,0 +1,541 @@
+//! Push and pull against Debian's real `docker-registry` (distribution 2.8) started by the
+//! tests on 127.0.0.1: plain, with htpasswd basic auth, and with a bearer-token service.
+
+use std::{
+    path::{Path, PathBuf},
+    process::{Child, Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use crate::{
+    common::{LayoutView, Project, run_tool, unpack},
+    support::{
+        base::{busybox_base_layout, have},
+        channel::tiny_recipe,
+        shared_channel,
+    },
+};
+
+/// How a test registry authenticates.
+pub enum Auth {
+    None,
+    /// htpasswd (bcrypt) with one user.
+    Basic {
+        user: String,
+        password: String,
+    },
+    /// Bearer tokens from a token service at `realm`, signed by the key whose certificate is
+    /// `cert`.
+    Token {
+        realm: String,
+        cert: PathBuf,
+    },
+}
+
+/// A `docker-registry` process on 127.0.0.1, stopped on drop.
+pub struct Registry {
+    pub host: String,
+    child: Child,
+    _dir: tempfile::TempDir,
+    log: PathBuf,
+}
+
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+impl Registry {
+    pub fn start(auth: Auth) -> Registry {
+        assert!(
+            have("docker-registry"),
+            "docker-registry is required: run tests/install-deps.sh"
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let port = free_port();
+        let auth_section = match &auth {
+            Auth::None => String::new(),
+            Auth::Basic { user, password } => {
+                let htpasswd = dir.path().join("htpasswd");
+                run_tool(
+                    "htpasswd",
+                    &["-Bbc", htpasswd.to_str().unwrap(), user, password],
+                );
+                format!(
+                    "auth:\n  htpasswd:\n    realm: imgbuild-test\n    path: {}\n",
+                    htpasswd.display()
+                )
+            }
+            Auth::Token { realm, cert } => format!(
+                "auth:\n  token:\n    realm: {realm}\n    service: imgbuild-test\n    issuer: imgbuild-test-issuer\n    rootcertbundle: {}\n",
+                cert.display()
+            ),
+        };
+        let config = dir.path().join("config.yml");
+        fs_err::write(
+            &config,
+            format!(
+                "version: 0.1\nlog:\n  level: info\nstorage:\n  filesystem:\n    rootdirectory: {}\n  delete:\n    enabled: true\nhttp:\n  addr: 127.0.0.1:{port}\n{auth_section}",
+                dir.path().join("data").display()
+            ),
+        )
+        .unwrap();
+        let log = dir.path().join("registry.log");
+        let child = Command::new("docker-registry")
+            .arg("serve")
+            .arg(&config)
+            .stdout(Stdio::from(fs_err::File::create(&log).unwrap().into_file()))
+            .stderr(Stdio::from(
+                fs_err::OpenOptions::new()
+                    .append(true)
+                    .open(&log)
+                    .unwrap()
+                    .into_file(),
+            ))
+            .spawn()
+            .unwrap();
+        let host = format!("127.0.0.1:{port}");
+        let started = Instant::now();
+        while std::net::TcpStream::connect(&host).is_err() {
+            assert!(
+                started.elapsed() < Duration::from_secs(20),
+                "the registry did not start:\n{}",
+                fs_err::read_to_string(&log).unwrap_or_default()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Registry {
+            host,
+            child,
+            _dir: dir,
+            log,
+        }
+    }
+
+    /// The registry's access log so far.
+    pub fn log(&self) -> String {
+        fs_err::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Requests in the access log whose request line starts with `method` and holds `path`.
+    pub fn count(&self, method: &str, path: &str) -> usize {
+        let needle = format!("\"{method} ");
+        self.log()
+            .lines()
+            .filter(|l| l.contains(&needle) && l.contains(path))
+            .count()
+    }
+}
+
+impl Drop for Registry {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A project with a built image `app` (hello, pyhello, cuda-cudart) and an empty Docker
+/// config, so the host's credentials never leak into a test.
+fn built_project() -> (Project, PathBuf) {
+    let project = Project::new();
+    project.write_recipe(&tiny_recipe(
+        shared_channel(),
+        "app",
+        &["hello 1.0", "pyhello"],
+    ));
+    project.build(&[]).success();
+    let docker = project.path().join("docker-config");
+    fs_err::create_dir_all(&docker).unwrap();
+    (project, docker)
+}
+
+fn env(docker: &Path) -> Vec<(&'static str, String)> {
+    vec![
+        ("DOCKER_CONFIG", docker.display().to_string()),
+        (
+            "REGISTRY_AUTH_FILE",
+            docker.join("auth.json").display().to_string(),
+        ),
+    ]
+}
+
+fn run(project: &Project, docker: &Path, args: &[&str]) -> crate::common::Run {
+    let envs = env(docker);
+    let envs: Vec<(&str, &str)> = envs.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    project.run_with(args, &envs, None)
+}
+
+#[test]
+fn push_is_read_back_by_skopeo_and_a_second_push_uploads_nothing() {
+    let registry = Registry::start(Auth::None);
+    let (project, docker) = built_project();
+    let local = LayoutView::new(project.path().join("images/app"));
+    let target = format!("{}/ml/app:v1", registry.host);
+
+    let first = run(
+        &project,
+        &docker,
+        &[
+            "push",
+            "images/app",
+            &target,
+            "--insecure",
+            "--tag",
+            "stable",
+        ],
+    )
+    .success();
+    assert_eq!(
+        first.stdout.trim(),
+        format!("{target}@{}", local.manifest_digest())
+    );
+    let blobs = local.manifest()["layers"].as_array().unwrap().len() + 1;
+    assert!(
+        first
+            .stderr
+            .contains(&format!("{blobs} blobs: {blobs} uploaded")),
+        "{}",
+        first.stderr
+    );
+
+    // skopeo sees the same digest under both tags, and copies it back unchanged.
+    for tag in ["v1", "stable"] {
+        let inspect: serde_json::Value = serde_json::from_str(&run_tool(
+            "skopeo",
+            &[
+                "inspect",
+                "--tls-verify=false",
+                &format!("docker://{}/ml/app:{tag}", registry.host),
+            ],
+        ))
+        .unwrap();
+        assert_eq!(inspect["Digest"], local.manifest_digest());
+    }
+    let copied = project.path().join("copied");
+    run_tool(
+        "skopeo",
+        &[
+            "copy",
+            "--src-tls-verify=false",
+            &format!("docker://{target}"),
+            &format!("oci:{}:v1", copied.display()),
+        ],
+    );
+    let index: serde_json::Value =
+        serde_json::from_slice(&fs_err::read(copied.join("index.json")).unwrap()).unwrap();
+    assert_eq!(index["manifests"][0]["digest"], local.manifest_digest());
+
+    // The second push finds every blob there (HEAD) and uploads none.
+    let uploads_before =
+        registry.count("PUT", "/blobs/uploads/") + registry.count("PATCH", "/blobs/uploads/");
+    let second = run(
+        &project,
+        &docker,
+        &["push", "images/app", &target, "--insecure"],
+    )
+    .success();
+    assert!(
+        second.stderr.contains(&format!(
+            "{blobs} blobs: 0 uploaded (0 B), 0 mounted, {blobs} already there"
+        )),
+        "{}",
+        second.stderr
+    );
+    let uploads_after =
+        registry.count("PUT", "/blobs/uploads/") + registry.count("PATCH", "/blobs/uploads/");
+    assert_eq!(uploads_before, uploads_after, "the registry saw no upload");
+    assert_eq!(registry.count("POST", "/v2/ml/app/blobs/uploads/"), blobs);
+}
+
+#[test]
+fn a_base_from_the_registry_is_pulled_pinned_mounted_and_runs() {
+    if !(have("runc") && have("umoci") && Path::new("/bin/busybox").exists()) {
+        panic!("runc, umoci and busybox-static are required: run tests/install-deps.sh");
+    }
+    let registry = Registry::start(Auth::None);
+    let project = Project::new();
+    let docker = project.path().join("docker-config");
+    fs_err::create_dir_all(&docker).unwrap();
+    let base = project.path().join("base");
+    busybox_base_layout(&base).unwrap();
+    let base_ref = format!("{}/base/busybox:1", registry.host);
+    run(
+        &project,
+        &docker,
+        &["push", base.to_str().unwrap(), &base_ref, "--insecure"],
+    )
+    .success();
+
+    let recipe = tiny_recipe(shared_channel(), "onbase", &["hello 1.0"]).replace(
+        "base = \"scratch\"",
+        &format!(
+            "base = \"{base_ref}\"\nentrypoint = [\"/bin/sh\", \"-c\", \"hello; echo base ok\"]"
+        ),
+    );
+    project.write_recipe(&recipe);
+    let target = format!("{}/apps/onbase:v1", registry.host);
+    let built = run(
+        &project,
+        &docker,
+        &[
+            "build",
+            "recipes/image.toml",
+            "--insecure",
+            "--push",
+            &target,
+        ],
+    )
+    .success();
+    // The base is pinned in the lock by the digest of its manifest.
+    let base_digest = LayoutView::new(&base).manifest_digest();
+    let lock = fs_err::read_to_string(project.lock_path()).unwrap();
+    assert!(
+        lock.contains(&format!("# imgbuild-base: {base_digest}")),
+        "{lock}"
+    );
+    // Its layer was mounted from the base's repository, not uploaded again.
+    assert!(built.stderr.contains("1 mounted"), "{}", built.stderr);
+    // Every missing blob asks for a mount (a refused mount starts a normal upload, so it
+    // costs no extra request); the registry granted exactly one: the base layer's.
+    let granted = registry
+        .log()
+        .lines()
+        .filter(|l| l.contains("\"POST ") && l.contains("mount=") && l.contains("HTTP/1.1\" 201 "))
+        .count();
+    assert_eq!(granted, 1, "{}", registry.log());
+
+    // Offline, from the lock and the cache alone, the same image.
+    let offline = run(
+        &project,
+        &docker,
+        &[
+            "build",
+            "recipes/image.toml",
+            "--offline",
+            "--locked",
+            "-o",
+            "out/offline",
+        ],
+    )
+    .success();
+    assert_eq!(
+        offline.digest(),
+        built
+            .stdout
+            .lines()
+            .next()
+            .unwrap()
+            .rsplit_once('@')
+            .unwrap()
+            .1
+    );
+
+    if unsafe { geteuid() } != 0 {
+        eprintln!("skipped the runc part: runc needs root here");
+        return;
+    }
+    let bundle = project.path().join("bundle");
+    unpack(&project.path().join("images/onbase"), "latest", &bundle);
+    let config_path = bundle.join("config.json");
+    let mut config: serde_json::Value =
+        serde_json::from_slice(&fs_err::read(&config_path).unwrap()).unwrap();
+    config["process"]["terminal"] = serde_json::Value::Bool(false);
+    fs_err::write(&config_path, serde_json::to_vec(&config).unwrap()).unwrap();
+    let output = Command::new("runc")
+        .args([
+            "run",
+            "--bundle",
+            bundle.to_str().unwrap(),
+            &format!("imgbuild-reg-{}", std::process::id()),
+        ])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&output.stdout),
+        "hello from /opt/conda\nbase ok\n"
+    );
+}
+
+#[test]
+fn basic_auth_login_push_and_wrong_credentials() {
+    let registry = Registry::start(Auth::Basic {
+        user: "ci".into(),
+        password: "correct-horse-battery".into(),
+    });
+    let (project, docker) = built_project();
+    let target = format!("{}/secure/app:v1", registry.host);
+
+    // No credentials: refused, and the message says how to fix it.
+    let anonymous = run(
+        &project,
+        &docker,
+        &["push", "images/app", &target, "--insecure"],
+    );
+    anonymous.assert_clean_failure(1);
+    assert!(
+        anonymous.stderr.contains(&format!(
+            "Registry `{}` refused the credentials (none were found; run `imgbuild login`)",
+            registry.host
+        )),
+        "{}",
+        anonymous.stderr
+    );
+
+    // Wrong password: refused at login, naming the registry, never showing the password.
+    let wrong = login(
+        &project,
+        &docker,
+        &registry.host,
+        "ci",
+        "wrong-password-123",
+    );
+    wrong.assert_clean_failure(1);
+    assert!(
+        wrong.stderr.contains(&format!(
+            "Registry `{}` refused the credentials of user `ci`",
+            registry.host
+        )),
+        "{}",
+        wrong.stderr
+    );
+    assert!(
+        !wrong.stderr.contains("wrong-password-123")
+            && !wrong.stdout.contains("wrong-password-123")
+    );
+    assert!(
+        !docker.join("auth.json").exists(),
+        "nothing stored on failure"
+    );
+
+    // The right one is stored (0600) and used by push.
+    let ok = login(
+        &project,
+        &docker,
+        &registry.host,
+        "ci",
+        "correct-horse-battery",
+    );
+    assert_eq!(ok.code, 0, "{}", ok.stderr);
+    assert!(!ok.stderr.contains("correct-horse-battery"));
+    use std::os::unix::fs::PermissionsExt;
+    let stored = docker.join("auth.json");
+    assert_eq!(
+        fs_err::metadata(&stored).unwrap().permissions().mode() & 0o777,
+        0o600
+    );
+    let pushed = run(
+        &project,
+        &docker,
+        &["push", "images/app", &target, "--insecure"],
+    )
+    .success();
+    assert!(pushed.stdout.starts_with(&target), "{}", pushed.stdout);
+    assert!(!pushed.stderr.contains("correct-horse-battery"));
+    // The secret is in no image or lock.
+    for file in walkdir::WalkDir::new(project.path().join("images"))
+        .into_iter()
+        .chain(walkdir::WalkDir::new(project.path().join("recipes")))
+    {
+        let file = file.unwrap();
+        if file.file_type().is_file() {
+            let bytes = fs_err::read(file.path()).unwrap();
+            assert!(
+                !bytes.windows(21).any(|w| w == b"correct-horse-battery"),
+                "{}",
+                file.path().display()
+            );
+        }
+    }
+}
+
+fn login(
+    project: &Project,
+    docker: &Path,
+    host: &str,
+    user: &str,
+    password: &str,
+) -> crate::common::Run {
+    use std::io::Write;
+    let mut child = Command::new(crate::support::imgbuild_bin())
+        .args(["login", host, "-u", user, "--password-stdin", "--insecure"])
+        .current_dir(project.path())
+        .envs(env(docker))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(format!("{password}\n").as_bytes())
+        .unwrap();
+    let output = child.wait_with_output().unwrap();
+    crate::common::Run {
+        code: output.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+    }
+}
+
+unsafe extern "C" {
+    fn geteuid() -> u32;
+}
+
+#[test]
+fn bearer_token_flow() {
+    let dir = tempfile::tempdir().unwrap();
+    let tokens = crate::token_server::TokenServer::start(dir.path(), "ci", "token-pass-42");
+    let registry = Registry::start(Auth::Token {
+        realm: tokens.realm.clone(),
+        cert: tokens.cert.clone(),
+    });
+    let (project, docker) = built_project();
+    let target = format!("{}/tokened/app:v1", registry.host);
+
+    // Without credentials the token service refuses, and so does the push.
+    let refused = run(
+        &project,
+        &docker,
+        &["push", "images/app", &target, "--insecure"],
+    );
+    refused.assert_clean_failure(1);
+    assert!(
+        refused.stderr.contains(&format!(
+            "Registry `{}` refused the credentials",
+            registry.host
+        )),
+        "{}",
+        refused.stderr
+    );
+    assert!(tokens.refused.load(std::sync::atomic::Ordering::Relaxed) >= 1);
+
+    let ok = login(&project, &docker, &registry.host, "ci", "token-pass-42");
+    assert_eq!(ok.code, 0, "{}", ok.stderr);
+    let pushed = run(
+        &project,
+        &docker,
+        &["push", "images/app", &target, "--insecure"],
+    )
+    .success();
+    let digest = LayoutView::new(project.path().join("images/app")).manifest_digest();
+    assert_eq!(pushed.stdout.trim(), format!("{target}@{digest}"));
+    assert!(
+        tokens
+            .tokens_issued
+            .load(std::sync::atomic::Ordering::Relaxed)
+            >= 2
+    );
+    // The registry accepted the bearer token for every upload: nothing was refused after it.
+    assert!(!pushed.stderr.contains("refused"), "{}", pushed.stderr);
+}
