@@ -105,6 +105,8 @@ pub struct BuildReport {
     pub layers: Vec<(PlannedLayer, LayerBlob)>,
     pub lock: LockReport,
     pub timings: Vec<(Stage, Duration)>,
+    /// The SPDX and CycloneDX SBOMs written beside the layout.
+    pub sboms: Vec<PathBuf>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -149,6 +151,8 @@ pub enum BuildError {
     },
     #[error("Failed to read the environment's activation")]
     Activation(#[source] rattler_shell::activation::ActivationError),
+    #[error(transparent)]
+    Sbom(#[from] crate::sbom::SbomError),
 }
 
 impl BuildError {
@@ -159,6 +163,7 @@ impl BuildError {
             BuildError::Layout(LayoutError::NotALayout { .. }) => 1,
             BuildError::Layout(_) | BuildError::Staging { .. } => 2,
             BuildError::Lock(LockError::Write { .. }) => 2,
+            BuildError::Sbom(_) => 2,
             _ => 1,
         }
     }
@@ -421,15 +426,31 @@ pub async fn build(
         &mut timings,
     );
     match result {
-        Ok((manifest_digest, layers)) => Ok(BuildReport {
-            layout_dir,
-            tags: recipe.tags.clone(),
-            manifest_digest,
-            base_layers,
-            layers,
-            lock: lock_report,
-            timings,
-        }),
+        Ok((manifest_digest, layers)) => {
+            let sboms = crate::sbom::write_beside(
+                &layout_dir,
+                &lock,
+                &crate::sbom::SbomSubject {
+                    name: recipe.name.clone(),
+                    image_digest: Some(manifest_digest.clone()),
+                    base_reference: prepared
+                        .base
+                        .is_some()
+                        .then(|| recipe.base_reference.clone()),
+                    created: created_seconds,
+                },
+            )?;
+            Ok(BuildReport {
+                layout_dir,
+                tags: recipe.tags.clone(),
+                manifest_digest,
+                base_layers,
+                layers,
+                lock: lock_report,
+                timings,
+                sboms,
+            })
+        }
         Err(err) => {
             if created_dir {
                 // Nothing was there before this build: leave nothing behind.

@@ -16,4 +16,5 @@ pub mod oci;
 pub mod recipe;
 pub mod registry;
 pub mod resolve;
+pub mod sbom;
 pub mod smoke;

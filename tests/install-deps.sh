@@ -2,7 +2,7 @@
 # Installs what the tests run against: real OCI consumers and a runtime from Debian.
 # Needs root (or sudo) on Debian/Ubuntu. Safe to run again.
 set -eu
-PACKAGES="umoci skopeo oci-image-tool runc busybox-static docker-registry apache2-utils podman"
+PACKAGES="umoci skopeo oci-image-tool runc busybox-static docker-registry apache2-utils podman python3-venv"
 missing=""
 for p in $PACKAGES; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
@@ -12,4 +12,14 @@ if [ -n "$missing" ]; then
     [ "$(id -u)" -eq 0 ] || SUDO="sudo"
     $SUDO apt-get update -qq
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq $missing
+fi
+
+# SBOM validators from PyPI, pinned, in a virtual environment the tests find at
+# $IMGBUILD_TEST_CACHE/venv (default tests/.cache/venv): check-jsonschema (the SPDX 2.3 schema
+# in tests/data and the CycloneDX 1.5 schema that cyclonedx-python-lib ships) and spdx-tools
+# (`pyspdxtools`, the SPDX project's own validator of the spec's rules beyond the schema).
+VENV="${IMGBUILD_TEST_CACHE:-$(cd "$(dirname "$0")" && pwd)/.cache}/venv"
+if ! "$VENV/bin/python" -c "import check_jsonschema, cyclonedx, spdx_tools" 2>/dev/null; then
+    python3 -m venv "$VENV"
+    "$VENV/bin/pip" install --quiet check-jsonschema==0.39.0 cyclonedx-python-lib==11.12.0 spdx-tools==0.8.5
 fi

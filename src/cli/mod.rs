@@ -2,6 +2,7 @@
 
 mod inspect;
 mod registry;
+mod sbom;
 
 use std::{path::PathBuf, process::ExitCode};
 
@@ -90,6 +91,9 @@ pub enum Command {
     /// Compare two images: packages added, removed and changed, layers shared and new
     #[command(after_help = inspect::DIFF_EXAMPLES)]
     Diff(inspect::DiffArgs),
+    /// Write an SPDX 2.3 or CycloneDX 1.5 SBOM of a recipe's lock
+    #[command(after_help = sbom::SBOM_EXAMPLES)]
+    Sbom(sbom::SbomArgs),
     /// Push an image layout to a registry; prints `REF@sha256:…`
     #[command(after_help = registry::PUSH_EXAMPLES)]
     Push(registry::PushArgs),
@@ -294,6 +298,7 @@ async fn run(cli: Cli) -> ExitCode {
         Command::Smoke(args) => return smoke(args),
         Command::Inspect(args) => return inspect::run_inspect(args),
         Command::Diff(args) => return inspect::run_diff(args),
+        Command::Sbom(args) => return sbom::run_sbom(args, &cli.global.channel_alias),
         Command::Push(args) => {
             return registry::run_push(args, &cli.global.registry_options(), cli.global.quiet)
                 .await;
@@ -338,6 +343,9 @@ async fn run(cli: Cli) -> ExitCode {
                         .iter()
                         .map(|(stage, time)| format!("{} {:.2}s", stage_name(*stage), time.as_secs_f64()))
                         .collect();
+                    for path in &report.sboms {
+                        eprintln!("{:>12} {}", "SBOM", path.display());
+                    }
                     eprintln!("{:>12} {}", "Took", timings.join(", "));
                 }
                 // stdout carries the result only: one `layout:tag@digest` line per tag.
@@ -370,6 +378,7 @@ async fn run(cli: Cli) -> ExitCode {
         Command::Smoke(_)
         | Command::Inspect(_)
         | Command::Diff(_)
+        | Command::Sbom(_)
         | Command::Push(_)
         | Command::Login(_) => {
             unreachable!("handled above")

@@ -16,5 +16,6 @@ mod lock;
 mod recipes;
 mod registry;
 mod reproducible;
+mod sbom;
 mod smoke;
 mod token_server;
