@@ -1,5 +1,7 @@
 //! The command line: clap types, settings resolution and rendering. Only this module prints.
 
+mod completions;
+mod init;
 mod inspect;
 mod registry;
 mod sbom;
@@ -94,6 +96,15 @@ pub enum Command {
     /// Write an SPDX 2.3 or CycloneDX 1.5 SBOM of a recipe's lock
     #[command(after_help = sbom::SBOM_EXAMPLES)]
     Sbom(sbom::SbomArgs),
+    /// Write a commented starter recipe, or convert a conda environment.yml into a recipe
+    #[command(after_help = init::INIT_EXAMPLES)]
+    Init(init::InitArgs),
+    /// Print shell completions for bash, zsh, fish, elvish or PowerShell
+    #[command(after_help = completions::COMPLETIONS_EXAMPLES)]
+    Completions(completions::CompletionsArgs),
+    /// Print the man page (roff)
+    #[command(after_help = completions::MAN_EXAMPLES)]
+    Man,
     /// Push an image layout to a registry; prints `REF@sha256:…`
     #[command(after_help = registry::PUSH_EXAMPLES)]
     Push(registry::PushArgs),
@@ -299,6 +310,9 @@ async fn run(cli: Cli) -> ExitCode {
         Command::Inspect(args) => return inspect::run_inspect(args),
         Command::Diff(args) => return inspect::run_diff(args),
         Command::Sbom(args) => return sbom::run_sbom(args, &cli.global.channel_alias),
+        Command::Init(args) => return init::run_init(args, cli.global.quiet),
+        Command::Completions(args) => return completions::run_completions(args),
+        Command::Man => return completions::run_man(),
         Command::Push(args) => {
             return registry::run_push(args, &cli.global.registry_options(), cli.global.quiet)
                 .await;
@@ -379,6 +393,9 @@ async fn run(cli: Cli) -> ExitCode {
         | Command::Inspect(_)
         | Command::Diff(_)
         | Command::Sbom(_)
+        | Command::Init(_)
+        | Command::Completions(_)
+        | Command::Man
         | Command::Push(_)
         | Command::Login(_) => {
             unreachable!("handled above")

@@ -11,6 +11,7 @@ mod build;
 mod common;
 mod errors;
 mod fixtures_smoke;
+mod init;
 mod inspect;
 mod lock;
 mod recipes;

@@ -1,0 +1,66 @@
+//! `imgbuild init`: a starter recipe or one converted from a conda `environment.yml`.
+
+use std::{path::PathBuf, process::ExitCode};
+
+use clap::Args;
+
+use super::fail;
+use crate::init::{InitError, from_environment_file, image_name, starter_recipe, write_new};
+
+pub(super) const INIT_EXAMPLES: &str = "\
+Examples:
+  imgbuild init -o recipes/app.toml                # a commented starter recipe
+  imgbuild init --from environment.yml -o recipes/ds.toml
+  imgbuild init --from environment.yml --name ds   # to stdout
+
+What a recipe cannot express yet (the `pip:` section) is kept in a comment block of the
+recipe and reported on stderr.";
+
+#[derive(Debug, Args)]
+pub struct InitArgs {
+    /// Convert this conda environment file (environment.yml) instead of writing a starter
+    #[arg(long, value_name = "FILE")]
+    pub from: Option<PathBuf>,
+    /// Write the recipe to this file (never overwritten) instead of stdout
+    #[arg(short, long, value_name = "FILE")]
+    pub output: Option<PathBuf>,
+    /// The image name [default: the environment's name, or `app`]
+    #[arg(long)]
+    pub name: Option<String>,
+}
+
+#[allow(clippy::print_stdout, clippy::print_stderr)]
+pub(super) fn run_init(args: &InitArgs, quiet: bool) -> ExitCode {
+    let made = match &args.from {
+        Some(path) => from_environment_file(path, args.name.as_deref()),
+        None => Ok(crate::init::InitRecipe {
+            text: starter_recipe(&image_name(args.name.as_deref().unwrap_or("app"))),
+            notes: Vec::new(),
+        }),
+    };
+    let made = match made {
+        Ok(made) => made,
+        Err(err) => return fail_init(&err),
+    };
+    // Notes are warnings about the conversion: shown even with --quiet.
+    for note in &made.notes {
+        eprintln!("warning: {note}");
+    }
+    match &args.output {
+        None => print!("{}", made.text),
+        Some(path) => {
+            if let Err(err) = write_new(path, &made.text) {
+                return fail_init(&err);
+            }
+            if !quiet {
+                eprintln!("{:>12} {}", "Wrote", path.display());
+            }
+            println!("{}", path.display());
+        }
+    }
+    ExitCode::SUCCESS
+}
+
+fn fail_init(err: &InitError) -> ExitCode {
+    fail(err, err.exit_code() as u8)
+}

@@ -1,0 +1,202 @@
+//! `imgbuild init` (starter and `--from environment.yml`), shell completions and the man page.
+
+use imgbuild::recipe::{Recipe, RecipeOptions};
+
+use crate::{common::Project, support::shared_channel};
+
+#[test]
+fn the_starter_recipe_parses_and_is_never_written_over() {
+    let project = Project::new();
+    let run = project.run(&["init", "--name", "My App"]).success();
+    let recipe = Recipe::from_str_at(
+        &run.stdout,
+        &project.path().join("r.toml"),
+        &RecipeOptions::default(),
+    )
+    .unwrap_or_else(|e| panic!("{e}\n{}", run.stdout));
+    assert_eq!(recipe.name, "my-app");
+    assert!(
+        run.stdout.contains("# user = \"1000:1000\""),
+        "{}",
+        run.stdout
+    );
+
+    let path = project.path().join("app.toml");
+    let run = project.run(&["init", "-o", "app.toml"]).success();
+    assert_eq!(run.stdout.trim(), "app.toml");
+    let written = fs_err::read_to_string(&path).unwrap();
+    assert!(written.contains("name = \"app\""), "{written}");
+
+    fs_err::write(&path, "mine").unwrap();
+    let run = project.run(&["init", "-o", "app.toml"]);
+    run.assert_clean_failure(1);
+    assert!(
+        run.stderr
+            .contains("already exists; refusing to overwrite it"),
+        "{}",
+        run.stderr
+    );
+    assert_eq!(fs_err::read_to_string(&path).unwrap(), "mine");
+}
+
+/// An environment.yml as people write them (conda's docs style): a name, channels, pinned
+/// versions, and a `pip:` section. The channel is the test channel, by URL.
+fn environment_yml() -> String {
+    let channel = url::Url::from_file_path(shared_channel()).unwrap();
+    format!(
+        "\
+# Environment for the hello service
+name: hello-service
+channels:
+  - {channel}
+dependencies:
+  - python=3.9.18
+  - hello=1.0
+  - pyhello
+  - cuda-cudart=11.8
+  - pip:
+    - requests==2.31.0
+    - -e ./src
+variables:
+  HELLO_MODE: production
+"
+    )
+}
+
+#[test]
+fn an_environment_yml_becomes_a_recipe_that_builds() {
+    let project = Project::new();
+    fs_err::write(project.path().join("environment.yml"), environment_yml()).unwrap();
+    fs_err::create_dir_all(project.path().join("recipes")).unwrap();
+    let run = project
+        .run(&[
+            "init",
+            "--from",
+            "environment.yml",
+            "-o",
+            "recipes/hello-service.toml",
+        ])
+        .success();
+    // The pip section is reported, and kept in the recipe.
+    assert!(
+        run.stderr
+            .contains("warning: the `pip:` section (2 packages) is not yet supported"),
+        "{}",
+        run.stderr
+    );
+    let text = fs_err::read_to_string(project.path().join("recipes/hello-service.toml")).unwrap();
+    assert!(
+        text.contains("#     \"requests==2.31.0\",\n#     \"-e ./src\",\n"),
+        "{text}"
+    );
+
+    let recipe = Recipe::load(
+        &project.path().join("recipes/hello-service.toml"),
+        &RecipeOptions::default(),
+    )
+    .unwrap();
+    assert_eq!(recipe.name, "hello-service");
+    let specs: Vec<String> = recipe.specs.iter().map(|s| s.to_string()).collect();
+    assert_eq!(
+        specs,
+        [
+            "python 3.9.18.*",
+            "hello 1.0.*",
+            "pyhello",
+            "cuda-cudart 11.8.*"
+        ]
+    );
+    assert_eq!(recipe.env["HELLO_MODE"], "production");
+
+    // It builds against the test channel, with the pinned versions.
+    project
+        .run(&["build", "recipes/hello-service.toml"])
+        .success();
+    let summary: serde_json::Value = serde_json::from_str(
+        &project
+            .run(&["inspect", "images/hello-service", "--json"])
+            .success()
+            .stdout,
+    )
+    .unwrap();
+    let packages: Vec<&str> = summary["packages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p.as_str().unwrap())
+        .collect();
+    for expected in [
+        "python-3.9.18-h0_0",
+        "hello-1.0-h0_0",
+        "pyhello-1.0-pyh0_0",
+        "cuda-cudart-11.8.89-h0_0",
+    ] {
+        assert!(packages.contains(&expected), "{expected} in {packages:?}");
+    }
+    assert!(
+        summary["config"]["env"]
+            .as_array()
+            .unwrap()
+            .contains(&serde_json::json!("HELLO_MODE=production"))
+    );
+}
+
+#[test]
+fn a_broken_environment_yml_is_a_clean_error() {
+    let project = Project::new();
+    fs_err::write(
+        project.path().join("environment.yml"),
+        "dependencies:\n  - 'numpy >>= 1'\n",
+    )
+    .unwrap();
+    let run = project.run(&["init", "--from", "environment.yml"]);
+    run.assert_clean_failure(1);
+    assert!(
+        run.stderr
+            .contains("`environment.yml` is not a valid conda environment file"),
+        "{}",
+        run.stderr
+    );
+    let run = project.run(&["init", "--from", "missing.yml"]);
+    run.assert_clean_failure(1);
+}
+
+const SUBCOMMANDS: &[&str] = &[
+    "build",
+    "lock",
+    "smoke",
+    "inspect",
+    "diff",
+    "sbom",
+    "init",
+    "completions",
+    "man",
+];
+
+#[test]
+fn completions_and_man_page_name_every_subcommand() {
+    let project = Project::new();
+    for shell in ["bash", "zsh", "fish", "elvish", "powershell"] {
+        let out = project.run(&["completions", shell]).success().stdout;
+        for subcommand in SUBCOMMANDS {
+            assert!(out.contains(subcommand), "{shell}: `{subcommand}` missing");
+        }
+    }
+    let bash = project.run(&["completions", "bash"]).success().stdout;
+    assert!(bash.contains("complete -F _imgbuild"), "{bash}");
+    assert!(
+        bash.contains("--channel-alias"),
+        "global flags complete too"
+    );
+
+    let man = project.run(&["man"]).success().stdout;
+    assert!(man.contains(".TH imgbuild 1"), "{man}");
+    for subcommand in SUBCOMMANDS {
+        assert!(
+            man.contains(&format!("imgbuild\\-{subcommand}")),
+            "man: `{subcommand}` missing"
+        );
+    }
+    let run = project.run(&["completions", "tcsh"]);
+    assert_eq!(run.code, 2, "clap rejects an unknown shell");
+}
