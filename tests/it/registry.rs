@@ -539,3 +539,114 @@ fn bearer_token_flow() {
     // The registry accepted the bearer token for every upload: nothing was refused after it.
     assert!(!pushed.stderr.contains("refused"), "{}", pushed.stderr);
 }
+
+#[test]
+fn pushes_through_errors_and_resumes_after_an_outage() {
+    let registry = Registry::start(Auth::None);
+    let (project, docker) = built_project();
+    let digest = LayoutView::new(project.path().join("images/app")).manifest_digest();
+
+    // Every 4th request answered 500, every 7th connection dropped: the push still lands,
+    // with the right digest.
+    let flaky = crate::fault_proxy::FaultProxy::start(&registry.host, 4, 7);
+    let target = format!("{}/flaky/app:v1", flaky.host);
+    let pushed = run(
+        &project,
+        &docker,
+        &["push", "images/app", &target, "--insecure"],
+    )
+    .success();
+    assert_eq!(pushed.stdout.trim(), format!("{target}@{digest}"));
+    let counters = &flaky.counters;
+    let faults = counters
+        .errors_500
+        .load(std::sync::atomic::Ordering::Relaxed)
+        + counters.dropped.load(std::sync::atomic::Ordering::Relaxed);
+    assert!(faults >= 3, "faults injected: {faults}");
+    let retries: usize = pushed
+        .stderr
+        .split("requests, ")
+        .nth(1)
+        .and_then(|r| r.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .expect("the push reports its retries");
+    assert!(
+        retries >= faults,
+        "{retries} retries for {faults} faults:\n{}",
+        pushed.stderr
+    );
+    let inspect: serde_json::Value = serde_json::from_str(&run_tool(
+        "skopeo",
+        &[
+            "inspect",
+            "--tls-verify=false",
+            &format!("docker://{}/flaky/app:v1", registry.host),
+        ],
+    ))
+    .unwrap();
+    assert_eq!(inspect["Digest"], digest);
+
+    // A registry that goes down mid-push: a clear error after bounded retries...
+    let outage = crate::fault_proxy::FaultProxy::start(&registry.host, 0, 0);
+    let target = format!("{}/outage/app:v1", outage.host);
+    // Let the first blob uploads through, then fail everything: with 4 blobs at a time
+    // (HEAD, POST, PUT each), at least one PUT is among the first 10 requests.
+    outage
+        .down_after
+        .store(10, std::sync::atomic::Ordering::Relaxed);
+    let failed = run(
+        &project,
+        &docker,
+        &["push", "images/app", &target, "--insecure"],
+    );
+    failed.assert_clean_failure(1);
+    assert!(
+        failed
+            .stderr
+            .contains(&format!("Cannot reach registry `{}`", outage.host))
+            && failed.stderr.contains("after 6 attempts"),
+        "{}",
+        failed.stderr
+    );
+    let arrived = registry.count("PUT", "/v2/outage/app/blobs/uploads/");
+    assert!(arrived >= 1, "some blobs arrived before the outage");
+
+    // ...and once it is back, a re-run sends only what had not arrived.
+    outage
+        .down_after
+        .store(usize::MAX, std::sync::atomic::Ordering::Relaxed);
+    outage
+        .down
+        .store(false, std::sync::atomic::Ordering::Relaxed);
+    let resumed = run(
+        &project,
+        &docker,
+        &["push", "images/app", &target, "--insecure"],
+    )
+    .success();
+    assert_eq!(resumed.stdout.trim(), format!("{target}@{digest}"));
+    let blobs = LayoutView::new(project.path().join("images/app")).manifest()["layers"]
+        .as_array()
+        .unwrap()
+        .len()
+        + 1;
+    let uploads_in_total = registry
+        .log()
+        .lines()
+        .filter(|l| {
+            l.contains("\"PUT /v2/outage/app/blobs/uploads/") && l.contains("HTTP/1.1\" 201 ")
+        })
+        .count();
+    assert_eq!(
+        uploads_in_total, blobs,
+        "each blob uploaded once across both runs:\n{}",
+        resumed.stderr
+    );
+    assert!(
+        resumed
+            .stderr
+            .contains(&format!("{} uploaded", blobs - arrived)),
+        "{}",
+        resumed.stderr
+    );
+}
