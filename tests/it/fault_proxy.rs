@@ -131,11 +131,11 @@ fn handle(
     reader.read_exact(&mut body)?;
     let n = counters.requests.fetch_add(1, Ordering::Relaxed) + 1;
     let mut client = client;
-    if down.load(Ordering::Relaxed) || (drop_every > 0 && n % drop_every == 0) {
+    if down.load(Ordering::Relaxed) || (drop_every > 0 && n.is_multiple_of(drop_every)) {
         counters.dropped.fetch_add(1, Ordering::Relaxed);
         return client.shutdown(std::net::Shutdown::Both);
     }
-    if error_every > 0 && n % error_every == 0 {
+    if error_every > 0 && n.is_multiple_of(error_every) {
         counters.errors_500.fetch_add(1, Ordering::Relaxed);
         return client.write_all(
             b"HTTP/1.1 500 Internal Server Error\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
