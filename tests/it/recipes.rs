@@ -22,7 +22,24 @@ fn every_shipped_recipe_is_valid() {
         }
     }
     names.sort();
-    assert_eq!(names, ["demo", "py39-torch21"]);
+    assert_eq!(
+        names,
+        [
+            "demo",
+            "jupyter",
+            "py39-torch21",
+            "torch-cpu",
+            "torch-cuda12"
+        ]
+    );
+    // Every recipe is documented in recipes/README.md.
+    let readme = fs_err::read_to_string(dir.join("README.md")).unwrap();
+    for name in &names {
+        assert!(
+            readme.contains(&format!("`{name}.toml`")),
+            "recipes/README.md documents {name}"
+        );
+    }
 
     let torch = Recipe::load(&dir.join("py39-torch21.toml"), &RecipeOptions::default()).unwrap();
     let channels: Vec<String> = torch
@@ -50,4 +67,62 @@ fn every_shipped_recipe_is_valid() {
         ]
     );
     assert_eq!(torch.cuda.as_ref().unwrap().version.to_string(), "11.8");
+}
+
+/// The recipes people start from say what they promise.
+#[test]
+fn starter_recipes_keep_their_promises() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("recipes");
+    let load = |name: &str| {
+        Recipe::load(&dir.join(format!("{name}.toml")), &RecipeOptions::default()).unwrap()
+    };
+    let specs =
+        |recipe: &Recipe| -> Vec<String> { recipe.specs.iter().map(|s| s.to_string()).collect() };
+
+    // conda-forge PyTorch for CUDA 12: CUDA builds only, CUDA 12.6 pinned.
+    let cuda12 = load("torch-cuda12");
+    assert_eq!(cuda12.channel_names, ["conda-forge"]);
+    assert_eq!(cuda12.cuda.as_ref().unwrap().version.to_string(), "12.6");
+    let cuda12_specs = specs(&cuda12);
+    assert!(
+        cuda12_specs
+            .iter()
+            .any(|s| s.starts_with("pytorch") && s.contains("cuda*")),
+        "{cuda12_specs:?}"
+    );
+    assert!(
+        cuda12_specs.contains(&"cuda-version 12.6.*".to_string()),
+        "{cuda12_specs:?}"
+    );
+
+    // CPU only: no CUDA target, CPU builds only.
+    let cpu = load("torch-cpu");
+    assert!(cpu.cuda.is_none());
+    let cpu_specs = specs(&cpu);
+    assert!(
+        cpu_specs
+            .iter()
+            .any(|s| s.starts_with("pytorch") && s.contains("cpu*")),
+        "{cpu_specs:?}"
+    );
+
+    // Jupyter: non-root, port 8888, and nothing that turns the token off or bakes one in.
+    let jupyter = load("jupyter");
+    let user = jupyter.user.as_deref().unwrap();
+    assert!(
+        !user.starts_with('0') && user != "root",
+        "non-root user, got {user}"
+    );
+    let cmd = jupyter.cmd.as_ref().unwrap().join(" ");
+    assert!(cmd.contains("--port=8888"), "{cmd}");
+    assert!(
+        !cmd.to_lowercase().contains("token"),
+        "no token on the command line: {cmd}"
+    );
+    assert!(
+        !jupyter.env.contains_key("JUPYTER_TOKEN"),
+        "no token baked into the image"
+    );
+    assert_eq!(jupyter.labels["dev.imgbuild.port"], "8888/tcp");
+    assert!(specs(&jupyter).iter().any(|s| s.starts_with("jupyterlab")));
 }

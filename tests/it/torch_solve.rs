@@ -1,0 +1,292 @@
+//! `recipes/py39-torch21.toml` solved against the real pytorch channel index of October 2023
+//! (`../shared/fixtures/conda-real/repodata/pytorch-2023-10/linux-64/repodata.json`): the
+//! solve must pick pytorch 2.1.0's `py3.9_cuda11.8…` build.
+//!
+//! Only the pytorch channel is real. What the solution needs from elsewhere is stubbed with
+//! metadata-only records (no package files; a solve reads repodata only): the nvidia
+//! channel's CUDA 11.8 libraries that `pytorch-cuda 11.8` asks for, conda-forge's python,
+//! numpy, BLAS/MKL, OpenMP, the pure-python dependencies and ffmpeg's libraries, and
+//! `pytorch-mutex`, which lives in pytorch's `noarch` subdir (not part of the fixture).
+
+use std::path::Path;
+
+use imgbuild::{
+    recipe::{Recipe, RecipeOptions},
+    resolve::{ResolveOptions, Target, resolve},
+};
+use serde_json::{Value, json};
+
+use crate::support::channel::shared_dir;
+
+/// (name, version, build, depends) of a stub record.
+type Stub = (
+    &'static str,
+    &'static str,
+    &'static str,
+    &'static [&'static str],
+);
+
+/// What `pytorch-cuda 11.8` (build h7e8668a_5) depends on, at the versions NVIDIA published
+/// for CUDA 11.8.
+const NVIDIA: &[Stub] = &[
+    ("cuda-cudart", "11.8.89", "0", &[]),
+    ("cuda-cupti", "11.8.87", "0", &[]),
+    ("cuda-libraries", "11.8.0", "0", &[]),
+    ("cuda-nvrtc", "11.8.89", "0", &[]),
+    ("cuda-nvtx", "11.8.86", "0", &[]),
+    ("cuda-runtime", "11.8.0", "0", &["cuda-libraries >=11.8.0"]),
+    ("libcublas", "11.11.3.6", "0", &[]),
+    ("libcufft", "10.9.0.58", "0", &[]),
+    ("libcusolver", "11.4.1.48", "0", &[]),
+    ("libcusparse", "11.7.5.86", "0", &[]),
+    ("libnpp", "11.8.0.86", "0", &[]),
+    ("libnvjpeg", "11.9.0.86", "0", &[]),
+];
+
+const CONDA_FORGE: &[Stub] = &[
+    ("python", "3.9.18", "h0755675_0_cpython", &[]),
+    ("python", "3.10.13", "hd12c33a_0_cpython", &[]),
+    (
+        "numpy",
+        "1.26.0",
+        "py39h474f0d3_0",
+        &["python >=3.9,<3.10.0a0"],
+    ),
+    ("blas", "1.0", "mkl", &["mkl"]),
+    (
+        "mkl",
+        "2023.2.0",
+        "h84fe81f_50496",
+        &["llvm-openmp >=16.0.6"],
+    ),
+    (
+        "mkl",
+        "2022.2.1",
+        "h84fe81f_16997",
+        &["llvm-openmp >=14.0.6"],
+    ),
+    ("llvm-openmp", "17.0.2", "h4dfa4b3_0", &[]),
+    ("llvm-openmp", "15.0.7", "h0cdce71_0", &[]),
+    ("filelock", "3.12.4", "pyhd8ed1ab_0", &["python >=3.7"]),
+    ("jinja2", "3.1.2", "pyhd8ed1ab_1", &["python >=3.7"]),
+    ("networkx", "3.1", "pyhd8ed1ab_0", &["python >=3.8"]),
+    (
+        "pyyaml",
+        "6.0.1",
+        "py39hd1e30aa_1",
+        &["python >=3.9,<3.10.0a0"],
+    ),
+    ("sympy", "1.12", "pypyh9d50eac_103", &["python >=3.8"]),
+    (
+        "typing_extensions",
+        "4.8.0",
+        "pyha770c72_0",
+        &["python >=3.8"],
+    ),
+    (
+        "pillow",
+        "10.0.1",
+        "py39h444a776_1",
+        &["python >=3.9,<3.10.0a0"],
+    ),
+    ("requests", "2.31.0", "pyhd8ed1ab_0", &["python >=3.7"]),
+    ("libpng", "1.6.39", "h753d276_0", &[]),
+    ("bzip2", "1.0.8", "h7f98852_4", &[]),
+    ("freetype", "2.12.1", "h267a509_2", &[]),
+    ("gmp", "6.2.1", "h58526e2_0", &[]),
+    ("gnutls", "3.6.13", "h85f3911_1", &[]),
+    ("lame", "3.100", "h166bdaf_1003", &[]),
+    ("libgcc-ng", "13.2.0", "h807b86a_2", &[]),
+    ("libstdcxx-ng", "13.2.0", "h7e041cc_2", &[]),
+    ("libiconv", "1.17", "h166bdaf_0", &[]),
+    ("nettle", "3.4.1", "h1bed415_1002", &[]),
+    ("openh264", "2.1.1", "h780b84a_0", &[]),
+    ("zlib", "1.2.13", "hd590300_5", &[]),
+];
+
+/// One repodata.json with `records`; noarch records get `noarch: python` or `generic`.
+fn write_repodata(dir: &Path, subdir: &str, records: &[Value]) {
+    let mut packages = serde_json::Map::new();
+    for record in records {
+        let file_name = format!(
+            "{}-{}-{}.tar.bz2",
+            record["name"].as_str().unwrap(),
+            record["version"].as_str().unwrap(),
+            record["build"].as_str().unwrap()
+        );
+        packages.insert(file_name, record.clone());
+    }
+    let repodata = json!({
+        "info": {"subdir": subdir},
+        "packages": packages,
+        "packages.conda": {},
+        "repodata_version": 1,
+    });
+    fs_err::create_dir_all(dir.join(subdir)).unwrap();
+    fs_err::write(
+        dir.join(subdir).join("repodata.json"),
+        serde_json::to_vec(&repodata).unwrap(),
+    )
+    .unwrap();
+}
+
+fn stub_records(stubs: &[Stub], subdir: &str) -> Vec<Value> {
+    stubs
+        .iter()
+        .map(|(name, version, build, depends)| {
+            let noarch = build.starts_with("pyh") || build.starts_with("pypy");
+            let mut record = json!({
+                "name": name,
+                "version": version,
+                "build": build,
+                "build_number": 0,
+                "depends": depends,
+                "subdir": if noarch { "noarch" } else { subdir },
+                "license": "stub",
+            });
+            if noarch {
+                record["noarch"] = json!("python");
+            }
+            record
+        })
+        .collect()
+}
+
+/// The channels under one directory, so the recipe's channel names resolve there through
+/// the channel alias.
+fn write_channels(root: &Path) {
+    let fixture =
+        shared_dir().join("fixtures/conda-real/repodata/pytorch-2023-10/linux-64/repodata.json");
+    let pytorch = root.join("pytorch");
+    fs_err::create_dir_all(pytorch.join("linux-64")).unwrap();
+    fs_err::copy(&fixture, pytorch.join("linux-64/repodata.json"))
+        .unwrap_or_else(|e| panic!("the real pytorch index {}: {e}", fixture.display()));
+    // pytorch-mutex as the pytorch channel publishes it in noarch: the CPU variant carries a
+    // tracked feature, so a solver prefers the CUDA variant when both fit.
+    let mutex = |build: &str| {
+        let mut record = json!({
+            "name": "pytorch-mutex", "version": "1.0", "build": build, "build_number": 100,
+            "depends": [], "subdir": "noarch", "noarch": "generic", "license": "BSD 3-Clause",
+        });
+        if build == "cpu" {
+            record["track_features"] = json!("pytorch-mutex");
+        }
+        record
+    };
+    write_repodata(&pytorch, "noarch", &[mutex("cpu"), mutex("cuda")]);
+
+    let nvidia = root.join("nvidia");
+    write_repodata(&nvidia, "linux-64", &stub_records(NVIDIA, "linux-64"));
+    write_repodata(&nvidia, "noarch", &[]);
+
+    let conda_forge = root.join("conda-forge");
+    let (noarch, linux): (Vec<Value>, Vec<Value>) = stub_records(CONDA_FORGE, "linux-64")
+        .into_iter()
+        .partition(|r| r["subdir"] == "noarch");
+    write_repodata(&conda_forge, "linux-64", &linux);
+    write_repodata(&conda_forge, "noarch", &noarch);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn py39_torch21_picks_the_cuda_11_8_build_from_the_real_pytorch_index() {
+    let root = tempfile::tempdir().unwrap();
+    write_channels(root.path());
+    let alias = url::Url::from_directory_path(root.path()).unwrap();
+    let recipe = Recipe::load(
+        &Path::new(env!("CARGO_MANIFEST_DIR")).join("recipes/py39-torch21.toml"),
+        &RecipeOptions {
+            channel_alias: alias.clone(),
+        },
+    )
+    .unwrap();
+    assert!(
+        recipe.channels[0]
+            .base_url
+            .as_str()
+            .starts_with(alias.as_str()),
+        "channel names resolve through the alias: {}",
+        recipe.channels[0].base_url
+    );
+    let target = Target::for_recipe(&recipe, None);
+    let cache = root.path().join("cache");
+    let records = resolve(
+        &recipe.channels,
+        &recipe.specs,
+        &target,
+        &ResolveOptions {
+            cache_dir: &cache,
+            offline: false,
+        },
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{}", imgbuild_error_chain(&e)));
+
+    let find = |name: &str| {
+        records
+            .iter()
+            .find(|r| r.package_record.name.as_normalized() == name)
+            .unwrap_or_else(|| panic!("`{name}` is not in the solution"))
+    };
+    let pytorch = find("pytorch");
+    assert_eq!(pytorch.package_record.version.to_string(), "2.1.0");
+    assert!(
+        pytorch
+            .package_record
+            .build
+            .as_str()
+            .starts_with("py3.9_cuda11.8"),
+        "build {}",
+        pytorch.package_record.build
+    );
+    assert_eq!(
+        pytorch.identifier.to_string(),
+        "pytorch-2.1.0-py3.9_cuda11.8_cudnn8.7.0_0.tar.bz2"
+    );
+    assert!(
+        pytorch
+            .url
+            .as_str()
+            .starts_with(&format!("{alias}pytorch/linux-64/"))
+    );
+    // Its companions from the same index, and the CUDA 11.8 stack from nvidia.
+    assert_eq!(
+        find("torchvision").package_record.build.as_str(),
+        "py39_cu118"
+    );
+    assert_eq!(
+        find("torchtriton").package_record.version.to_string(),
+        "2.1.0"
+    );
+    assert_eq!(
+        find("pytorch-cuda").package_record.version.to_string(),
+        "11.8"
+    );
+    assert_eq!(find("pytorch-mutex").package_record.build.as_str(), "cuda");
+    assert_eq!(find("python").package_record.version.to_string(), "3.9.18");
+    assert_eq!(
+        find("cuda-cudart").package_record.version.to_string(),
+        "11.8.89"
+    );
+    assert!(
+        find("cuda-cudart")
+            .url
+            .as_str()
+            .contains("/nvidia/linux-64/")
+    );
+    // `llvm-openmp <16` from pytorch's record rules out conda-forge's newest.
+    assert_eq!(
+        find("llvm-openmp").package_record.version.to_string(),
+        "15.0.7"
+    );
+    assert_eq!(find("blas").package_record.build.as_str(), "mkl");
+}
+
+fn imgbuild_error_chain(err: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = err.to_string();
+    let mut source = err.source();
+    while let Some(cause) = source {
+        text.push_str(&format!("\n  caused by: {cause}"));
+        source = cause.source();
+    }
+    text
+}
