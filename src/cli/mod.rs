@@ -141,6 +141,11 @@ pub struct BuildArgs {
     /// After building, push the image to this reference (`registry/repository[:tag]`)
     #[arg(long, value_name = "REF")]
     pub push: Option<String>,
+    /// Also write the image as one file next to the layout: `oci-archive`
+    /// (`NAME.oci.tar`) or `docker-archive` (`NAME.docker.tar`, for `docker load` and
+    /// `podman load`)
+    #[arg(long, value_enum, default_value = "oci")]
+    pub format: crate::oci::archive::OutputFormat,
 }
 
 #[derive(Debug, Args)]
@@ -324,6 +329,8 @@ async fn run(cli: Cli) -> ExitCode {
     }
     // `build --push REF`: the layout (and its first tag) to push once the build succeeded.
     let mut to_push: Option<(String, String)> = None;
+    // `build --format …-archive`: the layout, its first tag and the archive suffix.
+    let mut to_archive: Option<(PathBuf, String, &'static str)> = None;
     let result: Result<(), BuildError> = match &cli.command {
         Command::Build(args) => {
             let mode = if args.locked {
@@ -366,6 +373,9 @@ async fn run(cli: Cli) -> ExitCode {
                 for tag in &report.tags {
                     println!("{}:{tag}@{}", report.layout_dir.display(), report.manifest_digest);
                 }
+                if let (Some(suffix), Some(tag)) = (args.format.archive_suffix(), report.tags.first()) {
+                    to_archive = Some((report.layout_dir.clone(), tag.clone(), suffix));
+                }
                 if let (Some(reference), Some(tag)) = (&args.push, report.tags.first()) {
                     to_push = Some((
                         format!("{}:{tag}", report.layout_dir.display()),
@@ -401,6 +411,25 @@ async fn run(cli: Cli) -> ExitCode {
             unreachable!("handled above")
         }
     };
+    if let (Ok(()), Some((layout_dir, tag, suffix)), Command::Build(args)) =
+        (&result, &to_archive, &cli.command)
+    {
+        let name = layout_dir
+            .file_name()
+            .map_or_else(|| "image".to_string(), |n| n.to_string_lossy().into_owned());
+        let archive = layout_dir.with_file_name(format!("{name}.{suffix}"));
+        let layout = crate::oci::layout::Layout::new(layout_dir);
+        if let Err(err) = crate::oci::archive::write_archive(
+            &layout,
+            tag,
+            &format!("{name}:{tag}"),
+            args.format,
+            &archive,
+        ) {
+            return fail(&err, 2);
+        }
+        println!("{}", archive.display());
+    }
     if let (Ok(()), Some((image, reference))) = (&result, &to_push) {
         let options = cli.global.registry_options();
         let mount_from = registry::base_of(image);

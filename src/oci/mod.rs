@@ -1,6 +1,7 @@
 //! OCI output: canonical JSON, the image layout on disk, base images from local layouts,
 //! and the image config and manifest.
 
+pub mod archive;
 pub mod base;
 pub mod image;
 pub mod json;

@@ -1,0 +1,202 @@
+//! Single-file exports of an image layout: `oci-archive` (the layout as a tar) and
+//! `docker-archive` (`manifest.json` and the blobs under `blobs/sha256/`, the layout
+//! `docker save` uses since Docker 25 without its OCI index, which `docker load` and
+//! `podman load` read). Deterministic like the layers:
+//! sorted entries, fixed metadata, and only the blobs the exported tag needs.
+
+use std::{
+    io::Write,
+    path::{Path, PathBuf},
+};
+
+use oci_spec::image::{ImageIndex, ImageManifest, MediaType};
+use tar::{Builder, EntryType, Header};
+
+use super::{json::canonical_json, layout::Layout};
+
+/// What `build --format` writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum OutputFormat {
+    /// An OCI image layout directory (always written).
+    Oci,
+    /// The layout, plus the same as one tar file (`NAME.oci.tar`).
+    OciArchive,
+    /// The layout, plus a tar `docker load` and `podman load` accept (`NAME.docker.tar`).
+    DockerArchive,
+}
+
+impl OutputFormat {
+    /// The archive's file name suffix, if this format writes one.
+    pub fn archive_suffix(self) -> Option<&'static str> {
+        match self {
+            OutputFormat::Oci => None,
+            OutputFormat::OciArchive => Some("oci.tar"),
+            OutputFormat::DockerArchive => Some("docker.tar"),
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ArchiveError {
+    #[error("Cannot read the image layout `{}`", path.display())]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("The image layout `{}` is not valid", path.display())]
+    Layout {
+        path: PathBuf,
+        #[source]
+        source: oci_spec::OciSpecError,
+    },
+    #[error("The image layout `{}` has no tag `{tag}`", path.display())]
+    NoTag { path: PathBuf, tag: String },
+    #[error("Failed to write the archive `{}`", path.display())]
+    Write {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// Writes tag `tag` of `layout` to `out` as `format`; `repo_tag` (`name:tag`) is what
+/// `docker load` names the image.
+pub fn write_archive(
+    layout: &Layout,
+    tag: &str,
+    repo_tag: &str,
+    format: OutputFormat,
+    out: &Path,
+) -> Result<(), ArchiveError> {
+    let layout_err = |source| ArchiveError::Layout {
+        path: layout.dir.clone(),
+        source,
+    };
+    let index = ImageIndex::from_file(layout.index_path()).map_err(layout_err)?;
+    let descriptor = index
+        .manifests()
+        .iter()
+        .find(|d| {
+            d.annotations()
+                .as_ref()
+                .and_then(|a| a.get("org.opencontainers.image.ref.name"))
+                .is_some_and(|t| t == tag)
+        })
+        .cloned()
+        .ok_or_else(|| ArchiveError::NoTag {
+            path: layout.dir.clone(),
+            tag: tag.to_string(),
+        })?;
+    if *descriptor.media_type() != MediaType::ImageManifest {
+        return Err(ArchiveError::NoTag {
+            path: layout.dir.clone(),
+            tag: format!("{tag} (a single-platform manifest)"),
+        });
+    }
+    let manifest = ImageManifest::from_file(layout.blob_path(descriptor.digest().as_ref()))
+        .map_err(layout_err)?;
+    let mut blobs: Vec<String> = vec![
+        descriptor.digest().to_string(),
+        manifest.config().digest().to_string(),
+    ];
+    blobs.extend(manifest.layers().iter().map(|l| l.digest().to_string()));
+    blobs.sort();
+    blobs.dedup();
+
+    let only_this_tag =
+        super::image::index_of(vec![descriptor.clone()]).map_err(|_| ArchiveError::NoTag {
+            path: layout.dir.clone(),
+            tag: tag.to_string(),
+        })?;
+    let mut files: Vec<(String, Vec<u8>)> = vec![
+        (
+            "index.json".to_string(),
+            canonical_json(&only_this_tag).expect("an index serializes"),
+        ),
+        (
+            "oci-layout".to_string(),
+            br#"{"imageLayoutVersion":"1.0.0"}"#.to_vec(),
+        ),
+    ];
+    if format == OutputFormat::DockerArchive {
+        // Docker's own format: `manifest.json` and the blobs. Without `index.json`, podman
+        // reads it as a docker archive and names the image from `RepoTags`.
+        files.clear();
+        let blob_path = |d: &str| format!("blobs/sha256/{}", d.trim_start_matches("sha256:"));
+        let docker_manifest = serde_json::json!([{
+            "Config": blob_path(manifest.config().digest().as_ref()),
+            "RepoTags": [repo_tag],
+            "Layers": manifest.layers().iter().map(|l| blob_path(l.digest().as_ref())).collect::<Vec<_>>(),
+        }]);
+        files.push((
+            "manifest.json".to_string(),
+            canonical_json(&docker_manifest).expect("JSON serializes"),
+        ));
+    }
+    files.sort();
+
+    let write_err = |source| ArchiveError::Write {
+        path: out.to_path_buf(),
+        source,
+    };
+    let dir = out
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    fs_err::create_dir_all(dir).map_err(write_err)?;
+    let temp = tempfile::Builder::new()
+        .prefix(".archive-")
+        .tempfile_in(dir)
+        .map_err(write_err)?;
+    let mut builder = Builder::new(std::io::BufWriter::new(temp.reopen().map_err(write_err)?));
+    let header = |entry_type: EntryType, size: u64, mode: u32| {
+        let mut header = Header::new_gnu();
+        header.set_entry_type(entry_type);
+        header.set_size(size);
+        header.set_mode(mode);
+        header.set_uid(0);
+        header.set_gid(0);
+        header.set_mtime(0);
+        header
+    };
+    for dir_name in ["blobs/", "blobs/sha256/"] {
+        builder
+            .append_data(
+                &mut header(EntryType::Directory, 0, 0o755),
+                dir_name,
+                std::io::empty(),
+            )
+            .map_err(write_err)?;
+    }
+    for digest in &blobs {
+        let path = layout.blob_path(digest);
+        let file = fs_err::File::open(&path).map_err(|source| ArchiveError::Read {
+            path: path.clone(),
+            source,
+        })?;
+        let size = file.metadata().map_err(write_err)?.len();
+        builder
+            .append_data(
+                &mut header(EntryType::Regular, size, 0o644),
+                format!("blobs/sha256/{}", digest.trim_start_matches("sha256:")),
+                std::io::BufReader::with_capacity(1 << 20, file),
+            )
+            .map_err(write_err)?;
+    }
+    for (name, bytes) in &files {
+        builder
+            .append_data(
+                &mut header(EntryType::Regular, bytes.len() as u64, 0o644),
+                name,
+                bytes.as_slice(),
+            )
+            .map_err(write_err)?;
+    }
+    let mut writer = builder.into_inner().map_err(write_err)?;
+    writer.flush().map_err(write_err)?;
+    drop(writer);
+    crate::fs::set_mode(temp.path(), 0o644).map_err(write_err)?;
+    temp.persist(out).map_err(|e| write_err(e.error))?;
+    Ok(())
+}

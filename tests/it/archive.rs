@@ -1,0 +1,135 @@
+//! `build --format docker-archive | oci-archive`: single-file images read by `podman load`
+//! and skopeo, run with runc.
+//!
+//! `podman run` itself cannot start containers in our sandbox (runc gets EPERM setting
+//! RLIMIT_NPROC for podman's containers), so the loaded image is checked with
+//! `podman image inspect`, and the same archive is run with runc after `skopeo copy`.
+
+use std::process::{Command, Stdio};
+
+use crate::{
+    common::{LayoutView, Project, run_tool, unpack},
+    support::{base::busybox_base_layout, channel::tiny_recipe, shared_channel},
+};
+
+#[test]
+fn docker_archive_loads_in_podman_and_runs() {
+    let project = Project::new();
+    let base = project.path().join("base");
+    busybox_base_layout(&base).unwrap();
+    let recipe = tiny_recipe(shared_channel(), "archived", &["hello 1.0"]).replace(
+        "base = \"scratch\"",
+        "base = \"oci:../base\"\nentrypoint = [\"/opt/conda/bin/hello\"]",
+    );
+    project.write_recipe(&recipe);
+    let run = project.build(&["--format", "docker-archive"]).success();
+    let archive = project.path().join("images/archived.docker.tar");
+    assert!(
+        run.stdout.contains("images/archived.docker.tar"),
+        "{}",
+        run.stdout
+    );
+    let layout = LayoutView::new(project.path().join("images/archived"));
+    let diff_ids = layout.config()["rootfs"]["diff_ids"].clone();
+
+    // A second build writes the same archive, byte for byte.
+    let first = fs_err::read(&archive).unwrap();
+    project.build(&["--format", "docker-archive"]).success();
+    assert_eq!(fs_err::read(&archive).unwrap(), first);
+
+    // podman loads it under its name, with our config and layers.
+    let storage = project.path().join("podman");
+    let podman = |args: &[&str]| {
+        let mut all = vec![
+            "--root".to_string(),
+            storage.join("root").display().to_string(),
+            "--runroot".to_string(),
+            storage.join("run").display().to_string(),
+            "--storage-driver".to_string(),
+            "vfs".to_string(),
+            "--cgroup-manager".to_string(),
+            "cgroupfs".to_string(),
+            "--runtime".to_string(),
+            "runc".to_string(),
+            "--events-backend".to_string(),
+            "none".to_string(),
+        ];
+        all.extend(args.iter().map(|a| a.to_string()));
+        let all: Vec<&str> = all.iter().map(String::as_str).collect();
+        run_tool("podman", &all)
+    };
+    let loaded = podman(&["load", "-i", archive.to_str().unwrap()]);
+    assert!(
+        loaded.contains("Loaded image: localhost/archived:latest"),
+        "{loaded}"
+    );
+    let inspect: serde_json::Value =
+        serde_json::from_str(&podman(&["image", "inspect", "archived:latest"])).unwrap();
+    assert_eq!(
+        inspect[0]["Config"]["Entrypoint"],
+        serde_json::json!(["/opt/conda/bin/hello"])
+    );
+    assert_eq!(inspect[0]["RootFS"]["Layers"], diff_ids);
+
+    // The archive's image runs.
+    let copied = project.path().join("from-archive");
+    run_tool(
+        "skopeo",
+        &[
+            "copy",
+            &format!("docker-archive:{}", archive.display()),
+            &format!("oci:{}:latest", copied.display()),
+        ],
+    );
+    if unsafe { geteuid() } != 0 {
+        eprintln!("skipped the runc part: runc needs root here");
+        return;
+    }
+    let bundle = project.path().join("bundle");
+    unpack(&copied, "latest", &bundle);
+    let config_path = bundle.join("config.json");
+    let mut config: serde_json::Value =
+        serde_json::from_slice(&fs_err::read(&config_path).unwrap()).unwrap();
+    config["process"]["terminal"] = serde_json::Value::Bool(false);
+    fs_err::write(&config_path, serde_json::to_vec(&config).unwrap()).unwrap();
+    let output = Command::new("runc")
+        .args([
+            "run",
+            "--bundle",
+            bundle.to_str().unwrap(),
+            &format!("imgbuild-archive-{}", std::process::id()),
+        ])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&output.stdout),
+        "hello from /opt/conda\n"
+    );
+}
+
+#[test]
+fn oci_archive_is_the_same_image() {
+    let project = Project::new();
+    project.write_recipe(&tiny_recipe(shared_channel(), "ociarch", &["hello 1.0"]));
+    let run = project.build(&["--format", "oci-archive"]).success();
+    let archive = project.path().join("images/ociarch.oci.tar");
+    let inspect: serde_json::Value = serde_json::from_str(&run_tool(
+        "skopeo",
+        &[
+            "inspect",
+            &format!("oci-archive:{}:latest", archive.display()),
+        ],
+    ))
+    .unwrap();
+    assert_eq!(inspect["Digest"].as_str().unwrap(), run.digest());
+}
+
+unsafe extern "C" {
+    fn geteuid() -> u32;
+}
