@@ -255,8 +255,9 @@ pub fn main() -> ExitCode {
     };
     tracing_subscriber::fmt()
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("IMGBUILD_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+            tracing_subscriber::EnvFilter::try_from_env("IMGBUILD_LOG").unwrap_or_else(|_| {
+                tracing_subscriber::EnvFilter::new("warn,rustls_platform_verifier=off")
+            }),
         )
         .with_writer(std::io::stderr)
         .without_time()

@@ -689,11 +689,15 @@ dependencies = ["python=3.9", "numpy >=1.20"]
                 tag: "latest".into()
             }
         );
-        let err = with("docker.io/library/ubuntu:22.04")
-            .unwrap_err()
-            .to_string();
+        match with("ubuntu:22.04").unwrap().base {
+            Base::Registry(reference) => {
+                assert_eq!(reference.to_string(), "docker.io/library/ubuntu:22.04")
+            }
+            other => panic!("expected a registry base, got {other:?}"),
+        }
+        let err = with("Not A Reference").unwrap_err().to_string();
         assert!(
-            err.contains("registry bases are not supported yet"),
+            err.contains("expected `scratch`, `oci:PATH[:TAG]`"),
             "{err}"
         );
     }

@@ -25,7 +25,7 @@ pub struct ClientOptions {
 
 #[derive(Debug, thiserror::Error)]
 pub enum RegistryError {
-    #[error("Cannot reach registry `{registry}` ({url}) after {attempts} attempts")]
+    #[error("Cannot reach registry `{registry}` ({url}){}", if *attempts > 1 { format!(" after {attempts} attempts") } else { String::new() })]
     Unreachable {
         registry: String,
         url: String,
@@ -74,6 +74,18 @@ pub enum RegistryError {
     Invalid { registry: String, what: String },
 }
 
+/// Whether an HTTP error comes from TLS certificate verification.
+fn is_certificate_error(err: &reqwest::Error) -> bool {
+    let mut source: Option<&dyn std::error::Error> = Some(err);
+    while let Some(e) = source {
+        if e.to_string().contains("certificate") {
+            return true;
+        }
+        source = e.source();
+    }
+    false
+}
+
 fn body_hint(body: &str) -> String {
     let body = body.trim();
     if body.is_empty() {
@@ -91,7 +103,8 @@ impl RegistryError {
             RegistryError::Status { status, .. } => {
                 *status == StatusCode::TOO_MANY_REQUESTS || status.is_server_error()
             }
-            RegistryError::Unreachable { .. } => true,
+            // A certificate the client does not trust stays untrusted: fail at once.
+            RegistryError::Unreachable { source, .. } => !is_certificate_error(source),
             _ => false,
         }
     }
@@ -307,11 +320,16 @@ impl RepositoryClient {
     }
 
     fn unreachable(&self, url: &str, source: reqwest::Error) -> RegistryError {
+        let source = source.without_url();
         RegistryError::Unreachable {
             registry: self.reference.registry.clone(),
             url: url.to_string(),
-            attempts: ATTEMPTS,
-            source: source.without_url(),
+            attempts: if is_certificate_error(&source) {
+                1
+            } else {
+                ATTEMPTS
+            },
+            source,
         }
     }
 

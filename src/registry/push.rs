@@ -21,6 +21,16 @@ use super::{
 
 /// Blobs up to this size go in one PUT; larger ones in PATCH chunks of this size.
 pub const CHUNK: usize = 16 << 20;
+
+/// The chunk size: [`CHUNK`], or `IMGBUILD_PUSH_CHUNK_SIZE` bytes for registries or proxies
+/// that limit request bodies.
+fn chunk_size() -> usize {
+    std::env::var("IMGBUILD_PUSH_CHUNK_SIZE")
+        .ok()
+        .and_then(|v| v.trim().parse::<usize>().ok())
+        .filter(|n| *n >= 1024)
+        .unwrap_or(CHUNK)
+}
 /// Blobs uploaded at once.
 const PARALLEL_UPLOADS: usize = 4;
 
@@ -345,7 +355,8 @@ async fn try_blob(
     let mut file = fs_err::File::open(&blob.path).map_err(BlobError::Read)?;
     let mut hasher = Sha256::new();
     let octets = "application/octet-stream";
-    if blob.size as usize <= CHUNK {
+    let chunk = chunk_size();
+    if blob.size as usize <= chunk {
         let mut bytes = Vec::with_capacity(blob.size as usize);
         std::io::Read::read_to_end(&mut file, &mut bytes).map_err(BlobError::Read)?;
         hasher.update(&bytes);
@@ -362,7 +373,7 @@ async fn try_blob(
         return Ok(BlobOutcome::Uploaded);
     }
     let mut offset = 0u64;
-    let mut buffer = vec![0u8; CHUNK];
+    let mut buffer = vec![0u8; chunk];
     loop {
         let n = read_full(&mut file, &mut buffer).map_err(BlobError::Read)?;
         if n == 0 {

@@ -49,7 +49,23 @@ pub fn free_port() -> u16 {
 }
 
 impl Registry {
+    /// A registry serving HTTPS with `cert` and `key`.
+    pub fn start_tls(cert: &Path, key: &Path) -> Registry {
+        Self::start_with(
+            Auth::None,
+            &format!(
+                "  tls:\n    certificate: {}\n    key: {}\n",
+                cert.display(),
+                key.display()
+            ),
+        )
+    }
+
     pub fn start(auth: Auth) -> Registry {
+        Self::start_with(auth, "")
+    }
+
+    fn start_with(auth: Auth, http_extra: &str) -> Registry {
         assert!(
             have("docker-registry"),
             "docker-registry is required: run tests/install-deps.sh"
@@ -78,7 +94,7 @@ impl Registry {
         fs_err::write(
             &config,
             format!(
-                "version: 0.1\nlog:\n  level: info\nstorage:\n  filesystem:\n    rootdirectory: {}\n  delete:\n    enabled: true\nhttp:\n  addr: 127.0.0.1:{port}\n{auth_section}",
+                "version: 0.1\nlog:\n  level: info\nstorage:\n  filesystem:\n    rootdirectory: {}\n  delete:\n    enabled: true\nhttp:\n  addr: 127.0.0.1:{port}\n{http_extra}{auth_section}",
                 dir.path().join("data").display()
             ),
         )
@@ -649,4 +665,133 @@ fn pushes_through_errors_and_resumes_after_an_outage() {
         "{}",
         resumed.stderr
     );
+}
+
+#[test]
+fn large_blobs_go_in_chunks() {
+    let registry = Registry::start(Auth::None);
+    let (project, docker) = built_project();
+    let target = format!("{}/chunked/app:v1", registry.host);
+    let mut envs = env(&docker);
+    // 64 KiB chunks: the 290 KiB cuda-cudart layer takes 5 PATCH requests.
+    envs.push(("IMGBUILD_PUSH_CHUNK_SIZE", "65536".to_string()));
+    let envs: Vec<(&str, &str)> = envs.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let pushed = project
+        .run_with(&["push", "images/app", &target, "--insecure"], &envs, None)
+        .success();
+    let digest = LayoutView::new(project.path().join("images/app")).manifest_digest();
+    assert_eq!(pushed.stdout.trim(), format!("{target}@{digest}"));
+    assert!(
+        registry.count("PATCH", "/v2/chunked/app/blobs/uploads/") >= 5,
+        "{}",
+        registry.log()
+    );
+    let copied = project.path().join("copied");
+    run_tool(
+        "skopeo",
+        &[
+            "copy",
+            "--src-tls-verify=false",
+            &format!("docker://{target}"),
+            &format!("oci:{}:v1", copied.display()),
+        ],
+    );
+    assert_eq!(LayoutView::new(&copied).manifest_digest(), digest);
+}
+
+#[test]
+fn https_registry_with_a_custom_ca() {
+    // A CA of our own and a server certificate it signed for 127.0.0.1, made with the
+    // real openssl CLI.
+    let dir = tempfile::tempdir().unwrap();
+    let path = |name: &str| dir.path().join(name).display().to_string();
+    run_tool(
+        "openssl",
+        &[
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "2",
+            "-subj",
+            "/CN=imgbuild test CA",
+            "-keyout",
+            &path("ca.key"),
+            "-out",
+            &path("ca.crt"),
+        ],
+    );
+    run_tool(
+        "openssl",
+        &[
+            "req",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-subj",
+            "/CN=127.0.0.1",
+            "-keyout",
+            &path("server.key"),
+            "-out",
+            &path("server.csr"),
+        ],
+    );
+    fs_err::write(
+        dir.path().join("server.ext"),
+        "subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n",
+    )
+    .unwrap();
+    run_tool(
+        "openssl",
+        &[
+            "x509",
+            "-req",
+            "-in",
+            &path("server.csr"),
+            "-CA",
+            &path("ca.crt"),
+            "-CAkey",
+            &path("ca.key"),
+            "-CAcreateserial",
+            "-days",
+            "2",
+            "-extfile",
+            &path("server.ext"),
+            "-out",
+            &path("server.crt"),
+        ],
+    );
+    let cert = dir.path().join("ca.crt");
+    let (server_cert, key) = (dir.path().join("server.crt"), dir.path().join("server.key"));
+    let registry = Registry::start_tls(&server_cert, &key);
+    let (project, docker) = built_project();
+    let target = format!("{}/tls/app:v1", registry.host);
+
+    // Not trusted: a clear error naming the registry.
+    let untrusted = run(&project, &docker, &["push", "images/app", &target]);
+    untrusted.assert_clean_failure(1);
+    assert!(
+        untrusted
+            .stderr
+            .contains(&format!("Cannot reach registry `{}`", registry.host)),
+        "{}",
+        untrusted.stderr
+    );
+
+    let trusted = run(
+        &project,
+        &docker,
+        &[
+            "push",
+            "images/app",
+            &target,
+            "--ca-cert",
+            cert.to_str().unwrap(),
+        ],
+    )
+    .success();
+    let digest = LayoutView::new(project.path().join("images/app")).manifest_digest();
+    assert_eq!(trusted.stdout.trim(), format!("{target}@{digest}"));
 }
