@@ -434,8 +434,15 @@ async fn run(cli: Cli) -> ExitCode {
     if let (Ok(()), Some((image, reference))) = (&result, &to_push) {
         let options = cli.global.registry_options();
         let mount_from = registry::base_of(image);
-        return match registry::push_layout(image, reference, &[], &options, mount_from.as_ref())
-            .await
+        return match registry::push_layout(
+            image,
+            reference,
+            &[],
+            &options,
+            mount_from.as_ref(),
+            cli.global.quiet,
+        )
+        .await
         {
             Ok(report) => {
                 registry::print_push(&report, cli.global.quiet);

@@ -7,8 +7,59 @@ use clap::Args;
 use crate::registry::{
     ClientOptions, Reference, RepositoryClient,
     auth::{self, Credentials},
-    push::{PushReport, push},
+    push::{PushProgress, PushReport, push},
 };
+
+/// A progress bar of bytes made present in the registry, on stderr when it is a terminal.
+struct PushBar {
+    bar: indicatif::ProgressBar,
+    blobs: std::sync::atomic::AtomicUsize,
+    done: std::sync::atomic::AtomicUsize,
+}
+
+impl PushBar {
+    fn new(quiet: bool) -> PushBar {
+        use std::io::IsTerminal;
+        let bar = if quiet || !std::io::stderr().is_terminal() {
+            indicatif::ProgressBar::hidden()
+        } else {
+            indicatif::ProgressBar::new(0)
+        };
+        bar.set_style(
+            indicatif::ProgressStyle::with_template(
+                "{prefix:>12.bold} [{bar:30}] {bytes}/{total_bytes} {bytes_per_sec} {msg}",
+            )
+            .expect("a valid template")
+            .progress_chars("=> "),
+        );
+        bar.set_prefix("Pushing");
+        PushBar {
+            bar,
+            blobs: Default::default(),
+            done: Default::default(),
+        }
+    }
+}
+
+impl PushProgress for PushBar {
+    fn start(&self, blobs: usize, bytes: u64) {
+        self.blobs
+            .store(blobs, std::sync::atomic::Ordering::Relaxed);
+        self.bar.set_length(bytes);
+        self.bar.set_message(format!("0/{blobs} blobs"));
+    }
+
+    fn blob_done(&self, _digest: &str, size: u64, _sent: bool) {
+        let done = self.done.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+        let blobs = self.blobs.load(std::sync::atomic::Ordering::Relaxed);
+        self.bar.inc(size);
+        self.bar.set_message(format!("{done}/{blobs} blobs"));
+    }
+
+    fn finish(&self) {
+        self.bar.finish_and_clear();
+    }
+}
 
 pub const PUSH_EXAMPLES: &str = "\
 Examples:
@@ -76,6 +127,7 @@ pub async fn push_layout(
     tags: &[String],
     options: &ClientOptions,
     mount_from: Option<&Reference>,
+    quiet: bool,
 ) -> Result<PushReport, Box<dyn std::error::Error>> {
     let (layout, tag) = split_layout(image);
     let target = Reference::parse(reference)?;
@@ -88,7 +140,8 @@ pub async fn push_layout(
         }
     }
     let client = client_for(&target, options)?;
-    Ok(push(&layout, &tag, &client, tags, mount_from).await?)
+    let bar = PushBar::new(quiet);
+    Ok(push(&layout, &tag, &client, tags, mount_from, &bar).await?)
 }
 
 #[allow(clippy::print_stdout, clippy::print_stderr)]
@@ -117,6 +170,7 @@ pub async fn run_push(args: &PushArgs, options: &ClientOptions, quiet: bool) -> 
         &args.tags,
         options,
         mount_from.as_ref(),
+        quiet,
     )
     .await
     {

@@ -34,6 +34,19 @@ fn chunk_size() -> usize {
 /// Blobs uploaded at once.
 const PARALLEL_UPLOADS: usize = 4;
 
+/// Hears about a push as it goes; the library never draws anything itself.
+pub trait PushProgress: Send + Sync {
+    /// `blobs` will be checked, holding `bytes` in all.
+    fn start(&self, _blobs: usize, _bytes: u64) {}
+    /// A blob is present now; `sent` says whether its bytes were uploaded.
+    fn blob_done(&self, _digest: &str, _size: u64, _sent: bool) {}
+    fn finish(&self) {}
+}
+
+/// Progress that goes nowhere.
+pub struct NoProgress;
+impl PushProgress for NoProgress {}
+
 /// What a push did, for the report and the tests.
 #[derive(Debug, Clone, Default)]
 pub struct PushReport {
@@ -149,6 +162,7 @@ pub async fn push(
     client: &RepositoryClient,
     extra_tags: &[String],
     mount_from: Option<&Reference>,
+    progress: &dyn PushProgress,
 ) -> Result<PushReport, PushError> {
     let target = &client.reference;
     let registry_err = |source| PushError::Registry {
@@ -176,6 +190,7 @@ pub async fn push(
         })
         .collect::<Result<_, PushError>>()?;
 
+    progress.start(blobs.len(), blobs.iter().map(|b| b.size).sum());
     let uploaded = AtomicUsize::new(0);
     let mounted = AtomicUsize::new(0);
     let bytes = AtomicU64::new(0);
@@ -187,7 +202,8 @@ pub async fn push(
             let (uploaded, mounted, bytes) = (&uploaded, &mounted, &bytes);
             let mount_repo = mount_repo.as_deref();
             async move {
-                match ensure_blob(client, blob, mount_repo).await? {
+                let outcome = ensure_blob(client, blob, mount_repo).await?;
+                match outcome {
                     BlobOutcome::Present => {}
                     BlobOutcome::Mounted => {
                         mounted.fetch_add(1, Ordering::Relaxed);
@@ -197,6 +213,11 @@ pub async fn push(
                         bytes.fetch_add(blob.size, Ordering::Relaxed);
                     }
                 }
+                progress.blob_done(
+                    &blob.digest,
+                    blob.size,
+                    matches!(outcome, BlobOutcome::Uploaded),
+                );
                 Ok::<_, PushError>(())
             }
         })
@@ -221,6 +242,7 @@ pub async fn push(
             .map_err(registry_err)?;
     }
 
+    progress.finish();
     Ok(PushReport {
         pushed: format!("{}@{top_digest}", target.with_tag(&target_tag)),
         digest: top_digest,
