@@ -433,6 +433,7 @@ pub async fn build(
         .clone()
         .unwrap_or_else(|| Path::new("images").join(&recipe.name));
     let layout = Layout::new(&layout_dir);
+    let _lock = layout.lock()?;
     let created_dir = layout.prepare()?;
     let result = write_output(
         &layout,

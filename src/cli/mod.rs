@@ -5,6 +5,7 @@ mod init;
 mod inspect;
 mod registry;
 mod sbom;
+mod verify;
 
 use std::{path::PathBuf, process::ExitCode};
 
@@ -105,6 +106,10 @@ pub enum Command {
     /// Print the man page (roff)
     #[command(after_help = completions::MAN_EXAMPLES)]
     Man,
+    /// Check an image layout: every blob's digest and size, the layers' diff_ids, and with
+    /// `--recipe` its lock; `--rebuild` rebuilds it and compares
+    #[command(after_help = verify::VERIFY_EXAMPLES)]
+    Verify(verify::VerifyArgs),
     /// Push an image layout to a registry; prints `REF@sha256:…`
     #[command(after_help = registry::PUSH_EXAMPLES)]
     Push(registry::PushArgs),
@@ -319,6 +324,13 @@ async fn run(cli: Cli) -> ExitCode {
         Command::Init(args) => return init::run_init(args, cli.global.quiet),
         Command::Completions(args) => return completions::run_completions(args),
         Command::Man => return completions::run_man(),
+        Command::Verify(args) => {
+            let settings = args
+                .recipe
+                .clone()
+                .map(|recipe| settings(recipe, LockMode::Locked, false, None, None));
+            return verify::run_verify(args, settings, cli.global.quiet).await;
+        }
         Command::Push(args) => {
             return registry::run_push(args, &cli.global.registry_options(), cli.global.quiet)
                 .await;
@@ -408,6 +420,7 @@ async fn run(cli: Cli) -> ExitCode {
         | Command::Completions(_)
         | Command::Man
         | Command::Push(_)
+        | Command::Verify(_)
         | Command::Login(_) => {
             unreachable!("handled above")
         }

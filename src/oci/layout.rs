@@ -54,6 +54,12 @@ pub enum LayoutError {
     },
 }
 
+/// Held while a build writes a layout; released on drop.
+#[derive(Debug)]
+pub struct LayoutLock {
+    _file: std::fs::File,
+}
+
 /// A directory holding (or about to hold) an OCI image layout.
 #[derive(Debug, Clone)]
 pub struct Layout {
@@ -76,6 +82,36 @@ impl Layout {
 
     pub fn index_path(&self) -> PathBuf {
         self.dir.join("index.json")
+    }
+
+    /// Takes the layout's write lock, waiting for another writer (another imgbuild process
+    /// building the same image) to finish: blobs and `index.json` are written and unused
+    /// blobs removed under it, so one build never collects another's fresh blobs. The lock is
+    /// a file beside the layout (`.NAME.lock`), not in it, so OCI tools never see it; the OS
+    /// releases it when the process ends, even when it is killed.
+    pub fn lock(&self) -> Result<LayoutLock, LayoutError> {
+        let name = self
+            .dir
+            .file_name()
+            .map_or_else(|| "image".into(), |n| n.to_string_lossy().into_owned());
+        let parent = match self.dir.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+            _ => PathBuf::from("."),
+        };
+        let path = parent.join(format!(".{name}.lock"));
+        let err = |source| LayoutError::Write {
+            path: path.clone(),
+            source,
+        };
+        fs_err::create_dir_all(&parent).map_err(err)?;
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)
+            .map_err(err)?;
+        file.lock().map_err(err)?;
+        Ok(LayoutLock { _file: file })
     }
 
     /// Whether `dir` already holds a layout (it has an `oci-layout` file).

@@ -22,4 +22,5 @@ mod reproducible;
 mod sbom;
 mod smoke;
 mod token_server;
+mod verify;
 mod torch_solve;

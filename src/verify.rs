@@ -1,0 +1,386 @@
+//! `imgbuild verify`: an image layout checked from its bytes up. Every blob the index reaches
+//! is re-hashed and its size compared with its descriptor; every layer is decompressed and its
+//! diff_id compared with the config; with the recipe, the packages in the layers are compared
+//! with the lock, and `--rebuild` builds the lock again elsewhere and compares digests, naming
+//! the first file that differs.
+
+use std::{
+    collections::BTreeSet,
+    io::Read,
+    path::{Path, PathBuf},
+};
+
+use oci_spec::image::{Descriptor, ImageConfiguration, ImageIndex, ImageManifest, MediaType};
+use serde::Serialize;
+use sha2::{Digest, Sha256};
+
+use crate::{
+    build::{BuildError, BuildSettings, LockMode, Silent},
+    install::dist_name,
+    lock::{Lock, LockedBase},
+    oci::annotations,
+};
+
+/// What was checked.
+#[derive(Debug, Clone, Serialize)]
+pub struct VerifyReport {
+    pub image: String,
+    pub manifests: Vec<String>,
+    pub blobs_checked: usize,
+    pub bytes_checked: u64,
+    pub layers_checked: usize,
+    /// The lock the layers were compared with, if any.
+    pub lock: Option<PathBuf>,
+    /// The digest a rebuild from the lock produced, if asked.
+    pub rebuilt: Option<String>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum VerifyError {
+    #[error("`{}` holds no image: there is no index.json", path.display())]
+    NoImage { path: PathBuf },
+    #[error("Cannot read `{}`", path.display())]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("`{}` is not valid OCI JSON", path.display())]
+    Json {
+        path: PathBuf,
+        #[source]
+        source: oci_spec::OciSpecError,
+    },
+    #[error("Blob {digest} is missing")]
+    Missing { digest: String },
+    #[error("Blob {digest} has {actual} bytes; its descriptor says {expected}")]
+    Size {
+        digest: String,
+        expected: u64,
+        actual: u64,
+    },
+    #[error("Blob {digest} does not match its digest: its bytes hash to {actual}")]
+    Digest { digest: String, actual: String },
+    #[error(
+        "Layer {index} ({digest}) decompresses to diff_id {actual}; the config says {expected}"
+    )]
+    DiffId {
+        index: usize,
+        digest: String,
+        expected: String,
+        actual: String,
+    },
+    #[error("The config lists {config} diff_ids for {layers} layers")]
+    DiffIdCount { config: usize, layers: usize },
+    #[error("Layer {digest} cannot be decompressed")]
+    Decompress {
+        digest: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("The image does not match the lock `{}`: {reason}", lock.display())]
+    Lock { lock: PathBuf, reason: String },
+    #[error(transparent)]
+    LockRead(#[from] crate::lock::LockError),
+    #[error("Rebuilding from the lock failed")]
+    Rebuild(#[source] Box<BuildError>),
+    #[error("A rebuild from the lock gives {rebuilt}, not {original}: {difference}")]
+    RebuildDiffers {
+        original: String,
+        rebuilt: String,
+        difference: String,
+    },
+}
+
+/// Reads and checks one blob: present, the descriptor's size, its digest.
+fn check_blob(blobs: &Path, descriptor: &Descriptor) -> Result<PathBuf, VerifyError> {
+    let digest = descriptor.digest().to_string();
+    let path = blobs.join(descriptor.digest().digest());
+    let mut file = match fs_err::File::open(&path) {
+        Ok(file) => file,
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => {
+            return Err(VerifyError::Missing { digest });
+        }
+        Err(source) => return Err(VerifyError::Read { path, source }),
+    };
+    let mut hasher = Sha256::new();
+    let mut buffer = vec![0u8; 1 << 20];
+    let mut size = 0u64;
+    loop {
+        let n = file.read(&mut buffer).map_err(|source| VerifyError::Read {
+            path: path.clone(),
+            source,
+        })?;
+        if n == 0 {
+            break;
+        }
+        hasher.update(&buffer[..n]);
+        size += n as u64;
+    }
+    if size != descriptor.size() {
+        return Err(VerifyError::Size {
+            digest,
+            expected: descriptor.size(),
+            actual: size,
+        });
+    }
+    let actual = format!("sha256:{}", hex::encode(hasher.finalize()));
+    if actual != digest {
+        return Err(VerifyError::Digest { digest, actual });
+    }
+    Ok(path)
+}
+
+/// The uncompressed stream of a layer blob.
+fn layer_reader(path: &Path, media_type: &MediaType) -> std::io::Result<Box<dyn Read>> {
+    let file = std::io::BufReader::with_capacity(1 << 20, fs_err::File::open(path)?);
+    Ok(match media_type.to_string().as_str() {
+        m if m.ends_with("gzip") => Box::new(flate2::read::MultiGzDecoder::new(file)),
+        m if m.ends_with("zstd") => Box::new(zstd::Decoder::new(file)?),
+        _ => Box::new(file),
+    })
+}
+
+fn diff_id(path: &Path, media_type: &MediaType) -> std::io::Result<String> {
+    let mut reader = layer_reader(path, media_type)?;
+    let mut hasher = Sha256::new();
+    std::io::copy(&mut reader, &mut HashSink(&mut hasher))?;
+    Ok(format!("sha256:{}", hex::encode(hasher.finalize())))
+}
+
+struct HashSink<'a>(&'a mut Sha256);
+
+impl std::io::Write for HashSink<'_> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.update(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Checks the layout at `dir`; with `lock`, also that the image holds exactly its packages
+/// and its base.
+pub fn verify(dir: &Path, lock: Option<&Path>) -> Result<VerifyReport, VerifyError> {
+    let index_path = dir.join("index.json");
+    if !index_path.is_file() {
+        return Err(VerifyError::NoImage {
+            path: dir.to_path_buf(),
+        });
+    }
+    let index = ImageIndex::from_file(&index_path).map_err(|source| VerifyError::Json {
+        path: index_path.clone(),
+        source,
+    })?;
+    let blobs = dir.join("blobs").join("sha256");
+    let mut report = VerifyReport {
+        image: dir.display().to_string(),
+        manifests: Vec::new(),
+        blobs_checked: 0,
+        bytes_checked: 0,
+        layers_checked: 0,
+        lock: lock.map(Path::to_path_buf),
+        rebuilt: None,
+    };
+    let mut checked: BTreeSet<String> = BTreeSet::new();
+    let mut check =
+        |descriptor: &Descriptor, report: &mut VerifyReport| -> Result<PathBuf, VerifyError> {
+            let path = check_blob(&blobs, descriptor)?;
+            if checked.insert(descriptor.digest().to_string()) {
+                report.blobs_checked += 1;
+                report.bytes_checked += descriptor.size();
+            }
+            Ok(path)
+        };
+    let mut packages: BTreeSet<String> = BTreeSet::new();
+    let mut base_digest: Option<String> = None;
+    let mut pending: Vec<Descriptor> = index.manifests().clone();
+    while let Some(descriptor) = pending.pop() {
+        let path = check(&descriptor, &mut report)?;
+        let json_err = |source| VerifyError::Json {
+            path: path.clone(),
+            source,
+        };
+        if *descriptor.media_type() == MediaType::ImageIndex {
+            let nested = ImageIndex::from_file(&path).map_err(json_err)?;
+            pending.extend(nested.manifests().iter().cloned());
+            continue;
+        }
+        let manifest = ImageManifest::from_file(&path).map_err(json_err)?;
+        let digest = descriptor.digest().to_string();
+        if !report.manifests.contains(&digest) {
+            report.manifests.push(digest);
+        }
+        if let Some(annotations) = manifest.annotations() {
+            base_digest = annotations
+                .get("org.opencontainers.image.base.digest")
+                .cloned()
+                .or(base_digest);
+        }
+        let config_path = check(manifest.config(), &mut report)?;
+        let config =
+            ImageConfiguration::from_file(&config_path).map_err(|source| VerifyError::Json {
+                path: config_path.clone(),
+                source,
+            })?;
+        let diff_ids = config.rootfs().diff_ids();
+        if diff_ids.len() != manifest.layers().len() {
+            return Err(VerifyError::DiffIdCount {
+                config: diff_ids.len(),
+                layers: manifest.layers().len(),
+            });
+        }
+        for (index, (layer, expected)) in manifest.layers().iter().zip(diff_ids).enumerate() {
+            let layer_path = check(layer, &mut report)?;
+            let actual = diff_id(&layer_path, layer.media_type()).map_err(|source| {
+                VerifyError::Decompress {
+                    digest: layer.digest().to_string(),
+                    source,
+                }
+            })?;
+            if actual != *expected {
+                return Err(VerifyError::DiffId {
+                    index,
+                    digest: layer.digest().to_string(),
+                    expected: expected.clone(),
+                    actual,
+                });
+            }
+            report.layers_checked += 1;
+            if let Some(list) = layer
+                .annotations()
+                .as_ref()
+                .and_then(|a| a.get(annotations::PACKAGES))
+            {
+                packages.extend(list.split(',').map(str::to_string));
+            }
+        }
+    }
+
+    if let Some(lock_path) = lock {
+        let mismatch = |reason: String| VerifyError::Lock {
+            lock: lock_path.to_path_buf(),
+            reason,
+        };
+        let lock =
+            Lock::read(lock_path)?.ok_or_else(|| mismatch("there is no lock file".into()))?;
+        let locked: BTreeSet<String> = lock.records.iter().map(dist_name).collect();
+        if let Some(missing) = locked.difference(&packages).next() {
+            return Err(mismatch(format!(
+                "locked package `{missing}` is in no layer"
+            )));
+        }
+        if let Some(extra) = packages.difference(&locked).next() {
+            return Err(mismatch(format!(
+                "the image holds `{extra}`, which the lock does not"
+            )));
+        }
+        match (&lock.base, &base_digest) {
+            (LockedBase::Scratch, None) => {}
+            (LockedBase::Digest(pinned), Some(actual)) if pinned == actual => {}
+            (pinned, actual) => {
+                return Err(mismatch(format!(
+                    "the lock pins base {pinned}, the image was built on {}",
+                    actual.as_deref().unwrap_or("scratch")
+                )));
+            }
+        }
+    }
+    Ok(report)
+}
+
+/// Rebuilds `settings`' recipe from its lock into a temporary directory and compares the
+/// result with the image at `dir`.
+pub async fn rebuild_and_compare(
+    dir: &Path,
+    settings: &BuildSettings,
+) -> Result<String, VerifyError> {
+    let original = verify(dir, None)?;
+    let temp = tempfile::Builder::new()
+        .prefix("imgbuild-verify-")
+        .tempdir()
+        .map_err(|source| VerifyError::Read {
+            path: std::env::temp_dir(),
+            source,
+        })?;
+    let rebuilt_dir = temp.path().join("image");
+    let settings = BuildSettings {
+        output: Some(rebuilt_dir.clone()),
+        lock_mode: LockMode::Locked,
+        ..settings.clone()
+    };
+    let report = crate::build::build(&settings, &Silent)
+        .await
+        .map_err(|e| VerifyError::Rebuild(Box::new(e)))?;
+    let original_digest = original.manifests.first().cloned().unwrap_or_default();
+    if original.manifests.contains(&report.manifest_digest) {
+        return Ok(report.manifest_digest);
+    }
+    Err(VerifyError::RebuildDiffers {
+        difference: first_difference(dir, &rebuilt_dir),
+        original: original_digest,
+        rebuilt: report.manifest_digest,
+    })
+}
+
+/// Describes the first difference between two single-image layouts: the first layer whose
+/// digest differs and, inside it, the first entry that differs; or the config.
+fn first_difference(a: &Path, b: &Path) -> String {
+    let open = |dir: &Path| -> Option<(ImageManifest, PathBuf)> {
+        let index = ImageIndex::from_file(dir.join("index.json")).ok()?;
+        let blobs = dir.join("blobs/sha256");
+        let descriptor = index.manifests().first()?;
+        let manifest = ImageManifest::from_file(blobs.join(descriptor.digest().digest())).ok()?;
+        Some((manifest, blobs))
+    };
+    let (Some((ma, ba)), Some((mb, bb))) = (open(a), open(b)) else {
+        return "one of the images cannot be read".to_string();
+    };
+    for (index, (la, lb)) in ma.layers().iter().zip(mb.layers()).enumerate() {
+        if la.digest() == lb.digest() {
+            continue;
+        }
+        let entries = |blobs: &Path, layer: &Descriptor| -> Vec<(String, Vec<u8>)> {
+            let Ok(reader) = layer_reader(&blobs.join(layer.digest().digest()), layer.media_type())
+            else {
+                return Vec::new();
+            };
+            let mut archive = tar::Archive::new(reader);
+            let Ok(entries) = archive.entries() else {
+                return Vec::new();
+            };
+            entries
+                .filter_map(Result::ok)
+                .map(|mut entry| {
+                    let path = entry
+                        .path()
+                        .map(|p| p.display().to_string())
+                        .unwrap_or_default();
+                    let mut data = entry.header().as_bytes().to_vec();
+                    let _ = entry.read_to_end(&mut data);
+                    (path, data)
+                })
+                .collect()
+        };
+        let (ea, eb) = (entries(&ba, la), entries(&bb, lb));
+        for (x, y) in ea.iter().zip(&eb) {
+            if x != y {
+                return if x.0 == y.0 {
+                    format!("layer {index}: `{}` differs", x.0)
+                } else {
+                    format!("layer {index}: `{}` where the rebuild has `{}`", x.0, y.0)
+                };
+            }
+        }
+        return format!(
+            "layer {index}: {} entries against {} (the same up to there)",
+            ea.len(),
+            eb.len()
+        );
+    }
+    if ma.layers().len() != mb.layers().len() {
+        return format!("{} layers against {}", ma.layers().len(), mb.layers().len());
+    }
+    "the layers are identical; the image config or manifest differs".to_string()
+}

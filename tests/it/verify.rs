@@ -1,0 +1,240 @@
+//! `imgbuild verify`, crash safety (builds killed at random points) and concurrent builds
+//! sharing a cache and an output directory.
+
+use std::{
+    process::{Command, Stdio},
+    time::Duration,
+};
+
+use crate::{
+    common::{LayoutView, Project},
+    support::{channel::tiny_recipe, imgbuild_bin, shared_channel},
+};
+
+fn project(name: &str, deps: &[&str]) -> Project {
+    let project = Project::new();
+    project.write_recipe(&tiny_recipe(shared_channel(), name, deps));
+    project
+}
+
+#[test]
+fn verify_checks_blobs_diff_ids_lock_and_rebuild() {
+    let project = project("checked", &["hello 1.0", "pyhello"]);
+    project.build(&[]).success();
+    let image = "images/checked";
+    let ok = project
+        .run(&[
+            "verify",
+            image,
+            "--recipe",
+            "recipes/image.toml",
+            "--rebuild",
+            "--json",
+        ])
+        .success();
+    let report: serde_json::Value = serde_json::from_str(&ok.stdout).unwrap();
+    let layout = LayoutView::new(project.path().join(image));
+    assert_eq!(report["rebuilt"], layout.manifest_digest());
+    assert_eq!(report["layers_checked"], 5);
+
+    // A rebuild that differs names the first differing file: an image made with another
+    // SOURCE_DATE_EPOCH differs from the lock's in its own layer's timestamps.
+    let dated = project
+        .run_with(
+            &["build", "recipes/image.toml", "-o", "out/dated"],
+            &[("SOURCE_DATE_EPOCH", "1")],
+            None,
+        )
+        .success();
+    let differs = project.run(&[
+        "verify",
+        "out/dated",
+        "--recipe",
+        "recipes/image.toml",
+        "--rebuild",
+    ]);
+    differs.assert_clean_failure(1);
+    assert!(
+        differs.stderr.contains(&format!(
+            "A rebuild from the lock gives {}, not {}",
+            ok_digest(&layout),
+            dated.digest()
+        )) && differs.stderr.contains("layer 4: `opt/` differs"),
+        "{}",
+        differs.stderr
+    );
+
+    // The lock changed: the image no longer holds what it pins.
+    project.write_recipe(&tiny_recipe(
+        shared_channel(),
+        "checked",
+        &["hello 2.0", "pyhello"],
+    ));
+    project.run(&["lock", "recipes/image.toml"]).success();
+    let stale = project.run(&["verify", image, "--recipe", "recipes/image.toml"]);
+    stale.assert_clean_failure(1);
+    assert!(
+        stale
+            .stderr
+            .contains("locked package `hello-2.0-h0_0` is in no layer"),
+        "{}",
+        stale.stderr
+    );
+
+    // A blob with one byte changed, then one cut short.
+    let manifest = layout.manifest();
+    let digest = manifest["layers"][1]["digest"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let blob = project
+        .path()
+        .join(image)
+        .join("blobs/sha256")
+        .join(digest.trim_start_matches("sha256:"));
+    let original = fs_err::read(&blob).unwrap();
+    let mut flipped = original.clone();
+    let middle = flipped.len() / 2;
+    flipped[middle] ^= 0xff;
+    fs_err::write(&blob, &flipped).unwrap();
+    let corrupt = project.run(&["verify", image]);
+    corrupt.assert_clean_failure(1);
+    assert!(
+        corrupt
+            .stderr
+            .contains(&format!("Blob {digest} does not match its digest")),
+        "{}",
+        corrupt.stderr
+    );
+    fs_err::write(&blob, &original[..original.len() - 10]).unwrap();
+    let short = project.run(&["verify", image]);
+    short.assert_clean_failure(1);
+    assert!(
+        short
+            .stderr
+            .contains(&format!("Blob {digest} has {} bytes", original.len() - 10)),
+        "{}",
+        short.stderr
+    );
+    fs_err::remove_file(&blob).unwrap();
+    let missing = project.run(&["verify", image]);
+    missing.assert_clean_failure(1);
+    assert!(
+        missing
+            .stderr
+            .contains(&format!("Blob {digest} is missing")),
+        "{}",
+        missing.stderr
+    );
+}
+
+fn ok_digest(layout: &LayoutView) -> String {
+    layout.manifest_digest()
+}
+
+/// A fixed sequence of pseudo-random delays, so a failure can be replayed.
+fn delays(count: usize, max_ms: u64) -> Vec<u64> {
+    let mut state: u64 = 0x9e37_79b9_7f4a_7c15;
+    (0..count)
+        .map(|_| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state % max_ms
+        })
+        .collect()
+}
+
+#[test]
+fn builds_killed_at_random_points_never_break_the_image() {
+    let project = project("killed", &["hello 1.0", "pyhello", "other"]);
+    project.build(&[]).success();
+    let env_cache = project.cache.display().to_string();
+    let mut killed_mid_build = 0;
+    for (round, delay) in delays(20, 300).into_iter().enumerate() {
+        // Alternate the image's contents, so every build really replaces the previous one.
+        let hello = if round % 2 == 0 {
+            "hello 2.0"
+        } else {
+            "hello 1.0"
+        };
+        project.write_recipe(&tiny_recipe(
+            shared_channel(),
+            "killed",
+            &[hello, "pyhello", "other"],
+        ));
+        let mut child = Command::new(imgbuild_bin())
+            .args(["build", "recipes/image.toml", "-q"])
+            .current_dir(project.path())
+            .env("IMGBUILD_CACHE_DIR", &env_cache)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(delay));
+        if child.try_wait().unwrap().is_none() {
+            killed_mid_build += 1;
+        }
+        let _ = child.kill(); // SIGKILL
+        let _ = child.wait();
+
+        // Whatever image is in place is whole.
+        if project.path().join("images/killed/index.json").exists() {
+            project.run(&["verify", "images/killed"]).success();
+        }
+        // And the next build completes without any cleanup.
+        project.build(&[]).success();
+        project
+            .run(&["verify", "images/killed", "--recipe", "recipes/image.toml"])
+            .success();
+    }
+    assert!(
+        killed_mid_build >= 10,
+        "only {killed_mid_build} of 20 builds were killed while running"
+    );
+}
+
+#[test]
+fn concurrent_builds_sharing_cache_and_output() {
+    let project = project("shared", &["hello 1.0", "pyhello"]);
+    project.build(&[]).success();
+    let other = project.path().join("recipes/other.toml");
+    fs_err::write(
+        &other,
+        tiny_recipe(shared_channel(), "other", &["other", "hello 2.0"]),
+    )
+    .unwrap();
+    let cache = project.cache.display().to_string();
+    for _round in 0..5 {
+        let spawn = |recipe: &str| {
+            Command::new(imgbuild_bin())
+                .args(["build", recipe, "-q"])
+                .current_dir(project.path())
+                .env("IMGBUILD_CACHE_DIR", &cache)
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap()
+        };
+        // Two builds of the same image and one of another, at once.
+        let children = [
+            spawn("recipes/image.toml"),
+            spawn("recipes/image.toml"),
+            spawn("recipes/other.toml"),
+        ];
+        for child in children {
+            let output = child.wait_with_output().unwrap();
+            assert!(
+                output.status.success(),
+                "{}",
+                String::from_utf8_lossy(&output.stderr)
+            );
+        }
+        project
+            .run(&["verify", "images/shared", "--recipe", "recipes/image.toml"])
+            .success();
+        project
+            .run(&["verify", "images/other", "--recipe", "recipes/other.toml"])
+            .success();
+    }
+}
