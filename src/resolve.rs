@@ -95,13 +95,60 @@ pub enum ResolveError {
         #[source]
         source: GatewayError,
     },
-    #[error("The environment cannot be solved for {platform}:\n{}", explanation.trim_end())]
+    #[error("The environment cannot be solved for {platform}:\n{}{}", explanation.trim_end(), render_hints(hints))]
     Unsolvable {
         platform: Subdir,
         explanation: String,
+        /// `did you mean` lines for packages the channels do not have.
+        hints: Vec<String>,
     },
     #[error("The solver failed")]
     Solver(#[source] SolveError),
+}
+
+fn render_hints(hints: &[String]) -> String {
+    hints.iter().map(|h| format!("\nhelp: {h}")).collect()
+}
+
+/// For each package the solver found no candidates for, the closest names the channels do
+/// have. Only run after such a failure: listing every name reads the whole repodata (from
+/// the cache the failed solve just filled). A failure to list names gives no hints.
+async fn missing_package_hints(
+    channels: &[Channel],
+    target: &Target,
+    options: &ResolveOptions<'_>,
+    explanation: &str,
+) -> Vec<String> {
+    let missing = crate::recipe::suggest::missing_packages(explanation);
+    if missing.is_empty() {
+        return Vec::new();
+    }
+    let names = match gateway(options)
+        .names(channels.iter().cloned(), [target.platform, Subdir::NoArch])
+        .await
+    {
+        Ok(output) => output.names,
+        Err(err) => {
+            tracing::debug!("could not list package names for suggestions: {err}");
+            return Vec::new();
+        }
+    };
+    let names: Vec<&str> = names.iter().map(|n| n.as_normalized()).collect();
+    missing
+        .iter()
+        // A name the channels have failed on its version or build, not its spelling.
+        .filter(|word| !names.contains(&word.as_str()))
+        .filter_map(|word| {
+            let close = crate::recipe::suggest::closest(word, names.iter().copied(), 3);
+            (!close.is_empty()).then(|| {
+                let list: Vec<String> = close.iter().map(|c| format!("`{c}`")).collect();
+                format!(
+                    "the channels have no package `{word}`; did you mean {}?",
+                    list.join(" or ")
+                )
+            })
+        })
+        .collect()
 }
 
 /// Builds the gateway that fetches and caches repodata for `options`.
@@ -159,9 +206,12 @@ pub async fn resolve(
     let mut records = match result {
         Ok(solution) => solution.records,
         Err(SolveError::Unsolvable(explanation)) => {
+            let explanation = explanation.join("\n");
+            let hints = missing_package_hints(channels, target, options, &explanation).await;
             return Err(ResolveError::Unsolvable {
                 platform: target.platform,
-                explanation: explanation.join("\n"),
+                explanation,
+                hints,
             });
         }
         Err(other) => return Err(ResolveError::Solver(other)),

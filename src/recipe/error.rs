@@ -53,8 +53,11 @@ impl RecipeError {
 /// Renders `error: message` with `--> file:line:col`, the source line and a caret under the
 /// span, in the shape rustc and uv use.
 fn render(path: &std::path::Path, message: &str, span: Option<&SourceSpan>) -> String {
+    let help = super::suggest::for_unknown_key(message)
+        .map(|key| format!("\nhelp: did you mean `{key}`?"))
+        .unwrap_or_default();
     let Some(span) = span else {
-        return format!("Invalid recipe `{}`: {message}", path.display());
+        return format!("Invalid recipe `{}`: {message}{help}", path.display());
     };
     let (line, column) = span.line_column();
     let source_line = span.text.lines().nth(line - 1).unwrap_or("");
@@ -81,6 +84,7 @@ fn render(path: &std::path::Path, message: &str, span: Option<&SourceSpan>) -> S
     let _ = writeln!(out, "{pad} |");
     let _ = writeln!(out, "{line} | {source_line}");
     let _ = write!(out, "{pad} | {lead}{}", "^".repeat(width));
+    out.push_str(&help);
     out
 }
 
@@ -100,5 +104,20 @@ mod tests {
         assert!(shown.contains("--> r.toml:2:1"), "{shown}");
         assert!(shown.contains("2 | nmae = \"x\""), "{shown}");
         assert!(shown.ends_with("  | ^^^^"), "{shown}");
+    }
+
+    #[test]
+    fn misspelt_key_gets_a_help_line_under_the_caret() {
+        let text: std::sync::Arc<str> = "[image]\nnmae = \"x\"\n".into();
+        let err = RecipeError::Invalid {
+            path: "r.toml".into(),
+            message: "unknown field `nmae`, expected one of `name`, `tags`".into(),
+            span: Some(SourceSpan { text, range: 8..12 }),
+        };
+        let shown = err.to_string();
+        assert!(
+            shown.ends_with("  | ^^^^\nhelp: did you mean `name`?"),
+            "{shown}"
+        );
     }
 }

@@ -8,6 +8,7 @@
 mod error;
 mod load;
 mod schema;
+pub mod suggest;
 
 pub use error::{RecipeError, SourceSpan};
 pub use load::{Base, CudaTarget, Recipe, RecipeOptions, is_valid_tag, oci_architecture};

@@ -10,6 +10,7 @@ mod support;
 mod archive;
 mod build;
 mod common;
+mod error_messages;
 mod errors;
 mod fault_proxy;
 mod fixtures_smoke;
