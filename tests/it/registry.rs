@@ -591,6 +591,8 @@ fn pushes_through_errors_and_resumes_after_an_outage() {
         "{retries} retries for {faults} faults:\n{}",
         pushed.stderr
     );
+    // For the record (`cargo test -- --nocapture`): what the push did under faults.
+    eprintln!("{faults} faults injected; {}", pushed.stderr.trim());
     let inspect: serde_json::Value = serde_json::from_str(&run_tool(
         "skopeo",
         &[
