@@ -12,10 +12,10 @@ use url::Url;
 
 use crate::{
     cuda::{compat::Support, solved_cuda},
-    install::{InstallError, InstallOptions, install},
+    install::{InstallError, InstallOptions, install_reporting},
     layers::{
         Compression, LayerBlob, PlannedLayer, plan::PlanError, plan_layers, write::WriteError,
-        write_layers,
+        write::write_layers_reporting,
     },
     lock::{Lock, LockError, LockedBase, Staleness},
     oci::{
@@ -72,8 +72,15 @@ pub enum Stage {
 
 /// Receives progress; the library never prints.
 pub trait Reporter: Send + Sync {
+    /// A stage starts; the previous one, if any, has finished.
     fn on_stage(&self, _stage: Stage, _detail: &str) {}
     fn on_warning(&self, _message: &str) {}
+    /// How many items the stage will report done: packages to install, layers to write.
+    fn on_stage_total(&self, _stage: Stage, _total: usize) {}
+    /// Package bytes downloaded since the last call (install stage).
+    fn on_download_bytes(&self, _bytes: u64) {}
+    /// One item done: a package linked (`bytes` 0) or a layer written (`bytes` compressed).
+    fn on_item_done(&self, _stage: Stage, _name: &str, _bytes: u64) {}
 }
 
 /// A reporter that drops everything.
@@ -383,7 +390,7 @@ pub async fn build(
 
     let started = Instant::now();
     reporter.on_stage(Stage::Install, &format!("{} packages", lock.records.len()));
-    let staged = install(
+    let staged = install_reporting(
         &lock.records,
         recipe.platform,
         &root,
@@ -391,6 +398,7 @@ pub async fn build(
         &InstallOptions {
             cache_dir: &settings.cache_dir,
         },
+        reporter,
     )
     .await
     .map_err(|source| BuildError::Install {
@@ -505,7 +513,15 @@ fn write_output(
     }
     let compression = Compression::default();
     reporter.on_stage(Stage::Layers, &format!("{} layers", plan.layers.len()));
-    let blobs = write_layers(root, plan, compression, &layout.blobs_dir(), settings.jobs)?;
+    reporter.on_stage_total(Stage::Layers, plan.layers.len());
+    let blobs = write_layers_reporting(
+        root,
+        plan,
+        compression,
+        &layout.blobs_dir(),
+        settings.jobs,
+        reporter,
+    )?;
     timings.push((Stage::Layers, started.elapsed()));
 
     let started = Instant::now();

@@ -108,6 +108,26 @@ pub async fn install(
     prefix: &str,
     options: &InstallOptions<'_>,
 ) -> Result<StagedPrefix, InstallError> {
+    install_reporting(
+        records,
+        platform,
+        root,
+        prefix,
+        options,
+        &crate::build::Silent,
+    )
+    .await
+}
+
+/// [`install`], telling `reporter` of bytes downloaded and packages linked.
+pub async fn install_reporting(
+    records: &[RepoDataRecord],
+    platform: rattler_conda_types::Subdir,
+    root: &Path,
+    prefix: &str,
+    options: &InstallOptions<'_>,
+    reporter: &dyn crate::build::Reporter,
+) -> Result<StagedPrefix, InstallError> {
     let staged = StagedPrefix {
         root: root.to_path_buf(),
         prefix: prefix.to_string(),
@@ -122,7 +142,8 @@ pub async fn install(
         return Ok(staged);
     }
 
-    Installer::new()
+    let (events_tx, events_rx) = tokio::sync::mpsc::unbounded_channel();
+    let installing = Installer::new()
         .with_target_platform(platform)
         .with_package_cache(PackageCache::new(options.cache_dir.join("pkgs")))
         // Placeholders get the path the files will have inside the image.
@@ -138,7 +159,9 @@ pub async fn install(
         .with_execute_link_scripts(false)
         .with_external_symlink_policy(ExternalSymlinkPolicy::Deny)
         .with_installed_packages(Vec::new())
-        .install(&prefix_dir, records.iter().cloned())
+        .with_reporter(progress::Forward::new(events_tx))
+        .install(&prefix_dir, records.iter().cloned());
+    progress::forward_until_done(installing, events_rx, reporter)
         .await
         .map_err(InstallError::Install)?;
 
@@ -256,5 +279,131 @@ mod tests {
             without_host_path("https://conda.anaconda.org/conda-forge/noarch/x-1-0.conda"),
             "https://conda.anaconda.org/conda-forge/noarch/x-1-0.conda"
         );
+    }
+}
+
+/// rattler's installer reports through a `'static` [`rattler::install::Reporter`]; this
+/// forwards its events over a channel to the build's borrowed [`crate::build::Reporter`].
+mod progress {
+    use std::{collections::HashMap, future::Future, sync::Mutex};
+
+    use rattler::install::{Reporter, Transaction};
+    use rattler_conda_types::{PrefixRecord, RepoDataRecord};
+    use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender};
+
+    use crate::build::Stage;
+
+    pub(super) enum Event {
+        Total(usize),
+        Downloaded(u64),
+        Linked(String),
+    }
+
+    pub(super) struct Forward {
+        tx: UnboundedSender<Event>,
+        /// Bytes seen so far per download, to turn rattler's running totals into deltas.
+        downloads: Mutex<HashMap<usize, u64>>,
+        /// Package name per link index.
+        links: Mutex<HashMap<usize, String>>,
+    }
+
+    impl Forward {
+        pub(super) fn new(tx: UnboundedSender<Event>) -> Self {
+            Forward {
+                tx,
+                downloads: Mutex::default(),
+                links: Mutex::default(),
+            }
+        }
+    }
+
+    impl Reporter for Forward {
+        fn on_transaction_start(&self, transaction: &Transaction<PrefixRecord, RepoDataRecord>) {
+            let _ = self.tx.send(Event::Total(transaction.operations.len()));
+        }
+        fn on_transaction_operation_start(&self, _operation: usize) {}
+        fn on_populate_cache_start(&self, operation: usize, _record: &RepoDataRecord) -> usize {
+            operation
+        }
+        fn on_validate_start(&self, cache_entry: usize) -> usize {
+            cache_entry
+        }
+        fn on_validate_complete(&self, _validate_idx: usize) {}
+        fn on_download_start(&self, cache_entry: usize) -> usize {
+            cache_entry
+        }
+        fn on_download_progress(&self, download_idx: usize, progress: u64, _total: Option<u64>) {
+            let mut seen = self
+                .downloads
+                .lock()
+                .expect("no panics while holding the lock");
+            let last = seen.entry(download_idx).or_default();
+            if progress > *last {
+                let _ = self.tx.send(Event::Downloaded(progress - *last));
+                *last = progress;
+            }
+        }
+        fn on_download_completed(&self, _download_idx: usize) {}
+        fn on_populate_cache_complete(&self, _cache_entry: usize) {}
+        fn on_unlink_start(&self, operation: usize, _record: &PrefixRecord) -> usize {
+            operation
+        }
+        fn on_unlink_complete(&self, _index: usize) {}
+        fn on_link_start(&self, operation: usize, record: &RepoDataRecord) -> usize {
+            self.links
+                .lock()
+                .expect("no panics while holding the lock")
+                .insert(
+                    operation,
+                    record.package_record.name.as_normalized().to_string(),
+                );
+            operation
+        }
+        fn on_link_complete(&self, index: usize) {
+            let name = self
+                .links
+                .lock()
+                .expect("no panics while holding the lock")
+                .remove(&index)
+                .unwrap_or_default();
+            let _ = self.tx.send(Event::Linked(name));
+        }
+        fn on_transaction_operation_complete(&self, _operation: usize) {}
+        fn on_transaction_complete(&self) {}
+        fn on_post_link_start(&self, _package_name: &str, _script_path: &str) -> usize {
+            0
+        }
+        fn on_post_link_complete(&self, _index: usize, _success: bool) {}
+        fn on_pre_unlink_start(&self, _package_name: &str, _script_path: &str) -> usize {
+            0
+        }
+        fn on_pre_unlink_complete(&self, _index: usize, _success: bool) {}
+    }
+
+    fn deliver(event: Event, reporter: &dyn crate::build::Reporter) {
+        match event {
+            Event::Total(total) => reporter.on_stage_total(Stage::Install, total),
+            Event::Downloaded(bytes) => reporter.on_download_bytes(bytes),
+            Event::Linked(name) => reporter.on_item_done(Stage::Install, &name, 0),
+        }
+    }
+
+    /// Drives `installing` while handing its events to `reporter`, then the ones left.
+    pub(super) async fn forward_until_done<T>(
+        installing: impl Future<Output = T>,
+        mut events: UnboundedReceiver<Event>,
+        reporter: &dyn crate::build::Reporter,
+    ) -> T {
+        let mut installing = std::pin::pin!(installing);
+        let result = loop {
+            tokio::select! {
+                result = &mut installing => break result,
+                Some(event) = events.recv() => deliver(event, reporter),
+            }
+        };
+        while let Ok(event) = events.try_recv() {
+            deliver(event, reporter);
+        }
+        result
     }
 }

@@ -3,6 +3,7 @@
 mod completions;
 mod init;
 mod inspect;
+mod progress;
 mod registry;
 mod sbom;
 mod verify;
@@ -13,7 +14,7 @@ use clap::{Args, Parser, Subcommand};
 use url::Url;
 
 use crate::{
-    build::{self, BuildError, BuildSettings, LockMode, LockOutcome, Reporter, Stage},
+    build::{self, BuildError, BuildSettings, LockMode, LockOutcome, Stage},
     recipe::DEFAULT_CHANNEL_ALIAS,
 };
 
@@ -151,6 +152,10 @@ pub struct BuildArgs {
     /// `podman load`)
     #[arg(long, value_enum, default_value = "oci")]
     pub format: crate::oci::archive::OutputFormat,
+    /// Print one JSON event per line on stdout (stages, lock, result) instead of progress
+    /// and result lines
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Args)]
@@ -160,6 +165,9 @@ pub struct LockArgs {
     /// Use only cached repodata
     #[arg(long)]
     pub offline: bool,
+    /// Print one JSON event per line on stdout (stages, lock, result)
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// Parses the command line; `imgbuild [flags] recipe.toml` means `imgbuild [flags] build
@@ -202,36 +210,6 @@ fn source_date_epoch() -> Result<Option<i64>, String> {
             .map(Some)
             .map_err(|_| format!("SOURCE_DATE_EPOCH=`{value}` is not a number of seconds")),
         _ => Ok(None),
-    }
-}
-
-/// Progress lines on stderr.
-struct StderrReporter {
-    quiet: bool,
-}
-
-impl Reporter for StderrReporter {
-    fn on_stage(&self, stage: Stage, detail: &str) {
-        if self.quiet {
-            return;
-        }
-        let verb = match stage {
-            Stage::Solve => "Solving",
-            Stage::Install => "Installing",
-            Stage::Layers => "Writing",
-            Stage::Write => "Committing",
-        };
-        #[allow(clippy::print_stderr)]
-        {
-            eprintln!("{verb:>12} {detail}");
-        }
-    }
-
-    fn on_warning(&self, message: &str) {
-        #[allow(clippy::print_stderr)]
-        {
-            eprintln!("warning: {message}");
-        }
     }
 }
 
@@ -298,9 +276,12 @@ async fn run(cli: Cli) -> ExitCode {
         .cache_dir
         .clone()
         .unwrap_or_else(default_cache_dir);
-    let reporter = StderrReporter {
-        quiet: cli.global.quiet,
+    let json = match &cli.command {
+        Command::Build(args) => args.json,
+        Command::Lock(args) => args.json,
+        _ => false,
     };
+    let reporter = progress::BuildProgress::new(progress::Mode::new(cli.global.quiet, json));
     let settings =
         |recipe: PathBuf, lock_mode, offline, output, jobs: Option<usize>| BuildSettings {
             recipe_path: recipe,
@@ -358,8 +339,13 @@ async fn run(cli: Cli) -> ExitCode {
                 args.output.clone(),
                 args.jobs,
             );
-            build::build(&settings, &reporter).await.map(|report| {
-                if !cli.global.quiet {
+            let built = build::build(&settings, &reporter).await;
+            reporter.finish(built.is_ok());
+            built.map(|report| {
+                if json {
+                    progress::emit(&progress::lock_event(&report.lock));
+                    progress::emit(&progress::result_event(&report));
+                } else if !cli.global.quiet {
                     describe_lock(&report.lock);
                     let compressed: u64 = report.layers.iter().map(|(_, b)| b.size).sum();
                     let uncompressed: u64 = report.layers.iter().map(|(_, b)| b.tar_size).sum();
@@ -383,8 +369,10 @@ async fn run(cli: Cli) -> ExitCode {
                     eprintln!("{:>12} {}", "Took", timings.join(", "));
                 }
                 // stdout carries the result only: one `layout:tag@digest` line per tag.
-                for tag in &report.tags {
-                    println!("{}:{tag}@{}", report.layout_dir.display(), report.manifest_digest);
+                if !json {
+                    for tag in &report.tags {
+                        println!("{}:{tag}@{}", report.layout_dir.display(), report.manifest_digest);
+                    }
                 }
                 if let (Some(suffix), Some(tag)) = (args.format.archive_suffix(), report.tags.first()) {
                     to_archive = Some((report.layout_dir.clone(), tag.clone(), suffix));
@@ -405,11 +393,17 @@ async fn run(cli: Cli) -> ExitCode {
                 None,
                 None,
             );
-            build::lock(&settings, &reporter).await.map(|report| {
-                if !cli.global.quiet {
-                    describe_lock(&report);
+            let locked = build::lock(&settings, &reporter).await;
+            reporter.finish(locked.is_ok());
+            locked.map(|report| {
+                if json {
+                    progress::emit(&progress::lock_event(&report));
+                } else {
+                    if !cli.global.quiet {
+                        describe_lock(&report);
+                    }
+                    println!("{}", report.lock_path.display());
                 }
-                println!("{}", report.lock_path.display());
             })
         }
         Command::Smoke(_)
@@ -442,7 +436,11 @@ async fn run(cli: Cli) -> ExitCode {
         ) {
             return fail(&err, 2);
         }
-        println!("{}", archive.display());
+        if json {
+            progress::emit(&serde_json::json!({"event": "archive", "path": archive}));
+        } else {
+            println!("{}", archive.display());
+        }
     }
     if let (Ok(()), Some((image, reference))) = (&result, &to_push) {
         let options = cli.global.registry_options();
@@ -468,6 +466,13 @@ async fn run(cli: Cli) -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => {
             let code = err.exit_code() as u8;
+            if json {
+                progress::emit(&serde_json::json!({
+                    "event": "error",
+                    "message": render_error(&err).trim_start_matches("error: "),
+                    "exit_code": code,
+                }));
+            }
             fail(&err, code)
         }
     }

@@ -224,6 +224,25 @@ pub fn write_layers(
     blobs_dir: &Path,
     jobs: usize,
 ) -> Result<Vec<LayerBlob>, WriteError> {
+    write_layers_reporting(
+        root,
+        plan,
+        compression,
+        blobs_dir,
+        jobs,
+        &crate::build::Silent,
+    )
+}
+
+/// [`write_layers`], telling `reporter` of each layer written (its compressed size).
+pub fn write_layers_reporting(
+    root: &Path,
+    plan: &LayerPlan,
+    compression: Compression,
+    blobs_dir: &Path,
+    jobs: usize,
+    reporter: &dyn crate::build::Reporter,
+) -> Result<Vec<LayerBlob>, WriteError> {
     let next = AtomicUsize::new(0);
     let results: Mutex<Vec<Option<Result<LayerBlob, WriteError>>>> =
         Mutex::new((0..plan.layers.len()).map(|_| None).collect());
@@ -238,6 +257,9 @@ pub fn write_layers(
                     let i = next.fetch_add(1, Ordering::Relaxed);
                     let Some(&index) = queue.get(i) else { break };
                     let result = write_layer(root, &plan.layers[index], compression, blobs_dir);
+                    if let Ok(blob) = &result {
+                        reporter.on_item_done(crate::build::Stage::Layers, &blob.digest, blob.size);
+                    }
                     let failed = result.is_err();
                     results.lock().expect("no panics while holding the lock")[index] = Some(result);
                     if failed {

@@ -17,6 +17,7 @@ mod fixtures_smoke;
 mod init;
 mod inspect;
 mod lock;
+mod progress;
 mod recipes;
 mod registry;
 mod reproducible;

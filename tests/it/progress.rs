@@ -1,0 +1,132 @@
+//! Build output: `--json` events, `--quiet`, and plain progress lines when stderr is not a
+//! terminal (it never is under the tests).
+
+use serde_json::Value;
+
+use crate::{
+    common::{LayoutView, Project},
+    support::{channel::tiny_recipe, shared_channel},
+};
+
+fn project() -> Project {
+    let project = Project::new();
+    project.write_recipe(&tiny_recipe(shared_channel(), "progress", &["hello 1.0"]));
+    project
+}
+
+#[test]
+fn json_events_parse_line_by_line_and_end_with_the_result() {
+    let project = project();
+    let run = project.build(&["--json"]).success();
+    let events: Vec<Value> = run
+        .stdout
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}")))
+        .collect();
+    let kinds: Vec<(&str, &str)> = events
+        .iter()
+        .map(|e| {
+            (
+                e["event"].as_str().unwrap(),
+                e["stage"].as_str().unwrap_or(""),
+            )
+        })
+        .collect();
+    let mut expected = Vec::new();
+    for stage in ["solve", "install", "layers", "write"] {
+        expected.push(("stage-started", stage));
+        expected.push(("stage-finished", stage));
+    }
+    expected.push(("lock", ""));
+    expected.push(("result", ""));
+    assert_eq!(kinds, expected, "{}", run.stdout);
+
+    let result = events.last().unwrap();
+    let layout = LayoutView::new(project.path().join("images/progress"));
+    assert_eq!(result["digest"], layout.manifest_digest().as_str());
+    assert_eq!(
+        result["images"][0],
+        format!("images/progress:latest@{}", layout.manifest_digest()).as_str()
+    );
+    let manifest_layers = layout.manifest()["layers"].as_array().unwrap().clone();
+    assert_eq!(result["layers"], manifest_layers.len());
+    let compressed: u64 = manifest_layers
+        .iter()
+        .map(|l| l["size"].as_u64().unwrap())
+        .sum();
+    assert_eq!(result["compressed_size"], compressed);
+    assert!(result["total_size"].as_u64().unwrap() > compressed);
+    for stage in ["solve", "install", "layers", "write"] {
+        assert!(result["timings"][stage].is_number(), "{result}");
+    }
+
+    let finished = |stage: &str| {
+        events
+            .iter()
+            .find(|e| e["event"] == "stage-finished" && e["stage"] == stage)
+            .unwrap()
+            .clone()
+    };
+    assert_eq!(finished("install")["items"], result["packages"]);
+    // A local channel is read in place: nothing to download, but the field is there.
+    assert!(finished("install")["downloaded_bytes"].is_u64());
+    assert_eq!(finished("layers")["items"], result["new_layers"]);
+    assert_eq!(finished("layers")["bytes"], compressed);
+    assert!(finished("solve")["seconds"].is_number());
+    assert_eq!(events[events.len() - 2]["outcome"], "written");
+}
+
+#[test]
+fn json_failure_ends_with_an_error_event() {
+    let project = Project::new();
+    project.write_recipe("[image]\nname = \"x\"\nnmae = \"y\"\n");
+    let run = project.build(&["--json"]);
+    assert_eq!(run.code, 1, "{}", run.stderr);
+    let last: Value = serde_json::from_str(run.stdout.lines().last().unwrap()).unwrap();
+    assert_eq!(last["event"], "error");
+    assert_eq!(last["exit_code"], 1);
+    // A recipe error happens before any stage starts.
+    assert_eq!(run.stdout.lines().count(), 1, "{}", run.stdout);
+    assert!(
+        last["message"]
+            .as_str()
+            .unwrap()
+            .contains("did you mean `name`?")
+    );
+}
+
+#[test]
+fn quiet_prints_nothing_but_the_result_line() {
+    let project = project();
+    let run = project.build(&["--quiet"]).success();
+    assert_eq!(run.stderr, "", "stderr must be empty");
+    let layout = LayoutView::new(project.path().join("images/progress"));
+    assert_eq!(
+        run.stdout,
+        format!("images/progress:latest@{}\n", layout.manifest_digest())
+    );
+}
+
+#[test]
+fn plain_lines_when_stderr_is_not_a_terminal() {
+    let project = project();
+    let run = project.build(&[]).success();
+    for needle in [
+        "Solving 1 dependencies",
+        "Installing",
+        "Installed 2 packages in",
+        "Wrote 3 layers (",
+        "Built",
+    ] {
+        assert!(
+            run.stderr.contains(needle),
+            "`{needle}` in:\n{}",
+            run.stderr
+        );
+    }
+    assert!(
+        !run.stderr.contains('\r'),
+        "no bar redraws:\n{}",
+        run.stderr
+    );
+}
