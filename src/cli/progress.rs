@@ -190,7 +190,7 @@ impl Reporter for BuildProgress {
         }
     }
 
-    fn on_stage_total(&self, _stage: Stage, total: usize) {
+    fn on_stage_total(&self, stage: Stage, total: usize) {
         let current = self
             .current
             .lock()
@@ -204,6 +204,11 @@ impl Reporter for BuildProgress {
                 .progress_chars("=> "),
             );
             bar.set_length(total as u64);
+            bar.set_message(match stage {
+                Stage::Install => "packages",
+                Stage::Layers => "layers",
+                Stage::Solve | Stage::Write => "",
+            });
         }
     }
 

@@ -4,7 +4,7 @@
 use serde_json::Value;
 
 use crate::{
-    common::{LayoutView, Project},
+    common::{FileServer, LayoutView, Project},
     support::{channel::tiny_recipe, shared_channel},
 };
 
@@ -129,4 +129,34 @@ fn plain_lines_when_stderr_is_not_a_terminal() {
         "no bar redraws:\n{}",
         run.stderr
     );
+}
+
+#[test]
+fn json_counts_bytes_downloaded_from_a_served_channel() {
+    let served = tempfile::tempdir().unwrap();
+    std::os::unix::fs::symlink(shared_channel(), served.path().join("testchan")).unwrap();
+    let server = FileServer::serve(served.path().to_path_buf());
+    let project = Project::new();
+    project.write_recipe(
+        "[image]\nname = \"remote\"\n[conda]\nchannels = [\"testchan\"]\ndependencies = [\"hello 1.0\"]\n",
+    );
+    let run = project
+        .run_with(
+            &["build", "recipes/image.toml", "--json"],
+            &[("IMGBUILD_CHANNEL_ALIAS", server.url.as_str())],
+            None,
+        )
+        .success();
+    let install: Value = run
+        .stdout
+        .lines()
+        .map(|line| serde_json::from_str::<Value>(line).unwrap())
+        .find(|e| e["event"] == "stage-finished" && e["stage"] == "install")
+        .expect("an install stage-finished event");
+    // hello and its dependency, as package archives of a few hundred bytes at least.
+    assert!(
+        install["downloaded_bytes"].as_u64().unwrap() > 500,
+        "{install}"
+    );
+    assert_eq!(install["ok"], true);
 }
