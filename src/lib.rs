@@ -18,5 +18,5 @@ pub mod recipe;
 pub mod registry;
 pub mod resolve;
 pub mod sbom;
-pub mod verify;
 pub mod smoke;
+pub mod verify;

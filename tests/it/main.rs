@@ -24,5 +24,5 @@ mod reproducible;
 mod sbom;
 mod smoke;
 mod token_server;
-mod verify;
 mod torch_solve;
+mod verify;

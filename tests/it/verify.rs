@@ -1,10 +1,7 @@
 //! `imgbuild verify`, crash safety (builds killed at random points) and concurrent builds
 //! sharing a cache and an output directory.
 
-use std::{
-    process::{Command, Stdio},
-    time::Duration,
-};
+use std::process::{Command, Stdio};
 
 use crate::{
     common::{LayoutView, Project},
@@ -132,15 +129,15 @@ fn ok_digest(layout: &LayoutView) -> String {
     layout.manifest_digest()
 }
 
-/// A fixed sequence of pseudo-random delays, so a failure can be replayed.
-fn delays(count: usize, max_ms: u64) -> Vec<u64> {
+/// A fixed sequence of pseudo-random fractions in [0, 1), so a failure can be replayed.
+fn fractions(count: usize) -> Vec<f64> {
     let mut state: u64 = 0x9e37_79b9_7f4a_7c15;
     (0..count)
         .map(|_| {
             state ^= state << 13;
             state ^= state >> 7;
             state ^= state << 17;
-            state % max_ms
+            (state % 10_000) as f64 / 10_000.0
         })
         .collect()
 }
@@ -149,14 +146,30 @@ fn delays(count: usize, max_ms: u64) -> Vec<u64> {
 fn builds_killed_at_random_points_never_break_the_image() {
     let project = project("killed", &["hello 1.0", "pyhello", "other"]);
     project.build(&[]).success();
+    // Kill points are fractions of how long a build takes on this machine, so they land
+    // inside builds however fast or loaded the machine is.
+    let timed = |hello: &str| {
+        project.write_recipe(&tiny_recipe(
+            shared_channel(),
+            "killed",
+            &[hello, "pyhello", "other"],
+        ));
+        let started = std::time::Instant::now();
+        project.build(&["-q"]).success();
+        started.elapsed()
+    };
+    let mut samples = [timed("hello 2.0"), timed("hello 1.0"), timed("hello 2.0")];
+    samples.sort();
+    let build_time = samples[1];
     let env_cache = project.cache.display().to_string();
     let mut killed_mid_build = 0;
-    for (round, delay) in delays(20, 300).into_iter().enumerate() {
+    for (round, fraction) in fractions(20).into_iter().enumerate() {
+        let delay = build_time.mul_f64(fraction * 0.9);
         // Alternate the image's contents, so every build really replaces the previous one.
         let hello = if round % 2 == 0 {
-            "hello 2.0"
-        } else {
             "hello 1.0"
+        } else {
+            "hello 2.0"
         };
         project.write_recipe(&tiny_recipe(
             shared_channel(),
@@ -171,7 +184,7 @@ fn builds_killed_at_random_points_never_break_the_image() {
             .stderr(Stdio::null())
             .spawn()
             .unwrap();
-        std::thread::sleep(Duration::from_millis(delay));
+        std::thread::sleep(delay);
         if child.try_wait().unwrap().is_none() {
             killed_mid_build += 1;
         }
