@@ -131,18 +131,8 @@ fn check_blob(blobs: &Path, descriptor: &Descriptor) -> Result<PathBuf, VerifyEr
     Ok(path)
 }
 
-/// The uncompressed stream of a layer blob.
-fn layer_reader(path: &Path, media_type: &MediaType) -> std::io::Result<Box<dyn Read>> {
-    let file = std::io::BufReader::with_capacity(1 << 20, fs_err::File::open(path)?);
-    Ok(match media_type.to_string().as_str() {
-        m if m.ends_with("gzip") => Box::new(flate2::read::MultiGzDecoder::new(file)),
-        m if m.ends_with("zstd") => Box::new(zstd::Decoder::new(file)?),
-        _ => Box::new(file),
-    })
-}
-
 fn diff_id(path: &Path, media_type: &MediaType) -> std::io::Result<String> {
-    let mut reader = layer_reader(path, media_type)?;
+    let mut reader = crate::oci::layer_reader(path, media_type)?;
     let mut hasher = Sha256::new();
     std::io::copy(&mut reader, &mut HashSink(&mut hasher))?;
     Ok(format!("sha256:{}", hex::encode(hasher.finalize())))
@@ -342,7 +332,8 @@ fn first_difference(a: &Path, b: &Path) -> String {
             continue;
         }
         let entries = |blobs: &Path, layer: &Descriptor| -> Vec<(String, Vec<u8>)> {
-            let Ok(reader) = layer_reader(&blobs.join(layer.digest().digest()), layer.media_type())
+            let Ok(reader) =
+                crate::oci::layer_reader(&blobs.join(layer.digest().digest()), layer.media_type())
             else {
                 return Vec::new();
             };

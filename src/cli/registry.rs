@@ -187,12 +187,7 @@ pub async fn run_push(args: &PushArgs, options: &ClientOptions, quiet: bool) -> 
 pub fn base_of(image: &str) -> Option<Reference> {
     let (layout, tag) = split_layout(image);
     let index = oci_spec::image::ImageIndex::from_file(layout.join("index.json")).ok()?;
-    let descriptor = index.manifests().iter().find(|d| {
-        d.annotations()
-            .as_ref()
-            .and_then(|a| a.get("org.opencontainers.image.ref.name"))
-            .is_some_and(|t| *t == tag)
-    })?;
+    let descriptor = crate::oci::layout::tagged(&index, &tag)?;
     let manifest = oci_spec::image::ImageManifest::from_file(
         layout
             .join("blobs/sha256")

@@ -74,20 +74,13 @@ pub fn write_archive(
         source,
     };
     let index = ImageIndex::from_file(layout.index_path()).map_err(layout_err)?;
-    let descriptor = index
-        .manifests()
-        .iter()
-        .find(|d| {
-            d.annotations()
-                .as_ref()
-                .and_then(|a| a.get("org.opencontainers.image.ref.name"))
-                .is_some_and(|t| t == tag)
-        })
-        .cloned()
-        .ok_or_else(|| ArchiveError::NoTag {
-            path: layout.dir.clone(),
-            tag: tag.to_string(),
-        })?;
+    let descriptor =
+        super::layout::tagged(&index, tag)
+            .cloned()
+            .ok_or_else(|| ArchiveError::NoTag {
+                path: layout.dir.clone(),
+                tag: tag.to_string(),
+            })?;
     if *descriptor.media_type() != MediaType::ImageManifest {
         return Err(ArchiveError::NoTag {
             path: layout.dir.clone(),

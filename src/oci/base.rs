@@ -10,7 +10,7 @@ use rattler_conda_types::Subdir;
 
 use crate::recipe::{Base, oci_architecture};
 
-const REF_NAME: &str = "org.opencontainers.image.ref.name";
+use super::layout::REF_NAME;
 
 /// A resolved base image.
 #[derive(Debug, Clone)]
@@ -82,13 +82,7 @@ fn open_layout(dir: &Path, tag: &str, platform: Subdir) -> Result<BaseImage, Bas
 
     let index_path = dir.join("index.json");
     let index = ImageIndex::from_file(&index_path).map_err(read_err(index_path.clone()))?;
-    let tagged = index.manifests().iter().find(|d| {
-        d.annotations()
-            .as_ref()
-            .and_then(|a| a.get(REF_NAME))
-            .is_some_and(|name| name == tag)
-    });
-    let Some(mut descriptor) = tagged.cloned() else {
+    let Some(mut descriptor) = super::layout::tagged(&index, tag).cloned() else {
         let mut available: Vec<String> = index
             .manifests()
             .iter()
@@ -107,18 +101,7 @@ fn open_layout(dir: &Path, tag: &str, platform: Subdir) -> Result<BaseImage, Bas
     if is_index(descriptor.media_type()) {
         let path = blob(&descriptor);
         let nested = ImageIndex::from_file(&path).map_err(read_err(path))?;
-        descriptor = nested
-            .manifests()
-            .iter()
-            .find(|d| {
-                d.platform().as_ref().is_some_and(|p| {
-                    p.os().to_string() == "linux"
-                        && p.architecture().to_string() == architecture
-                        && (variant.is_none()
-                            || p.variant().is_none()
-                            || p.variant().as_deref() == variant)
-                })
-            })
+        descriptor = platform_manifest(&nested, architecture, variant)
             .cloned()
             .ok_or_else(|| BaseError::NoPlatform {
                 reference: reference.clone(),
@@ -168,6 +151,22 @@ fn open_layout(dir: &Path, tag: &str, platform: Subdir) -> Result<BaseImage, Bas
     })
 }
 
+/// The manifest of an image index for `linux/architecture[/variant]`; a manifest without
+/// a variant matches any variant.
+pub fn platform_manifest<'a>(
+    index: &'a ImageIndex,
+    architecture: &str,
+    variant: Option<&str>,
+) -> Option<&'a Descriptor> {
+    index.manifests().iter().find(|d| {
+        d.platform().as_ref().is_some_and(|p| {
+            p.os().to_string() == "linux"
+                && p.architecture().to_string() == architecture
+                && (variant.is_none() || p.variant().is_none() || p.variant().as_deref() == variant)
+        })
+    })
+}
+
 fn is_index(media_type: &MediaType) -> bool {
     matches!(media_type, MediaType::ImageIndex)
         || media_type.to_string() == "application/vnd.docker.distribution.manifest.list.v2+json"
@@ -211,14 +210,11 @@ pub fn detect_glibc(base: &BaseImage) -> Result<Option<rattler_conda_types::Vers
             digest: digest.clone(),
             source,
         };
-        let file = fs_err::File::open(base.blobs_dir.join(layer.digest().digest())).map_err(err)?;
-        let reader: Box<dyn std::io::Read> = match layer.media_type() {
-            MediaType::ImageLayerGzip => Box::new(flate2::read::MultiGzDecoder::new(
-                std::io::BufReader::new(file),
-            )),
-            MediaType::ImageLayerZstd => Box::new(zstd::Decoder::new(file).map_err(err)?),
-            _ => Box::new(std::io::BufReader::new(file)),
-        };
+        let reader = super::layer_reader(
+            &base.blobs_dir.join(layer.digest().digest()),
+            layer.media_type(),
+        )
+        .map_err(err)?;
         let mut archive = tar::Archive::new(reader);
         for entry in archive.entries().map_err(err)? {
             let mut entry = entry.map_err(err)?;

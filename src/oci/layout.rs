@@ -18,6 +18,19 @@ use super::json::canonical_json;
 
 const OCI_LAYOUT: &str = r#"{"imageLayoutVersion":"1.0.0"}"#;
 
+/// The annotation that names a tag in an image layout's `index.json`.
+pub const REF_NAME: &str = "org.opencontainers.image.ref.name";
+
+/// The entry of `index` tagged `tag`.
+pub fn tagged<'a>(index: &'a ImageIndex, tag: &str) -> Option<&'a Descriptor> {
+    index.manifests().iter().find(|d| {
+        d.annotations()
+            .as_ref()
+            .and_then(|a| a.get(REF_NAME))
+            .is_some_and(|name| name == tag)
+    })
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum LayoutError {
     #[error("`{}` exists and is not an OCI image layout; refusing to write into it", path.display())]

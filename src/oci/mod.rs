@@ -7,6 +7,20 @@ pub mod image;
 pub mod json;
 pub mod layout;
 
+/// The uncompressed tar stream of a layer blob, by its media type (gzip, which may be
+/// multi-member; zstd; or plain tar).
+pub fn layer_reader(
+    path: &std::path::Path,
+    media_type: &oci_spec::image::MediaType,
+) -> std::io::Result<Box<dyn std::io::Read>> {
+    let file = std::io::BufReader::with_capacity(1 << 20, fs_err::File::open(path)?);
+    Ok(match media_type.to_string().as_str() {
+        m if m.ends_with("gzip") => Box::new(flate2::read::MultiGzDecoder::new(file)),
+        m if m.ends_with("zstd") => Box::new(zstd::Decoder::new(file)?),
+        _ => Box::new(file),
+    })
+}
+
 /// The digest of bytes, `sha256:<hex>`.
 pub fn sha256_digest(bytes: &[u8]) -> String {
     use sha2::{Digest, Sha256};

@@ -10,7 +10,7 @@ use reqwest::{Method, StatusCode, header};
 use sha2::{Digest, Sha256};
 
 use super::client::{Body, RegistryError, RepositoryClient};
-use crate::oci::base::{BaseImage, oci_layer_media_type};
+use crate::oci::base::{BaseImage, oci_layer_media_type, platform_manifest};
 
 const ACCEPT: &str = "application/vnd.oci.image.index.v1+json, \
 application/vnd.oci.image.manifest.v1+json, \
@@ -134,22 +134,12 @@ pub async fn pull_base(
     if value.get("manifests").is_some() {
         let index =
             ImageIndex::from_reader(bytes.as_slice()).map_err(|_| invalid("image index"))?;
-        let chosen = index
-            .manifests()
-            .iter()
-            .find(|d| {
-                d.platform().as_ref().is_some_and(|p| {
-                    p.os().to_string() == "linux"
-                        && p.architecture().to_string() == architecture
-                        && (variant.is_none()
-                            || p.variant().is_none()
-                            || p.variant().as_deref() == variant)
-                })
-            })
-            .ok_or_else(|| PullError::NoPlatform {
+        let chosen = platform_manifest(&index, architecture, variant).ok_or_else(|| {
+            PullError::NoPlatform {
                 reference: shown.clone(),
                 architecture: architecture.to_string(),
-            })?;
+            }
+        })?;
         digest = chosen.digest().to_string();
         bytes = if cached(&cache, &digest).is_file() {
             fs_err::read(cached(&cache, &digest)).map_err(|source| PullError::Cache {

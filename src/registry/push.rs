@@ -105,15 +105,7 @@ fn manifests_of(
     let layout_err = |path: PathBuf| move |source| PushError::Layout { path, source };
     let index_path = layout.join("index.json");
     let index = ImageIndex::from_file(&index_path).map_err(layout_err(index_path.clone()))?;
-    let descriptor = index
-        .manifests()
-        .iter()
-        .find(|d| {
-            d.annotations()
-                .as_ref()
-                .and_then(|a| a.get("org.opencontainers.image.ref.name"))
-                .is_some_and(|name| name == tag)
-        })
+    let descriptor = crate::oci::layout::tagged(&index, tag)
         .ok_or_else(|| PushError::NoTag {
             path: layout.to_path_buf(),
             tag: tag.to_string(),

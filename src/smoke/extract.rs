@@ -3,11 +3,9 @@
 
 use std::{
     collections::BTreeMap,
-    io::Read,
     path::{Path, PathBuf},
 };
 
-use oci_spec::image::MediaType;
 use rattler_conda_types::Subdir;
 
 use crate::{
@@ -87,15 +85,11 @@ pub fn extract_cuda_libraries(image: &BaseImage) -> Result<ImageCuda, ExtractErr
             digest: digest.clone(),
             source,
         };
-        let file =
-            fs_err::File::open(image.blobs_dir.join(layer.digest().digest())).map_err(err)?;
-        let reader: Box<dyn Read> = match layer.media_type() {
-            MediaType::ImageLayerGzip => Box::new(flate2::read::MultiGzDecoder::new(
-                std::io::BufReader::new(file),
-            )),
-            MediaType::ImageLayerZstd => Box::new(zstd::Decoder::new(file).map_err(err)?),
-            _ => Box::new(std::io::BufReader::new(file)),
-        };
+        let reader = crate::oci::layer_reader(
+            &image.blobs_dir.join(layer.digest().digest()),
+            layer.media_type(),
+        )
+        .map_err(err)?;
         let mut archive = tar::Archive::new(reader);
         for entry in archive.entries().map_err(err)? {
             let mut entry = entry.map_err(err)?;

@@ -5,10 +5,8 @@
 //! RLIMIT_NPROC for podman's containers), so the loaded image is checked with
 //! `podman image inspect`, and the same archive is run with runc after `skopeo copy`.
 
-use std::process::{Command, Stdio};
-
 use crate::{
-    common::{LayoutView, Project, run_tool, unpack},
+    common::{LayoutView, Project, is_root, run_bundle, run_tool, unpack},
     support::{base::busybox_base_layout, channel::tiny_recipe, shared_channel},
 };
 
@@ -81,36 +79,13 @@ fn docker_archive_loads_in_podman_and_runs() {
             &format!("oci:{}:latest", copied.display()),
         ],
     );
-    if unsafe { geteuid() } != 0 {
+    if !is_root() {
         eprintln!("skipped the runc part: runc needs root here");
         return;
     }
     let bundle = project.path().join("bundle");
     unpack(&copied, "latest", &bundle);
-    let config_path = bundle.join("config.json");
-    let mut config: serde_json::Value =
-        serde_json::from_slice(&fs_err::read(&config_path).unwrap()).unwrap();
-    config["process"]["terminal"] = serde_json::Value::Bool(false);
-    fs_err::write(&config_path, serde_json::to_vec(&config).unwrap()).unwrap();
-    let output = Command::new("runc")
-        .args([
-            "run",
-            "--bundle",
-            bundle.to_str().unwrap(),
-            &format!("imgbuild-archive-{}", std::process::id()),
-        ])
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    assert_eq!(
-        String::from_utf8_lossy(&output.stdout),
-        "hello from /opt/conda\n"
-    );
+    assert_eq!(run_bundle(&bundle, "archive"), "hello from /opt/conda\n");
 }
 
 #[test]
@@ -128,8 +103,4 @@ fn oci_archive_is_the_same_image() {
     ))
     .unwrap();
     assert_eq!(inspect["Digest"].as_str().unwrap(), run.digest());
-}
-
-unsafe extern "C" {
-    fn geteuid() -> u32;
 }

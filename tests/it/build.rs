@@ -5,7 +5,7 @@ use std::{io::Read, path::Path};
 use sha2::{Digest, Sha256};
 
 use crate::{
-    common::{LayoutView, Project, run_tool, unpack, validate_layout},
+    common::{LayoutView, Project, is_root, run_bundle, run_tool, unpack, validate_layout},
     support::{
         base::{busybox_base_layout, have},
         channel::{PLACEHOLDER, cuda_runtime_wheel, tiny_recipe},
@@ -171,7 +171,7 @@ fn image_on_a_busybox_base_runs_under_runc() {
     if !(have("runc") && have("umoci") && Path::new("/bin/busybox").exists()) {
         panic!("runc, umoci and busybox-static are required: run tests/install-deps.sh");
     }
-    if unsafe { libc_geteuid() } != 0 {
+    if !is_root() {
         eprintln!("skipped: runc needs root to run a container here");
         return;
     }
@@ -201,33 +201,10 @@ fn image_on_a_busybox_base_runs_under_runc() {
     let bundle = project.path().join("bundle");
     unpack(&layout_dir, "latest", &bundle);
     // No terminal: the test has none to give.
-    let config_path = bundle.join("config.json");
-    let mut config: serde_json::Value =
-        serde_json::from_slice(&fs_err::read(&config_path).unwrap()).unwrap();
-    config["process"]["terminal"] = serde_json::Value::Bool(false);
-    fs_err::write(&config_path, serde_json::to_vec(&config).unwrap()).unwrap();
-
-    let name = format!("imgbuild-test-{}", std::process::id());
-    let output = std::process::Command::new("runc")
-        .args(["run", "--bundle", bundle.to_str().unwrap(), &name])
-        .stdin(std::process::Stdio::null())
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success(),
-        "runc failed: {stdout}{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
     assert_eq!(
-        stdout,
+        run_bundle(&bundle, "build"),
         "hello from /opt/conda\nprefix=/opt/conda/share/hello\nGREETING=hi there\n"
     );
-}
-
-unsafe extern "C" {
-    #[link_name = "geteuid"]
-    fn libc_geteuid() -> u32;
 }
 
 #[test]

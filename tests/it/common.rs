@@ -245,6 +245,43 @@ pub fn unpack(layout: &Path, tag: &str, bundle: &Path) -> PathBuf {
     bundle.join("rootfs")
 }
 
+/// Runs the unpacked `bundle` with runc (no terminal: a test has none to give) and returns
+/// its stdout, failing the test with runc's stderr when it fails.
+#[track_caller]
+pub fn run_bundle(bundle: &Path, name: &str) -> String {
+    let config_path = bundle.join("config.json");
+    let mut config: Value = serde_json::from_slice(&fs_err::read(&config_path).unwrap()).unwrap();
+    config["process"]["terminal"] = Value::Bool(false);
+    fs_err::write(&config_path, serde_json::to_vec(&config).unwrap()).unwrap();
+    let output = Command::new("runc")
+        .args([
+            "run",
+            "--bundle",
+            bundle.to_str().unwrap(),
+            &format!("imgbuild-{name}-{}", std::process::id()),
+        ])
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "runc failed: {}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+/// Whether this process runs as root (runc needs it here).
+pub fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { geteuid() == 0 }
+}
+
+unsafe extern "C" {
+    fn geteuid() -> u32;
+}
+
 /// A minimal HTTP/1.1 file server on 127.0.0.1 for channel tests: GET and HEAD of files
 /// under `root`, 404 otherwise; it counts requests so tests can prove a run stayed offline.
 pub struct FileServer {

@@ -8,7 +8,7 @@ use std::{
 };
 
 use crate::{
-    common::{LayoutView, Project, run_tool, unpack},
+    common::{LayoutView, Project, is_root, run_bundle, run_tool, unpack},
     support::{
         base::{busybox_base_layout, have},
         channel::tiny_recipe,
@@ -349,34 +349,14 @@ fn a_base_from_the_registry_is_pulled_pinned_mounted_and_runs() {
             .1
     );
 
-    if unsafe { geteuid() } != 0 {
+    if !is_root() {
         eprintln!("skipped the runc part: runc needs root here");
         return;
     }
     let bundle = project.path().join("bundle");
     unpack(&project.path().join("images/onbase"), "latest", &bundle);
-    let config_path = bundle.join("config.json");
-    let mut config: serde_json::Value =
-        serde_json::from_slice(&fs_err::read(&config_path).unwrap()).unwrap();
-    config["process"]["terminal"] = serde_json::Value::Bool(false);
-    fs_err::write(&config_path, serde_json::to_vec(&config).unwrap()).unwrap();
-    let output = Command::new("runc")
-        .args([
-            "run",
-            "--bundle",
-            bundle.to_str().unwrap(),
-            &format!("imgbuild-reg-{}", std::process::id()),
-        ])
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
     assert_eq!(
-        String::from_utf8_lossy(&output.stdout),
+        run_bundle(&bundle, "registry"),
         "hello from /opt/conda\nbase ok\n"
     );
 }
@@ -502,10 +482,6 @@ fn login(
         stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
         stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
     }
-}
-
-unsafe extern "C" {
-    fn geteuid() -> u32;
 }
 
 #[test]
