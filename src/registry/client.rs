@@ -72,6 +72,12 @@ pub enum RegistryError {
     },
     #[error("Registry `{registry}` sent an invalid {what}")]
     Invalid { registry: String, what: String },
+    #[error("Failed to write `{}`", path.display())]
+    Io {
+        path: std::path::PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
 }
 
 /// Whether an HTTP error comes from TLS certificate verification.
@@ -222,6 +228,77 @@ impl RepositoryClient {
         )
         .await
         .map(|_| ())
+    }
+
+    /// Streams `url` (a blob) into `dest` and returns the sha256 of what was written, never
+    /// holding the blob in memory. A HEAD through [`Self::send`] first settles
+    /// authentication; the GET is retried like any request, from the start.
+    pub async fn download(
+        &self,
+        url: &str,
+        dest: &std::path::Path,
+    ) -> Result<String, RegistryError> {
+        self.send(Method::HEAD, url, &[], Body::Empty, &[StatusCode::OK])
+            .await?;
+        let mut backoff = BACKOFF;
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            match self.download_once(url, dest).await {
+                Err(err) if err.is_retryable() && attempt < ATTEMPTS => {
+                    self.retries
+                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(MAX_BACKOFF);
+                }
+                other => return other,
+            }
+        }
+    }
+
+    async fn download_once(
+        &self,
+        url: &str,
+        dest: &std::path::Path,
+    ) -> Result<String, RegistryError> {
+        use sha2::Digest;
+        use std::io::Write;
+        let mut request = self.http.get(url);
+        if let Some(authorization) = self.authorization.lock().await.clone() {
+            request = request.header(header::AUTHORIZATION, authorization);
+        }
+        self.requests
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let mut response = request
+            .send()
+            .await
+            .map_err(|source| self.unreachable(url, source))?;
+        if response.status() != StatusCode::OK {
+            return Err(RegistryError::Status {
+                registry: self.reference.registry.clone(),
+                method: Method::GET,
+                url: url.to_string(),
+                status: response.status(),
+                body: String::new(),
+            });
+        }
+        let io = |source| RegistryError::Io {
+            path: dest.to_path_buf(),
+            source,
+        };
+        let mut file =
+            std::io::BufWriter::with_capacity(1 << 20, fs_err::File::create(dest).map_err(io)?);
+        let mut hasher = sha2::Sha256::new();
+        while let Some(chunk) = response
+            .chunk()
+            .await
+            .map_err(|source| self.unreachable(url, source))?
+        {
+            hasher.update(&chunk);
+            file.write_all(&chunk).map_err(io)?;
+        }
+        file.flush().map_err(io)?;
+        Ok(format!("sha256:{}", hex::encode(hasher.finalize())))
     }
 
     /// Sends a request, following auth challenges and retrying what may succeed later.

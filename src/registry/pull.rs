@@ -245,27 +245,27 @@ enum DownloadError {
     Io(std::io::Error),
 }
 
-/// Downloads a blob into the cache, checking its digest; the cache never holds a partial
-/// or wrong blob under a digest's name.
+/// Downloads a blob into the cache, streaming, checking its digest; the cache never holds a
+/// partial or wrong blob under a digest's name.
 async fn download_blob(
     client: &RepositoryClient,
     digest: &str,
     cache: &Path,
 ) -> Result<(), DownloadError> {
-    let response = client
-        .send(
-            Method::GET,
-            &client.url(&format!("/blobs/{digest}")),
-            &[],
-            Body::Empty,
-            &[StatusCode::OK],
-        )
+    fs_err::create_dir_all(cache).map_err(DownloadError::Io)?;
+    let temp = tempfile::Builder::new()
+        .prefix(".download-")
+        .tempfile_in(cache)
+        .map_err(DownloadError::Io)?;
+    let actual = client
+        .download(&client.url(&format!("/blobs/{digest}")), temp.path())
         .await
         .map_err(DownloadError::Registry)?;
-    let actual = sha256(&response.body);
     if actual != digest {
         return Err(DownloadError::Mismatch(actual));
     }
-    fs_err::create_dir_all(cache).map_err(DownloadError::Io)?;
-    crate::fs::write_atomic(&cached(cache, digest), &response.body).map_err(DownloadError::Io)
+    crate::fs::set_mode(temp.path(), 0o644).map_err(DownloadError::Io)?;
+    temp.persist(cached(cache, digest))
+        .map_err(|e| DownloadError::Io(e.error))?;
+    Ok(())
 }
