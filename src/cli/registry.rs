@@ -89,6 +89,9 @@ pub struct PushArgs {
     /// Also tag the pushed image with these tags
     #[arg(long = "tag", value_name = "TAG")]
     pub tags: Vec<String>,
+    /// Print the push report as one JSON object on stdout (instead of `REF@sha256:…`)
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Args)]
@@ -174,6 +177,16 @@ pub async fn run_push(args: &PushArgs, options: &ClientOptions, quiet: bool) -> 
     )
     .await
     {
+        Ok(report) if args.json => {
+            #[allow(clippy::print_stdout)]
+            {
+                println!(
+                    "{}",
+                    serde_json::to_string(&report).expect("the report serializes")
+                );
+            }
+            ExitCode::SUCCESS
+        }
         Ok(report) => {
             print_push(&report, quiet);
             ExitCode::SUCCESS

@@ -48,7 +48,7 @@ pub struct NoProgress;
 impl PushProgress for NoProgress {}
 
 /// What a push did, for the report and the tests.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, serde::Serialize)]
 pub struct PushReport {
     /// `REF@sha256:…` of what the tag now points at.
     pub pushed: String,

@@ -260,6 +260,21 @@ fn push_is_read_back_by_skopeo_and_a_second_push_uploads_nothing() {
         "{}",
         second.stderr
     );
+    // The same as JSON, for CI.
+    let json = run(
+        &project,
+        &docker,
+        &["push", "images/app", &target, "--insecure", "--json"],
+    )
+    .success();
+    let report: serde_json::Value = serde_json::from_str(json.stdout.trim()).unwrap();
+    assert_eq!(report["digest"], local.manifest_digest());
+    assert_eq!(report["blobs_total"], blobs);
+    assert_eq!(report["blobs_uploaded"], 0);
+    assert_eq!(
+        report["pushed"],
+        format!("{target}@{}", local.manifest_digest())
+    );
     let uploads_after =
         registry.count("PUT", "/blobs/uploads/") + registry.count("PATCH", "/blobs/uploads/");
     assert_eq!(uploads_before, uploads_after, "the registry saw no upload");
