@@ -14,6 +14,7 @@ mod error_messages;
 mod errors;
 mod fault_proxy;
 mod fixtures_smoke;
+mod hostile;
 mod init;
 mod inspect;
 mod lock;

@@ -6,6 +6,7 @@
 
 pub mod base;
 pub mod channel;
+pub mod hostile;
 
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
