@@ -303,8 +303,13 @@ async fn obtain_lock(
             reporter.on_stage(
                 Stage::Solve,
                 &format!(
-                    "{} dependencies for {}",
+                    "{} {} for {}",
                     recipe.specs.len(),
+                    if recipe.specs.len() == 1 {
+                        "dependency"
+                    } else {
+                        "dependencies"
+                    },
                     recipe.platform
                 ),
             );

@@ -112,7 +112,7 @@ fn plain_lines_when_stderr_is_not_a_terminal() {
     let project = project();
     let run = project.build(&[]).success();
     for needle in [
-        "Solving 1 dependencies",
+        "Solving 1 dependency for linux-64",
         "Installing",
         "Installed 2 packages in",
         "Wrote 3 layers (",
