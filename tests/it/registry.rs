@@ -788,3 +788,51 @@ fn https_registry_with_a_custom_ca() {
     let digest = LayoutView::new(project.path().join("images/app")).manifest_digest();
     assert_eq!(trusted.stdout.trim(), format!("{target}@{digest}"));
 }
+
+#[test]
+fn credentials_from_a_docker_credential_helper() {
+    let registry = Registry::start(Auth::Basic {
+        user: "helped".into(),
+        password: "from-the-helper-77".into(),
+    });
+    let (project, docker) = built_project();
+    // A credential helper as Docker runs them: `docker-credential-NAME get`, the registry on
+    // stdin, JSON on stdout.
+    let bin = project.path().join("bin");
+    fs_err::create_dir_all(&bin).unwrap();
+    let helper = bin.join("docker-credential-imgbuildtest");
+    fs_err::write(
+        &helper,
+        format!(
+            "#!/bin/sh\n[ \"$1\" = get ] || exit 1\nread host\n[ \"$host\" = \"{}\" ] || {{ echo 'credentials not found'; exit 1; }}\necho '{{\"ServerURL\":\"'$host'\",\"Username\":\"helped\",\"Secret\":\"from-the-helper-77\"}}'\n",
+            registry.host
+        ),
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    fs_err::set_permissions(&helper, std::fs::Permissions::from_mode(0o755)).unwrap();
+    fs_err::write(
+        docker.join("config.json"),
+        format!(
+            "{{\"credHelpers\": {{\"{}\": \"imgbuildtest\"}}}}",
+            registry.host
+        ),
+    )
+    .unwrap();
+    let path = format!(
+        "{}:{}",
+        bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let envs = [
+        ("DOCKER_CONFIG", docker.display().to_string()),
+        ("PATH", path),
+    ];
+    let envs: Vec<(&str, &str)> = envs.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let target = format!("{}/helped/app:v1", registry.host);
+    let pushed = project
+        .run_with(&["push", "images/app", &target, "--insecure"], &envs, None)
+        .success();
+    assert!(pushed.stdout.starts_with(&target), "{}", pushed.stdout);
+    assert!(!pushed.stderr.contains("from-the-helper-77"));
+}
