@@ -144,7 +144,47 @@ pub async fn push_layout(
     }
     let client = client_for(&target, options)?;
     let bar = PushBar::new(quiet);
-    Ok(push(&layout, &tag, &client, tags, mount_from, &bar).await?)
+    let mut report = push(&layout, &tag, &client, tags, mount_from, &bar).await?;
+    attach_sboms(&client, &layout, &mut report).await?;
+    Ok(report)
+}
+
+/// Attaches the SBOMs `build` wrote beside the layout (if any) to the pushed image.
+async fn attach_sboms(
+    client: &RepositoryClient,
+    layout: &std::path::Path,
+    report: &mut PushReport,
+) -> Result<(), Box<dyn std::error::Error>> {
+    use crate::registry::referrers::{Attachment, Discovery, attach};
+    use crate::sbom::{SbomFormat, path_beside};
+    let mut attachments = Vec::new();
+    for (format, media_type) in [
+        (SbomFormat::Spdx, "application/spdx+json"),
+        (SbomFormat::Cyclonedx, "application/vnd.cyclonedx+json"),
+    ] {
+        if let Ok(bytes) = fs_err::read(path_beside(layout, format)) {
+            attachments.push(Attachment { media_type, bytes });
+        }
+    }
+    if attachments.is_empty() {
+        return Ok(());
+    }
+    let manifest_path = layout
+        .join("blobs/sha256")
+        .join(report.digest.trim_start_matches("sha256:"));
+    let manifest: serde_json::Value = serde_json::from_slice(&fs_err::read(&manifest_path)?)?;
+    let size = fs_err::metadata(&manifest_path)?.len();
+    let created = manifest["annotations"]["org.opencontainers.image.created"]
+        .as_str()
+        .unwrap_or("1970-01-01T00:00:00Z")
+        .to_string();
+    let (digests, found_by) = attach(client, &report.digest, size, &created, &attachments).await?;
+    report.sboms = digests;
+    report.sboms_found_by = Some(match found_by {
+        Discovery::ReferrersApi => "referrers-api".to_string(),
+        Discovery::Tag(tag) => tag,
+    });
+    Ok(())
 }
 
 #[allow(clippy::print_stdout, clippy::print_stderr)]
@@ -160,6 +200,13 @@ pub fn print_push(report: &PushReport, quiet: bool) {
             report.blobs_total - report.blobs_uploaded - report.blobs_mounted,
             report.requests,
             report.retries,
+        );
+    }
+    if !quiet && let Some(found_by) = &report.sboms_found_by {
+        eprintln!(
+            "{:>12} {} SBOM(s) to the image, found by {found_by}",
+            "Attached",
+            report.sboms.len()
         );
     }
     println!("{}", report.pushed);

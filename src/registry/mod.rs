@@ -5,6 +5,7 @@ pub mod client;
 pub mod pull;
 pub mod push;
 pub mod reference;
+pub mod referrers;
 
 pub use client::{ClientOptions, RegistryError, RepositoryClient};
 pub use reference::Reference;

@@ -59,6 +59,10 @@ pub struct PushReport {
     pub bytes_uploaded: u64,
     pub requests: usize,
     pub retries: usize,
+    /// Digests of the SBOM artifacts attached to the image.
+    pub sboms: Vec<String>,
+    /// Where the SBOMs can be found: `referrers-api` or the fallback tag.
+    pub sboms_found_by: Option<String>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -244,6 +248,8 @@ pub async fn push(
         bytes_uploaded: bytes.into_inner(),
         requests: client.requests.load(Ordering::Relaxed),
         retries: client.retries.load(Ordering::Relaxed),
+        sboms: Vec::new(),
+        sboms_found_by: None,
     })
 }
 

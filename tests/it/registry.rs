@@ -836,3 +836,58 @@ fn credentials_from_a_docker_credential_helper() {
     assert!(pushed.stdout.starts_with(&target), "{}", pushed.stdout);
     assert!(!pushed.stderr.contains("from-the-helper-77"));
 }
+
+#[test]
+fn sboms_are_attached_to_the_pushed_image() {
+    let registry = Registry::start(Auth::None);
+    let (project, docker) = built_project();
+    let local = LayoutView::new(project.path().join("images/app"));
+    let image_digest = local.manifest_digest();
+    let target = format!("{}/withsbom/app:v1", registry.host);
+    for _ in 0..2 {
+        let pushed = run(
+            &project,
+            &docker,
+            &["push", "images/app", &target, "--insecure", "--json"],
+        )
+        .success();
+        let report: serde_json::Value = serde_json::from_str(pushed.stdout.trim()).unwrap();
+        let fallback_tag = image_digest.replace(':', "-");
+        assert_eq!(report["sboms_found_by"], fallback_tag.as_str());
+        assert_eq!(report["sboms"].as_array().unwrap().len(), 2);
+    }
+    // distribution 2.8 has no referrers API: the fallback tag lists both, once.
+    let raw = |reference: &str| -> serde_json::Value {
+        serde_json::from_str(&run_tool(
+            "skopeo",
+            &[
+                "inspect",
+                "--raw",
+                "--tls-verify=false",
+                &format!("docker://{}/withsbom/app{reference}", registry.host),
+            ],
+        ))
+        .unwrap()
+    };
+    let index = raw(&format!(":{}", image_digest.replace(':', "-")));
+    let manifests = index["manifests"].as_array().unwrap();
+    assert_eq!(manifests.len(), 2, "{index}");
+    for (artifact_type, file) in [
+        ("application/spdx+json", "app.spdx.json"),
+        ("application/vnd.cyclonedx+json", "app.cdx.json"),
+    ] {
+        let entry = manifests
+            .iter()
+            .find(|m| m["artifactType"] == artifact_type)
+            .expect(artifact_type);
+        let artifact = raw(&format!("@{}", entry["digest"].as_str().unwrap()));
+        assert_eq!(artifact["subject"]["digest"], image_digest.as_str());
+        assert_eq!(artifact["artifactType"], artifact_type);
+        let sbom = fs_err::read(project.path().join("images").join(file)).unwrap();
+        use sha2::Digest;
+        assert_eq!(
+            artifact["layers"][0]["digest"],
+            format!("sha256:{}", hex::encode(sha2::Sha256::digest(&sbom))).as_str()
+        );
+    }
+}

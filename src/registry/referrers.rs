@@ -1,0 +1,186 @@
+//! SBOMs attached to a pushed image as OCI artifacts (image-spec 1.1): an artifact manifest
+//! whose `subject` is the image. Registries with the referrers API index it themselves; for
+//! the others (distribution 2.8, as in Debian) the referrers tag scheme is kept up to date:
+//! an image index under the tag `sha256-<hex of the image digest>` listing the artifacts.
+
+use reqwest::{Method, StatusCode, header};
+
+use super::client::{Body, RegistryError, RepositoryClient};
+use crate::oci::json::canonical_json;
+
+/// The empty config artifacts use (`{}`), and its digest.
+const EMPTY_CONFIG: &[u8] = b"{}";
+const EMPTY_MEDIA_TYPE: &str = "application/vnd.oci.empty.v1+json";
+const MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json";
+const INDEX: &str = "application/vnd.oci.image.index.v1+json";
+
+/// One document to attach: its media type (the artifact type) and bytes.
+pub struct Attachment {
+    pub media_type: &'static str,
+    pub bytes: Vec<u8>,
+}
+
+/// How the artifacts were made discoverable.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub enum Discovery {
+    /// The registry answers the referrers API for the image.
+    ReferrersApi,
+    /// The fallback tag `sha256-…` holds an index of the referrers.
+    Tag(String),
+}
+
+fn sha256(bytes: &[u8]) -> String {
+    crate::oci::sha256_digest(bytes)
+}
+
+async fn put_blob(client: &RepositoryClient, bytes: &[u8]) -> Result<String, RegistryError> {
+    let digest = sha256(bytes);
+    let head = client
+        .send(
+            Method::HEAD,
+            &client.url(&format!("/blobs/{digest}")),
+            &[],
+            Body::Empty,
+            &[StatusCode::OK, StatusCode::NOT_FOUND],
+        )
+        .await?;
+    if head.status == StatusCode::OK {
+        return Ok(digest);
+    }
+    let started = client
+        .send(
+            Method::POST,
+            &client.url("/blobs/uploads/"),
+            &[],
+            Body::Empty,
+            &[StatusCode::ACCEPTED],
+        )
+        .await?;
+    let location = started
+        .headers
+        .get(header::LOCATION)
+        .and_then(|v| v.to_str().ok())
+        .map(|l| client.url(l))
+        .ok_or_else(|| RegistryError::Invalid {
+            registry: client.reference.registry.clone(),
+            what: "upload response (no Location)".into(),
+        })?;
+    let separator = if location.contains('?') { '&' } else { '?' };
+    client
+        .send(
+            Method::PUT,
+            &format!("{location}{separator}digest={digest}"),
+            &[],
+            Body::Bytes(
+                bytes::Bytes::copy_from_slice(bytes),
+                "application/octet-stream",
+            ),
+            &[StatusCode::CREATED],
+        )
+        .await?;
+    Ok(digest)
+}
+
+async fn put_manifest(
+    client: &RepositoryClient,
+    reference: &str,
+    bytes: Vec<u8>,
+    media_type: &'static str,
+) -> Result<(), RegistryError> {
+    client
+        .send(
+            Method::PUT,
+            &client.url(&format!("/manifests/{reference}")),
+            &[],
+            Body::Bytes(bytes.into(), media_type),
+            &[StatusCode::CREATED, StatusCode::OK],
+        )
+        .await
+        .map(|_| ())
+}
+
+/// Attaches `attachments` to the image `subject_digest` (a manifest of `subject_size`
+/// bytes) in the client's repository; returns the artifacts' digests and how they can be
+/// found.
+pub async fn attach(
+    client: &RepositoryClient,
+    subject_digest: &str,
+    subject_size: u64,
+    created: &str,
+    attachments: &[Attachment],
+) -> Result<(Vec<String>, Discovery), RegistryError> {
+    let config = put_blob(client, EMPTY_CONFIG).await?;
+    let mut artifacts = Vec::new();
+    for attachment in attachments {
+        let blob = put_blob(client, &attachment.bytes).await?;
+        let manifest = serde_json::json!({
+            "schemaVersion": 2,
+            "mediaType": MANIFEST,
+            "artifactType": attachment.media_type,
+            "config": {"mediaType": EMPTY_MEDIA_TYPE, "digest": config, "size": EMPTY_CONFIG.len()},
+            "layers": [{"mediaType": attachment.media_type, "digest": blob, "size": attachment.bytes.len()}],
+            "subject": {"mediaType": MANIFEST, "digest": subject_digest, "size": subject_size},
+            "annotations": {"org.opencontainers.image.created": created},
+        });
+        let bytes = canonical_json(&manifest).expect("JSON serializes");
+        let digest = sha256(&bytes);
+        let size = bytes.len();
+        put_manifest(client, &digest, bytes, MANIFEST).await?;
+        artifacts.push((digest, size, attachment.media_type));
+    }
+
+    // A registry with the referrers API lists them by itself.
+    let referrers = client
+        .send(
+            Method::GET,
+            &client.url(&format!("/referrers/{subject_digest}")),
+            &[(header::ACCEPT, INDEX.to_string())],
+            Body::Empty,
+            &[StatusCode::OK, StatusCode::NOT_FOUND],
+        )
+        .await?;
+    let digests: Vec<String> = artifacts.iter().map(|(d, _, _)| d.clone()).collect();
+    if referrers.status == StatusCode::OK {
+        return Ok((digests, Discovery::ReferrersApi));
+    }
+
+    // The tag scheme: merge ours into the index under `sha256-<hex>`.
+    let tag = subject_digest.replace(':', "-");
+    let existing = client
+        .send(
+            Method::GET,
+            &client.url(&format!("/manifests/{tag}")),
+            &[(header::ACCEPT, INDEX.to_string())],
+            Body::Empty,
+            &[StatusCode::OK, StatusCode::NOT_FOUND],
+        )
+        .await?;
+    let mut manifests: Vec<serde_json::Value> = if existing.status == StatusCode::OK {
+        serde_json::from_slice::<serde_json::Value>(&existing.body)
+            .ok()
+            .and_then(|v| v.get("manifests").and_then(|m| m.as_array().cloned()))
+            .unwrap_or_default()
+    } else {
+        Vec::new()
+    };
+    for (digest, size, media_type) in &artifacts {
+        if !manifests.iter().any(|m| m["digest"] == *digest) {
+            manifests.push(serde_json::json!({
+                "mediaType": MANIFEST,
+                "digest": digest,
+                "size": size,
+                "artifactType": media_type,
+            }));
+        }
+    }
+    manifests.sort_by(|a, b| a["digest"].as_str().cmp(&b["digest"].as_str()));
+    let index = serde_json::json!({"schemaVersion": 2, "mediaType": INDEX, "manifests": manifests});
+    put_manifest(
+        client,
+        &tag,
+        canonical_json(&index).expect("JSON serializes"),
+        INDEX,
+    )
+    .await?;
+    Ok((digests, Discovery::Tag(tag)))
+}
