@@ -451,15 +451,30 @@ async fn run(cli: Cli) -> ExitCode {
             &[],
             &options,
             mount_from.as_ref(),
-            cli.global.quiet,
+            cli.global.quiet || json,
         )
         .await
         {
+            Ok(report) if json => {
+                let mut event = serde_json::to_value(&report).expect("the report serializes");
+                event["event"] = "push".into();
+                progress::emit(&event);
+                ExitCode::SUCCESS
+            }
             Ok(report) => {
                 registry::print_push(&report, cli.global.quiet);
                 ExitCode::SUCCESS
             }
-            Err(err) => fail(err.as_ref(), 1),
+            Err(err) => {
+                if json {
+                    progress::emit(&serde_json::json!({
+                        "event": "error",
+                        "message": render_error(err.as_ref()).trim_start_matches("error: "),
+                        "exit_code": 1,
+                    }));
+                }
+                fail(err.as_ref(), 1)
+            }
         };
     }
     match result {

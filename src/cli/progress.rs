@@ -8,6 +8,9 @@
 //! - `{"event":"warning","message":"…"}`
 //! - `{"event":"lock","path":"…","outcome":"reused|written","reason":null,"packages":5}`
 //! - `{"event":"result",…}` (see [`result_event`]) or `{"event":"error","message":"…","exit_code":1}`
+//! - with `build --push`, after the result: `{"event":"push","pushed":"REF@sha256:…","digest":…,
+//!   "blobs_total":…,"blobs_uploaded":…,"blobs_mounted":…,"bytes_uploaded":…,"requests":…,
+//!   "retries":…,"sboms":[…],"sboms_found_by":…}`
 
 use std::{
     io::IsTerminal,

@@ -891,3 +891,33 @@ fn sboms_are_attached_to_the_pushed_image() {
         );
     }
 }
+
+#[test]
+fn build_push_json_is_json_line_by_line() {
+    let registry = Registry::start(Auth::None);
+    let (project, docker) = built_project();
+    let target = format!("{}/jsonpush/app:v1", registry.host);
+    let run = run(
+        &project,
+        &docker,
+        &[
+            "build",
+            "recipes/image.toml",
+            "--json",
+            "--insecure",
+            "--push",
+            &target,
+        ],
+    )
+    .success();
+    let events: Vec<serde_json::Value> = run
+        .stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect();
+    let last = events.last().unwrap();
+    assert_eq!(last["event"], "push");
+    let digest = LayoutView::new(project.path().join("images/app")).manifest_digest();
+    assert_eq!(last["pushed"], format!("{target}@{digest}"));
+    assert!(events.iter().any(|e| e["event"] == "result"));
+}
