@@ -180,6 +180,9 @@ async fn attach_sboms(
         .to_string();
     let (digests, found_by) = attach(client, &report.digest, size, &created, &attachments).await?;
     report.sboms = digests;
+    // The attachment's requests and retries count too.
+    report.requests = client.requests.load(std::sync::atomic::Ordering::Relaxed);
+    report.retries = client.retries.load(std::sync::atomic::Ordering::Relaxed);
     report.sboms_found_by = Some(match found_by {
         Discovery::ReferrersApi => "referrers-api".to_string(),
         Discovery::Tag(tag) => tag,
