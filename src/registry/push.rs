@@ -332,30 +332,33 @@ fn location(
         })
 }
 
-async fn try_blob(
+/// Whether the repository already has blob `digest` (HEAD).
+pub(super) async fn blob_exists(
     client: &RepositoryClient,
-    blob: &BlobToPush,
-    mount_repo: Option<&str>,
-) -> Result<BlobOutcome, BlobError> {
+    digest: &str,
+) -> Result<bool, RegistryError> {
     let head = client
         .send(
             Method::HEAD,
-            &client.url(&format!("/blobs/{}", blob.digest)),
+            &client.url(&format!("/blobs/{digest}")),
             &[],
             Body::Empty,
             &[StatusCode::OK, StatusCode::NOT_FOUND],
         )
         .await?;
-    if head.status == StatusCode::OK {
-        return Ok(BlobOutcome::Present);
-    }
+    Ok(head.status == StatusCode::OK)
+}
 
+/// Starts an upload of blob `digest`, asking for a mount from `mount_repo` first; `None`
+/// when the registry mounted it, else the session URL.
+pub(super) async fn start_upload(
+    client: &RepositoryClient,
+    digest: &str,
+    mount_repo: Option<&str>,
+) -> Result<Option<String>, RegistryError> {
     // A mount that the registry cannot do starts a normal upload session instead (202).
     let start_url = match mount_repo {
-        Some(repo) => client.url(&format!(
-            "/blobs/uploads/?mount={}&from={repo}",
-            blob.digest
-        )),
+        Some(repo) => client.url(&format!("/blobs/uploads/?mount={digest}&from={repo}")),
         None => client.url("/blobs/uploads/"),
     };
     let started = client
@@ -368,9 +371,41 @@ async fn try_blob(
         )
         .await?;
     if started.status == StatusCode::CREATED {
-        return Ok(BlobOutcome::Mounted);
+        return Ok(None);
     }
-    let mut upload = location(client, &started)?;
+    location(client, &started).map(Some)
+}
+
+/// Completes upload session `upload` with the whole blob in one PUT.
+pub(super) async fn put_whole(
+    client: &RepositoryClient,
+    upload: &str,
+    digest: &str,
+    bytes: bytes::Bytes,
+) -> Result<(), RegistryError> {
+    client
+        .send(
+            Method::PUT,
+            &with_query(upload, &format!("digest={digest}")),
+            &[],
+            Body::Bytes(bytes, "application/octet-stream"),
+            &[StatusCode::CREATED],
+        )
+        .await
+        .map(|_| ())
+}
+
+async fn try_blob(
+    client: &RepositoryClient,
+    blob: &BlobToPush,
+    mount_repo: Option<&str>,
+) -> Result<BlobOutcome, BlobError> {
+    if blob_exists(client, &blob.digest).await? {
+        return Ok(BlobOutcome::Present);
+    }
+    let Some(mut upload) = start_upload(client, &blob.digest, mount_repo).await? else {
+        return Ok(BlobOutcome::Mounted);
+    };
 
     let mut file = fs_err::File::open(&blob.path).map_err(BlobError::Read)?;
     let mut hasher = Sha256::new();
@@ -381,15 +416,7 @@ async fn try_blob(
         std::io::Read::read_to_end(&mut file, &mut bytes).map_err(BlobError::Read)?;
         hasher.update(&bytes);
         check_local_digest(client, blob, hasher)?;
-        client
-            .send(
-                Method::PUT,
-                &with_query(&upload, &format!("digest={}", blob.digest)),
-                &[],
-                Body::Bytes(bytes.into(), octets),
-                &[StatusCode::CREATED],
-            )
-            .await?;
+        put_whole(client, &upload, &blob.digest, bytes.into()).await?;
         return Ok(BlobOutcome::Uploaded);
     }
     let mut offset = 0u64;
@@ -456,7 +483,8 @@ fn read_full(file: &mut fs_err::File, buffer: &mut [u8]) -> std::io::Result<usiz
     Ok(filled)
 }
 
-async fn put_manifest(
+/// PUTs a manifest or index as its exact bytes and checks the digest the registry returns.
+pub(super) async fn put_manifest(
     client: &RepositoryClient,
     reference: &str,
     bytes: &[u8],

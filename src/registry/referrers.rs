@@ -5,7 +5,10 @@
 
 use reqwest::{Method, StatusCode, header};
 
-use super::client::{Body, RegistryError, RepositoryClient};
+use super::{
+    client::{Body, RegistryError, RepositoryClient},
+    push::{blob_exists, put_manifest, put_whole, start_upload},
+};
 use crate::oci::json::canonical_json;
 
 /// The empty config artifacts use (`{}`), and its digest.
@@ -33,70 +36,21 @@ fn sha256(bytes: &[u8]) -> String {
     crate::oci::sha256_digest(bytes)
 }
 
+/// Makes `bytes` a blob of the repository (unless it is there already); returns its digest.
 async fn put_blob(client: &RepositoryClient, bytes: &[u8]) -> Result<String, RegistryError> {
     let digest = sha256(bytes);
-    let head = client
-        .send(
-            Method::HEAD,
-            &client.url(&format!("/blobs/{digest}")),
-            &[],
-            Body::Empty,
-            &[StatusCode::OK, StatusCode::NOT_FOUND],
+    if !blob_exists(client, &digest).await?
+        && let Some(upload) = start_upload(client, &digest, None).await?
+    {
+        put_whole(
+            client,
+            &upload,
+            &digest,
+            bytes::Bytes::copy_from_slice(bytes),
         )
         .await?;
-    if head.status == StatusCode::OK {
-        return Ok(digest);
     }
-    let started = client
-        .send(
-            Method::POST,
-            &client.url("/blobs/uploads/"),
-            &[],
-            Body::Empty,
-            &[StatusCode::ACCEPTED],
-        )
-        .await?;
-    let location = started
-        .headers
-        .get(header::LOCATION)
-        .and_then(|v| v.to_str().ok())
-        .map(|l| client.url(l))
-        .ok_or_else(|| RegistryError::Invalid {
-            registry: client.reference.registry.clone(),
-            what: "upload response (no Location)".into(),
-        })?;
-    let separator = if location.contains('?') { '&' } else { '?' };
-    client
-        .send(
-            Method::PUT,
-            &format!("{location}{separator}digest={digest}"),
-            &[],
-            Body::Bytes(
-                bytes::Bytes::copy_from_slice(bytes),
-                "application/octet-stream",
-            ),
-            &[StatusCode::CREATED],
-        )
-        .await?;
     Ok(digest)
-}
-
-async fn put_manifest(
-    client: &RepositoryClient,
-    reference: &str,
-    bytes: Vec<u8>,
-    media_type: &'static str,
-) -> Result<(), RegistryError> {
-    client
-        .send(
-            Method::PUT,
-            &client.url(&format!("/manifests/{reference}")),
-            &[],
-            Body::Bytes(bytes.into(), media_type),
-            &[StatusCode::CREATED, StatusCode::OK],
-        )
-        .await
-        .map(|_| ())
 }
 
 /// Attaches `attachments` to the image `subject_digest` (a manifest of `subject_size`
@@ -124,8 +78,8 @@ pub async fn attach(
         });
         let bytes = canonical_json(&manifest).expect("JSON serializes");
         let digest = sha256(&bytes);
+        put_manifest(client, &digest, &bytes, MANIFEST, &digest).await?;
         let size = bytes.len();
-        put_manifest(client, &digest, bytes, MANIFEST).await?;
         artifacts.push((digest, size, attachment.media_type));
     }
 
@@ -175,12 +129,7 @@ pub async fn attach(
     }
     manifests.sort_by(|a, b| a["digest"].as_str().cmp(&b["digest"].as_str()));
     let index = serde_json::json!({"schemaVersion": 2, "mediaType": INDEX, "manifests": manifests});
-    put_manifest(
-        client,
-        &tag,
-        canonical_json(&index).expect("JSON serializes"),
-        INDEX,
-    )
-    .await?;
+    let bytes = canonical_json(&index).expect("JSON serializes");
+    put_manifest(client, &tag, &bytes, INDEX, &sha256(&bytes)).await?;
     Ok((digests, Discovery::Tag(tag)))
 }
