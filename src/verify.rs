@@ -281,12 +281,12 @@ pub fn verify(dir: &Path, lock: Option<&Path>) -> Result<VerifyReport, VerifyErr
 }
 
 /// Rebuilds `settings`' recipe from its lock into a temporary directory and compares the
-/// result with the image at `dir`.
+/// result with the image at `dir`, which `original` is the [`verify`] report of.
 pub async fn rebuild_and_compare(
     dir: &Path,
+    original: &VerifyReport,
     settings: &BuildSettings,
 ) -> Result<String, VerifyError> {
-    let original = verify(dir, None)?;
     let temp = tempfile::Builder::new()
         .prefix("imgbuild-verify-")
         .tempdir()

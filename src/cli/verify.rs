@@ -44,7 +44,7 @@ pub async fn run_verify(
     if args.rebuild
         && let Some(settings) = settings
     {
-        match verify::rebuild_and_compare(&args.image, &settings).await {
+        match verify::rebuild_and_compare(&args.image, &report, &settings).await {
             Ok(digest) => report.rebuilt = Some(digest),
             Err(err) => return super::fail(&err, 1),
         }
