@@ -5,7 +5,7 @@ use std::{io::Read, path::Path};
 use sha2::{Digest, Sha256};
 
 use crate::{
-    common::{LayoutView, Project, is_root, run_bundle, run_tool, unpack, validate_layout},
+    common::{LayoutView, Project, env_of, is_root, run_bundle, run_tool, unpack, validate_layout},
     support::{
         base::{busybox_base_layout, have},
         channel::{PLACEHOLDER, cuda_runtime_wheel, tiny_recipe},
@@ -80,12 +80,7 @@ fn build_is_accepted_by_umoci_oci_image_tool_and_skopeo() {
     let config = layout.config();
     assert_eq!(config["rootfs"]["diff_ids"].as_array().unwrap().len(), 6);
     assert_eq!(config["history"].as_array().unwrap().len(), 6);
-    let env: Vec<&str> = config["config"]["Env"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|v| v.as_str().unwrap())
-        .collect();
+    let env = env_of(&config);
     assert!(env.contains(&"CONDA_PREFIX=/opt/conda"), "{env:?}");
     assert!(
         env.iter().any(|e| e.starts_with("PATH=/opt/conda/bin:")),
@@ -222,12 +217,7 @@ fn activation_variables_become_image_env_and_scripts_are_reported() {
         run.stderr
     );
     let config = LayoutView::new(project.path().join("images/activated")).config();
-    let env: Vec<&str> = config["config"]["Env"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|v| v.as_str().unwrap())
-        .collect();
+    let env = env_of(&config);
     assert!(env.contains(&"ACTIVATION_HOME=/somewhere/else"), "{env:?}");
     // The recipe's env is applied last.
     assert!(env.contains(&"ACTIVATION_MODE=from the recipe"), "{env:?}");
@@ -246,12 +236,7 @@ fn a_cuda_image_is_configured_like_nvidias() {
     project.build(&[]).success();
     let layout = LayoutView::new(project.path().join("images/cuda"));
     let config = layout.config();
-    let env: Vec<&str> = config["config"]["Env"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|v| v.as_str().unwrap())
-        .collect();
+    let env = env_of(&config);
     for expected in [
         "NVIDIA_VISIBLE_DEVICES=all",
         "NVIDIA_DRIVER_CAPABILITIES=compute,utility",

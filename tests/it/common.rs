@@ -41,6 +41,19 @@ impl Run {
             .to_string()
     }
 
+    /// A clean failure with `code` whose stderr names every one of `needles`.
+    #[track_caller]
+    pub fn assert_failure_naming(&self, code: i32, needles: &[&str]) {
+        self.assert_clean_failure(code);
+        for needle in needles {
+            assert!(
+                self.stderr.contains(needle),
+                "expected `{needle}` in:\n{}",
+                self.stderr
+            );
+        }
+    }
+
     /// A failure must be an error the user can read, never a crash.
     #[track_caller]
     pub fn assert_clean_failure(&self, code: i32) {
@@ -82,6 +95,12 @@ impl Project {
 
     pub fn lock_path(&self) -> PathBuf {
         self.path().join("recipes/image.lock")
+    }
+
+    /// A failed build left no image behind.
+    #[track_caller]
+    pub fn assert_no_image(&self) {
+        assert!(!self.path().join("images").exists(), "no output on failure");
     }
 
     pub fn write_recipe(&self, text: &str) {
@@ -203,6 +222,16 @@ impl LayoutView {
         names.sort();
         names
     }
+}
+
+/// The `Env` of an image config, `KEY=value` each.
+pub fn env_of(config: &Value) -> Vec<&str> {
+    config["config"]["Env"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap())
+        .collect()
 }
 
 /// Runs a command and returns its stdout, panicking with its output on failure.

@@ -19,10 +19,7 @@ fn snapshot(name: &str, recipe: &str) {
     project.write_recipe(recipe);
     let run = project.build(&[]);
     run.assert_clean_failure(1);
-    assert!(
-        !project.path().join("images").exists(),
-        "no output on failure"
-    );
+    project.assert_no_image();
     assert!(!project.lock_path().exists(), "no lock on failure");
     let channel = url::Url::from_file_path(shared_channel()).unwrap();
     let mut settings = insta::Settings::clone_current();

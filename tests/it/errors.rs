@@ -17,18 +17,8 @@ fn fails_with(recipe: &str, needles: &[&str]) {
     let project = Project::new();
     project.write_recipe(recipe);
     let run = project.build(&[]);
-    run.assert_clean_failure(1);
-    for needle in needles {
-        assert!(
-            run.stderr.contains(needle),
-            "expected `{needle}` in:\n{}",
-            run.stderr
-        );
-    }
-    assert!(
-        !project.path().join("images").exists(),
-        "no output on failure"
-    );
+    run.assert_failure_naming(1, needles);
+    project.assert_no_image();
     assert!(!project.lock_path().exists(), "no lock on failure");
 }
 

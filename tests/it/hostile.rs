@@ -464,18 +464,8 @@ fn refused_recipe(recipe: &[u8], code: i32, needles: &[&str]) -> Run {
 
 #[track_caller]
 fn check_failure(project: &Project, run: &Run, code: i32, needles: &[&str]) {
-    run.assert_clean_failure(code);
-    for needle in needles {
-        assert!(
-            run.stderr.contains(needle),
-            "expected `{needle}` in:\n{}",
-            run.stderr
-        );
-    }
-    assert!(
-        !project.path().join("images").exists(),
-        "no output on failure"
-    );
+    run.assert_failure_naming(code, needles);
+    project.assert_no_image();
     let staging = project.cache.join("staging");
     if staging.exists() {
         assert_eq!(
