@@ -14,8 +14,12 @@ use crate::{
     cuda::{compat::Support, solved_cuda},
     install::{InstallError, InstallOptions, install_reporting},
     layers::{
-        Compression, LayerBlob, PlannedLayer, plan::PlanError, plan_layers, write::WriteError,
-        write::write_layers_reporting,
+        BuiltLayer,
+        cache::LayerCache,
+        compress::CompressPool,
+        plan::PlanError,
+        plan_layers,
+        write::{LayerWriter, WriteError},
     },
     lock::{Lock, LockError, LockedBase, Staleness},
     oci::{
@@ -23,6 +27,7 @@ use crate::{
         image::{Activation, ImageError, ImageInputs, index_of, write_image},
         layout::{Layout, LayoutError},
     },
+    rebuild::{BuildInputs, BuildRecord, BuildRecords, unchanged_image},
     recipe::{Base, Recipe, RecipeError, RecipeOptions, oci_architecture},
     registry::{
         ClientOptions, Reference, RepositoryClient,
@@ -109,11 +114,13 @@ pub struct BuildReport {
     pub tags: Vec<String>,
     pub manifest_digest: String,
     pub base_layers: usize,
-    pub layers: Vec<(PlannedLayer, LayerBlob)>,
+    pub layers: Vec<BuiltLayer>,
     pub lock: LockReport,
     pub timings: Vec<(Stage, Duration)>,
     /// The SPDX and CycloneDX SBOMs written beside the layout.
     pub sboms: Vec<PathBuf>,
+    /// The inputs were those of the image already in the layout: nothing was rebuilt.
+    pub unchanged: bool,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -373,6 +380,63 @@ pub async fn build(
     let (lock, lock_report) = obtain_lock(&prepared, settings, reporter).await?;
     timings.push((Stage::Solve, started.elapsed()));
     let recipe = &prepared.recipe;
+    let created_seconds = settings
+        .source_date_epoch
+        .unwrap_or_else(|| lock.newest_timestamp())
+        .max(0);
+    let base_layers = prepared.base.as_ref().map_or(0, |b| b.layers.len());
+    let layout_dir = settings
+        .output
+        .clone()
+        .unwrap_or_else(|| Path::new("images").join(&recipe.name));
+    let sbom_subject = crate::sbom::SbomSubject {
+        name: recipe.name.clone(),
+        image_digest: None,
+        base_reference: prepared
+            .base
+            .is_some()
+            .then(|| recipe.base_reference.clone()),
+        created: created_seconds,
+    };
+
+    // Same inputs as the image already there: nothing to install, nothing to compress.
+    let inputs_key = BuildInputs {
+        recipe_path: &settings.recipe_path,
+        lock_path: &recipe.lock_path(),
+        base_manifest: prepared.base.as_ref().map(|b| b.manifest_digest.as_str()),
+        source_date_epoch: settings.source_date_epoch,
+    }
+    .key();
+    let records = BuildRecords::new(&settings.cache_dir);
+    if let Some(record) = inputs_key.as_deref().and_then(|key| records.get(key)) {
+        let layout = Layout::new(&layout_dir);
+        let _lock = layout.lock()?;
+        if let Some(layers) = unchanged_image(&layout, &recipe.tags, &record, base_layers) {
+            reporter.on_stage(
+                Stage::Write,
+                "unchanged: inputs identical to the image in place",
+            );
+            let sboms = crate::sbom::write_beside(
+                &layout_dir,
+                &lock,
+                &crate::sbom::SbomSubject {
+                    image_digest: Some(record.manifest_digest.clone()),
+                    ..sbom_subject
+                },
+            )?;
+            return Ok(BuildReport {
+                layout_dir,
+                tags: recipe.tags.clone(),
+                manifest_digest: record.manifest_digest,
+                base_layers,
+                layers,
+                lock: lock_report,
+                timings,
+                sboms,
+                unchanged: true,
+            });
+        }
+    }
 
     // Stage the environment under the cache, away from the output: a failed build never
     // leaves a half-made tree next to the images.
@@ -426,14 +490,9 @@ pub async fn build(
     }
     timings.push((Stage::Install, started.elapsed()));
 
-    let created_seconds = settings
-        .source_date_epoch
-        .unwrap_or_else(|| lock.newest_timestamp())
-        .max(0);
     let created = jiff::Timestamp::from_second(created_seconds)
         .unwrap_or(jiff::Timestamp::UNIX_EPOCH)
         .to_string();
-    let base_layers = prepared.base.as_ref().map_or(0, |b| b.layers.len());
     let plan = plan_layers(
         &staged,
         recipe.layer_budget,
@@ -441,10 +500,6 @@ pub async fn build(
         created_seconds as u64,
     )?;
 
-    let layout_dir = settings
-        .output
-        .clone()
-        .unwrap_or_else(|| Path::new("images").join(&recipe.name));
     let layout = Layout::new(&layout_dir);
     let _lock = layout.lock()?;
     let created_dir = layout.prepare()?;
@@ -462,17 +517,18 @@ pub async fn build(
     );
     match result {
         Ok((manifest_digest, layers)) => {
+            if let Some(key) = &inputs_key {
+                records.put(
+                    key,
+                    &BuildRecord::new(&manifest_digest, &layers, recipe.compression),
+                );
+            }
             let sboms = crate::sbom::write_beside(
                 &layout_dir,
                 &lock,
                 &crate::sbom::SbomSubject {
-                    name: recipe.name.clone(),
                     image_digest: Some(manifest_digest.clone()),
-                    base_reference: prepared
-                        .base
-                        .is_some()
-                        .then(|| recipe.base_reference.clone()),
-                    created: created_seconds,
+                    ..sbom_subject
                 },
             )?;
             Ok(BuildReport {
@@ -484,6 +540,7 @@ pub async fn build(
                 lock: lock_report,
                 timings,
                 sboms,
+                unchanged: false,
             })
         }
         Err(err) => {
@@ -508,7 +565,7 @@ fn write_output(
     settings: &BuildSettings,
     reporter: &dyn Reporter,
     timings: &mut Vec<(Stage, Duration)>,
-) -> Result<(String, Vec<(PlannedLayer, LayerBlob)>), BuildError> {
+) -> Result<(String, Vec<BuiltLayer>), BuildError> {
     let started = Instant::now();
     if let Some(base) = &prepared.base {
         for layer in &base.layers {
@@ -516,22 +573,30 @@ fn write_output(
             layout.import_blob(&base.blobs_dir.join(layer.digest().digest()), &digest)?;
         }
     }
-    let compression = Compression::default();
+    let compression = prepared.recipe.compression;
     reporter.on_stage(Stage::Layers, &format!("{} layers", plan.layers.len()));
     reporter.on_stage_total(Stage::Layers, plan.layers.len());
-    let blobs = write_layers_reporting(
+    let blobs_dir = layout.blobs_dir();
+    let cache = LayerCache::open(&settings.cache_dir).map_err(|source| BuildError::Staging {
+        path: settings.cache_dir.join("layers"),
+        source,
+    })?;
+    let pool = CompressPool::new(settings.jobs).map_err(|source| BuildError::Staging {
+        path: settings.cache_dir.clone(),
+        source,
+    })?;
+    let layers = LayerWriter {
         root,
-        plan,
         compression,
-        &layout.blobs_dir(),
-        settings.jobs,
-        reporter,
-    )?;
+        blobs_dir: &blobs_dir,
+        pool,
+        cache: Some(&cache),
+    }
+    .write_all(plan, reporter)?;
     timings.push((Stage::Layers, started.elapsed()));
 
     let started = Instant::now();
     reporter.on_stage(Stage::Write, &layout.dir.display().to_string());
-    let layers: Vec<(PlannedLayer, LayerBlob)> = plan.layers.iter().cloned().zip(blobs).collect();
     let written = write_image(
         layout,
         &ImageInputs {

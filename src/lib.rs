@@ -14,6 +14,7 @@ pub mod install;
 pub mod layers;
 pub mod lock;
 pub mod oci;
+pub mod rebuild;
 pub mod recipe;
 pub mod registry;
 pub mod resolve;

@@ -347,14 +347,24 @@ async fn run(cli: Cli) -> ExitCode {
                     progress::emit(&progress::result_event(&report));
                 } else if !cli.global.quiet {
                     describe_lock(&report.lock);
-                    let compressed: u64 = report.layers.iter().map(|(_, b)| b.size).sum();
-                    let uncompressed: u64 = report.layers.iter().map(|(_, b)| b.tar_size).sum();
+                    let compressed: u64 = report.layers.iter().map(|l| l.blob.size).sum();
+                    let uncompressed: u64 = report.layers.iter().map(|l| l.blob.tar_size).sum();
+                    let reused = report.layers.iter().filter(|l| l.reused).count();
+                    if report.unchanged {
+                        eprintln!(
+                            "{:>12} {}: the recipe, lock and base are those of the image in place",
+                            "Unchanged",
+                            report.layout_dir.display()
+                        );
+                    }
                     eprintln!(
-                        "{:>12} {} layers ({} from the base, {} new): {} compressed, {} uncompressed",
+                        "{:>12} {} layers ({} from the base, {} ours: {} written, {} reused): {} compressed, {} uncompressed",
                         "Built",
                         report.base_layers + report.layers.len(),
                         report.base_layers,
                         report.layers.len(),
+                        report.layers.len() - reused,
+                        reused,
                         human_bytes(compressed),
                         human_bytes(uncompressed),
                     );

@@ -278,11 +278,13 @@ pub(crate) fn lock_event(report: &LockReport) -> Value {
 
 /// The final event of a successful `build --json`: `images` (`LAYOUT:TAG@DIGEST`, one per
 /// tag), `layout`, `tags`, `digest`, `layers` (all, base included), `base_layers`,
-/// `new_layers`, `compressed_size` and `total_size` (uncompressed) of the new layers,
+/// `new_layers` (ours, whether written or reused), `reused_layers` (taken from the layer
+/// cache), `unchanged` (nothing rebuilt: same inputs as the image in place), `compressed_size` and `total_size` (uncompressed) of the new layers,
 /// `packages`, `sboms` and `timings` (seconds per stage).
 pub(crate) fn result_event(report: &BuildReport) -> Value {
-    let compressed: u64 = report.layers.iter().map(|(_, b)| b.size).sum();
-    let uncompressed: u64 = report.layers.iter().map(|(_, b)| b.tar_size).sum();
+    let compressed: u64 = report.layers.iter().map(|l| l.blob.size).sum();
+    let uncompressed: u64 = report.layers.iter().map(|l| l.blob.tar_size).sum();
+    let reused = report.layers.iter().filter(|l| l.reused).count();
     let timings: serde_json::Map<String, Value> = report
         .timings
         .iter()
@@ -308,6 +310,8 @@ pub(crate) fn result_event(report: &BuildReport) -> Value {
         "layers": report.base_layers + report.layers.len(),
         "base_layers": report.base_layers,
         "new_layers": report.layers.len(),
+        "reused_layers": reused,
+        "unchanged": report.unchanged,
         "compressed_size": compressed,
         "total_size": uncompressed,
         "packages": report.lock.packages,

@@ -1,9 +1,13 @@
 //! Layers: a staged prefix → a plan of layers ([`plan`]) → compressed, content-addressed
-//! blobs ([`write`]), each a deterministic tar ([`tar`]).
+//! blobs ([`write`]), each a deterministic tar ([`tar`]) through a deterministic parallel
+//! compressor ([`compress`]), reused across builds through the layer cache ([`cache`]).
 
+pub mod cache;
+pub mod compress;
 pub mod plan;
 pub mod tar;
 pub mod write;
 
+pub use compress::Compression;
 pub use plan::{LayerPlan, PlannedLayer, plan_layers};
-pub use write::{Compression, LayerBlob, write_layers};
+pub use write::{BuiltLayer, LayerBlob, write_layers};

@@ -47,25 +47,52 @@ fn with_parents(paths: &[String]) -> BTreeSet<String> {
     all
 }
 
-/// Writes a tar of `paths` (relative to `root`) and their parent directories to `out`.
-/// Returns `out` after the end-of-archive blocks.
-pub fn write_tar<W: Write>(
-    root: &Path,
-    paths: &[String],
-    mtime: u64,
-    out: W,
-) -> Result<W, TarError> {
-    let mut builder = Builder::new(out);
+/// One tar entry, as the layer will hold it: everything of the entry but a file's bytes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Entry {
+    Directory {
+        path: String,
+    },
+    Symlink {
+        path: String,
+        target: PathBuf,
+    },
+    /// A regular file: `source` is where its bytes are read from.
+    File {
+        path: String,
+        mode: u32,
+        size: u64,
+        source: PathBuf,
+    },
+    /// A further name of a file already in the layer (`first`).
+    HardLink {
+        path: String,
+        mode: u32,
+        first: String,
+    },
+}
+
+impl Entry {
+    pub fn path(&self) -> &str {
+        match self {
+            Entry::Directory { path }
+            | Entry::Symlink { path, .. }
+            | Entry::File { path, .. }
+            | Entry::HardLink { path, .. } => path,
+        }
+    }
+}
+
+/// The entries of a tar of `paths` (relative to `root`) and their parent directories, in
+/// tar order. Reads metadata only, never file contents.
+pub fn entries(root: &Path, paths: &[String]) -> Result<Vec<Entry>, TarError> {
     // First path written for each (device, inode) of a multiply-linked file.
     let mut seen_inodes: HashMap<(u64, u64), String> = HashMap::new();
     let explicit: BTreeSet<&str> = paths.iter().map(String::as_str).collect();
+    let mut entries = Vec::with_capacity(paths.len());
 
     for path in with_parents(paths) {
         let source = root.join(&path);
-        let write_err = |source: std::io::Error| TarError::Write {
-            path: path.clone(),
-            source,
-        };
         let meta = match std::fs::symlink_metadata(&source) {
             Ok(meta) => meta,
             // A parent we added ourselves always exists; an explicit path may be missing
@@ -85,57 +112,34 @@ pub fn write_tar<W: Write>(
             }
         };
         let file_type = meta.file_type();
-        let mut header = Header::new_gnu();
-        header.set_uid(0);
-        header.set_gid(0);
-        header.set_mtime(mtime);
-
         if file_type.is_dir() {
-            header.set_entry_type(EntryType::Directory);
-            header.set_mode(0o755);
-            header.set_size(0);
-            builder
-                .append_data(&mut header, format!("{path}/"), std::io::empty())
-                .map_err(write_err)?;
+            entries.push(Entry::Directory { path });
         } else if file_type.is_symlink() {
             let target = std::fs::read_link(&source).map_err(|e| TarError::Read {
                 path: source.clone(),
                 source: e,
             })?;
-            header.set_entry_type(EntryType::Symlink);
-            header.set_mode(0o777);
-            header.set_size(0);
-            builder
-                .append_link(&mut header, &path, &target)
-                .map_err(write_err)?;
+            entries.push(Entry::Symlink { path, target });
         } else if file_type.is_file() {
+            let mode = normal_mode(meta.mode());
             if meta.nlink() > 1 {
                 let key = (meta.dev(), meta.ino());
                 if let Some(first) = seen_inodes.get(&key) {
-                    header.set_entry_type(EntryType::Link);
-                    header.set_mode(normal_mode(meta.mode()));
-                    header.set_size(0);
-                    builder
-                        .append_link(&mut header, &path, first)
-                        .map_err(write_err)?;
+                    entries.push(Entry::HardLink {
+                        path,
+                        mode,
+                        first: first.clone(),
+                    });
                     continue;
                 }
                 seen_inodes.insert(key, path.clone());
             }
-            header.set_entry_type(EntryType::Regular);
-            header.set_mode(normal_mode(meta.mode()));
-            header.set_size(meta.len());
-            let file = fs_err::File::open(&source).map_err(|e| TarError::Read {
-                path: source.clone(),
-                source: e,
-            })?;
-            builder
-                .append_data(
-                    &mut header,
-                    &path,
-                    std::io::BufReader::with_capacity(1 << 20, file),
-                )
-                .map_err(write_err)?;
+            entries.push(Entry::File {
+                path,
+                mode,
+                size: meta.len(),
+                source,
+            });
         } else {
             use std::os::unix::fs::FileTypeExt;
             let kind = if file_type.is_fifo() {
@@ -150,10 +154,112 @@ pub fn write_tar<W: Write>(
             return Err(TarError::Unsupported { path, kind });
         }
     }
+    Ok(entries)
+}
+
+/// Writes a tar of `paths` (relative to `root`) and their parent directories to `out`.
+/// Returns `out` after the end-of-archive blocks.
+pub fn write_tar<W: Write>(
+    root: &Path,
+    paths: &[String],
+    mtime: u64,
+    out: W,
+) -> Result<W, TarError> {
+    write_entries(&entries(root, paths)?, mtime, out)
+}
+
+/// Writes `entries` as a tar to `out`, every entry stamped with `mtime`.
+pub fn write_entries<W: Write>(entries: &[Entry], mtime: u64, out: W) -> Result<W, TarError> {
+    let mut builder = Builder::new(out);
+    for entry in entries {
+        let write_err = |source: std::io::Error| TarError::Write {
+            path: entry.path().to_string(),
+            source,
+        };
+        let mut header = Header::new_gnu();
+        header.set_uid(0);
+        header.set_gid(0);
+        header.set_mtime(mtime);
+        header.set_size(0);
+        match entry {
+            Entry::Directory { path } => {
+                header.set_entry_type(EntryType::Directory);
+                header.set_mode(0o755);
+                builder
+                    .append_data(&mut header, format!("{path}/"), std::io::empty())
+                    .map_err(write_err)?;
+            }
+            Entry::Symlink { path, target } => {
+                header.set_entry_type(EntryType::Symlink);
+                header.set_mode(0o777);
+                builder
+                    .append_link(&mut header, path, target)
+                    .map_err(write_err)?;
+            }
+            Entry::HardLink { path, mode, first } => {
+                header.set_entry_type(EntryType::Link);
+                header.set_mode(*mode);
+                builder
+                    .append_link(&mut header, path, first)
+                    .map_err(write_err)?;
+            }
+            Entry::File {
+                path,
+                mode,
+                size,
+                source,
+            } => {
+                header.set_entry_type(EntryType::Regular);
+                header.set_mode(*mode);
+                header.set_size(*size);
+                let file = fs_err::File::open(source).map_err(|e| TarError::Read {
+                    path: source.clone(),
+                    source: e,
+                })?;
+                let reader = Exact {
+                    inner: std::io::BufReader::with_capacity(1 << 20, file),
+                    remaining: *size,
+                };
+                builder
+                    .append_data(&mut header, path, reader)
+                    .map_err(write_err)?;
+            }
+        }
+    }
     builder.into_inner().map_err(|source| TarError::Write {
         path: "<end of archive>".into(),
         source,
     })
+}
+
+/// Reads exactly the size the header announced: a file that changed size since its
+/// metadata was read would otherwise make a corrupt tar (the tar crate pads by what it read).
+struct Exact<R> {
+    inner: R,
+    remaining: u64,
+}
+
+impl<R: std::io::Read> std::io::Read for Exact<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        if self.remaining == 0 {
+            return Ok(0);
+        }
+        let limit = buf
+            .len()
+            .min(usize::try_from(self.remaining).unwrap_or(usize::MAX));
+        let n = self.inner.read(&mut buf[..limit])?;
+        if n == 0 {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::UnexpectedEof,
+                format!(
+                    "the file shrank while it was read ({} bytes missing)",
+                    self.remaining
+                ),
+            ));
+        }
+        self.remaining -= n as u64;
+        Ok(n)
+    }
 }
 
 /// 0755 for anything executable, 0644 otherwise.

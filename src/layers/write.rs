@@ -1,6 +1,8 @@
-//! Layer blobs: tar → sha256 (diff_id) → fixed-size chunks → gzip → sha256 (digest) → file,
-//! in one streaming pass, never a whole layer in memory. Layers compress in parallel, one
-//! layer per thread, so the bytes do not depend on the thread count.
+//! Layer blobs: tar → sha256 (diff_id) → compressor → sha256 (digest) → file, in one
+//! streaming pass, never a whole layer in memory. Several layers are written at once and the
+//! blocks of each are compressed on a shared pool ([`super::compress`]), so the bytes do not
+//! depend on the thread count. A layer found in the layer cache ([`super::cache`]) is linked,
+//! not written.
 
 use std::{
     io::{BufWriter, Write},
@@ -14,43 +16,14 @@ use std::{
 use sha2::{Digest, Sha256};
 
 use super::{
+    cache::{LayerCache, layer_key},
+    compress::{CompressPool, Compression},
     plan::{LayerPlan, PlannedLayer},
-    tar::{TarError, write_tar},
+    tar::{TarError, entries, write_entries},
 };
 
-/// zlib-rs emits different bytes when the same input arrives cut into different writes,
-/// so the compressor always gets whole chunks of this size.
-const CHUNK: usize = 1 << 20;
-
-/// The compressor of layer blobs. Recorded in an annotation; changing any part of it
-/// changes every digest.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Compression {
-    /// gzip through flate2 with the zlib-rs backend, at the given level, header mtime 0,
-    /// OS byte 255, fed 1 MiB chunks.
-    Gzip { level: u32 },
-}
-
-impl Default for Compression {
-    fn default() -> Self {
-        Compression::Gzip { level: 6 }
-    }
-}
-
-impl Compression {
-    pub fn media_type(&self) -> &'static str {
-        match self {
-            Compression::Gzip { .. } => "application/vnd.oci.image.layer.v1.tar+gzip",
-        }
-    }
-
-    /// The annotation value naming compressor, backend and settings.
-    pub fn describe(&self) -> String {
-        match self {
-            Compression::Gzip { level } => format!("gzip;level={level};backend=zlib-rs;chunk=1MiB"),
-        }
-    }
-}
+/// Buffer between the compressor and the blob file.
+const WRITE_BUFFER: usize = 1 << 20;
 
 /// A layer written to the blob store.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -121,191 +94,184 @@ impl<W: Write> Write for HashingWriter<W> {
     }
 }
 
-/// Passes data on in chunks of exactly [`CHUNK`] bytes (the last one shorter).
-struct Chunker<W: Write> {
-    inner: W,
-    buffer: Vec<u8>,
+/// A layer of the image as built: what it holds and its blob.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BuiltLayer {
+    /// A package's `name-version-build`, or `image` for the image's own files.
+    pub name: String,
+    /// The packages in the layer, empty for the image layer.
+    pub packages: Vec<String>,
+    pub blob: LayerBlob,
+    /// Taken from the layer cache (or an unchanged image) instead of compressed.
+    pub reused: bool,
 }
 
-impl<W: Write> Chunker<W> {
-    fn new(inner: W) -> Self {
-        Self {
-            inner,
-            buffer: Vec::with_capacity(CHUNK),
-        }
-    }
-
-    fn finish(mut self) -> std::io::Result<W> {
-        if !self.buffer.is_empty() {
-            self.inner.write_all(&self.buffer)?;
-        }
-        Ok(self.inner)
-    }
+/// Where and how layers are written.
+pub struct LayerWriter<'a> {
+    pub root: &'a Path,
+    pub compression: Compression,
+    pub blobs_dir: &'a Path,
+    pub pool: CompressPool,
+    pub cache: Option<&'a LayerCache>,
 }
 
-impl<W: Write> Write for Chunker<W> {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        let take = (CHUNK - self.buffer.len()).min(buf.len());
-        self.buffer.extend_from_slice(&buf[..take]);
-        if self.buffer.len() == CHUNK {
-            self.inner.write_all(&self.buffer)?;
-            self.buffer.clear();
-        }
-        Ok(take)
-    }
-
-    /// Flushing would cut a chunk short and change the compressed bytes, so it only
-    /// flushes what is below the chunker.
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-/// Writes one layer into `blobs_dir` (`…/blobs/sha256`) and returns its blob.
-pub fn write_layer(
-    root: &Path,
-    layer: &PlannedLayer,
-    compression: Compression,
-    blobs_dir: &Path,
-) -> Result<LayerBlob, WriteError> {
-    let blob_err = |path: &Path, source: std::io::Error| WriteError::Blob {
-        name: layer.name.clone(),
-        path: path.to_path_buf(),
-        source,
-    };
-    let temp = tempfile::Builder::new()
-        .prefix(".layer-")
-        .tempfile_in(blobs_dir)
-        .map_err(|e| blob_err(blobs_dir, e))?;
-    let file = temp.reopen().map_err(|e| blob_err(temp.path(), e))?;
-
-    let Compression::Gzip { level } = compression;
-    let compressed = HashingWriter::new(BufWriter::with_capacity(CHUNK, file));
-    let gzip = flate2::GzBuilder::new()
-        .mtime(0)
-        .operating_system(255)
-        .write(compressed, flate2::Compression::new(level));
-    let tar_out = HashingWriter::new(Chunker::new(gzip));
-
-    let tar_out =
-        write_tar(root, &layer.paths, layer.mtime, tar_out).map_err(|source| WriteError::Tar {
+impl LayerWriter<'_> {
+    /// Writes (or takes from the cache) one layer.
+    pub fn write(&self, layer: &PlannedLayer) -> Result<BuiltLayer, WriteError> {
+        let blob_err = |path: &Path, source: std::io::Error| WriteError::Blob {
+            name: layer.name.clone(),
+            path: path.to_path_buf(),
+            source,
+        };
+        let tar_err = |source: TarError| WriteError::Tar {
             name: layer.name.clone(),
             source,
-        })?;
-    let (chunker, diff_id, tar_size) = tar_out.finish();
-    let gzip = chunker.finish().map_err(|e| blob_err(temp.path(), e))?;
-    let compressed = gzip.finish().map_err(|e| blob_err(temp.path(), e))?;
-    let (buffered, digest, size) = compressed.finish();
-    let file = buffered
-        .into_inner()
-        .map_err(|e| blob_err(temp.path(), e.into_error()))?;
-    file.sync_all().map_err(|e| blob_err(temp.path(), e))?;
-    drop(file);
+        };
+        let entries = entries(self.root, &layer.paths).map_err(tar_err)?;
+        let built = |blob: LayerBlob, reused: bool| BuiltLayer {
+            name: layer.name.clone(),
+            packages: layer.packages.clone(),
+            blob,
+            reused,
+        };
 
-    let target = blobs_dir.join(digest.trim_start_matches("sha256:"));
-    crate::fs::set_mode(temp.path(), 0o644).map_err(|e| blob_err(temp.path(), e))?;
-    // Blobs are named by content: an existing blob of that name already holds these bytes.
-    temp.persist(&target)
-        .map_err(|e| blob_err(&target, e.error))?;
-    Ok(LayerBlob {
-        diff_id,
-        digest,
-        size,
-        tar_size,
-        media_type: compression.media_type(),
-    })
+        let key = match self.cache {
+            Some(cache) => {
+                let key = layer_key(layer, &entries, self.compression)
+                    .map_err(|e| blob_err(self.root, e))?;
+                if let Some(key) = &key
+                    && let Some(blob) = cache
+                        .fetch(key, self.compression, self.blobs_dir)
+                        .map_err(|e| blob_err(self.blobs_dir, e))?
+                {
+                    return Ok(built(blob, true));
+                }
+                key
+            }
+            None => None,
+        };
+
+        let temp = tempfile::Builder::new()
+            .prefix(".layer-")
+            .tempfile_in(self.blobs_dir)
+            .map_err(|e| blob_err(self.blobs_dir, e))?;
+        let file = temp.reopen().map_err(|e| blob_err(temp.path(), e))?;
+        let compressed = HashingWriter::new(BufWriter::with_capacity(WRITE_BUFFER, file));
+        let compressor = self
+            .pool
+            .writer(self.compression, compressed)
+            .map_err(|e| blob_err(temp.path(), e))?;
+        let tar_out = write_entries(&entries, layer.mtime, HashingWriter::new(compressor))
+            .map_err(tar_err)?;
+        let (compressor, diff_id, tar_size) = tar_out.finish();
+        let compressed = compressor.finish().map_err(|e| blob_err(temp.path(), e))?;
+        let (buffered, digest, size) = compressed.finish();
+        let file = buffered
+            .into_inner()
+            .map_err(|e| blob_err(temp.path(), e.into_error()))?;
+        file.sync_all().map_err(|e| blob_err(temp.path(), e))?;
+        drop(file);
+
+        let target = self.blobs_dir.join(digest.trim_start_matches("sha256:"));
+        crate::fs::set_mode(temp.path(), 0o644).map_err(|e| blob_err(temp.path(), e))?;
+        // Blobs are named by content: an existing blob of that name already holds these bytes.
+        temp.persist(&target)
+            .map_err(|e| blob_err(&target, e.error))?;
+        let blob = LayerBlob {
+            diff_id,
+            digest,
+            size,
+            tar_size,
+            media_type: self.compression.media_type(),
+        };
+        if let (Some(cache), Some(key)) = (self.cache, key) {
+            // A cache that cannot be written costs the next build time, not this build.
+            if let Err(err) = cache.store(&key, &blob, &target) {
+                tracing::warn!(
+                    "could not store layer `{}` in the layer cache: {err}",
+                    layer.name
+                );
+            }
+        }
+        Ok(built(blob, false))
+    }
+
+    /// Writes every layer of `plan`, up to the pool's thread count at once; layers come back
+    /// in plan order. `reporter` hears of each layer done (its compressed size).
+    pub fn write_all(
+        &self,
+        plan: &LayerPlan,
+        reporter: &dyn crate::build::Reporter,
+    ) -> Result<Vec<BuiltLayer>, WriteError> {
+        let next = AtomicUsize::new(0);
+        let results: Mutex<Vec<Option<Result<BuiltLayer, WriteError>>>> =
+            Mutex::new((0..plan.layers.len()).map(|_| None).collect());
+        // Largest layers first, so one big layer does not start last and run alone.
+        let mut queue: Vec<usize> = (0..plan.layers.len()).collect();
+        queue.sort_by(|a, b| plan.layers[*b].size.cmp(&plan.layers[*a].size));
+
+        // One producer (tar + digests) per pool thread: producers mostly wait for the pool,
+        // and more layers in flight keep the pool busy when a layer ends.
+        let producers = self.pool.threads().clamp(1, plan.layers.len().max(1));
+        std::thread::scope(|scope| {
+            for _ in 0..producers {
+                scope.spawn(|| {
+                    loop {
+                        let i = next.fetch_add(1, Ordering::Relaxed);
+                        let Some(&index) = queue.get(i) else { break };
+                        let result = self.write(&plan.layers[index]);
+                        if let Ok(layer) = &result {
+                            reporter.on_item_done(
+                                crate::build::Stage::Layers,
+                                &layer.blob.digest,
+                                layer.blob.size,
+                            );
+                        }
+                        let failed = result.is_err();
+                        results.lock().expect("no panics while holding the lock")[index] =
+                            Some(result);
+                        if failed {
+                            // Stop handing out work; other threads finish their current layer.
+                            next.store(queue.len(), Ordering::Relaxed);
+                        }
+                    }
+                });
+            }
+        });
+
+        let results = results.into_inner().expect("threads joined");
+        let mut layers = Vec::with_capacity(results.len());
+        for result in results {
+            match result {
+                Some(Ok(layer)) => layers.push(layer),
+                Some(Err(err)) => return Err(err),
+                None => {}
+            }
+        }
+        // A `None` only follows an error, which returned above.
+        Ok(layers)
+    }
 }
 
-/// Writes every layer of `plan` using up to `jobs` threads; blobs come back in plan order.
+/// Writes every layer of `plan` without a layer cache, using up to `jobs` threads.
 pub fn write_layers(
     root: &Path,
     plan: &LayerPlan,
     compression: Compression,
     blobs_dir: &Path,
     jobs: usize,
-) -> Result<Vec<LayerBlob>, WriteError> {
-    write_layers_reporting(
+) -> Result<Vec<BuiltLayer>, WriteError> {
+    let pool = CompressPool::new(jobs).map_err(|source| WriteError::Blob {
+        name: "(all)".into(),
+        path: blobs_dir.to_path_buf(),
+        source,
+    })?;
+    LayerWriter {
         root,
-        plan,
         compression,
         blobs_dir,
-        jobs,
-        &crate::build::Silent,
-    )
-}
-
-/// [`write_layers`], telling `reporter` of each layer written (its compressed size).
-pub fn write_layers_reporting(
-    root: &Path,
-    plan: &LayerPlan,
-    compression: Compression,
-    blobs_dir: &Path,
-    jobs: usize,
-    reporter: &dyn crate::build::Reporter,
-) -> Result<Vec<LayerBlob>, WriteError> {
-    let next = AtomicUsize::new(0);
-    let results: Mutex<Vec<Option<Result<LayerBlob, WriteError>>>> =
-        Mutex::new((0..plan.layers.len()).map(|_| None).collect());
-    // Largest layers first, so one big layer does not start last and run alone.
-    let mut queue: Vec<usize> = (0..plan.layers.len()).collect();
-    queue.sort_by(|a, b| plan.layers[*b].size.cmp(&plan.layers[*a].size));
-
-    std::thread::scope(|scope| {
-        for _ in 0..jobs.clamp(1, plan.layers.len().max(1)) {
-            scope.spawn(|| {
-                loop {
-                    let i = next.fetch_add(1, Ordering::Relaxed);
-                    let Some(&index) = queue.get(i) else { break };
-                    let result = write_layer(root, &plan.layers[index], compression, blobs_dir);
-                    if let Ok(blob) = &result {
-                        reporter.on_item_done(crate::build::Stage::Layers, &blob.digest, blob.size);
-                    }
-                    let failed = result.is_err();
-                    results.lock().expect("no panics while holding the lock")[index] = Some(result);
-                    if failed {
-                        // Stop handing out work; other threads finish their current layer.
-                        next.store(queue.len(), Ordering::Relaxed);
-                    }
-                }
-            });
-        }
-    });
-
-    let results = results.into_inner().expect("threads joined");
-    let mut blobs = Vec::with_capacity(results.len());
-    for result in results {
-        match result {
-            Some(Ok(blob)) => blobs.push(blob),
-            Some(Err(err)) => return Err(err),
-            None => {}
-        }
+        pool,
+        cache: None,
     }
-    // A `None` only follows an error, which returned above.
-    Ok(blobs)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn chunker_passes_fixed_chunks() {
-        #[derive(Default)]
-        struct Record(Vec<usize>);
-        impl Write for Record {
-            fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-                self.0.push(buf.len());
-                Ok(buf.len())
-            }
-            fn flush(&mut self) -> std::io::Result<()> {
-                Ok(())
-            }
-        }
-        let mut chunker = Chunker::new(Record::default());
-        for size in [10, CHUNK, 3, CHUNK * 2] {
-            chunker.write_all(&vec![0u8; size]).unwrap();
-        }
-        let record = chunker.finish().unwrap();
-        assert_eq!(record.0, vec![CHUNK, CHUNK, CHUNK, 13]);
-    }
+    .write_all(plan, &crate::build::Silent)
 }

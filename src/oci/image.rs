@@ -16,7 +16,7 @@ use super::{
     layout::{Layout, LayoutError},
 };
 use crate::{
-    layers::{Compression, LayerBlob, PlannedLayer},
+    layers::{BuiltLayer, Compression},
     recipe::{Recipe, oci_architecture},
 };
 
@@ -39,7 +39,7 @@ pub struct ImageInputs<'a> {
     pub base: Option<&'a BaseImage>,
     pub activation: &'a Activation,
     /// Our layers, bottom first, with the blob written for each.
-    pub layers: &'a [(PlannedLayer, LayerBlob)],
+    pub layers: &'a [BuiltLayer],
     /// RFC 3339 creation time.
     pub created: String,
     pub compression: Compression,
@@ -149,8 +149,8 @@ pub fn write_image(layout: &Layout, inputs: &ImageInputs<'_>) -> Result<WrittenI
         .base
         .and_then(|b| b.config.history().clone())
         .unwrap_or_default();
-    for (layer, blob) in inputs.layers {
-        diff_ids.push(blob.diff_id.clone());
+    for layer in inputs.layers {
+        diff_ids.push(layer.blob.diff_id.clone());
         let created_by = if layer.packages.is_empty() {
             "imgbuild: image files".to_string()
         } else {
@@ -188,7 +188,8 @@ pub fn write_image(layout: &Layout, inputs: &ImageInputs<'_>) -> Result<WrittenI
 
     let mut layer_descriptors: Vec<Descriptor> =
         inputs.base.map(|b| b.layers.clone()).unwrap_or_default();
-    for (layer, blob) in inputs.layers {
+    for layer in inputs.layers {
+        let blob = &layer.blob;
         let mut descriptor = Descriptor::new(
             MediaType::from(blob.media_type),
             blob.size,

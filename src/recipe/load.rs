@@ -15,6 +15,7 @@ use crate::cuda::compat::{
     CudaVersion, DriverVersion, Support, driver_cuda_version, minor_version_minimum,
     release_minimum, support,
 };
+use crate::layers::Compression;
 
 use super::{
     DEFAULT_CHANNEL_ALIAS, DEFAULT_LAYER_BUDGET, DEFAULT_PREFIX,
@@ -111,6 +112,8 @@ pub struct Recipe {
     pub labels: BTreeMap<String, String>,
     /// Most layers the image may have, base layers included.
     pub layer_budget: u32,
+    /// How new layers are compressed.
+    pub compression: Compression,
 }
 
 impl Recipe {
@@ -366,6 +369,16 @@ impl Checker {
             },
         };
 
+        let compression = match &file.layers.compression {
+            None => Compression::default(),
+            Some(name) => Compression::from_name(name.get_ref()).ok_or_else(|| {
+                self.error(
+                    name,
+                    "`layers.compression` must be `gzip` (read by every runtime) or `zstd` (smaller and faster; containerd 1.5+, podman, CRI-O)",
+                )
+            })?,
+        };
+
         Ok(Recipe {
             path: self.path.clone(),
             name,
@@ -389,6 +402,7 @@ impl Checker {
             user,
             labels: image.labels,
             layer_budget,
+            compression,
         })
     }
 

@@ -77,4 +77,6 @@ pub(crate) struct CudaSection {
 pub(crate) struct LayersSection {
     /// Layer budget, base layers included.
     pub max: Option<Spanned<i64>>,
+    /// Layer compression: `gzip` (default) or `zstd`.
+    pub compression: Option<Spanned<String>>,
 }

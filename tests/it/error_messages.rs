@@ -162,6 +162,14 @@ fn layers_max_out_of_range() {
 }
 
 #[test]
+fn unknown_compression() {
+    snapshot(
+        "unknown_compression",
+        &image("[layers]\ncompression = \"lz4\"\n"),
+    );
+}
+
+#[test]
 fn missing_image_section() {
     snapshot(
         "missing_image_section",

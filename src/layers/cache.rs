@@ -1,0 +1,179 @@
+//! The content-keyed layer cache: a layer whose inputs did not change is never compressed
+//! again. Shared by every recipe and matrix variant using the same cache directory.
+//!
+//! `<cache>/layers/blobs/<hex>` holds blobs named by digest; `<cache>/layers/keys/<key>.json`
+//! maps a layer key to the blob (digest, diff_id, sizes). Both are written complete under a
+//! temporary name and renamed into place, so a build killed at any moment leaves either
+//! nothing or a whole entry, and a key file only ever names a blob that is already there.
+//!
+//! The key of a package layer is the sha256 of everything that decides its bytes except
+//! the bytes of package files: imgbuild's version, the compressor, the entries' mtime and,
+//! for every tar entry, its path, kind, mode, size and link target, plus the full contents
+//! of the packages' `conda-meta/*.json` records. A record names its package archive by
+//! sha256 and lists each file's sha256 (after prefix replacement), and the in-image prefix
+//! is part of every path, so equal keys mean equal tars without reading the 2 GB of
+//! libraries again. Layers that hold no package record (the image's own files) are not
+//! cached: they are small and their bytes come from the build, not from packages.
+
+use std::{
+    io::Read,
+    path::{Path, PathBuf},
+};
+
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use super::{compress::Compression, plan::PlannedLayer, tar::Entry, write::LayerBlob};
+
+/// Bump when the tar writer or the planner change what a layer holds for the same inputs.
+const KEY_FORMAT: &str = "imgbuild-layer-key/1";
+
+/// What a key file records: enough to describe the blob without reading it.
+#[derive(Debug, Serialize, Deserialize)]
+struct CachedBlob {
+    digest: String,
+    diff_id: String,
+    size: u64,
+    tar_size: u64,
+}
+
+#[derive(Debug, Clone)]
+pub struct LayerCache {
+    blobs: PathBuf,
+    keys: PathBuf,
+}
+
+impl LayerCache {
+    /// The cache under `cache_dir`, created if missing.
+    pub fn open(cache_dir: &Path) -> std::io::Result<Self> {
+        let root = cache_dir.join("layers");
+        let cache = Self {
+            blobs: root.join("blobs"),
+            keys: root.join("keys"),
+        };
+        fs_err::create_dir_all(&cache.blobs)?;
+        fs_err::create_dir_all(&cache.keys)?;
+        Ok(cache)
+    }
+
+    fn key_path(&self, key: &str) -> PathBuf {
+        self.keys.join(format!("{key}.json"))
+    }
+
+    fn blob_path(&self, digest: &str) -> PathBuf {
+        self.blobs.join(digest.trim_start_matches("sha256:"))
+    }
+
+    /// The blob cached under `key`, linked into `blobs_dir`, or `None` on a miss. An entry
+    /// whose blob is missing or has the wrong size counts as a miss.
+    pub fn fetch(
+        &self,
+        key: &str,
+        compression: Compression,
+        blobs_dir: &Path,
+    ) -> std::io::Result<Option<LayerBlob>> {
+        let Ok(text) = fs_err::read_to_string(self.key_path(key)) else {
+            return Ok(None);
+        };
+        let Ok(cached) = serde_json::from_str::<CachedBlob>(&text) else {
+            tracing::warn!("ignoring unreadable layer cache entry {key}");
+            return Ok(None);
+        };
+        let source = self.blob_path(&cached.digest);
+        match fs_err::metadata(&source) {
+            Ok(meta) if meta.len() == cached.size => {}
+            _ => return Ok(None),
+        }
+        let target = blobs_dir.join(cached.digest.trim_start_matches("sha256:"));
+        crate::fs::link_or_copy(&source, &target)?;
+        Ok(Some(LayerBlob {
+            diff_id: cached.diff_id,
+            digest: cached.digest,
+            size: cached.size,
+            tar_size: cached.tar_size,
+            media_type: compression.media_type(),
+        }))
+    }
+
+    /// Records `blob`, already written at `blob_path`, under `key`.
+    pub fn store(&self, key: &str, blob: &LayerBlob, blob_path: &Path) -> std::io::Result<()> {
+        crate::fs::link_or_copy(blob_path, &self.blob_path(&blob.digest))?;
+        let cached = CachedBlob {
+            digest: blob.digest.clone(),
+            diff_id: blob.diff_id.clone(),
+            size: blob.size,
+            tar_size: blob.tar_size,
+        };
+        let json = serde_json::to_vec(&cached).map_err(std::io::Error::other)?;
+        crate::fs::write_atomic(&self.key_path(key), &json)
+    }
+}
+
+/// The cache key of a layer with these `entries`, or `None` when the layer is not one to
+/// cache (no package records in it).
+pub fn layer_key(
+    layer: &PlannedLayer,
+    entries: &[Entry],
+    compression: Compression,
+) -> std::io::Result<Option<String>> {
+    if layer.packages.is_empty() {
+        return Ok(None);
+    }
+    let records: Vec<String> = layer
+        .packages
+        .iter()
+        .map(|package| format!("/conda-meta/{package}.json"))
+        .collect();
+    let mut found = 0;
+    let mut hasher = Sha256::new();
+    let mut line = |value: serde_json::Value| {
+        hasher.update(value.to_string().as_bytes());
+        hasher.update(b"\n");
+    };
+    line(serde_json::json!([
+        KEY_FORMAT,
+        env!("CARGO_PKG_VERSION"),
+        compression.describe(),
+        layer.mtime
+    ]));
+    for entry in entries {
+        line(match entry {
+            Entry::Directory { path } => serde_json::json!(["d", path]),
+            Entry::Symlink { path, target } => {
+                serde_json::json!(["l", path, target.to_string_lossy()])
+            }
+            Entry::HardLink { path, mode, first } => serde_json::json!(["h", path, mode, first]),
+            Entry::File {
+                path,
+                mode,
+                size,
+                source,
+            } => {
+                if records.iter().any(|record| path.ends_with(record.as_str())) {
+                    found += 1;
+                    serde_json::json!(["f", path, mode, size, sha256_file(source)?])
+                } else {
+                    serde_json::json!(["f", path, mode, size])
+                }
+            }
+        });
+    }
+    // Without every package's record the files' contents are not pinned: no key.
+    if found != records.len() {
+        return Ok(None);
+    }
+    Ok(Some(hex::encode(hasher.finalize())))
+}
+
+fn sha256_file(path: &Path) -> std::io::Result<String> {
+    let mut file = fs_err::File::open(path)?;
+    let mut hasher = Sha256::new();
+    let mut buffer = vec![0; 64 * 1024];
+    loop {
+        let n = file.read(&mut buffer)?;
+        if n == 0 {
+            return Ok(hex::encode(hasher.finalize()));
+        }
+        hasher.update(&buffer[..n]);
+    }
+}
