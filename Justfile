@@ -27,6 +27,11 @@ demo:
     sed -i 's/"terminal":true/"terminal":false/; s/"terminal": true/"terminal": false/' images/.demo/bundle/config.json
     runc run --bundle images/.demo/bundle imgbuild-demo-$$ < /dev/null
 
-# Benchmarks (see issue 7): not written yet
-bench:
-    @echo "no benchmarks yet" && exit 1
+# Benchmark: a 2.65 GB torch + CUDA environment made from pinned PyPI wheels, built cold, warm,
+# as a no-op and after one small change, and pushed unchanged; against tar|gzip -6, tar|pigz,
+# tar|zstd -3, umoci repack and imgbuild's own compressor on the same bytes in memory. Replaces
+# this checkout's section of docs/benchmarks.md. Needs: apt-get install pigz zstd umoci
+# docker-registry time. Pass e.g. `--imgbuild OLD_BINARY --label before` to measure another build.
+bench *ARGS:
+    cargo build --release --bin imgbuild --example bench
+    cargo run --release --quiet --example bench -- --out docs/benchmarks.md {{ARGS}}

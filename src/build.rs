@@ -345,6 +345,13 @@ async fn obtain_lock(
                 |f| f.to_string_lossy().into_owned(),
             );
             lock.write(&lock_path, &recipe_file)?;
+            // Build from the lock as it reads back, not from the solver's records: the lock
+            // keeps fewer fields (no `arch`/`platform`, which some channels leave to be
+            // derived), and a build from a fresh solve must equal any later build from its
+            // lock.
+            let lock = Lock::read(&lock_path)?.ok_or_else(|| BuildError::LockMissing {
+                path: lock_path.clone(),
+            })?;
             let packages = lock.records.len();
             Ok((
                 lock,

@@ -104,3 +104,32 @@ fn a_package_shared_by_two_recipes_has_one_layer_digest() {
             .all(|(_, d)| !other_digests.contains(&d))
     );
 }
+
+/// A package whose repodata record has no `arch`/`platform` (many channels omit them; the
+/// solver fills them in from the subdir, the lock file does not keep them): the build that
+/// solves and writes the lock and a later build from that lock must give the same image.
+#[test]
+fn fresh_solve_and_reused_lock_give_the_same_image() {
+    use crate::support::hostile::{Channel, Package, Raw};
+
+    let project = Project::new();
+    let channel_dir = project.path().join("channel");
+    let mut channel = Channel::new(&channel_dir);
+    let package = Package::new(
+        "plain",
+        &[],
+        false,
+        vec![Raw::file("share/plain.txt", "x\n")],
+    );
+    let mut index: serde_json::Value = serde_json::from_slice(&package.info[0].1).unwrap();
+    index.as_object_mut().unwrap().remove("arch");
+    index.as_object_mut().unwrap().remove("platform");
+    let package = package.with_info("index.json", serde_json::to_vec(&index).unwrap());
+    channel.add("plain-1.0-h0_0.tar.bz2", &index, &package.tar_bz2(), |_| {});
+    channel.finish();
+    project.write_recipe(&tiny_recipe(&channel_dir, "plain", &["plain"]));
+
+    let solved = project.build(&[]).success();
+    let from_lock = project.build(&["--locked", "-o", "images/again"]).success();
+    assert_eq!(solved.digest(), from_lock.digest());
+}

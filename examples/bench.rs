@@ -1,0 +1,895 @@
+//! `just bench`: builds a realistic PyTorch + CUDA environment from public bytes and measures
+//! imgbuild against the baselines on the same bytes, in one run. See `docs/benchmarks.md`.
+//!
+//! ```text
+//! cargo build --release && cargo run --release --example bench -- [--imgbuild PATH] [--out FILE]
+//! ```
+//!
+//! The environment: conda packages made here from real PyPI wheels, each pinned by sha256
+//! (torch 2.1.0, cuDNN 8.9.2.26, CUDA runtime and NVRTC 12.1.105; 2.65 GB installed), plus a
+//! tiny `app` package in two versions for the "one small package changed" rebuild. Work
+//! files live under `$IMGBUILD_BENCH_DIR` (default `~/.cache/imgbuild/bench`): the wheels and
+//! packages are made once and reused.
+//!
+//! Needs: `pigz`, `zstd`, `gzip`, `tar`, `umoci`, `docker-registry` and GNU `time` on PATH
+//! (`apt-get install pigz zstd umoci docker-registry time`).
+
+#![allow(clippy::print_stdout, clippy::print_stderr)] // a command-line tool prints its result
+
+#[allow(dead_code)]
+#[path = "../tests/support/channel.rs"]
+mod channel;
+
+use std::{
+    fmt::Write as _,
+    io::{Read, Write},
+    path::{Path, PathBuf},
+    process::{Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context, bail, ensure};
+use channel::PinnedWheel;
+use imgbuild::layers::compress::{CompressPool, Compression};
+use rattler_conda_types::compression_level::CompressionLevel;
+use sha2::{Digest, Sha256};
+
+const TORCH: PinnedWheel = PinnedWheel {
+    file_name: "torch-2.1.0-cp39-cp39-manylinux1_x86_64.whl",
+    url: "https://files.pythonhosted.org/packages/d3/fa/93f3ef65dee8947d8f54eb876ab57a8b019845a45dc07546e2ac214da97b/torch-2.1.0-cp39-cp39-manylinux1_x86_64.whl",
+    sha256: "556d8dd3e0c290ed9d4d7de598a213fb9f7c59135b4fee144364a8a887016a55",
+};
+const CUDNN: PinnedWheel = PinnedWheel {
+    file_name: "nvidia_cudnn_cu12-8.9.2.26-py3-none-manylinux1_x86_64.whl",
+    url: "https://files.pythonhosted.org/packages/ff/74/a2e2be7fb83aaedec84f391f082cf765dfb635e7caa9b49065f73e4835d8/nvidia_cudnn_cu12-8.9.2.26-py3-none-manylinux1_x86_64.whl",
+    sha256: "5ccb288774fdfb07a7e7025ffec286971c06d8d7b4fb162525334616d7629ff9",
+};
+const CUDART: PinnedWheel = PinnedWheel {
+    file_name: "nvidia_cuda_runtime_cu12-12.1.105-py3-none-manylinux1_x86_64.whl",
+    url: "https://files.pythonhosted.org/packages/eb/d5/c68b1d2cdfcc59e72e8a5949a37ddb22ae6cade80cd4a57a84d4c8b55472/nvidia_cuda_runtime_cu12-12.1.105-py3-none-manylinux1_x86_64.whl",
+    sha256: "6e258468ddf5796e25f1dc591a31029fa317d97a0a94ed93468fc86301d61e40",
+};
+const NVRTC: PinnedWheel = PinnedWheel {
+    file_name: "nvidia_cuda_nvrtc_cu12-12.1.105-py3-none-manylinux1_x86_64.whl",
+    url: "https://files.pythonhosted.org/packages/b6/9f/c64c03f49d6fbc56196664d05dba14e3a561038a81a638eeb47f4d4cfd48/nvidia_cuda_nvrtc_cu12-12.1.105-py3-none-manylinux1_x86_64.whl",
+    sha256: "339b385f50c309763ca65456ec75e17bbefcbbf2893f462cb8b90584cd27a1c2",
+};
+
+/// Bump when the packages made from the wheels change, so old ones are not reused.
+const CHANNEL_VERSION: &str = "v1";
+const PREFIX: &str = "opt/conda";
+
+/// Where a wheel member goes in the conda prefix, or `None` to leave it out.
+type Placement = fn(&str) -> Option<String>;
+
+fn nvidia_libraries(member: &str) -> Option<String> {
+    // nvidia/<component>/lib/libX.so.N → lib/libX.so.N, include → include.
+    let rest = member.strip_prefix("nvidia/")?;
+    let (_, inside) = rest.split_once('/')?;
+    (inside.starts_with("lib/") || inside.starts_with("include/")).then(|| inside.to_string())
+}
+
+fn site_packages(member: &str) -> Option<String> {
+    Some(format!("lib/python3.9/site-packages/{member}"))
+}
+
+struct PackageSpec {
+    wheel: PinnedWheel,
+    name: &'static str,
+    version: &'static str,
+    depends: &'static [&'static str],
+    place: Placement,
+}
+
+const PACKAGES: &[PackageSpec] = &[
+    PackageSpec {
+        wheel: CUDART,
+        name: "cuda-cudart",
+        version: "12.1.105",
+        depends: &[],
+        place: nvidia_libraries,
+    },
+    PackageSpec {
+        wheel: NVRTC,
+        name: "cuda-nvrtc",
+        version: "12.1.105",
+        depends: &[],
+        place: nvidia_libraries,
+    },
+    PackageSpec {
+        wheel: CUDNN,
+        name: "cudnn",
+        version: "8.9.2.26",
+        depends: &["cuda-cudart 12.1.*"],
+        place: nvidia_libraries,
+    },
+    PackageSpec {
+        wheel: TORCH,
+        name: "pytorch",
+        version: "2.1.0",
+        depends: &["cudnn 8.9.*", "cuda-cudart 12.1.*", "cuda-nvrtc 12.1.*"],
+        place: site_packages,
+    },
+];
+
+struct Args {
+    imgbuild: PathBuf,
+    out: Option<PathBuf>,
+    label: String,
+}
+
+fn parse_args() -> anyhow::Result<Args> {
+    let mut imgbuild = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/release/imgbuild");
+    if let Some(dir) = std::env::var_os("CARGO_TARGET_DIR") {
+        imgbuild = Path::new(&dir).join("release/imgbuild");
+    }
+    let mut out = None;
+    let mut label = "imgbuild (this checkout)".to_string();
+    let mut args = std::env::args().skip(1);
+    while let Some(arg) = args.next() {
+        match arg.as_str() {
+            "--imgbuild" => imgbuild = args.next().context("--imgbuild PATH")?.into(),
+            "--out" => out = Some(args.next().context("--out FILE")?.into()),
+            "--label" => label = args.next().context("--label TEXT")?,
+            other => {
+                bail!("unknown argument `{other}` (--imgbuild PATH, --out FILE, --label TEXT)")
+            }
+        }
+    }
+    ensure!(
+        imgbuild.is_file(),
+        "{} not found: run `cargo build --release` first",
+        imgbuild.display()
+    );
+    Ok(Args {
+        imgbuild,
+        out,
+        label,
+    })
+}
+
+fn main() -> anyhow::Result<()> {
+    let args = parse_args()?;
+    for tool in [
+        "pigz",
+        "zstd",
+        "gzip",
+        "tar",
+        "umoci",
+        "docker-registry",
+        "/usr/bin/time",
+    ] {
+        ensure!(
+            Command::new("sh")
+                .arg("-c")
+                .arg(format!("command -v {tool}"))
+                .stdout(Stdio::null())
+                .status()?
+                .success(),
+            "`{tool}` is needed: apt-get install pigz zstd umoci docker-registry time"
+        );
+    }
+    let work = std::env::var_os("IMGBUILD_BENCH_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| home().join(".cache/imgbuild/bench"));
+    fs_err::create_dir_all(&work)?;
+    let channel = prepare_channel(&work)?;
+    let jobs = std::thread::available_parallelism().map_or(2, |n| n.get());
+
+    let run_dir = work.join("run");
+    if run_dir.exists() {
+        fs_err::remove_dir_all(&run_dir)?;
+    }
+    fs_err::create_dir_all(run_dir.join("recipes"))?;
+    let bench = Bench {
+        imgbuild: args.imgbuild.clone(),
+        dir: run_dir.clone(),
+        cache: run_dir.join("cache"),
+    };
+    let mut rows: Vec<Row> = Vec::new();
+
+    // --- imgbuild, gzip ---------------------------------------------------------------
+    bench.write_recipe("bench", &channel, "1.0", "gzip")?;
+    let cold = bench.measure(
+        "cold build (empty caches), gzip",
+        &["build", "recipes/bench.toml"],
+    )?;
+    let installed = installed_bytes(&run_dir.join("images/bench"))?;
+    rows.push(cold);
+    bench.forget_layers("bench")?;
+    let warm = bench.measure(
+        "warm build (packages cached, layers not), gzip",
+        &["build", "recipes/bench.toml"],
+    )?;
+    let warm_gzip = warm.seconds;
+    rows.push(warm);
+    let noop = bench.measure("no-op rebuild", &["build", "recipes/bench.toml"])?;
+    let noop_seconds = noop.seconds;
+    rows.push(noop);
+    bench.write_recipe("bench", &channel, "1.1", "gzip")?;
+    let small = bench.measure(
+        "rebuild after one small package changed (app 1.0 → 1.1)",
+        &["build", "recipes/bench.toml"],
+    )?;
+    let small_seconds = small.seconds;
+    rows.push(small);
+
+    // Push: the first push uploads everything (not timed), the second finds it all there.
+    let registry = Registry::start(&run_dir.join("registry"))?;
+    let reference = format!("{}/bench:v1", registry.host);
+    bench.run(&["push", "images/bench", &reference, "--insecure"])?;
+    let push = bench.measure(
+        "push of an unchanged image to a local registry",
+        &["push", "images/bench", &reference, "--insecure"],
+    )?;
+    let push_seconds = push.seconds;
+    rows.push(push);
+    drop(registry);
+
+    // --- imgbuild, zstd ---------------------------------------------------------------
+    // A binary without `[layers] compression` (older imgbuild) has no zstd row.
+    bench.write_recipe("bench-zstd", &channel, "1.1", "zstd")?;
+    bench.forget_layers("bench-zstd")?;
+    let warm_zstd_seconds = match bench.measure(
+        "warm build (packages cached, layers not), zstd",
+        &["build", "recipes/bench-zstd.toml"],
+    ) {
+        Ok(row) => {
+            let seconds = row.seconds;
+            rows.push(row);
+            Some(seconds)
+        }
+        Err(err) => {
+            eprintln!("no zstd build: {err:#}");
+            None
+        }
+    };
+
+    // --- baselines on the same bytes ----------------------------------------------------
+    // The image's files, unpacked by umoci from the gzip image: the same bytes imgbuild tars.
+    let bundle = run_dir.join("bundle");
+    run_quiet(Command::new("umoci").args([
+        "unpack",
+        "--image",
+        &format!("{}:latest", run_dir.join("images/bench").display()),
+        bundle.to_str().context("utf-8 path")?,
+    ]))?;
+    let rootfs = bundle.join("rootfs");
+    let tar_cmd = format!("tar -C {} --sort=name -cf - {PREFIX}", rootfs.display());
+    let gzip_row = shell_row("tar | gzip -6", &format!("{tar_cmd} | gzip -6 > /dev/null"))?;
+    let pigz_row = shell_row(
+        &format!("tar | pigz -6 -p{jobs}"),
+        &format!("{tar_cmd} | pigz -6 -p{jobs} > /dev/null"),
+    )?;
+    let zstd_row = shell_row(
+        &format!("tar | zstd -3 -T{jobs}"),
+        &format!("{tar_cmd} | zstd -q -3 -T{jobs} > /dev/null"),
+    )?;
+
+    // The limit: our own compressor on a tar of the same bytes already in memory.
+    let tar = read_all(Command::new("sh").arg("-c").arg(&tar_cmd))?;
+    let tar_bytes = tar.len() as u64;
+    let in_memory_gzip = compress_in_memory(&tar, Compression::Gzip, jobs)?;
+    let in_memory_zstd = compress_in_memory(&tar, Compression::Zstd, jobs)?;
+    drop(tar);
+
+    let umoci_row = umoci_baseline(&run_dir, &rootfs)?;
+    let gzip_s = gzip_row.seconds;
+    let pigz_s = pigz_row.seconds;
+    let zstd_s = zstd_row.seconds;
+    let umoci_s = umoci_row.seconds;
+    rows.push(Row::plain(
+        &format!("imgbuild's gzip on the tar in memory ({jobs} threads)"),
+        in_memory_gzip,
+    ));
+    rows.push(Row::plain(
+        &format!("imgbuild's zstd on the tar in memory ({jobs} threads)"),
+        in_memory_zstd,
+    ));
+    rows.extend([gzip_row, pigz_row, zstd_row, umoci_row]);
+
+    // --- report -------------------------------------------------------------------------
+    let peak_rss = rows
+        .iter()
+        .filter(|r| r.imgbuild)
+        .filter_map(|r| r.peak_rss_kb)
+        .max()
+        .unwrap_or(0);
+    let ratios = [
+        Ratio::at_most(
+            "warm gzip build ÷ imgbuild's gzip on the tar in memory",
+            warm_gzip / in_memory_gzip,
+            1.2,
+        ),
+        Ratio::at_most(
+            "warm zstd build ÷ imgbuild's zstd on the tar in memory",
+            warm_zstd_seconds.map_or(f64::NAN, |s| s / in_memory_zstd),
+            1.2,
+        ),
+        Ratio::at_most(
+            &format!("warm gzip build ÷ tar | pigz -6 -p{jobs}"),
+            warm_gzip / pigz_s,
+            0.5,
+        ),
+        Ratio::at_most(
+            &format!("warm zstd build ÷ tar | zstd -3 -T{jobs}"),
+            warm_zstd_seconds.map_or(f64::NAN, |s| s / zstd_s),
+            1.3,
+        ),
+        Ratio::at_least("umoci repack ÷ warm gzip build", umoci_s / warm_gzip, 3.0),
+        Ratio::at_most(
+            "one small package changed ÷ warm gzip build",
+            small_seconds / warm_gzip,
+            0.05,
+        ),
+        Ratio::at_most(
+            "no-op rebuild ÷ warm gzip build",
+            noop_seconds / warm_gzip,
+            0.02,
+        ),
+        Ratio::at_most(
+            "push of an unchanged image ÷ warm gzip build",
+            push_seconds / warm_gzip,
+            0.02,
+        ),
+        Ratio::at_most(
+            "peak RSS of any imgbuild run (MB)",
+            peak_rss as f64 / 1000.0,
+            300.0,
+        ),
+    ];
+    let report = render(
+        &args.label,
+        &args.imgbuild,
+        installed,
+        tar_bytes,
+        gzip_s,
+        &rows,
+        &ratios,
+    )?;
+    println!("{report}");
+    if let Some(out) = &args.out {
+        replace_section(out, &args.label, &report)?;
+        eprintln!("written to {}", out.display());
+    }
+    Ok(())
+}
+
+/// Puts `report` into `file` between the markers of `label`, replacing an earlier run with
+/// the same label and keeping everything else (prose, other labels' tables).
+fn replace_section(file: &Path, label: &str, report: &str) -> anyhow::Result<()> {
+    let begin = format!("<!-- bench: {label} -->");
+    let end = format!("<!-- /bench: {label} -->");
+    let section = format!("{begin}\n{report}{end}");
+    let text = fs_err::read_to_string(file).unwrap_or_default();
+    let text = match (text.find(&begin), text.find(&end)) {
+        (Some(start), Some(stop)) if stop > start => {
+            format!("{}{section}{}", &text[..start], &text[stop + end.len()..])
+        }
+        _ => format!("{text}\n{section}\n"),
+    };
+    fs_err::write(file, text)?;
+    Ok(())
+}
+
+fn home() -> PathBuf {
+    std::env::var_os("HOME").map_or_else(|| PathBuf::from("/root"), PathBuf::from)
+}
+
+// --- the channel --------------------------------------------------------------------------
+
+/// Makes (once) the local channel of packages made from the pinned wheels.
+fn prepare_channel(work: &Path) -> anyhow::Result<PathBuf> {
+    let channel = work.join(format!("channel-{CHANNEL_VERSION}"));
+    let done = channel.join(".complete");
+    if done.exists() {
+        return Ok(channel);
+    }
+    if channel.exists() {
+        fs_err::remove_dir_all(&channel)?;
+    }
+    let linux64 = channel.join("linux-64");
+    fs_err::create_dir_all(&linux64)?;
+    fs_err::create_dir_all(channel.join("noarch"))?;
+    let wheels = work.join("wheels");
+    for spec in PACKAGES {
+        eprintln!(
+            "preparing {} {} from {}",
+            spec.name, spec.version, spec.wheel.file_name
+        );
+        let wheel = channel::fetch_wheel(&wheels, &spec.wheel)?;
+        let staging = tempfile::tempdir_in(work)?;
+        unpack_wheel(&wheel, staging.path(), spec.place)?;
+        write_conda(
+            staging.path(),
+            &linux64,
+            spec.name,
+            spec.version,
+            spec.depends,
+        )?;
+    }
+    for version in ["1.0", "1.1"] {
+        let staging = tempfile::tempdir_in(work)?;
+        let dir = staging.path().join("share/app");
+        fs_err::create_dir_all(&dir)?;
+        fs_err::write(dir.join("VERSION"), format!("app {version}\n"))?;
+        write_conda(staging.path(), &linux64, "app", version, &["pytorch 2.1.*"])?;
+    }
+    channel::index_channel(&channel)?;
+    fs_err::write(&done, "")?;
+    Ok(channel)
+}
+
+/// Extracts the wheel members `place` keeps into `dir`, streaming (torch's libraries are
+/// hundreds of MB each).
+fn unpack_wheel(wheel: &Path, dir: &Path, place: Placement) -> anyhow::Result<()> {
+    let mut zip = zip::ZipArchive::new(fs_err::File::open(wheel)?)?;
+    for i in 0..zip.len() {
+        let mut member = zip.by_index(i)?;
+        if member.is_dir() {
+            continue;
+        }
+        let name = member.name()?.into_owned();
+        let Some(target) = place(&name) else {
+            continue;
+        };
+        ensure!(
+            !target.split('/').any(|c| c == ".." || c.is_empty()),
+            "odd wheel member {name}"
+        );
+        let path = dir.join(&target);
+        fs_err::create_dir_all(path.parent().expect("has a parent"))?;
+        let executable =
+            member.unix_mode().is_some_and(|m| m & 0o111 != 0) || target.contains(".so");
+        let mut out = fs_err::File::create(&path)?;
+        std::io::copy(&mut member, &mut out)?;
+        use std::os::unix::fs::PermissionsExt;
+        let mode = if executable { 0o755 } else { 0o644 };
+        fs_err::set_permissions(&path, std::fs::Permissions::from_mode(mode))?;
+    }
+    Ok(())
+}
+
+/// Writes `dir` as the conda package `name-version-h0_0.conda` into `subdir_dir`.
+fn write_conda(
+    dir: &Path,
+    subdir_dir: &Path,
+    name: &str,
+    version: &str,
+    depends: &[&str],
+) -> anyhow::Result<()> {
+    let mut files: Vec<PathBuf> = walkdir::WalkDir::new(dir)
+        .sort_by_file_name()
+        .into_iter()
+        .filter_map(Result::ok)
+        .filter(|e| e.file_type().is_file())
+        .map(|e| e.into_path())
+        .collect();
+    files.sort();
+    let mut records = Vec::new();
+    for file in &files {
+        let relative = file.strip_prefix(dir)?.to_str().context("utf-8 path")?;
+        let (sha256, size) = sha256_file(file)?;
+        records.push(serde_json::json!({
+            "_path": relative,
+            "path_type": "hardlink",
+            "sha256": sha256,
+            "size_in_bytes": size,
+        }));
+    }
+    let info = dir.join("info");
+    fs_err::create_dir_all(&info)?;
+    let index = serde_json::json!({
+        "name": name,
+        "version": version,
+        "build": "h0_0",
+        "build_number": 0,
+        "subdir": "linux-64",
+        "depends": depends,
+        "license": "see the wheel's own license",
+        "timestamp": 1_700_000_000_000u64,
+    });
+    let paths_json = serde_json::json!({ "paths": records, "paths_version": 1 });
+    fs_err::write(
+        info.join("index.json"),
+        serde_json::to_string_pretty(&index)?,
+    )?;
+    fs_err::write(
+        info.join("paths.json"),
+        serde_json::to_string_pretty(&paths_json)?,
+    )?;
+    files.push(info.join("index.json"));
+    files.push(info.join("paths.json"));
+
+    let stem = format!("{name}-{version}-h0_0");
+    let out = subdir_dir.join(format!("{stem}.conda"));
+    let timestamp: jiff::Timestamp = "2023-11-14T22:13:20Z".parse()?;
+    rattler_package_streaming::write::write_conda_package(
+        fs_err::File::create(&out)?,
+        dir,
+        &files,
+        CompressionLevel::Numeric(3),
+        Some(2),
+        &stem,
+        Some(&timestamp),
+        None,
+    )?;
+    Ok(())
+}
+
+fn sha256_file(path: &Path) -> anyhow::Result<(String, u64)> {
+    let mut file = fs_err::File::open(path)?;
+    let mut hasher = Sha256::new();
+    let mut buffer = vec![0; 1 << 20];
+    let mut size = 0;
+    loop {
+        let n = file.read(&mut buffer)?;
+        if n == 0 {
+            return Ok((hex::encode(hasher.finalize()), size));
+        }
+        size += n as u64;
+        hasher.update(&buffer[..n]);
+    }
+}
+
+// --- running and measuring ---------------------------------------------------------------
+
+struct Bench {
+    imgbuild: PathBuf,
+    dir: PathBuf,
+    cache: PathBuf,
+}
+
+impl Bench {
+    fn write_recipe(
+        &self,
+        name: &str,
+        channel: &Path,
+        app: &str,
+        compression: &str,
+    ) -> anyhow::Result<()> {
+        let url = url::Url::from_directory_path(channel)
+            .map_err(|()| anyhow::anyhow!("channel path must be absolute"))?;
+        // gzip is the default: leaving the key out lets older binaries build the recipe.
+        let layers = match compression {
+            "gzip" => String::new(),
+            other => format!("\n[layers]\ncompression = \"{other}\"\n"),
+        };
+        fs_err::write(
+            self.dir.join(format!("recipes/{name}.toml")),
+            format!(
+                "[image]\nname = \"{name}\"\nbase = \"scratch\"\n\n[conda]\nchannels = [\"{url}\"]\n\
+                 dependencies = [\"pytorch 2.1.0\", \"app {app}\"]\n{layers}"
+            ),
+        )?;
+        Ok(())
+    }
+
+    /// Drops the layer cache, the no-op records and the image `name`, keeping the package
+    /// cache: the next build of `name` compresses every layer again.
+    fn forget_layers(&self, name: &str) -> anyhow::Result<()> {
+        for path in [
+            self.cache.join("layers"),
+            self.cache.join("builds"),
+            self.dir.join("images").join(name),
+        ] {
+            if path.exists() {
+                fs_err::remove_dir_all(&path)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn command(&self, args: &[&str]) -> Command {
+        let mut command = Command::new("/usr/bin/time");
+        command
+            .arg("-f")
+            .arg("%e %M")
+            .arg("-o")
+            .arg(self.dir.join("time.txt"))
+            .arg(&self.imgbuild)
+            .arg("--quiet")
+            .args(args)
+            .current_dir(&self.dir)
+            .env("IMGBUILD_CACHE_DIR", &self.cache)
+            .env_remove("SOURCE_DATE_EPOCH");
+        command
+    }
+
+    fn run(&self, args: &[&str]) -> anyhow::Result<()> {
+        run_quiet(&mut self.command(args))
+    }
+
+    fn measure(&self, what: &str, args: &[&str]) -> anyhow::Result<Row> {
+        eprintln!("measuring: {what}");
+        sync_and_settle();
+        run_quiet(&mut self.command(args))?;
+        let text = fs_err::read_to_string(self.dir.join("time.txt"))?;
+        let (seconds, rss) = text
+            .lines()
+            .last()
+            .and_then(|l| l.split_once(' '))
+            .context("GNU time output")?;
+        Ok(Row {
+            what: what.to_string(),
+            seconds: seconds.trim().parse()?,
+            peak_rss_kb: Some(rss.trim().parse()?),
+            imgbuild: true,
+        })
+    }
+}
+
+/// Writes dirty pages out before a timed run, so one run's writeback is not billed to the
+/// next.
+fn sync_and_settle() {
+    let _ = Command::new("sync").status();
+}
+
+fn run_quiet(command: &mut Command) -> anyhow::Result<()> {
+    let output = command.output()?;
+    ensure!(
+        output.status.success(),
+        "{command:?} failed:\n{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    Ok(())
+}
+
+fn read_all(command: &mut Command) -> anyhow::Result<Vec<u8>> {
+    let output = command.stderr(Stdio::inherit()).output()?;
+    ensure!(output.status.success(), "{command:?} failed");
+    Ok(output.stdout)
+}
+
+/// A shell pipeline timed by GNU time (wall seconds, peak RSS of the largest process).
+fn shell_row(what: &str, script: &str) -> anyhow::Result<Row> {
+    eprintln!("measuring: {what}");
+    sync_and_settle();
+    let started = Instant::now();
+    let status = Command::new("bash")
+        .arg("-o")
+        .arg("pipefail")
+        .arg("-c")
+        .arg(script)
+        .status()?;
+    ensure!(status.success(), "`{script}` failed");
+    Ok(Row::plain(what, started.elapsed().as_secs_f64()))
+}
+
+/// Seconds imgbuild's own compressor takes on `tar`, fed in 1 MiB writes, `threads` threads.
+fn compress_in_memory(tar: &[u8], compression: Compression, threads: usize) -> anyhow::Result<f64> {
+    eprintln!("measuring: {} on the tar in memory", compression.name());
+    let pool = CompressPool::new(threads)?;
+    let started = Instant::now();
+    let mut writer = pool.writer(compression, std::io::sink())?;
+    for chunk in tar.chunks(1 << 20) {
+        writer.write_all(chunk)?;
+    }
+    writer.finish()?;
+    Ok(started.elapsed().as_secs_f64())
+}
+
+/// umoci building an image of the same prefix: a new image, the prefix copied into its
+/// bundle, `umoci repack` (tar + gzip + digests) timed.
+fn umoci_baseline(run_dir: &Path, rootfs: &Path) -> anyhow::Result<Row> {
+    let layout = run_dir.join("umoci-layout");
+    let bundle = run_dir.join("umoci-bundle");
+    let image = format!("{}:bench", layout.display());
+    run_quiet(Command::new("umoci").args(["init", "--layout", layout.to_str().context("utf-8")?]))?;
+    run_quiet(Command::new("umoci").args(["new", "--image", &image]))?;
+    run_quiet(Command::new("umoci").args([
+        "unpack",
+        "--image",
+        &image,
+        bundle.to_str().context("utf-8")?,
+    ]))?;
+    run_quiet(
+        Command::new("cp")
+            .arg("-a")
+            .arg(rootfs.join("opt"))
+            .arg(bundle.join("rootfs")),
+    )?;
+    eprintln!("measuring: umoci repack");
+    sync_and_settle();
+    let started = Instant::now();
+    run_quiet(Command::new("umoci").args([
+        "repack",
+        "--image",
+        &image,
+        bundle.to_str().context("utf-8")?,
+    ]))?;
+    Ok(Row::plain(
+        "umoci repack of the same prefix (umoci 0.4.7)",
+        started.elapsed().as_secs_f64(),
+    ))
+}
+
+/// Bytes of file data in the image's layers (the uncompressed tar sizes, from the layout).
+fn installed_bytes(layout: &Path) -> anyhow::Result<u64> {
+    let index: serde_json::Value =
+        serde_json::from_slice(&fs_err::read(layout.join("index.json"))?)?;
+    let blob = |digest: &str| layout.join("blobs/sha256").join(&digest[7..]);
+    let manifest: serde_json::Value = serde_json::from_slice(&fs_err::read(blob(
+        index["manifests"][0]["digest"]
+            .as_str()
+            .context("manifest")?,
+    ))?)?;
+    let mut total = 0u64;
+    for layer in manifest["layers"].as_array().context("layers")? {
+        let digest = layer["digest"].as_str().context("digest")?;
+        let mut reader = flate2::read::MultiGzDecoder::new(std::io::BufReader::new(
+            fs_err::File::open(blob(digest))?,
+        ));
+        total += std::io::copy(&mut reader, &mut std::io::sink())?;
+    }
+    Ok(total)
+}
+
+// --- the registry ------------------------------------------------------------------------
+
+struct Registry {
+    host: String,
+    child: std::process::Child,
+}
+
+impl Registry {
+    fn start(dir: &Path) -> anyhow::Result<Registry> {
+        fs_err::create_dir_all(dir)?;
+        let port = std::net::TcpListener::bind("127.0.0.1:0")?
+            .local_addr()?
+            .port();
+        let config = dir.join("config.yml");
+        fs_err::write(
+            &config,
+            format!(
+                "version: 0.1\nlog:\n  level: error\nstorage:\n  filesystem:\n    rootdirectory: {}\nhttp:\n  addr: 127.0.0.1:{port}\n",
+                dir.join("data").display()
+            ),
+        )?;
+        let child = Command::new("docker-registry")
+            .arg("serve")
+            .arg(&config)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()?;
+        let host = format!("127.0.0.1:{port}");
+        let started = Instant::now();
+        while std::net::TcpStream::connect(&host).is_err() {
+            ensure!(
+                started.elapsed() < Duration::from_secs(20),
+                "docker-registry did not start"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Ok(Registry { host, child })
+    }
+}
+
+impl Drop for Registry {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+// --- the report --------------------------------------------------------------------------
+
+struct Row {
+    what: String,
+    seconds: f64,
+    peak_rss_kb: Option<u64>,
+    /// An imgbuild run (its RSS counts against the 300 MB target).
+    imgbuild: bool,
+}
+
+impl Row {
+    fn plain(what: &str, seconds: f64) -> Row {
+        Row {
+            what: what.to_string(),
+            seconds,
+            peak_rss_kb: None,
+            imgbuild: false,
+        }
+    }
+}
+
+struct Ratio {
+    what: String,
+    value: f64,
+    target: String,
+    met: bool,
+}
+
+impl Ratio {
+    fn at_most(what: &str, value: f64, limit: f64) -> Ratio {
+        Ratio {
+            what: what.to_string(),
+            value,
+            target: format!("≤ {limit}"),
+            met: value <= limit,
+        }
+    }
+
+    fn at_least(what: &str, value: f64, limit: f64) -> Ratio {
+        Ratio {
+            what: what.to_string(),
+            value,
+            target: format!("≥ {limit}"),
+            met: value >= limit,
+        }
+    }
+}
+
+fn render(
+    label: &str,
+    imgbuild: &Path,
+    installed: u64,
+    tar_bytes: u64,
+    gzip_seconds: f64,
+    rows: &[Row],
+    ratios: &[Ratio],
+) -> anyhow::Result<String> {
+    let mut out = String::new();
+    writeln!(out, "### {label}\n")?;
+    writeln!(out, "{}\n", machine()?)?;
+    writeln!(
+        out,
+        "Binary: `{}`. Environment: torch 2.1.0, cuDNN 8.9.2.26, CUDA runtime + NVRTC 12.1.105 \
+         and `app`, {:.2} GB in the image's layers; the baselines' tar of the prefix is {:.2} GB \
+         (`tar | gzip -6` ran at {:.1} MB/s).\n",
+        imgbuild.display(),
+        installed as f64 / 1e9,
+        tar_bytes as f64 / 1e9,
+        tar_bytes as f64 / 1e6 / gzip_seconds,
+    )?;
+    writeln!(out, "| run | wall s | peak RSS MB |")?;
+    writeln!(out, "|---|---:|---:|")?;
+    for row in rows {
+        let rss = row
+            .peak_rss_kb
+            .map_or("".to_string(), |kb| format!("{:.0}", kb as f64 / 1000.0));
+        writeln!(out, "| {} | {:.2} | {rss} |", row.what, row.seconds)?;
+    }
+    writeln!(out, "\n| ratio | value | target | met |")?;
+    writeln!(out, "|---|---:|---|---|")?;
+    for ratio in ratios {
+        let (value, met) = if ratio.value.is_nan() {
+            ("n/a".to_string(), "n/a")
+        } else {
+            (
+                format!("{:.3}", ratio.value),
+                if ratio.met { "yes" } else { "**no**" },
+            )
+        };
+        writeln!(
+            out,
+            "| {} | {value} | {} | {met} |",
+            ratio.what, ratio.target
+        )?;
+    }
+    Ok(out)
+}
+
+fn machine() -> anyhow::Result<String> {
+    let cpuinfo = fs_err::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let model = cpuinfo
+        .lines()
+        .find_map(|l| l.strip_prefix("model name"))
+        .map(|l| l.trim_start_matches([' ', '\t', ':']).to_string())
+        .unwrap_or_else(|| "unknown CPU".into());
+    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
+    let meminfo = fs_err::read_to_string("/proc/meminfo").unwrap_or_default();
+    let mem_kb: u64 = meminfo
+        .lines()
+        .find_map(|l| l.strip_prefix("MemTotal:"))
+        .and_then(|l| l.trim().trim_end_matches(" kB").parse().ok())
+        .unwrap_or(0);
+    let kernel = fs_err::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    Ok(format!(
+        "Machine: {model}, {cores} cores, {:.1} GiB RAM, Linux {}; measured {}.",
+        mem_kb as f64 / 1024.0 / 1024.0,
+        kernel.trim(),
+        jiff::Timestamp::now().strftime("%Y-%m-%d %H:%M UTC"),
+    ))
+}
