@@ -46,7 +46,16 @@ impl Staging {
             // A hard link never replaces an existing file, so the locked inode appears under
             // its real name atomically or not at all; the temporary name then goes.
             match std::fs::hard_link(temp.path(), &lock_path) {
-                Err(err) if err.kind() == std::io::ErrorKind::AlreadyExists => continue,
+                // Taken by another build; or our temporary file was swept by a build that
+                // locked it in the instant before we did: try a new name.
+                Err(err)
+                    if matches!(
+                        err.kind(),
+                        std::io::ErrorKind::AlreadyExists | std::io::ErrorKind::NotFound
+                    ) =>
+                {
+                    continue;
+                }
                 result => result?,
             }
             let lock = temp.into_file();
