@@ -235,6 +235,28 @@ mod tests {
     }
 
     #[test]
+    fn real_archives_pass_entry_by_entry() {
+        // The fuzz seeds: `tar` + `bzip2` and `zip -0` + `zstd` made, holding a file, a
+        // script with a text placeholder and a symlink.
+        let seeds = concat!(env!("CARGO_MANIFEST_DIR"), "/fuzz/seeds/package_reader/");
+        for (name, kind) in [
+            ("tiny-1.0-h0_0.tar.bz2", ArchiveKind::TarBz2),
+            ("tiny-1.0-h0_0.conda", ArchiveKind::Conda),
+        ] {
+            let bytes = fs_err::read(format!("{seeds}{name}")).unwrap();
+            let scanned = scan_archive(std::io::Cursor::new(&bytes), kind, name).unwrap();
+            // info/, info/index.json, info/paths.json, bin/, bin/hi, lib/, and lib's two
+            // entries, in either format.
+            assert_eq!(scanned.entries, 8, "{name}");
+            let cut = &bytes[..bytes.len() - 40];
+            assert!(
+                scan_archive(std::io::Cursor::new(cut), kind, name).is_err(),
+                "{name} cut"
+            );
+        }
+    }
+
+    #[test]
     fn garbage_is_refused_naming_the_archive() {
         for kind in [ArchiveKind::TarBz2, ArchiveKind::Conda] {
             let refusal =
