@@ -3,7 +3,9 @@
 //! rattler's installer does the linking; this module tells it the *in-image* prefix, so text
 //! and binary placeholders get `/opt/conda` (say) and never the staging path, then scrubs what
 //! rattler writes for a host environment but must not reach an image: cache paths in
-//! `conda-meta`, the cache tag, 0600 metadata files.
+//! `conda-meta`, the cache tag, 0600 metadata files. Before rattler links anything, every
+//! package is fetched into the cache and checked by imgbuild itself (`fetch.rs`, `scan.rs`,
+//! `checked.rs`): rattler trusts a package far more than an image build can.
 
 use std::{
     collections::BTreeMap,
@@ -17,6 +19,7 @@ use serde_json::Value;
 
 mod checked;
 mod fetch;
+/// Public for the fuzz target (`fuzz/fuzz_targets/package_reader.rs`).
 pub mod scan;
 
 /// Keys of a `conda-meta/*.json` record that describe the build host, not the package.
