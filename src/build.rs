@@ -183,24 +183,6 @@ impl BuildError {
     }
 }
 
-/// The staging tree of one build, removed when the build ends however it ends. When an
-/// install fails, rattler returns the first error while its other link tasks may still be
-/// writing into the tree for a moment, so removal is retried until the tree stays gone.
-struct StagingDir(PathBuf);
-
-impl Drop for StagingDir {
-    fn drop(&mut self) {
-        for _ in 0..40 {
-            let _ = std::fs::remove_dir_all(&self.0);
-            std::thread::sleep(Duration::from_millis(25));
-            if !self.0.exists() {
-                return;
-            }
-        }
-        tracing::warn!("could not remove the staging tree `{}`", self.0.display());
-    }
-}
-
 /// Everything known about a recipe before solving.
 struct Prepared {
     recipe: Recipe,
@@ -452,17 +434,13 @@ pub async fn build(
         path: staging_parent.clone(),
         source,
     })?;
-    let staging = StagingDir(
-        tempfile::Builder::new()
-            .prefix("build-")
-            .tempdir_in(&staging_parent)
-            .map_err(|source| BuildError::Staging {
-                path: staging_parent.clone(),
-                source,
-            })?
-            .keep(),
-    );
-    let root = staging.0.join("rootfs");
+    // Also removes the trees of builds that were killed (`src/staging.rs`).
+    let staging =
+        crate::staging::Staging::create(&staging_parent).map_err(|source| BuildError::Staging {
+            path: staging_parent.clone(),
+            source,
+        })?;
+    let root = staging.dir().join("rootfs");
 
     let started = Instant::now();
     reporter.on_stage(Stage::Install, &format!("{} packages", lock.records.len()));

@@ -20,4 +20,5 @@ pub mod registry;
 pub mod resolve;
 pub mod sbom;
 pub mod smoke;
+pub mod staging;
 pub mod verify;

@@ -318,6 +318,21 @@ fn write_channel(corpus: &Corpus) {
         "tar.bz2",
         b"<html>404 Not Found</html>\n".to_vec(),
     );
+    // The same escapes in a `.conda`, whose payload is a separate zstd tar inside the zip.
+    let mut conda_dotdot = pkg("conda-payload-dotdot", vec![ok_file()]);
+    conda_dotdot
+        .payload
+        .push(Raw::file(corpus.climb("evil-conda-dotdot"), "pwned\n"));
+    raw("conda-payload-dotdot", "conda", conda_dotdot.conda(true));
+    raw(
+        "conda-payload-fifo",
+        "conda",
+        pkg(
+            "conda-payload-fifo",
+            vec![ok_file(), Raw::Fifo("lib/fifo".into())],
+        )
+        .conda(true),
+    );
 
     // Broken metadata.
     add_bz2(
@@ -358,6 +373,15 @@ fn write_channel(corpus: &Corpus) {
             "placeholder-longer-than-file",
             b"\0/p\0",
             &"/placeholder".repeat(30),
+        ),
+        &none,
+    );
+    add_bz2(
+        &mut channel,
+        binary(
+            "placeholder-not-found",
+            b"\0/usr/local/elsewhere/lib\0 and some more bytes than the placeholder\0",
+            "/opt/build-placeholder-prefix",
         ),
         &none,
     );
@@ -529,68 +553,82 @@ refused! {
     payload_file_missing_from_paths_json: "paths-unlisted-file" => ["share/extra.txt"];
 }
 
-// Known gaps: hostile packages imgbuild does not yet refuse. The test states the behaviour
-// issue 6 requires (exit 1 naming the package and entry) and is ignored with what happens
-// today; `known_gaps_write_nothing_outside` runs them all and checks the part that does hold.
-#[test]
-#[ignore = "rattler's extractor skips `..` entries silently, so the build succeeds (nothing escapes)"]
-fn payload_entry_with_dotdot() {
-    refused("payload-dotdot", &["evil-payload-dotdot"]);
+// Refused by imgbuild's own reading of the archive and of the extracted copy
+// (`src/install/scan.rs`, `src/install/fetch.rs`): rattler's extractor drops `..` entries and
+// special files without a word, checks the sha256 but not the size, and leaves a binary
+// placeholder it cannot find in place.
+refused! {
+    payload_entry_with_dotdot: "payload-dotdot" => ["evil-payload-dotdot", "`..`"];
+    fifo_in_payload: "payload-fifo" => ["lib/fifo", "fifo"];
+    char_device_in_payload: "payload-chardev" => ["lib/null", "character device"];
+    block_device_in_payload: "payload-blockdev" => ["lib/disk", "block device"];
+    repodata_size_mismatch: "repodata-size" => ["repodata-size-1.0-h0_0.tar.bz2", "size"];
+    binary_placeholder_longer_than_file: "placeholder-longer-than-file" => ["lib/data.bin", "longer than the file"];
+    conda_payload_entry_with_dotdot: "conda-payload-dotdot" => ["evil-conda-dotdot", "`..`"];
+    conda_fifo_in_payload: "conda-payload-fifo" => ["lib/fifo", "fifo"];
+    binary_placeholder_not_in_file: "placeholder-not-found" => ["lib/data.bin", "not in the file"];
 }
 
-#[test]
-#[ignore = "the fifo is not reproduced in the staging tree, but the package is not refused: exit 0"]
-fn fifo_in_payload() {
-    refused("payload-fifo", &["lib/fifo"]);
+/// The extracted copy of a package in the cache, found by its payload file.
+fn cached_copy(project: &Project, name: &str) -> PathBuf {
+    let pkgs = project.cache.join("pkgs");
+    fs_err::read_dir(&pkgs)
+        .unwrap()
+        .map(|entry| entry.unwrap().path())
+        .find(|path| {
+            path.is_dir()
+                && path
+                    .file_name()
+                    .unwrap()
+                    .to_string_lossy()
+                    .starts_with(&format!("{name}-1.0-"))
+        })
+        .unwrap_or_else(|| panic!("no cached copy of {name} in {pkgs:?}"))
 }
 
+/// A package checked once is marked (keyed by its archive's sha256) and not read again by
+/// the next build; the marker only counts while the cached copy is unchanged.
 #[test]
-#[ignore = "the device is not reproduced in the staging tree, but the package is not refused: exit 0"]
-fn char_device_in_payload() {
-    refused("payload-chardev", &["lib/null"]);
+fn a_checked_package_is_not_read_again() {
+    let project = Project::new();
+    project.write_recipe(&recipe_for(&["good"]));
+    let debug = [("IMGBUILD_LOG", "imgbuild=debug")];
+    let first = project.run_with(&["build", "recipes/image.toml"], &debug, None);
+    assert_eq!(first.code, 0, "{}", first.stderr);
+    assert!(first.stderr.contains("good-1.0-h0_0: "), "{}", first.stderr);
+    assert!(!first.stderr.contains("checked before"), "{}", first.stderr);
+    let sha256 = sha256_hex(
+        &fs_err::read(corpus().channel().join("linux-64/good-1.0-h0_0.tar.bz2")).unwrap(),
+    );
+    assert!(project.cache.join("checked").join(&sha256).is_file());
+
+    let second = project.run_with(&["build", "recipes/image.toml"], &debug, None);
+    assert_eq!(second.code, 0, "{}", second.stderr);
+    assert!(
+        second.stderr.contains("good-1.0-h0_0: checked before"),
+        "{}",
+        second.stderr
+    );
+    assert!(
+        !second.stderr.contains("entries scanned"),
+        "{}",
+        second.stderr
+    );
 }
 
+/// The cached copy changed after it was marked (same size, new content): the marker no
+/// longer counts, the package is read again, and the change is refused naming the file.
 #[test]
-#[ignore = "the device is not reproduced in the staging tree, but the package is not refused: exit 0"]
-fn block_device_in_payload() {
-    refused("payload-blockdev", &["lib/disk"]);
-}
-
-#[test]
-#[ignore = "rattler checks the sha256 but not the size: exit 0"]
-fn repodata_size_mismatch() {
-    refused("repodata-size", &["size"]);
-}
-
-#[test]
-#[ignore = "a placeholder that is not found is not an error: exit 0"]
-fn binary_placeholder_longer_than_file() {
-    refused("placeholder-longer-than-file", &["lib/data.bin"]);
-}
-
-/// The known gaps today: whatever the exit code, no `evil-*` file appears outside the staging
-/// root, and none crashes.
-#[test]
-fn known_gaps_write_nothing_outside() {
-    for name in [
-        "payload-dotdot",
-        "payload-fifo",
-        "payload-chardev",
-        "payload-blockdev",
-        "repodata-size",
-        "placeholder-longer-than-file",
-    ] {
-        let project = Project::new();
-        project.write_recipe(&recipe_for(&[name]));
-        let run = run(&project, &["build", "recipes/image.toml"]);
-        corpus().assert_no_escape();
-        assert_eq!(
-            run.code, 0,
-            "{name} (a gap closed? move it to refused!):\n{}",
-            run.stderr
-        );
-        assert!(!run.stderr.contains("panicked"), "{name}:\n{}", run.stderr);
-    }
+fn a_cached_copy_changed_after_its_check_is_refused() {
+    let project = Project::new();
+    project.write_recipe(&recipe_for(&["good"]));
+    project.build(&[]).success();
+    let file = cached_copy(&project, "good").join("share/ok.txt");
+    assert_eq!(fs_err::read(&file).unwrap(), b"fine\n");
+    fs_err::write(&file, "evil\n").unwrap();
+    // (The first build's image stays, so `check_failure`'s "no image" does not apply.)
+    run(&project, &["build", "recipes/image.toml"])
+        .assert_failure_naming(1, &["good-1.0-h0_0", "share/ok.txt", "sha256"]);
 }
 
 /// An entry point naming a module that does not exist is not an error: rattler writes the

@@ -205,6 +205,64 @@ fn builds_killed_at_random_points_never_break_the_image() {
         killed_mid_build >= 10,
         "only {killed_mid_build} of 20 builds were killed while running"
     );
+    // Each build removed the staging trees its killed predecessor left.
+    assert_eq!(staging_entries(&project), Vec::<String>::new());
+}
+
+/// What is in the cache's staging directory.
+fn staging_entries(project: &Project) -> Vec<String> {
+    let staging = project.cache.join("staging");
+    let mut names: Vec<String> = fs_err::read_dir(&staging)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names
+}
+
+/// A build killed while its staging tree exists leaves it behind; the next build removes it.
+#[test]
+fn a_killed_build_leaves_no_staging_tree_after_the_next_build() {
+    let project = project("stale", &["hello 1.0", "pyhello", "other"]);
+    let staging = project.cache.join("staging");
+    let env_cache = project.cache.display().to_string();
+    let mut left_behind = Vec::new();
+    // A build may finish before its tree is seen; a handful of tries always catches one.
+    for _attempt in 0..20 {
+        let mut child = Command::new(imgbuild_bin())
+            .args(["build", "recipes/image.toml", "-q"])
+            .current_dir(project.path())
+            .env("IMGBUILD_CACHE_DIR", &env_cache)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        while child.try_wait().unwrap().is_none() {
+            let trees = fs_err::read_dir(&staging).map_or(0, |dir| {
+                dir.filter(|e| {
+                    let e = e.as_ref().unwrap();
+                    e.file_name().to_string_lossy().starts_with("build-") && e.path().is_dir()
+                })
+                .count()
+            });
+            if trees > 0 {
+                let _ = child.kill(); // SIGKILL
+                break;
+            }
+            std::thread::yield_now();
+        }
+        let _ = child.wait();
+        left_behind = staging_entries(&project);
+        if !left_behind.is_empty() {
+            break;
+        }
+    }
+    assert!(
+        left_behind.iter().any(|n| !n.ends_with(".lock")),
+        "no build was killed with its staging tree in place: {left_behind:?}"
+    );
+    project.build(&[]).success();
+    assert_eq!(staging_entries(&project), Vec::<String>::new());
 }
 
 #[test]

@@ -3,7 +3,9 @@
 //! rattler's installer does the linking; this module tells it the *in-image* prefix, so text
 //! and binary placeholders get `/opt/conda` (say) and never the staging path, then scrubs what
 //! rattler writes for a host environment but must not reach an image: cache paths in
-//! `conda-meta`, the cache tag, 0600 metadata files.
+//! `conda-meta`, the cache tag, 0600 metadata files. Before rattler links anything, every
+//! package is fetched into the cache and checked by imgbuild itself (`fetch.rs`, `scan.rs`,
+//! `checked.rs`): rattler trusts a package far more than an image build can.
 
 use std::{
     collections::BTreeMap,
@@ -14,6 +16,11 @@ use rattler::install::{ExternalSymlinkPolicy, Installer, InstallerError, LinkOpt
 use rattler_cache::package_cache::PackageCache;
 use rattler_conda_types::RepoDataRecord;
 use serde_json::Value;
+
+mod checked;
+mod fetch;
+/// Public for the fuzz target (`fuzz/fuzz_targets/package_reader.rs`).
+pub mod scan;
 
 /// Keys of a `conda-meta/*.json` record that describe the build host, not the package.
 const HOST_KEYS: &[&str] = &[
@@ -157,7 +164,7 @@ pub async fn install_reporting(
     let (events_tx, mut events_rx) = tokio::sync::mpsc::unbounded_channel();
     let cache = PackageCache::new(options.cache_dir.join("pkgs"));
     progress::forward_until_done(
-        fetch_and_check(records, &cache, events_tx.clone()),
+        fetch::fetch_and_check(records, &cache, options.cache_dir, events_tx.clone()),
         &mut events_rx,
         reporter,
     )
@@ -186,143 +193,6 @@ pub async fn install_reporting(
 
     let packages = scrub(&prefix_dir, records)?;
     Ok(StagedPrefix { packages, ..staged })
-}
-
-/// Fetches every package into the cache (the installer then finds it there) and checks it
-/// before rattler links anything: a package that declares a path outside the prefix would
-/// otherwise make rattler's path resolver panic (and abort the process), and files the
-/// package does not declare, or whose content differs from what it declares, would silently
-/// go missing from, or into, the image.
-async fn fetch_and_check(
-    records: &[RepoDataRecord],
-    cache: &PackageCache,
-    events: tokio::sync::mpsc::UnboundedSender<progress::Event>,
-) -> Result<(), InstallError> {
-    use futures::{StreamExt, TryStreamExt};
-    futures::stream::iter(records)
-        .map(|record| {
-            let events = events.clone();
-            async move {
-                let package = dist_name(record);
-                let reporter: Option<
-                    std::sync::Arc<dyn rattler_cache::package_cache::CacheReporter>,
-                > = Some(std::sync::Arc::new(progress::CacheForward::new(events)));
-                let fetched = if record.url.scheme() == "file" {
-                    let path = record
-                        .url
-                        .to_file_path()
-                        .map_err(|()| InstallError::Check {
-                            package: package.clone(),
-                            entry: record.url.to_string(),
-                            reason: "is not a local file path".to_string(),
-                        })?;
-                    cache
-                        .get_or_fetch_from_path(&path, Some(&record.package_record), reporter)
-                        .await
-                } else {
-                    cache
-                        .get_or_fetch_from_url_with_retry(
-                            &record.package_record,
-                            record.url.clone(),
-                            rattler_networking::LazyClient::default(),
-                            rattler_networking::retry_policies::default_retry_policy(),
-                            reporter,
-                            None,
-                        )
-                        .await
-                }
-                .map_err(|source| InstallError::Fetch {
-                    package: package.clone(),
-                    source,
-                })?;
-                let dir = fetched.path().to_path_buf();
-                tokio::task::spawn_blocking(move || check_package(&dir, &package))
-                    .await
-                    .expect("the check does not panic")
-            }
-        })
-        .buffer_unordered(8)
-        .try_collect::<Vec<()>>()
-        .await?;
-    Ok(())
-}
-
-/// Checks an extracted package against its `info/paths.json`: every declared path stays in
-/// the prefix, every payload file is declared, and every declared file has its sha256.
-fn check_package(dir: &Path, package: &str) -> Result<(), InstallError> {
-    use rattler_conda_types::package::{PathType, PathsJson};
-    use sha2::{Digest, Sha256};
-    let bad = |entry: &str, reason: &str| InstallError::Check {
-        package: package.to_string(),
-        entry: entry.to_string(),
-        reason: reason.to_string(),
-    };
-    let paths = PathsJson::from_package_directory_with_deprecated_fallback(dir)
-        .map_err(|e| bad("info/paths.json", &format!("cannot be read: {e}")))?;
-    let mut declared = std::collections::BTreeSet::new();
-    for entry in &paths.paths {
-        let path = &entry.relative_path;
-        let shown = path.display().to_string();
-        if path.is_absolute()
-            || !path
-                .components()
-                .all(|c| matches!(c, std::path::Component::Normal(_)))
-        {
-            return Err(bad(&shown, "is declared outside the prefix"));
-        }
-        declared.insert(path.clone());
-        if let (PathType::HardLink, Some(expected)) = (entry.path_type, entry.sha256) {
-            let file = dir.join(path);
-            // A declared file that is missing is reported by the linker, naming it.
-            let Ok(meta) = std::fs::symlink_metadata(&file) else {
-                continue;
-            };
-            if !meta.is_file() {
-                continue;
-            }
-            let mut hasher = Sha256::new();
-            let mut reader = fs_err::File::open(&file).map_err(|e| bad(&shown, &e.to_string()))?;
-            std::io::copy(&mut reader, &mut HashWriter(&mut hasher))
-                .map_err(|e| bad(&shown, &e.to_string()))?;
-            if hasher.finalize().as_slice() != expected.as_slice() {
-                return Err(bad(
-                    &shown,
-                    "does not match the sha256 info/paths.json declares",
-                ));
-            }
-        }
-    }
-    for entry in walkdir::WalkDir::new(dir).min_depth(1).follow_links(false) {
-        let entry = entry.map_err(|e| bad("(payload)", &e.to_string()))?;
-        if entry.file_type().is_dir() {
-            continue;
-        }
-        let relative = entry.path().strip_prefix(dir).expect("under the package");
-        if relative.starts_with("info") || declared.contains(relative) {
-            continue;
-        }
-        // rattler's cache keeps its own bookkeeping next to the payload.
-        if relative.components().count() == 1 && relative.to_string_lossy().starts_with('.') {
-            continue;
-        }
-        return Err(bad(
-            &relative.display().to_string(),
-            "is in the package but not declared in info/paths.json",
-        ));
-    }
-    Ok(())
-}
-
-struct HashWriter<'a>(&'a mut sha2::Sha256);
-
-impl std::io::Write for HashWriter<'_> {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        sha2::Digest::update(self.0, buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
 }
 
 /// Removes host details from the prefix and collects the files of each package.

@@ -1,0 +1,496 @@
+//! Fetching every package into rattler's cache and checking it before rattler links anything.
+//!
+//! Three layers, cheapest first: the archive's size against the lock record (rattler checks
+//! only the sha256); every entry of the archive read from its tar header ([`super::scan`]),
+//! because the extractor silently drops what it will not write; and the extracted copy
+//! against its `info/paths.json` ([`check_package`]). A package that passed all three is
+//! marked ([`super::checked`]) so later builds skip the reading.
+
+use std::{
+    path::{Path, PathBuf},
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicBool, Ordering},
+    },
+};
+
+use rattler_cache::package_cache::{CacheReporter, PackageCache};
+use rattler_conda_types::RepoDataRecord;
+use rattler_digest::Sha256Hash;
+
+use super::{
+    InstallError, checked, dist_name, progress,
+    scan::{self, ArchiveKind},
+};
+
+/// Fetches and checks every record, eight at a time.
+pub(super) async fn fetch_and_check(
+    records: &[RepoDataRecord],
+    cache: &PackageCache,
+    cache_dir: &Path,
+    events: tokio::sync::mpsc::UnboundedSender<progress::Event>,
+) -> Result<(), InstallError> {
+    use futures::{StreamExt, TryStreamExt};
+    futures::stream::iter(records)
+        .map(|record| fetch_one(record, cache, cache_dir, events.clone()))
+        .buffer_unordered(8)
+        .try_collect::<Vec<()>>()
+        .await?;
+    Ok(())
+}
+
+/// Where an archive comes from.
+#[derive(Clone)]
+enum Source {
+    Local(PathBuf),
+    Remote(url::Url),
+}
+
+/// What a fetch needs, cloned into rattler's `'static` fetch closure.
+#[derive(Clone)]
+struct Job {
+    record: RepoDataRecord,
+    package: String,
+    /// The archive's file name, which is how errors about the archive as a whole name it.
+    archive: String,
+    kind: ArchiveKind,
+    source: Source,
+    downloads: PathBuf,
+    reporter: Arc<dyn CacheReporter>,
+}
+
+impl Job {
+    fn refuse(&self, entry: &str, reason: String) -> InstallError {
+        InstallError::Check {
+            package: self.package.clone(),
+            entry: entry.to_string(),
+            reason,
+        }
+    }
+
+    fn refuse_archive(&self, reason: String) -> InstallError {
+        self.refuse(&self.archive, reason)
+    }
+
+    fn refused(&self, refusal: scan::Refusal) -> InstallError {
+        self.refuse(&refusal.entry, refusal.reason)
+    }
+}
+
+async fn fetch_one(
+    record: &RepoDataRecord,
+    cache: &PackageCache,
+    cache_dir: &Path,
+    events: tokio::sync::mpsc::UnboundedSender<progress::Event>,
+) -> Result<(), InstallError> {
+    let package = dist_name(record);
+    let archive = record
+        .url
+        .path_segments()
+        .and_then(|mut s| s.next_back())
+        .unwrap_or_default()
+        .to_string();
+    let bad = |reason: &str| InstallError::Check {
+        package: package.clone(),
+        entry: record.url.to_string(),
+        reason: reason.to_string(),
+    };
+    let kind = ArchiveKind::from_file_name(&archive)
+        .ok_or_else(|| bad("is neither a `.conda` nor a `.tar.bz2` archive"))?;
+    let source = if record.url.scheme() == "file" {
+        Source::Local(
+            record
+                .url
+                .to_file_path()
+                .map_err(|()| bad("is not a local file path"))?,
+        )
+    } else {
+        Source::Remote(record.url.clone())
+    };
+    let job = Job {
+        record: record.clone(),
+        package: package.clone(),
+        archive,
+        kind,
+        source,
+        downloads: cache_dir.join("downloads"),
+        reporter: Arc::new(progress::CacheForward::new(events)),
+    };
+
+    // rattler calls `fetch` only when the package is not in its cache yet; the closure's
+    // error type is rattler's to wrap, so a refusal travels back beside it.
+    let refusal: Arc<Mutex<Option<InstallError>>> = Arc::default();
+    let extracted_here = Arc::new(AtomicBool::new(false));
+    let fetch = {
+        let (job, refusal, extracted_here) = (job.clone(), refusal.clone(), extracted_here.clone());
+        move |destination: PathBuf| {
+            let (job, refusal, extracted_here) =
+                (job.clone(), refusal.clone(), extracted_here.clone());
+            async move {
+                extracted_here.store(true, Ordering::SeqCst);
+                match extract_checked(&job, &destination).await {
+                    Ok(sha256) => Ok(Some(sha256)),
+                    Err(err) => {
+                        *refusal.lock().expect("no panics while holding the lock") = Some(err);
+                        Err(std::io::Error::other("refused by imgbuild's package check"))
+                    }
+                }
+            }
+        }
+    };
+    let fetched = cache
+        .get_or_fetch(&record.package_record, fetch, Some(job.reporter.clone()))
+        .await
+        .map_err(|source| {
+            refusal
+                .lock()
+                .expect("no panics while holding the lock")
+                .take()
+                .unwrap_or(InstallError::Fetch {
+                    package: package.clone(),
+                    source,
+                })
+        })?;
+    let dir = fetched.path().to_path_buf();
+
+    let sha256 = record.package_record.sha256.map(hex::encode);
+    if let Some(sha256) = &sha256
+        && checked::is_marked(cache_dir, sha256, &dir)
+    {
+        tracing::debug!("{package}: checked before (marker {sha256}), not read again");
+        return Ok(());
+    }
+    if !extracted_here.load(Ordering::SeqCst) {
+        // Extracted by an earlier run, or another process, and not marked (or changed since):
+        // the copy alone cannot show what the extractor dropped, so read the archive again.
+        let archive = obtain(&job).await?;
+        let (job2, path) = (job.clone(), archive.path().to_path_buf());
+        tokio::task::spawn_blocking(move || scan_file(&job2, &path, true))
+            .await
+            .map_err(|e| job.refuse_archive(format!("could not be checked: {e}")))??;
+    }
+    let (check_dir, check_package_name) = (dir.clone(), package.clone());
+    tokio::task::spawn_blocking(move || check_package(&check_dir, &check_package_name))
+        .await
+        .map_err(|e| job.refuse_archive(format!("could not be checked: {e}")))??;
+    if let Some(sha256) = &sha256
+        && let Err(err) = checked::mark(cache_dir, sha256, &dir)
+    {
+        // Only costs the next build a full check.
+        tracing::warn!("could not record that {package} was checked: {err}");
+    }
+    Ok(())
+}
+
+/// rattler's fetch: the archive is obtained, its size checked, then scanned while it is
+/// extracted (two threads, one pass each; the extractor writes only into rattler's temporary
+/// destination, which rattler discards on error), then its sha256 compared with the lock.
+async fn extract_checked(job: &Job, destination: &Path) -> Result<Sha256Hash, InstallError> {
+    let archive = obtain(job).await?;
+    let path = archive.path().to_path_buf();
+    check_size(job, &path)?;
+    let (scan_job, scan_path) = (job.clone(), path.clone());
+    let (scanned, extracted) = tokio::join!(
+        tokio::task::spawn_blocking(move || scan_file(&scan_job, &scan_path, false)),
+        rattler_package_streaming::tokio::fs::extract(&path, destination),
+    );
+    // The sha256 first: when the archive is not the one the lock pins, nothing else about it
+    // matters.
+    if let Ok(result) = &extracted {
+        check_sha256(job, result.sha256)?;
+    }
+    scanned.map_err(|e| job.refuse_archive(format!("could not be checked: {e}")))??;
+    let result = extracted.map_err(|e| job.refuse_archive(format!("cannot be extracted: {e}")))?;
+    Ok(result.sha256)
+}
+
+fn check_size(job: &Job, path: &Path) -> Result<(), InstallError> {
+    let actual = fs_err::metadata(path)
+        .map_err(|e| job.refuse_archive(format!("cannot be read: {e}")))?
+        .len();
+    match job.record.package_record.size {
+        Some(expected) if expected != actual => Err(job.refuse_archive(format!(
+            "is {actual} bytes, but its record (repodata or lock) says size {expected}"
+        ))),
+        _ => Ok(()),
+    }
+}
+
+fn check_sha256(job: &Job, actual: Sha256Hash) -> Result<(), InstallError> {
+    match job.record.package_record.sha256 {
+        Some(expected) if expected != actual => Err(job.refuse_archive(format!(
+            "has sha256 {}, but its record (repodata or lock) says {}",
+            hex::encode(actual),
+            hex::encode(expected)
+        ))),
+        _ => Ok(()),
+    }
+}
+
+/// Scans the archive at `path`; with `whole`, also its size and sha256 (when rattler's
+/// extraction did not just compute them).
+fn scan_file(job: &Job, path: &Path, whole: bool) -> Result<(), InstallError> {
+    if whole {
+        check_size(job, path)?;
+        let sha256 = rattler_digest::compute_file_digest::<rattler_digest::Sha256>(path)
+            .map_err(|e| job.refuse_archive(format!("cannot be read: {e}")))?;
+        check_sha256(job, sha256)?;
+    }
+    let file = std::io::BufReader::new(
+        fs_err::File::open(path).map_err(|e| job.refuse_archive(format!("cannot be read: {e}")))?,
+    );
+    let scanned = scan::scan_archive(file, job.kind, &job.archive).map_err(|r| job.refused(r))?;
+    tracing::debug!(
+        "{}: {} archive entries scanned",
+        job.package,
+        scanned.entries
+    );
+    Ok(())
+}
+
+/// An archive on disk: the channel's own file, or a download removed when dropped.
+enum ArchiveFile {
+    Local(PathBuf),
+    Downloaded(tempfile::TempPath),
+}
+
+impl ArchiveFile {
+    fn path(&self) -> &Path {
+        match self {
+            ArchiveFile::Local(path) => path,
+            ArchiveFile::Downloaded(temp) => temp,
+        }
+    }
+}
+
+async fn obtain(job: &Job) -> Result<ArchiveFile, InstallError> {
+    match &job.source {
+        Source::Local(path) => Ok(ArchiveFile::Local(path.clone())),
+        Source::Remote(url) => download(job, url).await.map(ArchiveFile::Downloaded),
+    }
+}
+
+/// Downloads `url` into a temporary file under the cache, retrying failed attempts with
+/// rattler's default policy (the whole download restarts: a partial one proves nothing).
+async fn download(job: &Job, url: &url::Url) -> Result<tempfile::TempPath, InstallError> {
+    use rattler_networking::retry_policies::{RetryDecision, RetryPolicy};
+    let failed =
+        |e: &dyn std::fmt::Display| job.refuse(url.as_str(), format!("cannot be downloaded: {e}"));
+    fs_err::create_dir_all(&job.downloads).map_err(|e| failed(&e))?;
+    let policy = rattler_networking::retry_policies::default_retry_policy();
+    let started = std::time::SystemTime::now();
+    let client = rattler_networking::LazyClient::default();
+    let mut attempt = 0;
+    loop {
+        let temp = tempfile::Builder::new()
+            .prefix(".download-")
+            // The extractor tells the format by the file name's ending.
+            .suffix(&format!("-{}", job.archive))
+            .tempfile_in(&job.downloads)
+            .map_err(|e| failed(&e))?
+            .into_temp_path();
+        match download_once(job, &client, url, &temp).await {
+            Ok(()) => return Ok(temp),
+            Err(err) => match policy.should_retry(started, attempt) {
+                RetryDecision::Retry { execute_after } => {
+                    tracing::debug!("{url}: {err}; retrying");
+                    let wait = execute_after
+                        .duration_since(std::time::SystemTime::now())
+                        .unwrap_or_default();
+                    tokio::time::sleep(wait).await;
+                    attempt += 1;
+                }
+                RetryDecision::DoNotRetry => return Err(failed(&err)),
+            },
+        }
+    }
+}
+
+async fn download_once(
+    job: &Job,
+    client: &rattler_networking::LazyClient,
+    url: &url::Url,
+    path: &Path,
+) -> Result<(), String> {
+    use tokio::io::AsyncWriteExt;
+    let mut response = client
+        .client()
+        .get(url.clone())
+        .send()
+        .await
+        .map_err(|e| e.to_string())?
+        .error_for_status()
+        .map_err(|e| e.to_string())?;
+    let total = response.content_length();
+    let mut file = tokio::fs::File::create(path)
+        .await
+        .map_err(|e| e.to_string())?;
+    let index = job.reporter.on_download_start();
+    let mut done = 0u64;
+    while let Some(chunk) = response.chunk().await.map_err(|e| e.to_string())? {
+        file.write_all(&chunk).await.map_err(|e| e.to_string())?;
+        done += chunk.len() as u64;
+        job.reporter.on_download_progress(index, done, total);
+    }
+    file.flush().await.map_err(|e| e.to_string())?;
+    job.reporter.on_download_completed(index);
+    Ok(())
+}
+
+/// Checks an extracted package against its `info/paths.json`: every declared path stays in
+/// the prefix, every payload file is declared, every declared file has its sha256, and a file
+/// marked for binary prefix replacement holds its placeholder (rattler would otherwise leave
+/// the build-time path in it without a word, and the image would carry a broken binary).
+pub(super) fn check_package(dir: &Path, package: &str) -> Result<(), InstallError> {
+    use rattler_conda_types::package::{FileMode, PathType, PathsJson};
+    let bad = |entry: &str, reason: &str| InstallError::Check {
+        package: package.to_string(),
+        entry: entry.to_string(),
+        reason: reason.to_string(),
+    };
+    let paths = PathsJson::from_package_directory_with_deprecated_fallback(dir)
+        .map_err(|e| bad("info/paths.json", &format!("cannot be read: {e}")))?;
+    let mut declared = std::collections::BTreeSet::new();
+    for entry in &paths.paths {
+        let path = &entry.relative_path;
+        let shown = path.display().to_string();
+        if path.is_absolute()
+            || !path
+                .components()
+                .all(|c| matches!(c, std::path::Component::Normal(_)))
+        {
+            return Err(bad(&shown, "is declared outside the prefix"));
+        }
+        declared.insert(path.clone());
+        if entry.path_type != PathType::HardLink {
+            continue;
+        }
+        let file = dir.join(path);
+        // A declared file that is missing is reported by the linker, naming it.
+        let Ok(meta) = std::fs::symlink_metadata(&file) else {
+            continue;
+        };
+        if !meta.is_file() {
+            continue;
+        }
+        let placeholder = entry
+            .prefix_placeholder
+            .as_ref()
+            .filter(|p| p.file_mode == FileMode::Binary)
+            .map(|p| p.placeholder.as_bytes());
+        if let Some(placeholder) = placeholder
+            && placeholder.len() as u64 > meta.len()
+        {
+            return Err(bad(
+                &shown,
+                &format!(
+                    "declares a binary prefix placeholder of {} bytes, longer than the file itself ({} bytes)",
+                    placeholder.len(),
+                    meta.len()
+                ),
+            ));
+        }
+        if entry.sha256.is_none() && placeholder.is_none() {
+            continue;
+        }
+        let read = read_file(&file, placeholder).map_err(|e| bad(&shown, &e.to_string()))?;
+        if let Some(expected) = entry.sha256
+            && read.sha256.as_slice() != expected.as_slice()
+        {
+            return Err(bad(
+                &shown,
+                "does not match the sha256 info/paths.json declares",
+            ));
+        }
+        if let Some(placeholder) = placeholder
+            && !read.found_placeholder
+        {
+            return Err(bad(
+                &shown,
+                &format!(
+                    "is marked for binary prefix replacement, but its placeholder `{}` is not in the file",
+                    String::from_utf8_lossy(placeholder)
+                ),
+            ));
+        }
+    }
+    for entry in walkdir::WalkDir::new(dir).min_depth(1).follow_links(false) {
+        let entry = entry.map_err(|e| bad("(payload)", &e.to_string()))?;
+        if entry.file_type().is_dir() {
+            continue;
+        }
+        let relative = entry.path().strip_prefix(dir).expect("under the package");
+        if relative.starts_with("info") || declared.contains(relative) {
+            continue;
+        }
+        // rattler's cache keeps its own bookkeeping next to the payload.
+        if relative.components().count() == 1 && relative.to_string_lossy().starts_with('.') {
+            continue;
+        }
+        return Err(bad(
+            &relative.display().to_string(),
+            "is in the package but not declared in info/paths.json",
+        ));
+    }
+    Ok(())
+}
+
+struct FileRead {
+    sha256: Sha256Hash,
+    found_placeholder: bool,
+}
+
+/// Hashes a file and looks for `placeholder` in it, in one streaming pass (the tail of each
+/// chunk is kept, so a placeholder across a chunk boundary is found).
+fn read_file(path: &Path, placeholder: Option<&[u8]>) -> std::io::Result<FileRead> {
+    use sha2::{Digest, Sha256};
+    use std::io::Read;
+    let mut file = fs_err::File::open(path)?;
+    let mut hasher = Sha256::new();
+    let mut buf = vec![0u8; 1 << 20];
+    let mut window: Vec<u8> = Vec::new();
+    let mut found = placeholder.is_none_or(<[u8]>::is_empty);
+    loop {
+        let n = file.read(&mut buf)?;
+        if n == 0 {
+            break;
+        }
+        hasher.update(&buf[..n]);
+        if let (false, Some(needle)) = (found, placeholder) {
+            window.extend_from_slice(&buf[..n]);
+            found = window.windows(needle.len()).any(|w| w == needle);
+            let keep = needle.len() - 1;
+            if window.len() > keep {
+                window.drain(..window.len() - keep);
+            }
+        }
+    }
+    Ok(FileRead {
+        sha256: hasher.finalize(),
+        found_placeholder: found,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::read_file;
+
+    #[test]
+    fn a_placeholder_across_chunks_is_found() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f");
+        let mut bytes = vec![0u8; (1 << 20) - 3];
+        bytes.extend_from_slice(b"/opt/placeholder\0tail");
+        fs_err::write(&path, &bytes).unwrap();
+        assert!(
+            read_file(&path, Some(b"/opt/placeholder"))
+                .unwrap()
+                .found_placeholder
+        );
+        assert!(
+            !read_file(&path, Some(b"/opt/elsewhere"))
+                .unwrap()
+                .found_placeholder
+        );
+    }
+}
