@@ -56,17 +56,21 @@ const NVRTC: PinnedWheel = PinnedWheel {
 };
 
 /// Bump when the packages made from the wheels change, so old ones are not reused.
-const CHANNEL_VERSION: &str = "v1";
+const CHANNEL_VERSION: &str = "v2";
 const PREFIX: &str = "opt/conda";
 
 /// Where a wheel member goes in the conda prefix, or `None` to leave it out.
 type Placement = fn(&str) -> Option<String>;
 
 fn nvidia_libraries(member: &str) -> Option<String> {
-    // nvidia/<component>/lib/libX.so.N → lib/libX.so.N, include → include.
+    // nvidia/<component>/lib/libX.so.N → lib/libX.so.N, include → include. The wheels'
+    // `__init__.py` files are Python packaging, not part of a conda CUDA package (and every
+    // component has one at the same path).
     let rest = member.strip_prefix("nvidia/")?;
     let (_, inside) = rest.split_once('/')?;
-    (inside.starts_with("lib/") || inside.starts_with("include/")).then(|| inside.to_string())
+    ((inside.starts_with("lib/") || inside.starts_with("include/"))
+        && !inside.ends_with("__init__.py"))
+    .then(|| inside.to_string())
 }
 
 fn site_packages(member: &str) -> Option<String> {

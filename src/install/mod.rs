@@ -195,11 +195,35 @@ pub async fn install_reporting(
     Ok(StagedPrefix { packages, ..staged })
 }
 
+/// Removes the empty directories rattler leaves under `__clobbers__` when it settles which
+/// of several packages shipping the same path keeps it: which ones it leaves depends on the
+/// order its parallel links finished, and they would otherwise land in the image's own
+/// layer and change its digest from run to run.
+fn prune_clobber_dirs(prefix_dir: &Path) -> Result<(), InstallError> {
+    let root = prefix_dir.join("__clobbers__");
+    if !root.is_dir() {
+        return Ok(());
+    }
+    // Deepest first, so a parent is looked at after its children are gone.
+    for entry in walkdir::WalkDir::new(&root).contents_first(true) {
+        let entry = entry.map_err(|e| InstallError::Metadata {
+            path: root.clone(),
+            source: e.into(),
+        })?;
+        if entry.file_type().is_dir() {
+            // Fails, harmlessly, for a directory that still holds a clobbered file.
+            let _ = std::fs::remove_dir(entry.path());
+        }
+    }
+    Ok(())
+}
+
 /// Removes host details from the prefix and collects the files of each package.
 fn scrub(
     prefix_dir: &Path,
     records: &[RepoDataRecord],
 ) -> Result<Vec<StagedPackage>, InstallError> {
+    prune_clobber_dirs(prefix_dir)?;
     let tag = prefix_dir.join("CACHEDIR.TAG");
     if tag.exists() {
         fs_err::remove_file(&tag).map_err(|source| InstallError::Metadata {
@@ -236,6 +260,17 @@ fn scrub(
                 if let Some(Value::String(url)) = map.get_mut(key) {
                     *url = without_host_path(url);
                 }
+            }
+            // rattler links files in parallel, and when packages clobber one another the
+            // renamed paths (`__clobbers__/…`) land in these lists in the order the links
+            // finished. Sorted, the record is the same on every run.
+            if let Some(Value::Array(list)) = map.get_mut("files") {
+                list.sort_by(|a, b| a.as_str().cmp(&b.as_str()));
+            }
+            if let Some(Value::Array(list)) =
+                map.get_mut("paths_data").and_then(|p| p.get_mut("paths"))
+            {
+                list.sort_by(|a, b| a["_path"].as_str().cmp(&b["_path"].as_str()));
             }
             if let Some(Value::Array(list)) = map.get("files") {
                 files.extend(list.iter().filter_map(Value::as_str).map(str::to_string));

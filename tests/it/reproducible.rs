@@ -133,3 +133,84 @@ fn fresh_solve_and_reused_lock_give_the_same_image() {
     let from_lock = project.build(&["--locked", "-o", "images/again"]).success();
     assert_eq!(solved.digest(), from_lock.digest());
 }
+
+/// Two packages shipping the same file: rattler renames the loser's copy to
+/// `__clobbers__/…` and records it in the order its parallel links finished. The records
+/// imgbuild writes are sorted, so the layers do not depend on that timing.
+#[test]
+fn clobbering_packages_give_sorted_records() {
+    use std::io::Read;
+
+    use crate::support::hostile::{Channel, Package, Raw};
+
+    let project = Project::new();
+    let channel_dir = project.path().join("channel");
+    let mut channel = Channel::new(&channel_dir);
+    for name in ["first", "second"] {
+        let package = Package::new(
+            name,
+            &[],
+            false,
+            vec![
+                Raw::file("lib/__init__.py", ""),
+                Raw::file(format!("lib/{name}.so"), name),
+                Raw::file(format!("share/{name}/README"), name),
+            ],
+        );
+        let index: serde_json::Value = serde_json::from_slice(&package.info[0].1).unwrap();
+        channel.add(
+            &format!("{name}-1.0-h0_0.tar.bz2"),
+            &index,
+            &package.tar_bz2(),
+            |_| {},
+        );
+    }
+    channel.finish();
+    project.write_recipe(&tiny_recipe(&channel_dir, "clobber", &["first", "second"]));
+
+    let mut digests = Vec::new();
+    for round in 0..3 {
+        let output = format!("images/clobber{round}");
+        let run = project.build(&["-o", &output]).success();
+        digests.push(run.digest());
+        let layout = LayoutView::new(project.path().join(&output));
+        let mut clobbered = 0;
+        for (_, digest) in layout.layers() {
+            let blob = layout.blob(&digest);
+            let mut archive = tar::Archive::new(flate2::read::MultiGzDecoder::new(&blob[..]));
+            for entry in archive.entries().unwrap() {
+                let mut entry = entry.unwrap();
+                let path = entry.path().unwrap().to_string_lossy().into_owned();
+                if !(path.contains("/conda-meta/") && path.ends_with(".json")) {
+                    continue;
+                }
+                let mut text = String::new();
+                entry.read_to_string(&mut text).unwrap();
+                let record: serde_json::Value = serde_json::from_str(&text).unwrap();
+                let files: Vec<&str> = record["files"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|f| f.as_str().unwrap())
+                    .collect();
+                let paths: Vec<&str> = record["paths_data"]["paths"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|p| p["_path"].as_str().unwrap())
+                    .collect();
+                clobbered += files
+                    .iter()
+                    .filter(|f| f.starts_with("__clobbers__"))
+                    .count();
+                assert!(files.is_sorted(), "{path}: files not sorted: {files:?}");
+                assert!(
+                    paths.is_sorted(),
+                    "{path}: paths_data not sorted: {paths:?}"
+                );
+            }
+        }
+        assert_eq!(clobbered, 1, "one package's lib/__init__.py is renamed");
+    }
+    assert!(digests.windows(2).all(|w| w[0] == w[1]), "{digests:?}");
+}
