@@ -388,6 +388,13 @@ pub async fn build(
         created: created_seconds,
     };
 
+    // A build killed earlier left its staging tree; even a build with nothing to do
+    // removes it.
+    let staging_parent = settings.cache_dir.join("staging");
+    if staging_parent.is_dir() {
+        crate::staging::sweep(&staging_parent);
+    }
+
     // Same inputs as the image already there: nothing to install, nothing to compress.
     let inputs_key = BuildInputs {
         recipe_path: &settings.recipe_path,
@@ -429,7 +436,6 @@ pub async fn build(
 
     // Stage the environment under the cache, away from the output: a failed build never
     // leaves a half-made tree next to the images.
-    let staging_parent = settings.cache_dir.join("staging");
     fs_err::create_dir_all(&staging_parent).map_err(|source| BuildError::Staging {
         path: staging_parent.clone(),
         source,

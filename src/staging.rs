@@ -98,7 +98,7 @@ impl Drop for Staging {
 }
 
 /// Removes the trees of dead builds; anything it cannot remove is left for the next sweep.
-fn sweep(parent: &Path) {
+pub fn sweep(parent: &Path) {
     let Ok(entries) = std::fs::read_dir(parent) else {
         return;
     };

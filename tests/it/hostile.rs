@@ -602,7 +602,12 @@ fn a_checked_package_is_not_read_again() {
     );
     assert!(project.cache.join("checked").join(&sha256).is_file());
 
-    let second = project.run_with(&["build", "recipes/image.toml"], &debug, None);
+    // Another output, so the build installs rather than finding its image unchanged.
+    let second = project.run_with(
+        &["build", "recipes/image.toml", "-o", "images/second"],
+        &debug,
+        None,
+    );
     assert_eq!(second.code, 0, "{}", second.stderr);
     assert!(
         second.stderr.contains("good-1.0-h0_0: checked before"),
@@ -626,9 +631,13 @@ fn a_cached_copy_changed_after_its_check_is_refused() {
     let file = cached_copy(&project, "good").join("share/ok.txt");
     assert_eq!(fs_err::read(&file).unwrap(), b"fine\n");
     fs_err::write(&file, "evil\n").unwrap();
-    // (The first build's image stays, so `check_failure`'s "no image" does not apply.)
-    run(&project, &["build", "recipes/image.toml"])
-        .assert_failure_naming(1, &["good-1.0-h0_0", "share/ok.txt", "sha256"]);
+    // (The first build's image stays, so `check_failure`'s "no image" does not apply;
+    // another output, so the build installs rather than finding its image unchanged.)
+    run(
+        &project,
+        &["build", "recipes/image.toml", "-o", "images/second"],
+    )
+    .assert_failure_naming(1, &["good-1.0-h0_0", "share/ok.txt", "sha256"]);
 }
 
 /// An entry point naming a module that does not exist is not an error: rattler writes the
