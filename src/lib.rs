@@ -11,6 +11,7 @@ pub mod fs;
 pub mod init;
 pub mod inspect;
 pub mod install;
+pub mod k8s;
 pub mod layers;
 pub mod lock;
 pub mod oci;

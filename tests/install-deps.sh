@@ -19,7 +19,10 @@ fi
 # in tests/data and the CycloneDX 1.5 schema that cyclonedx-python-lib ships) and spdx-tools
 # (`pyspdxtools`, the SPDX project's own validator of the spec's rules beyond the schema).
 VENV="${IMGBUILD_TEST_CACHE:-$(cd "$(dirname "$0")" && pwd)/.cache}/venv"
-if ! "$VENV/bin/python" -c "import check_jsonschema, cyclonedx, spdx_tools" 2>/dev/null; then
+# kubernetes-validate checks the manifests of `imgbuild k8s` offline against the API schemas
+# it ships.
+if ! "$VENV/bin/python" -c "import check_jsonschema, cyclonedx, spdx_tools, kubernetes_validate" 2>/dev/null; then
     python3 -m venv "$VENV"
-    "$VENV/bin/pip" install --quiet check-jsonschema==0.39.0 cyclonedx-python-lib==11.12.0 spdx-tools==0.8.5
+    "$VENV/bin/pip" install --quiet check-jsonschema==0.39.0 cyclonedx-python-lib==11.12.0 spdx-tools==0.8.5 \
+        kubernetes-validate==1.37.0
 fi

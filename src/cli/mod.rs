@@ -3,6 +3,7 @@
 mod completions;
 mod init;
 mod inspect;
+mod k8s;
 mod progress;
 mod registry;
 mod sbom;
@@ -117,6 +118,10 @@ pub enum Command {
     /// Check credentials with a registry and store them for push and pull
     #[command(after_help = registry::LOGIN_EXAMPLES)]
     Login(registry::LoginArgs),
+    /// Write a Kubernetes Job or Deployment for a pushed image (by digest, GPU limits, driver
+    /// affinity, non-root)
+    #[command(after_help = k8s::K8S_EXAMPLES)]
+    K8s(k8s::K8sArgs),
 }
 
 #[derive(Debug, Args)]
@@ -300,6 +305,7 @@ async fn run(cli: Cli) -> ExitCode {
     match &cli.command {
         Command::Smoke(args) => return smoke(args),
         Command::Inspect(args) => return inspect::run_inspect(args),
+        Command::K8s(args) => return k8s::run_k8s(args),
         Command::Diff(args) => return inspect::run_diff(args),
         Command::Sbom(args) => return sbom::run_sbom(args, &cli.global.channel_alias),
         Command::Init(args) => return init::run_init(args, cli.global.quiet),
@@ -425,6 +431,7 @@ async fn run(cli: Cli) -> ExitCode {
         | Command::Man
         | Command::Push(_)
         | Command::Verify(_)
+        | Command::K8s(_)
         | Command::Login(_) => {
             unreachable!("handled above")
         }

@@ -399,3 +399,15 @@ fn handle(stream: TcpStream, root: &Path) -> std::io::Result<()> {
     }
     out.flush()
 }
+
+/// A tool from the validators' virtual environment that `tests/install-deps.sh` makes
+/// (SBOM validators, kubernetes-validate).
+pub fn venv_tool(name: &str) -> PathBuf {
+    let path = crate::support::test_cache_dir().join("venv/bin").join(name);
+    assert!(
+        path.exists(),
+        "`{}` is missing: run tests/install-deps.sh (it installs the validators from PyPI)",
+        path.display()
+    );
+    path
+}

@@ -17,6 +17,7 @@ mod fixtures_smoke;
 mod hostile;
 mod init;
 mod inspect;
+mod k8s;
 mod layer_cache;
 mod lock;
 mod progress;

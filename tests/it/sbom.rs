@@ -10,20 +10,9 @@ use std::{
 use serde_json::Value;
 
 use crate::{
-    common::{LayoutView, Project},
-    support::{base::busybox_base_layout, channel::tiny_recipe, shared_channel, test_cache_dir},
+    common::{LayoutView, Project, venv_tool},
+    support::{base::busybox_base_layout, channel::tiny_recipe, shared_channel},
 };
-
-/// A tool from the validators' virtual environment that `tests/install-deps.sh` makes.
-fn validator(name: &str) -> PathBuf {
-    let path = test_cache_dir().join("venv/bin").join(name);
-    assert!(
-        path.exists(),
-        "`{}` is missing: run tests/install-deps.sh (it installs the SBOM validators from PyPI)",
-        path.display()
-    );
-    path
-}
 
 #[track_caller]
 fn validate(program: &Path, args: &[&str]) {
@@ -40,7 +29,7 @@ fn validate(program: &Path, args: &[&str]) {
 /// The CycloneDX 1.5 schema shipped by cyclonedx-python-lib (with the SPDX licence and JSF
 /// schemas it refers to beside it).
 fn cyclonedx_schema() -> PathBuf {
-    let output = Command::new(validator("python"))
+    let output = Command::new(venv_tool("python"))
         .args([
             "-c",
             "import cyclonedx.schema, os; print(os.path.dirname(cyclonedx.schema.__file__))",
@@ -104,12 +93,12 @@ fn build_writes_valid_spdx_and_cyclonedx_listing_exactly_the_lock() {
     // Real validators: the SPDX 2.3 JSON schema, the SPDX project's own validator (licence
     // expressions, ids, relationships, URIs), and the CycloneDX 1.5 schema.
     validate(
-        &validator("check-jsonschema"),
+        &venv_tool("check-jsonschema"),
         &["--schemafile", spdx_schema().to_str().unwrap(), spdx_arg],
     );
-    validate(&validator("pyspdxtools"), &["-i", spdx_arg]);
+    validate(&venv_tool("pyspdxtools"), &["-i", spdx_arg]);
     validate(
-        &validator("check-jsonschema"),
+        &venv_tool("check-jsonschema"),
         &[
             "--schemafile",
             cyclonedx_schema().to_str().unwrap(),
@@ -328,7 +317,7 @@ fn sbom_command_reads_a_recipe_or_a_lock() {
         .success();
     assert_eq!(run.stdout.trim(), out.to_str().unwrap());
     validate(
-        &validator("check-jsonschema"),
+        &venv_tool("check-jsonschema"),
         &[
             "--schemafile",
             cyclonedx_schema().to_str().unwrap(),

@@ -1,0 +1,445 @@
+//! Kubernetes manifests for a built image, from typed objects (k8s-openapi, API 1.33): a Job
+//! (run once, e.g. training) or a Deployment. The image is referenced by its registry digest,
+//! never by a tag; a CUDA image asks for `nvidia.com/gpu` and is kept off nodes whose driver
+//! is older than the image's minimum, using the labels NVIDIA's GPU feature discovery puts on
+//! GPU nodes; the pod runs as a non-root user with no privilege escalation.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::{
+    api::{
+        apps::v1::{Deployment, DeploymentSpec},
+        batch::v1::{Job, JobSpec},
+        core::v1::{
+            Affinity, Capabilities, Container, LocalObjectReference, NodeAffinity, NodeSelector,
+            NodeSelectorRequirement, NodeSelectorTerm, PodSecurityContext, PodSpec,
+            PodTemplateSpec, ResourceRequirements, SeccompProfile, SecurityContext,
+        },
+    },
+    apimachinery::pkg::{
+        api::resource::Quantity,
+        apis::meta::v1::{LabelSelector, ObjectMeta},
+    },
+};
+
+use crate::{cuda::compat::DriverVersion, inspect::ImageSummary};
+
+/// GPU feature discovery's labels for the host driver version (`535.104.05` → `535`, `104`,
+/// `05`).
+pub const DRIVER_MAJOR_LABEL: &str = "nvidia.com/cuda.driver.major";
+pub const DRIVER_MINOR_LABEL: &str = "nvidia.com/cuda.driver.minor";
+pub const DRIVER_REV_LABEL: &str = "nvidia.com/cuda.driver.rev";
+/// The extended resource NVIDIA's device plugin advertises.
+pub const GPU_RESOURCE: &str = "nvidia.com/gpu";
+/// The user a pod runs as when the image's own user is root or unset: conda prefixes are
+/// world-readable, so any unprivileged uid can run them.
+pub const DEFAULT_UID: i64 = 1000;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WorkloadKind {
+    Job,
+    Deployment,
+}
+
+/// What the manifest says beyond the image: the `--set` keys and flags.
+#[derive(Debug, Clone)]
+pub struct WorkloadOptions {
+    pub kind: WorkloadKind,
+    /// `REGISTRY/REPO`, where the image was pushed.
+    pub repository: String,
+    pub name: Option<String>,
+    pub namespace: Option<String>,
+    pub command: Option<Vec<String>>,
+    pub args: Option<Vec<String>>,
+    pub cpu: Option<String>,
+    pub memory: Option<String>,
+    /// GPUs per pod; default 1 for a CUDA image, else 0.
+    pub gpus: Option<u32>,
+    pub replicas: i32,
+    pub runtime_class: Option<String>,
+    pub pull_secrets: Vec<String>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum K8sError {
+    #[error(
+        "`{repository}` is not a repository like `registry.example/team/image` (no tag, no digest: the manifest adds the image's digest)"
+    )]
+    Repository { repository: String },
+    #[error(
+        "`{name}` is not a valid Kubernetes name: lower-case letters, digits and `-`, starting and ending with a letter or digit, at most 63 characters"
+    )]
+    Name { name: String },
+    #[error("The image's minimum driver `{value}` cannot be read: {message}")]
+    Driver { value: String, message: String },
+    #[error(
+        "The image's user `{user}` is a name, which Kubernetes cannot check against runAsNonRoot; give the image a numeric `user` (e.g. `1000:1000`) or set `--set user=UID[:GID]`"
+    )]
+    NamedUser { user: String },
+    #[error("`--set user={value}` must be `UID` or `UID:GID` with a non-zero UID")]
+    User { value: String },
+    #[error("Failed to write YAML")]
+    Yaml(#[source] serde_yaml::Error),
+}
+
+/// A manifest ready to print.
+pub enum Workload {
+    Job(Box<Job>),
+    Deployment(Box<Deployment>),
+}
+
+impl Workload {
+    pub fn to_yaml(&self) -> Result<String, K8sError> {
+        match self {
+            Workload::Job(job) => serde_yaml::to_string(job),
+            Workload::Deployment(deployment) => serde_yaml::to_string(deployment),
+        }
+        .map_err(K8sError::Yaml)
+    }
+}
+
+/// Builds the manifest of `image` (read from its layout) with `options`; `user` overrides
+/// the image's user (`UID` or `UID:GID`).
+pub fn workload(
+    image: &ImageSummary,
+    options: &WorkloadOptions,
+    user: Option<&str>,
+) -> Result<Workload, K8sError> {
+    let repository = options.repository.trim_end_matches('/');
+    let last = repository.rsplit('/').next().unwrap_or_default();
+    if repository.is_empty()
+        || repository.contains('@')
+        || last.contains(':')
+        || !repository.contains('/')
+    {
+        return Err(K8sError::Repository {
+            repository: options.repository.clone(),
+        });
+    }
+    let image_ref = format!("{repository}@{}", image.manifest_digest);
+    let name = options
+        .name
+        .clone()
+        .unwrap_or_else(|| image_name(&image.image));
+    if !is_dns_label(&name) {
+        return Err(K8sError::Name { name });
+    }
+
+    let (uid, gid) = run_as(user.or(image.config.user.as_deref()))?;
+    let cuda = image.cuda.as_ref();
+    let gpus = options.gpus.unwrap_or(if cuda.is_some() { 1 } else { 0 });
+
+    let mut limits = BTreeMap::new();
+    let mut requests = BTreeMap::new();
+    if gpus > 0 {
+        // Extended resources are set as limits; requests default to them.
+        limits.insert(GPU_RESOURCE.to_string(), Quantity(gpus.to_string()));
+    }
+    if let Some(cpu) = &options.cpu {
+        requests.insert("cpu".to_string(), Quantity(cpu.clone()));
+        limits.insert("cpu".to_string(), Quantity(cpu.clone()));
+    }
+    if let Some(memory) = &options.memory {
+        requests.insert("memory".to_string(), Quantity(memory.clone()));
+        limits.insert("memory".to_string(), Quantity(memory.clone()));
+    }
+
+    let container = Container {
+        name: name.clone(),
+        image: Some(image_ref),
+        command: options.command.clone(),
+        args: options.args.clone(),
+        resources: (!limits.is_empty()).then(|| ResourceRequirements {
+            limits: Some(limits),
+            requests: (!requests.is_empty()).then_some(requests),
+            ..Default::default()
+        }),
+        security_context: Some(SecurityContext {
+            allow_privilege_escalation: Some(false),
+            capabilities: Some(Capabilities {
+                drop: Some(vec!["ALL".to_string()]),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+
+    let min_driver = match cuda.and_then(|c| c.min_driver.as_deref()) {
+        Some(text) => Some(
+            text.parse::<DriverVersion>()
+                .map_err(|message| K8sError::Driver {
+                    value: text.to_string(),
+                    message,
+                })?,
+        ),
+        None => None,
+    };
+    let affinity = min_driver
+        .as_ref()
+        .filter(|_| gpus > 0)
+        .map(|driver| Affinity {
+            node_affinity: Some(NodeAffinity {
+                required_during_scheduling_ignored_during_execution: Some(NodeSelector {
+                    node_selector_terms: driver_terms(driver),
+                }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        });
+
+    let labels = BTreeMap::from([
+        ("app.kubernetes.io/name".to_string(), name.clone()),
+        (
+            "app.kubernetes.io/managed-by".to_string(),
+            "imgbuild".to_string(),
+        ),
+    ]);
+    let pod = PodSpec {
+        containers: vec![container],
+        restart_policy: Some(
+            match options.kind {
+                WorkloadKind::Job => "Never",
+                WorkloadKind::Deployment => "Always",
+            }
+            .to_string(),
+        ),
+        runtime_class_name: options.runtime_class.clone(),
+        image_pull_secrets: (!options.pull_secrets.is_empty()).then(|| {
+            options
+                .pull_secrets
+                .iter()
+                .map(|secret| LocalObjectReference {
+                    name: secret.clone(),
+                })
+                .collect()
+        }),
+        security_context: Some(PodSecurityContext {
+            run_as_non_root: Some(true),
+            run_as_user: Some(uid),
+            run_as_group: Some(gid),
+            seccomp_profile: Some(SeccompProfile {
+                type_: "RuntimeDefault".to_string(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+        affinity,
+        ..Default::default()
+    };
+    let template = PodTemplateSpec {
+        metadata: Some(ObjectMeta {
+            labels: Some(labels.clone()),
+            ..Default::default()
+        }),
+        spec: Some(pod),
+    };
+    let metadata = ObjectMeta {
+        name: Some(name),
+        namespace: options.namespace.clone(),
+        labels: Some(labels.clone()),
+        ..Default::default()
+    };
+    Ok(match options.kind {
+        WorkloadKind::Job => Workload::Job(Box::new(Job {
+            metadata,
+            spec: Some(JobSpec {
+                // A failed training run is looked at, not retried in a loop.
+                backoff_limit: Some(0),
+                template,
+                ..Default::default()
+            }),
+            ..Default::default()
+        })),
+        WorkloadKind::Deployment => Workload::Deployment(Box::new(Deployment {
+            metadata,
+            spec: Some(DeploymentSpec {
+                replicas: Some(options.replicas),
+                selector: LabelSelector {
+                    match_labels: Some(labels),
+                    ..Default::default()
+                },
+                template,
+                ..Default::default()
+            }),
+            ..Default::default()
+        })),
+    })
+}
+
+/// Node selector terms (ORed; requirements within a term ANDed) matching nodes whose driver
+/// is at least `driver`: `Gt` compares integers, so `≥ 520.61.05` becomes major > 520, or
+/// major 520 and minor > 61, or 520.61 and rev > 4.
+pub fn driver_terms(driver: &DriverVersion) -> Vec<NodeSelectorTerm> {
+    let text = driver.to_string();
+    let parts: Vec<u32> = text.split('.').filter_map(|p| p.parse().ok()).collect();
+    let labels = [DRIVER_MAJOR_LABEL, DRIVER_MINOR_LABEL, DRIVER_REV_LABEL];
+    let requirement = |label: &str, operator: &str, value: String| NodeSelectorRequirement {
+        key: label.to_string(),
+        operator: operator.to_string(),
+        values: Some(vec![value]),
+    };
+    let mut terms = Vec::new();
+    for depth in 0..parts.len() {
+        let mut expressions: Vec<NodeSelectorRequirement> = (0..depth)
+            .map(|i| requirement(labels[i], "In", label_value(i, parts[i])))
+            .collect();
+        // The last part may equal the minimum: "> n - 1".
+        let last = depth == parts.len() - 1;
+        let bound = if last {
+            i64::from(parts[depth]) - 1
+        } else {
+            i64::from(parts[depth])
+        };
+        expressions.push(requirement(labels[depth], "Gt", bound.to_string()));
+        terms.push(NodeSelectorTerm {
+            match_expressions: Some(expressions),
+            ..Default::default()
+        });
+    }
+    terms
+}
+
+/// GPU feature discovery writes minor versions as the driver does (`104`), and the
+/// revision zero-padded to two digits (`05`).
+fn label_value(index: usize, value: u32) -> String {
+    if index == 2 {
+        format!("{value:02}")
+    } else {
+        value.to_string()
+    }
+}
+
+/// The uid and gid the pod runs as: the image's numeric user, else [`DEFAULT_UID`].
+fn run_as(user: Option<&str>) -> Result<(i64, i64), K8sError> {
+    let Some(user) = user.filter(|u| !u.is_empty()) else {
+        return Ok((DEFAULT_UID, DEFAULT_UID));
+    };
+    let (uid, gid) = match user.split_once(':') {
+        Some((uid, gid)) => (uid, Some(gid)),
+        None => (user, None),
+    };
+    let Ok(uid) = uid.parse::<i64>() else {
+        if uid == "root" {
+            return Ok((DEFAULT_UID, DEFAULT_UID));
+        }
+        return Err(K8sError::NamedUser {
+            user: user.to_string(),
+        });
+    };
+    if uid == 0 {
+        return Ok((DEFAULT_UID, DEFAULT_UID));
+    }
+    let gid = match gid {
+        Some(gid) => gid.parse::<i64>().map_err(|_| K8sError::User {
+            value: user.to_string(),
+        })?,
+        None => uid,
+    };
+    Ok((uid, gid))
+}
+
+/// Parses `--set user=UID[:GID]`.
+pub fn check_user(value: &str) -> Result<(), K8sError> {
+    let (uid, gid) = value.split_once(':').unwrap_or((value, "0"));
+    match (uid.parse::<i64>(), gid.parse::<i64>()) {
+        (Ok(uid), Ok(_)) if uid > 0 => Ok(()),
+        _ => Err(K8sError::User {
+            value: value.to_string(),
+        }),
+    }
+}
+
+/// The image's name from its reference (`images/py39-torch21:latest` → `py39-torch21`).
+fn image_name(reference: &str) -> String {
+    let (path, _) = crate::inspect::split_reference(reference);
+    let base = std::path::Path::new(path)
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    base.to_ascii_lowercase()
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
+        .collect::<String>()
+        .trim_matches('-')
+        .to_string()
+}
+
+/// RFC 1123 label: what Kubernetes accepts as a Job, Deployment or container name.
+fn is_dns_label(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 63
+        && name
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+        && !name.starts_with('-')
+        && !name.ends_with('-')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn terms(driver: &str) -> Vec<Vec<(String, String, String)>> {
+        driver_terms(&driver.parse().unwrap())
+            .into_iter()
+            .map(|t| {
+                t.match_expressions
+                    .unwrap()
+                    .into_iter()
+                    .map(|r| (r.key, r.operator, r.values.unwrap()[0].clone()))
+                    .collect()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn driver_minimum_becomes_ored_terms() {
+        let t = terms("520.61.05");
+        assert_eq!(t.len(), 3);
+        assert_eq!(
+            t[0],
+            vec![(DRIVER_MAJOR_LABEL.into(), "Gt".into(), "520".into())]
+        );
+        assert_eq!(
+            t[1],
+            vec![
+                (DRIVER_MAJOR_LABEL.into(), "In".into(), "520".into()),
+                (DRIVER_MINOR_LABEL.into(), "Gt".into(), "61".into()),
+            ]
+        );
+        assert_eq!(
+            t[2],
+            vec![
+                (DRIVER_MAJOR_LABEL.into(), "In".into(), "520".into()),
+                (DRIVER_MINOR_LABEL.into(), "In".into(), "61".into()),
+                (DRIVER_REV_LABEL.into(), "Gt".into(), "4".into()),
+            ]
+        );
+        // A bare major: major > 579 (that is, ≥ 580).
+        assert_eq!(
+            terms("580"),
+            vec![vec![(DRIVER_MAJOR_LABEL.into(), "Gt".into(), "579".into())]]
+        );
+    }
+
+    #[test]
+    fn users() {
+        assert_eq!(run_as(None).unwrap(), (DEFAULT_UID, DEFAULT_UID));
+        assert_eq!(run_as(Some("0")).unwrap(), (DEFAULT_UID, DEFAULT_UID));
+        assert_eq!(run_as(Some("root")).unwrap(), (DEFAULT_UID, DEFAULT_UID));
+        assert_eq!(run_as(Some("1001")).unwrap(), (1001, 1001));
+        assert_eq!(run_as(Some("1001:100")).unwrap(), (1001, 100));
+        assert!(run_as(Some("jovyan")).is_err());
+        assert!(check_user("0").is_err());
+        assert!(check_user("1000:1000").is_ok());
+    }
+
+    #[test]
+    fn names() {
+        assert_eq!(image_name("images/Py39_torch21:latest"), "py39-torch21");
+        assert!(is_dns_label("py39-torch21"));
+        assert!(!is_dns_label("-x"));
+        assert!(!is_dns_label(&"a".repeat(64)));
+    }
+}

@@ -1,0 +1,187 @@
+//! `imgbuild k8s` (issue 4 part 1): every manifest kind validates offline with
+//! kubernetes-validate (strict, Kubernetes 1.33 and 1.37) and carries the image by digest, the
+//! GPU limit, the driver affinity and a non-root security context.
+
+use std::process::Command;
+
+use serde_json::Value;
+
+use crate::{
+    common::{LayoutView, Project, venv_tool},
+    support::{channel::tiny_recipe, shared_channel},
+};
+
+const REPOSITORY: &str = "registry.example/ml/train";
+
+/// A built CUDA 11.8 image whose minimum driver is 520.61.05, running as 1001:1002.
+fn cuda_image() -> Project {
+    let project = Project::new();
+    let recipe = tiny_recipe(shared_channel(), "train", &["cuda-cudart", "hello 1.0"])
+        .replace("[image]\n", "[image]\nuser = \"1001:1002\"\n")
+        + "\n[cuda]\nversion = \"11.8\"\nmin-driver = \"520.61.05\"\n";
+    project.write_recipe(&recipe);
+    project.build(&[]).success();
+    project
+}
+
+/// Runs `imgbuild k8s`, validates its YAML with kubernetes-validate and returns it as JSON.
+fn manifest(project: &Project, args: &[&str]) -> Value {
+    let mut all = vec!["k8s", "images/train", "--repository", REPOSITORY];
+    all.extend_from_slice(args);
+    let run = project.run(&all).success();
+    let file = project.path().join("manifest.yaml");
+    fs_err::write(&file, &run.stdout).unwrap();
+    for version in ["1.33.0", "1.37.0"] {
+        let output = Command::new(venv_tool("kubernetes-validate"))
+            .args(["--strict", "-k", version])
+            .arg(&file)
+            .output()
+            .unwrap();
+        assert!(
+            output.status.success(),
+            "kubernetes-validate {version} rejects:\n{}\n{}{}",
+            run.stdout,
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+    // YAML → JSON through Python's yaml (kubernetes-validate's own dependency).
+    let output = Command::new(venv_tool("python"))
+        .args([
+            "-c",
+            "import json, sys, yaml; print(json.dumps(yaml.safe_load(open(sys.argv[1]))))",
+        ])
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_slice(&output.stdout).unwrap()
+}
+
+fn check_pod(pod: &Value, digest: &str, gpus: &str) {
+    let container = &pod["containers"][0];
+    assert_eq!(container["image"], format!("{REPOSITORY}@{digest}"));
+    assert_eq!(container["resources"]["limits"]["nvidia.com/gpu"], gpus);
+    assert_eq!(
+        container["securityContext"]["allowPrivilegeEscalation"],
+        false
+    );
+    assert_eq!(
+        container["securityContext"]["capabilities"]["drop"][0],
+        "ALL"
+    );
+    let security = &pod["securityContext"];
+    assert_eq!(security["runAsNonRoot"], true);
+    assert_eq!(security["runAsUser"], 1001, "the image's user");
+    assert_eq!(security["runAsGroup"], 1002);
+    // Nodes whose driver is at least 520.61.05, from GPU feature discovery's labels.
+    let terms = &pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+        ["nodeSelectorTerms"];
+    assert_eq!(terms.as_array().unwrap().len(), 3, "{terms}");
+    assert_eq!(
+        terms[0]["matchExpressions"][0]["key"],
+        "nvidia.com/cuda.driver.major"
+    );
+    assert_eq!(terms[0]["matchExpressions"][0]["operator"], "Gt");
+    assert_eq!(terms[0]["matchExpressions"][0]["values"][0], "520");
+    assert_eq!(
+        terms[2]["matchExpressions"][2]["key"],
+        "nvidia.com/cuda.driver.rev"
+    );
+    assert_eq!(terms[2]["matchExpressions"][2]["values"][0], "4");
+}
+
+#[test]
+fn job_and_deployment_validate_and_pin_the_image() {
+    let project = cuda_image();
+    let digest = LayoutView::new(project.path().join("images/train")).manifest_digest();
+
+    let job = manifest(
+        &project,
+        &[
+            "--job",
+            "--runtime-class",
+            "nvidia",
+            "--pull-secret",
+            "regcred",
+            "--set",
+            "command=[\"/opt/conda/bin/hello\"]",
+            "--set",
+            "memory=8Gi",
+            "--set",
+            "namespace=ml",
+        ],
+    );
+    assert_eq!(job["kind"], "Job");
+    assert_eq!(job["apiVersion"], "batch/v1");
+    assert_eq!(job["metadata"]["name"], "train");
+    assert_eq!(job["metadata"]["namespace"], "ml");
+    let pod = &job["spec"]["template"]["spec"];
+    check_pod(pod, &digest, "1");
+    assert_eq!(pod["restartPolicy"], "Never");
+    assert_eq!(pod["runtimeClassName"], "nvidia");
+    assert_eq!(pod["imagePullSecrets"][0]["name"], "regcred");
+    assert_eq!(pod["containers"][0]["command"][0], "/opt/conda/bin/hello");
+    assert_eq!(pod["containers"][0]["resources"]["limits"]["memory"], "8Gi");
+
+    let deployment = manifest(
+        &project,
+        &[
+            "--deployment",
+            "--set",
+            "replicas=3",
+            "--set",
+            "gpus=2",
+            "--set",
+            "name=serve",
+        ],
+    );
+    assert_eq!(deployment["kind"], "Deployment");
+    assert_eq!(deployment["apiVersion"], "apps/v1");
+    assert_eq!(deployment["spec"]["replicas"], 3);
+    assert_eq!(
+        deployment["spec"]["selector"]["matchLabels"],
+        deployment["spec"]["template"]["metadata"]["labels"]
+    );
+    check_pod(&deployment["spec"]["template"]["spec"], &digest, "2");
+}
+
+#[test]
+fn bad_overrides_and_references_are_refused() {
+    let project = cuda_image();
+    project
+        .run(&[
+            "k8s",
+            "images/train",
+            "--repository",
+            REPOSITORY,
+            "--set",
+            "memroy=1Gi",
+        ])
+        .assert_failure_naming(1, &["no key `memroy`", "did you mean `memory`"]);
+    project
+        .run(&[
+            "k8s",
+            "images/train",
+            "--repository",
+            "registry.example/ml/train:v1",
+        ])
+        .assert_failure_naming(1, &["not a repository", "digest"]);
+    project
+        .run(&[
+            "k8s",
+            "images/train",
+            "--repository",
+            REPOSITORY,
+            "--set",
+            "user=0",
+        ])
+        .assert_failure_naming(1, &["non-zero UID"]);
+    project
+        .run(&["k8s", "images/missing", "--repository", REPOSITORY])
+        .assert_clean_failure(1);
+}
