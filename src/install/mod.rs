@@ -174,11 +174,15 @@ pub async fn install_reporting(
         .with_package_cache(cache)
         // Placeholders get the path the files will have inside the image.
         .with_alternative_target_prefix(prefix)
-        // Copies, not hard links into the cache: the staging tree is ours to scrub and
-        // must not share inodes (and mtimes) with the cache.
+        // Hard links into the cache where the file system allows (rattler copies a file it
+        // cannot link, and always copies a file whose placeholder it replaces): staging a
+        // 2.7 GB environment then costs no copy. Nothing writes into staged files in place
+        // (records are replaced by rename), so the cache is never changed through a link,
+        // and the tar writer does not look at inodes, so linked and copied trees give the
+        // same layers.
         .with_link_options(LinkOptions {
             allow_symbolic_links: Some(true),
-            allow_hard_links: Some(false),
+            allow_hard_links: Some(true),
             allow_ref_links: Some(false),
         })
         // Link scripts are target code; never run them on the build host.

@@ -8,7 +8,7 @@
 //!
 //! The key of a package layer is the sha256 of everything that decides its bytes except
 //! the bytes of package files: imgbuild's version, the compressor, the entries' mtime and,
-//! for every tar entry, its path, kind, mode, size and link target, plus the full contents
+//! for every tar entry, its path, kind, mode, size and symlink target, plus the full contents
 //! of the packages' `conda-meta/*.json` records. A record names its package archive by
 //! sha256 and lists each file's sha256 (after prefix replacement), and the in-image prefix
 //! is part of every path, so equal keys mean equal tars without reading the 2 GB of
@@ -142,7 +142,6 @@ pub fn layer_key(
             Entry::Symlink { path, target } => {
                 serde_json::json!(["l", path, target.to_string_lossy()])
             }
-            Entry::HardLink { path, mode, first } => serde_json::json!(["h", path, mode, first]),
             Entry::File {
                 path,
                 mode,

@@ -1,11 +1,16 @@
 //! Deterministic tar: sorted entries, explicit parent directories, uid/gid 0, no owner
-//! names, fixed times, no PAX records, symlinks and hard links kept as links.
+//! names, fixed times, no PAX records, symlinks kept as links.
+//!
+//! Files that share an inode are written as separate files. The staging tree is linked
+//! from the package cache when it can be (no bytes copied) and copied when it cannot, so
+//! inode sharing says how the installer worked, not what the packages hold: conda's
+//! `paths.json` has no hard links between files (its `hardlink` path type is a plain file).
 //!
 //! Modes are normalised to 0755 (anything executable) or 0644 and directories to 0755, so
 //! the builder's umask never reaches the image; conda packages carry nothing else.
 
 use std::{
-    collections::{BTreeSet, HashMap},
+    collections::BTreeSet,
     io::Write,
     os::unix::fs::MetadataExt,
     path::{Path, PathBuf},
@@ -64,21 +69,14 @@ pub enum Entry {
         size: u64,
         source: PathBuf,
     },
-    /// A further name of a file already in the layer (`first`).
-    HardLink {
-        path: String,
-        mode: u32,
-        first: String,
-    },
 }
 
 impl Entry {
     pub fn path(&self) -> &str {
         match self {
-            Entry::Directory { path }
-            | Entry::Symlink { path, .. }
-            | Entry::File { path, .. }
-            | Entry::HardLink { path, .. } => path,
+            Entry::Directory { path } | Entry::Symlink { path, .. } | Entry::File { path, .. } => {
+                path
+            }
         }
     }
 }
@@ -86,8 +84,6 @@ impl Entry {
 /// The entries of a tar of `paths` (relative to `root`) and their parent directories, in
 /// tar order. Reads metadata only, never file contents.
 pub fn entries(root: &Path, paths: &[String]) -> Result<Vec<Entry>, TarError> {
-    // First path written for each (device, inode) of a multiply-linked file.
-    let mut seen_inodes: HashMap<(u64, u64), String> = HashMap::new();
     let explicit: BTreeSet<&str> = paths.iter().map(String::as_str).collect();
     let mut entries = Vec::with_capacity(paths.len());
 
@@ -122,18 +118,6 @@ pub fn entries(root: &Path, paths: &[String]) -> Result<Vec<Entry>, TarError> {
             entries.push(Entry::Symlink { path, target });
         } else if file_type.is_file() {
             let mode = normal_mode(meta.mode());
-            if meta.nlink() > 1 {
-                let key = (meta.dev(), meta.ino());
-                if let Some(first) = seen_inodes.get(&key) {
-                    entries.push(Entry::HardLink {
-                        path,
-                        mode,
-                        first: first.clone(),
-                    });
-                    continue;
-                }
-                seen_inodes.insert(key, path.clone());
-            }
             entries.push(Entry::File {
                 path,
                 mode,
@@ -194,13 +178,6 @@ pub fn write_entries<W: Write>(entries: &[Entry], mtime: u64, out: W) -> Result<
                 header.set_mode(0o777);
                 builder
                     .append_link(&mut header, path, target)
-                    .map_err(write_err)?;
-            }
-            Entry::HardLink { path, mode, first } => {
-                header.set_entry_type(EntryType::Link);
-                header.set_mode(*mode);
-                builder
-                    .append_link(&mut header, path, first)
                     .map_err(write_err)?;
             }
             Entry::File {
@@ -334,7 +311,8 @@ mod tests {
                 ("p/bin/alias".into(), EntryType::Symlink, 0o777, 42),
                 ("p/bin/tool".into(), EntryType::Regular, 0o755, 42),
                 ("p/data".into(), EntryType::Regular, 0o644, 42),
-                ("p/data2".into(), EntryType::Link, 0o644, 42),
+                // A hard link in the staging tree is a file of its own in the layer.
+                ("p/data2".into(), EntryType::Regular, 0o644, 42),
             ]
         );
     }
