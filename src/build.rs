@@ -64,6 +64,8 @@ pub struct BuildSettings {
     pub source_date_epoch: Option<i64>,
     /// How to reach registries (bases).
     pub registry: ClientOptions,
+    /// The matrix variant to build, for a recipe with a `[matrix]`.
+    pub variant: Option<crate::recipe::matrix::Variant>,
 }
 
 /// Pipeline stages, for progress reports.
@@ -194,6 +196,7 @@ struct Prepared {
 async fn prepare(settings: &BuildSettings) -> Result<Prepared, BuildError> {
     let options = RecipeOptions {
         channel_alias: settings.channel_alias.clone(),
+        variant: settings.variant.clone(),
     };
     let recipe = Recipe::load(&settings.recipe_path, &options)?;
     let base = match &recipe.base {
@@ -358,6 +361,24 @@ pub async fn lock(
         .map(|(_, report)| report)
 }
 
+/// Solves (or reuses) the recipe's lock and fetches its packages into the cache, without
+/// building: the first step of a matrix build, taken one variant at a time.
+pub async fn lock_and_fetch(settings: &BuildSettings) -> Result<(), BuildError> {
+    let prepared = prepare(settings).await?;
+    let (lock, _) = obtain_lock(&prepared, settings, &Silent).await?;
+    crate::install::fetch_only(
+        &lock.records,
+        &InstallOptions {
+            cache_dir: &settings.cache_dir,
+        },
+    )
+    .await
+    .map_err(|source| BuildError::Install {
+        name: prepared.recipe.name.clone(),
+        source,
+    })
+}
+
 /// Builds the image of a recipe into its layout directory.
 pub async fn build(
     settings: &BuildSettings,
@@ -401,6 +422,7 @@ pub async fn build(
         lock_path: &recipe.lock_path(),
         base_manifest: prepared.base.as_ref().map(|b| b.manifest_digest.as_str()),
         source_date_epoch: settings.source_date_epoch,
+        variant: recipe.variant.as_deref(),
     }
     .key();
     let records = BuildRecords::new(&settings.cache_dir);

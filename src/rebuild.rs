@@ -27,6 +27,8 @@ pub struct BuildInputs<'a> {
     pub lock_path: &'a Path,
     pub base_manifest: Option<&'a str>,
     pub source_date_epoch: Option<i64>,
+    /// The matrix variant (`cuda11.8-python3.9`), if any.
+    pub variant: Option<&'a str>,
 }
 
 impl BuildInputs<'_> {
@@ -42,6 +44,7 @@ impl BuildInputs<'_> {
         part(&fs_err::read(self.recipe_path).ok()?);
         part(&fs_err::read(self.lock_path).ok()?);
         part(self.base_manifest.unwrap_or("scratch").as_bytes());
+        part(self.variant.unwrap_or_default().as_bytes());
         part(
             self.source_date_epoch
                 .map(|s| s.to_string())

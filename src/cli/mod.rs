@@ -4,6 +4,7 @@ mod completions;
 mod init;
 mod inspect;
 mod k8s;
+mod matrix;
 mod progress;
 mod registry;
 mod sbom;
@@ -300,6 +301,7 @@ async fn run(cli: Cli) -> ExitCode {
                 .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get())),
             source_date_epoch,
             registry: cli.global.registry_options(),
+            variant: None,
         };
 
     match &cli.command {
@@ -345,6 +347,28 @@ async fn run(cli: Cli) -> ExitCode {
                 args.output.clone(),
                 args.jobs,
             );
+            // A recipe with a `[matrix]` builds every variant (errors in the file itself are
+            // left to the normal path, which reports them with their place).
+            let variants = fs_err::read_to_string(&args.recipe)
+                .ok()
+                .map(|text| crate::recipe::matrix::variants(&text, &args.recipe));
+            match variants {
+                Some(Err(err)) => return fail(&err, 1),
+                Some(Ok(variants)) if !variants.is_empty() => {
+                    if args.output.is_some()
+                        || args.push.is_some()
+                        || args.format.archive_suffix().is_some()
+                    {
+                        eprintln!(
+                            "error: `-o`, `--push` and `--format` name one image; a matrix builds {} (images/NAME-VARIANT): push them one by one",
+                            variants.len()
+                        );
+                        return ExitCode::from(1);
+                    }
+                    return matrix::run_matrix(&settings, variants, json, cli.global.quiet).await;
+                }
+                _ => {}
+            }
             let built = build::build(&settings, &reporter).await;
             reporter.finish(built.is_ok());
             built.map(|report| {

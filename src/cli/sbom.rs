@@ -42,6 +42,7 @@ pub(super) fn run_sbom(args: &SbomArgs, channel_alias: &Url) -> ExitCode {
     };
     let options = RecipeOptions {
         channel_alias: channel_alias.clone(),
+        variant: None,
     };
     let (lock, subject) = match load_input(&args.input, &options, source_date_epoch) {
         Ok(input) => input,

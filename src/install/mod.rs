@@ -138,6 +138,24 @@ pub async fn install(
     .await
 }
 
+/// Fetches and checks `records` into the package cache without installing them: what
+/// matrix builds do one variant after another before building them at once, so no two
+/// builds of one process fetch the same package at the same time.
+pub async fn fetch_only(
+    records: &[RepoDataRecord],
+    options: &InstallOptions<'_>,
+) -> Result<(), InstallError> {
+    let (events_tx, mut events_rx) = tokio::sync::mpsc::unbounded_channel();
+    let cache = PackageCache::new(options.cache_dir.join("pkgs"));
+    progress::forward_until_done(
+        fetch::fetch_and_check(records, &cache, options.cache_dir, events_tx),
+        &mut events_rx,
+        &crate::build::Silent,
+    )
+    .await?;
+    Ok(())
+}
+
 /// [`install`], telling `reporter` of bytes downloaded and packages linked.
 pub async fn install_reporting(
     records: &[RepoDataRecord],

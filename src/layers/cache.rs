@@ -95,6 +95,20 @@ impl LayerCache {
         }))
     }
 
+    /// Holds `key` for this process until the returned file is dropped: a second build
+    /// wanting the same layer (matrix variants at once) waits, then finds it cached instead
+    /// of compressing it again.
+    pub fn lock_key(&self, key: &str) -> std::io::Result<std::fs::File> {
+        let file = fs_err::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(self.keys.join(format!("{key}.lock")))?
+            .into_file();
+        file.lock()?;
+        Ok(file)
+    }
+
     /// Records `blob`, already written at `blob_path`, under `key`.
     pub fn store(&self, key: &str, blob: &LayerBlob, blob_path: &Path) -> std::io::Result<()> {
         crate::fs::link_or_copy(blob_path, &self.blob_path(&blob.digest))?;

@@ -135,10 +135,18 @@ impl LayerWriter<'_> {
             reused,
         };
 
+        let mut _key_lock = None;
         let key = match self.cache {
             Some(cache) => {
                 let key = layer_key(layer, &entries, self.compression)
                     .map_err(|e| blob_err(self.root, e))?;
+                if let Some(key) = &key {
+                    _key_lock = Some(
+                        cache
+                            .lock_key(key)
+                            .map_err(|e| blob_err(self.blobs_dir, e))?,
+                    );
+                }
                 if let Some(key) = &key
                     && let Some(blob) = cache
                         .fetch(key, self.compression, self.blobs_dir)

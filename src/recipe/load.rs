@@ -17,6 +17,8 @@ use crate::cuda::compat::{
 };
 use crate::layers::Compression;
 
+use super::matrix::Variant;
+
 use super::{
     DEFAULT_CHANNEL_ALIAS, DEFAULT_LAYER_BUDGET, DEFAULT_PREFIX,
     error::{RecipeError, SourceSpan},
@@ -28,12 +30,15 @@ use super::{
 pub struct RecipeOptions {
     /// Base URL that channel names resolve against (`conda-forge` → `<alias>/conda-forge`).
     pub channel_alias: Url,
+    /// The variant of a recipe with a `[matrix]` to read; required for such a recipe.
+    pub variant: Option<Variant>,
 }
 
 impl Default for RecipeOptions {
     fn default() -> Self {
         Self {
             channel_alias: Url::parse(DEFAULT_CHANNEL_ALIAS).expect("valid default alias"),
+            variant: None,
         }
     }
 }
@@ -114,6 +119,8 @@ pub struct Recipe {
     pub layer_budget: u32,
     /// How new layers are compressed.
     pub compression: Compression,
+    /// The matrix variant this recipe is (`cuda11.8-python3.9`), if any.
+    pub variant: Option<String>,
 }
 
 impl Recipe {
@@ -133,6 +140,29 @@ impl Recipe {
         path: &Path,
         options: &RecipeOptions,
     ) -> Result<Recipe, RecipeError> {
+        let variants = super::matrix::variants(text, path)?;
+        let text = match &options.variant {
+            Some(variant) if variants.contains(variant) => variant.apply(text),
+            Some(variant) => {
+                return Err(RecipeError::Invalid {
+                    path: path.to_path_buf(),
+                    message: format!("the recipe has no matrix variant `{}`", variant.suffix()),
+                    span: None,
+                });
+            }
+            None if !variants.is_empty() => {
+                return Err(RecipeError::Invalid {
+                    path: path.to_path_buf(),
+                    message: format!(
+                        "the recipe has a [matrix] of {} variants; `imgbuild build` locks and builds them all",
+                        variants.len()
+                    ),
+                    span: None,
+                });
+            }
+            None => text.to_string(),
+        };
+        let text = text.as_str();
         let checker = Checker {
             path: path.to_path_buf(),
             text: Arc::from(text),
@@ -142,12 +172,21 @@ impl Recipe {
             message: err.message().trim_end().to_string(),
             span: err.span().map(|range| checker.span(range)),
         })?;
-        checker.validate(file, options)
+        let mut recipe = checker.validate(file, options)?;
+        if let Some(variant) = &options.variant {
+            recipe.name = format!("{}-{}", recipe.name, variant.suffix());
+            recipe.variant = Some(variant.suffix());
+        }
+        Ok(recipe)
     }
 
-    /// The lock file that belongs to this recipe: the recipe path with extension `.lock`.
+    /// The lock file that belongs to this recipe: the recipe path with extension `.lock`,
+    /// or `.VARIANT.lock` for a matrix variant.
     pub fn lock_path(&self) -> PathBuf {
-        self.path.with_extension("lock")
+        match &self.variant {
+            Some(suffix) => self.path.with_extension(format!("{suffix}.lock")),
+            None => self.path.with_extension("lock"),
+        }
     }
 
     /// Directory that relative paths in the recipe are resolved against.
@@ -403,6 +442,7 @@ impl Checker {
             labels: image.labels,
             layer_budget,
             compression,
+            variant: None,
         })
     }
 
@@ -607,6 +647,7 @@ dependencies = ["python=3.9", "numpy >=1.20"]
     fn channel_alias_applies_to_names_only() {
         let options = RecipeOptions {
             channel_alias: Url::parse("https://mirror.example/conda").unwrap(),
+            variant: None,
         };
         let recipe =
             Recipe::from_str_at(MINIMAL, Path::new("/work/recipes/x.toml"), &options).unwrap();

@@ -7,6 +7,7 @@
 
 mod error;
 mod load;
+pub mod matrix;
 mod schema;
 pub mod suggest;
 

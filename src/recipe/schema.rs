@@ -20,6 +20,10 @@ pub(crate) struct RecipeFile {
     /// Optional: layer planning.
     #[serde(default)]
     pub layers: LayersSection,
+    /// Optional: build variants, `key = ["value", …]`; read by [`super::matrix`] before
+    /// the recipe is parsed, so here only its presence is kept.
+    #[allow(dead_code)]
+    pub matrix: Option<toml::Table>,
 }
 
 #[derive(Debug, Deserialize)]

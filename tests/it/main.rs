@@ -20,6 +20,7 @@ mod inspect;
 mod k8s;
 mod layer_cache;
 mod lock;
+mod matrix;
 mod progress;
 mod recipes;
 mod registry;

@@ -196,6 +196,7 @@ async fn py39_torch21_picks_the_cuda_11_8_build_from_the_real_pytorch_index() {
         &Path::new(env!("CARGO_MANIFEST_DIR")).join("recipes/py39-torch21.toml"),
         &RecipeOptions {
             channel_alias: alias.clone(),
+            variant: None,
         },
     )
     .unwrap();

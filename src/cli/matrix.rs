@@ -1,0 +1,214 @@
+//! `imgbuild build` of a recipe with a `[matrix]`: every variant built at once on this
+//! machine, sharing the package and layer caches, then a summary of what they share.
+
+use std::{collections::BTreeMap, path::PathBuf, process::ExitCode};
+
+use serde_json::json;
+
+use super::{fail, human_bytes, progress};
+use crate::{
+    build::{self, BuildReport, BuildSettings, Silent},
+    recipe::matrix::Variant,
+};
+
+/// What the variants of a matrix have in common: layers stored once for several of them.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Sharing {
+    /// Distinct layer blobs across all variants.
+    pub layers: usize,
+    /// Their compressed bytes.
+    pub bytes: u64,
+    /// Blobs that appear in two or more variants, and their bytes (each counted once).
+    pub shared_layers: usize,
+    pub shared_bytes: u64,
+}
+
+/// Counts shared layers from each variant's `(digest, size)` list.
+pub fn sharing(variants: &[Vec<(String, u64)>]) -> Sharing {
+    let mut blobs: BTreeMap<&str, (u64, usize)> = BTreeMap::new();
+    for layers in variants {
+        // A blob twice in one image still counts once for that image.
+        let mut seen = std::collections::BTreeSet::new();
+        for (digest, size) in layers {
+            if seen.insert(digest.as_str()) {
+                blobs.entry(digest).or_insert((*size, 0)).1 += 1;
+            }
+        }
+    }
+    let shared: Vec<u64> = blobs
+        .values()
+        .filter(|(_, count)| *count >= 2)
+        .map(|(size, _)| *size)
+        .collect();
+    Sharing {
+        layers: blobs.len(),
+        bytes: blobs.values().map(|(size, _)| size).sum(),
+        shared_layers: shared.len(),
+        shared_bytes: shared.iter().sum(),
+    }
+}
+
+/// The layer blobs of a built variant, base layers included, from its layout.
+fn layers_of(report: &BuildReport) -> Result<Vec<(String, u64)>, crate::inspect::InspectError> {
+    let tag = report
+        .tags
+        .first()
+        .cloned()
+        .unwrap_or_else(|| "latest".into());
+    let summary = crate::inspect::inspect(&format!("{}:{tag}", report.layout_dir.display()))?;
+    Ok(summary
+        .layers
+        .iter()
+        .map(|layer| (layer.digest.clone(), layer.size))
+        .collect())
+}
+
+#[allow(clippy::print_stdout, clippy::print_stderr)]
+pub(super) async fn run_matrix(
+    settings: &BuildSettings,
+    variants: Vec<Variant>,
+    json: bool,
+    quiet: bool,
+) -> ExitCode {
+    let count = variants.len();
+    // The machine's threads shared between the variants (each at least one).
+    let jobs = (settings.jobs / count).max(1);
+    if !quiet && !json {
+        eprintln!(
+            "{:>12} {count} variants at once, {jobs} compression thread(s) each",
+            "Matrix"
+        );
+    }
+    // Locks and packages first, one variant after another: builds running at once in one
+    // process must not fetch the same package at the same time.
+    for variant in &variants {
+        let settings = BuildSettings {
+            variant: Some(variant.clone()),
+            ..settings.clone()
+        };
+        if let Err(err) = build::lock_and_fetch(&settings).await {
+            eprintln!("error: variant `{}` failed", variant.suffix());
+            return fail(&err, err.exit_code() as u8);
+        }
+    }
+    // One thread and runtime per variant: the builds run their CPU work (install, layers)
+    // on their own threads, so they overlap for real.
+    let results: Vec<(Variant, Result<BuildReport, build::BuildError>)> =
+        tokio::task::block_in_place(|| {
+            std::thread::scope(|scope| {
+                let handles: Vec<_> = variants
+                    .into_iter()
+                    .map(|variant| {
+                        let settings = BuildSettings {
+                            variant: Some(variant.clone()),
+                            jobs,
+                            ..settings.clone()
+                        };
+                        scope.spawn(move || {
+                            let result = tokio::runtime::Builder::new_multi_thread()
+                                .worker_threads(1)
+                                .enable_all()
+                                .build()
+                                .map_err(|source| build::BuildError::Staging {
+                                    path: settings.cache_dir.clone(),
+                                    source,
+                                })
+                                .and_then(|runtime| {
+                                    runtime.block_on(build::build(&settings, &Silent))
+                                });
+                            (variant, result)
+                        })
+                    })
+                    .collect();
+                handles
+                    .into_iter()
+                    .map(|h| h.join().expect("a variant's build thread panicked"))
+                    .collect()
+            })
+        });
+
+    let mut failed = None;
+    let mut layer_lists = Vec::new();
+    let mut built: Vec<(String, PathBuf, String, String)> = Vec::new();
+    for (variant, result) in results {
+        match result {
+            Ok(report) => {
+                match layers_of(&report) {
+                    Ok(layers) => layer_lists.push(layers),
+                    Err(err) => return fail(&err, 1),
+                }
+                if json {
+                    progress::emit(&progress::result_event(&report));
+                }
+                for tag in &report.tags {
+                    built.push((
+                        variant.suffix(),
+                        report.layout_dir.clone(),
+                        tag.clone(),
+                        report.manifest_digest.clone(),
+                    ));
+                }
+            }
+            Err(err) => {
+                eprintln!("error: variant `{}` failed", variant.suffix());
+                failed = Some((err.exit_code(), err));
+            }
+        }
+    }
+    if let Some((code, err)) = failed {
+        return fail(&err, code as u8);
+    }
+    let sharing = sharing(&layer_lists);
+    if json {
+        progress::emit(&json!({
+            "event": "matrix",
+            "variants": built
+                .iter()
+                .map(|(variant, layout, tag, digest)| json!({
+                    "variant": variant,
+                    "image": format!("{}:{tag}@{digest}", layout.display()),
+                }))
+                .collect::<Vec<_>>(),
+            "layers": sharing.layers,
+            "bytes": sharing.bytes,
+            "shared_layers": sharing.shared_layers,
+            "shared_bytes": sharing.shared_bytes,
+        }));
+    } else {
+        if !quiet {
+            eprintln!(
+                "{:>12} {} of {} distinct layers ({} of {}) are in two or more variants and stored once",
+                "Shared",
+                sharing.shared_layers,
+                sharing.layers,
+                human_bytes(sharing.shared_bytes),
+                human_bytes(sharing.bytes),
+            );
+        }
+        for (_, layout, tag, digest) in &built {
+            println!("{}:{tag}@{digest}", layout.display());
+        }
+    }
+    ExitCode::SUCCESS
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shared_blobs_are_counted_once() {
+        let a = vec![("x".to_string(), 10), ("y".to_string(), 5)];
+        let b = vec![("x".to_string(), 10), ("z".to_string(), 7)];
+        let c = vec![("x".to_string(), 10), ("y".to_string(), 5)];
+        assert_eq!(
+            sharing(&[a, b, c]),
+            Sharing {
+                layers: 3,
+                bytes: 22,
+                shared_layers: 2,
+                shared_bytes: 15
+            }
+        );
+    }
+}
