@@ -11,9 +11,11 @@ use k8s_openapi::{
         apps::v1::{Deployment, DeploymentSpec},
         batch::v1::{Job, JobSpec},
         core::v1::{
-            Affinity, Capabilities, Container, LocalObjectReference, NodeAffinity, NodeSelector,
-            NodeSelectorRequirement, NodeSelectorTerm, PodSecurityContext, PodSpec,
-            PodTemplateSpec, ResourceRequirements, SeccompProfile, SecurityContext,
+            Affinity, Capabilities, ConfigMap, ConfigMapVolumeSource, Container,
+            EmptyDirVolumeSource, EnvVar, EnvVarSource, LocalObjectReference, NodeAffinity,
+            NodeSelector, NodeSelectorRequirement, NodeSelectorTerm, ObjectFieldSelector,
+            PodSecurityContext, PodSpec, PodTemplateSpec, ResourceRequirements, SeccompProfile,
+            SecretVolumeSource, SecurityContext, Volume, VolumeMount,
         },
     },
     apimachinery::pkg::{
@@ -86,16 +88,255 @@ pub enum K8sError {
 pub enum Workload {
     Job(Box<Job>),
     Deployment(Box<Deployment>),
+    /// `--build-job`: the recipe and its locks, and the Indexed Job that builds them.
+    BuildJob(Box<ConfigMap>, Box<Job>),
 }
 
 impl Workload {
+    /// YAML, one document per object.
     pub fn to_yaml(&self) -> Result<String, K8sError> {
         match self {
             Workload::Job(job) => serde_yaml::to_string(job),
             Workload::Deployment(deployment) => serde_yaml::to_string(deployment),
+            Workload::BuildJob(config, job) => serde_yaml::to_string(config)
+                .and_then(|c| serde_yaml::to_string(job).map(|j| format!("{c}---\n{j}"))),
         }
         .map_err(K8sError::Yaml)
     }
+}
+
+/// What `--build-job` builds: a recipe (with its `[matrix]`, if any) and the locks of every
+/// variant, which pin what the pods build.
+#[derive(Debug, Clone)]
+pub struct BuildJobOptions {
+    pub name: String,
+    pub namespace: Option<String>,
+    /// The imgbuild image the pods run.
+    pub builder_image: String,
+    /// Where each pod pushes its image (`REGISTRY/REPO`; the tag is the variant's own).
+    pub repository: String,
+    pub recipe_file_name: String,
+    pub recipe_text: String,
+    /// `(file name, text)` of every variant's lock.
+    pub locks: Vec<(String, String)>,
+    /// Number of variants; 0 for a recipe without a matrix (one pod).
+    pub variants: usize,
+    pub pull_secrets: Vec<String>,
+    /// A `kubernetes.io/dockerconfigjson` Secret with the credentials to push.
+    pub push_secret: Option<String>,
+    pub cpu: Option<String>,
+    pub memory: Option<String>,
+}
+
+/// The ConfigMap holding the recipe and locks, and an Indexed Job with one pod per variant:
+/// pod `i` runs `imgbuild build RECIPE --locked --variant i --push REPO`. imgbuild needs no
+/// daemon and no privileges, so the pods are plain non-root pods with two scratch volumes.
+pub fn build_job(options: &BuildJobOptions) -> Result<Workload, K8sError> {
+    if !is_dns_label(&options.name) {
+        return Err(K8sError::Name {
+            name: options.name.clone(),
+        });
+    }
+    let config_name = format!("{}-recipe", options.name);
+    let mut data = BTreeMap::from([(
+        options.recipe_file_name.clone(),
+        options.recipe_text.clone(),
+    )]);
+    data.extend(options.locks.iter().cloned());
+    let labels = BTreeMap::from([
+        ("app.kubernetes.io/name".to_string(), options.name.clone()),
+        (
+            "app.kubernetes.io/managed-by".to_string(),
+            "imgbuild".to_string(),
+        ),
+    ]);
+    let config = ConfigMap {
+        metadata: ObjectMeta {
+            name: Some(config_name.clone()),
+            namespace: options.namespace.clone(),
+            labels: Some(labels.clone()),
+            ..Default::default()
+        },
+        data: Some(data),
+        ..Default::default()
+    };
+
+    let mut args = vec![
+        "build".to_string(),
+        format!("/recipes/{}", options.recipe_file_name),
+        "--locked".to_string(),
+        "--push".to_string(),
+        options.repository.clone(),
+    ];
+    if options.variants > 0 {
+        args.extend(["--variant".to_string(), "$(VARIANT_INDEX)".to_string()]);
+    }
+    let mut env = vec![
+        EnvVar {
+            name: "IMGBUILD_CACHE_DIR".into(),
+            value: Some("/cache".into()),
+            ..Default::default()
+        },
+        EnvVar {
+            name: "HOME".into(),
+            value: Some("/work".into()),
+            ..Default::default()
+        },
+        // The pod's index in the Job, through the downward API, so `$(VARIANT_INDEX)` in
+        // the arguments is expanded by the kubelet.
+        EnvVar {
+            name: "VARIANT_INDEX".into(),
+            value_from: Some(EnvVarSource {
+                field_ref: Some(ObjectFieldSelector {
+                    field_path: "metadata.annotations['batch.kubernetes.io/job-completion-index']"
+                        .into(),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        },
+    ];
+    let mut mounts = vec![
+        VolumeMount {
+            name: "recipes".into(),
+            mount_path: "/recipes".into(),
+            read_only: Some(true),
+            ..Default::default()
+        },
+        VolumeMount {
+            name: "work".into(),
+            mount_path: "/work".into(),
+            ..Default::default()
+        },
+        VolumeMount {
+            name: "cache".into(),
+            mount_path: "/cache".into(),
+            ..Default::default()
+        },
+    ];
+    let mut volumes = vec![
+        Volume {
+            name: "recipes".into(),
+            config_map: Some(ConfigMapVolumeSource {
+                name: config_name,
+                ..Default::default()
+            }),
+            ..Default::default()
+        },
+        Volume {
+            name: "work".into(),
+            empty_dir: Some(EmptyDirVolumeSource::default()),
+            ..Default::default()
+        },
+        Volume {
+            name: "cache".into(),
+            empty_dir: Some(EmptyDirVolumeSource::default()),
+            ..Default::default()
+        },
+    ];
+    if let Some(secret) = &options.push_secret {
+        env.push(EnvVar {
+            name: "REGISTRY_AUTH_FILE".into(),
+            value: Some("/auth/.dockerconfigjson".into()),
+            ..Default::default()
+        });
+        mounts.push(VolumeMount {
+            name: "auth".into(),
+            mount_path: "/auth".into(),
+            read_only: Some(true),
+            ..Default::default()
+        });
+        volumes.push(Volume {
+            name: "auth".into(),
+            secret: Some(SecretVolumeSource {
+                secret_name: Some(secret.clone()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        });
+    }
+    let mut limits = BTreeMap::new();
+    if let Some(cpu) = &options.cpu {
+        limits.insert("cpu".to_string(), Quantity(cpu.clone()));
+    }
+    if let Some(memory) = &options.memory {
+        limits.insert("memory".to_string(), Quantity(memory.clone()));
+    }
+    let container = Container {
+        name: "imgbuild".into(),
+        image: Some(options.builder_image.clone()),
+        args: Some(args),
+        env: Some(env),
+        working_dir: Some("/work".into()),
+        volume_mounts: Some(mounts),
+        resources: (!limits.is_empty()).then(|| ResourceRequirements {
+            requests: Some(limits.clone()),
+            limits: Some(limits),
+            ..Default::default()
+        }),
+        security_context: Some(SecurityContext {
+            allow_privilege_escalation: Some(false),
+            capabilities: Some(Capabilities {
+                drop: Some(vec!["ALL".to_string()]),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let pods = i32::try_from(options.variants.max(1)).unwrap_or(i32::MAX);
+    let job = Job {
+        metadata: ObjectMeta {
+            name: Some(options.name.clone()),
+            namespace: options.namespace.clone(),
+            labels: Some(labels.clone()),
+            ..Default::default()
+        },
+        spec: Some(JobSpec {
+            completion_mode: Some("Indexed".into()),
+            completions: Some(pods),
+            parallelism: Some(pods),
+            // One retry per variant: a flaky registry should not fail the matrix, a broken
+            // variant should not be rebuilt in a loop.
+            backoff_limit_per_index: Some(1),
+            template: PodTemplateSpec {
+                metadata: Some(ObjectMeta {
+                    labels: Some(labels),
+                    ..Default::default()
+                }),
+                spec: Some(PodSpec {
+                    containers: vec![container],
+                    restart_policy: Some("Never".into()),
+                    volumes: Some(volumes),
+                    image_pull_secrets: (!options.pull_secrets.is_empty()).then(|| {
+                        options
+                            .pull_secrets
+                            .iter()
+                            .map(|secret| LocalObjectReference {
+                                name: secret.clone(),
+                            })
+                            .collect()
+                    }),
+                    security_context: Some(PodSecurityContext {
+                        run_as_non_root: Some(true),
+                        run_as_user: Some(DEFAULT_UID),
+                        run_as_group: Some(DEFAULT_UID),
+                        fs_group: Some(DEFAULT_UID),
+                        seccomp_profile: Some(SeccompProfile {
+                            type_: "RuntimeDefault".to_string(),
+                            ..Default::default()
+                        }),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                }),
+            },
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    Ok(Workload::BuildJob(Box::new(config), Box::new(job)))
 }
 
 /// Builds the manifest of `image` (read from its layout) with `options`; `user` overrides

@@ -5,7 +5,7 @@ use std::process::ExitCode;
 use clap::Args;
 
 use super::fail;
-use crate::k8s::{WorkloadKind, WorkloadOptions, check_user, workload};
+use crate::k8s::{BuildJobOptions, WorkloadKind, WorkloadOptions, build_job, check_user, workload};
 
 pub(super) const K8S_EXAMPLES: &str = "\
 Examples:
@@ -31,11 +31,22 @@ const SET_KEYS: &[&str] = &[
 #[derive(Debug, Args)]
 pub struct K8sArgs {
     /// The image: an OCI layout directory, optionally with `:TAG`
-    pub image: String,
+    #[arg(required_unless_present = "build_job")]
+    pub image: Option<String>,
     /// Where the image was pushed (`REGISTRY/REPO`); the manifest references it as
-    /// `REGISTRY/REPO@sha256:…`, never by tag
+    /// `REGISTRY/REPO@sha256:…`, never by tag. With `--build-job`: where the pods push
     #[arg(long, value_name = "REGISTRY/REPO")]
     pub repository: String,
+    /// Instead of running an image: a ConfigMap with this recipe and its locks and an
+    /// Indexed Job that builds each `[matrix]` variant in its own pod and pushes it
+    #[arg(long, value_name = "RECIPE", conflicts_with_all = ["image", "deployment", "job"])]
+    pub build_job: Option<std::path::PathBuf>,
+    /// The imgbuild image the build pods run (best by digest)
+    #[arg(long, value_name = "REF", requires = "build_job")]
+    pub builder_image: Option<String>,
+    /// A `kubernetes.io/dockerconfigjson` Secret the build pods push with
+    #[arg(long, value_name = "SECRET", requires = "build_job")]
+    pub push_secret: Option<String>,
     /// A Job that runs the image once (the default)
     #[arg(long, conflicts_with = "deployment")]
     pub job: bool,
@@ -138,13 +149,123 @@ fn options(args: &K8sArgs) -> Result<(WorkloadOptions, Option<String>), SetError
     Ok((options, user))
 }
 
+/// The `--build-job` inputs: the recipe, every variant's lock, distinct push tags.
+fn build_job_options(
+    args: &K8sArgs,
+    recipe_path: &std::path::Path,
+    options: &WorkloadOptions,
+) -> Result<BuildJobOptions, Box<dyn std::error::Error>> {
+    use crate::recipe::{Recipe, RecipeOptions, matrix};
+
+    let builder_image = args
+        .builder_image
+        .clone()
+        .ok_or("`--build-job` needs `--builder-image REF`: the imgbuild image the pods run")?;
+    let text = fs_err::read_to_string(recipe_path)?;
+    let variants = matrix::variants(&text, recipe_path)?;
+    let choices: Vec<Option<matrix::Variant>> = if variants.is_empty() {
+        vec![None]
+    } else {
+        variants.iter().cloned().map(Some).collect()
+    };
+    let mut locks = Vec::new();
+    let mut tags = std::collections::BTreeMap::new();
+    let mut base_name = None;
+    for variant in &choices {
+        let recipe = Recipe::load(
+            recipe_path,
+            &RecipeOptions {
+                variant: variant.clone(),
+                ..RecipeOptions::default()
+            },
+        )?;
+        let suffix = variant.as_ref().map(matrix::Variant::suffix);
+        let lock_path = recipe.lock_path();
+        let lock = fs_err::read_to_string(&lock_path).map_err(|_| {
+            format!(
+                "`{}` does not exist: the pods build with `--locked`, so lock every variant first (`imgbuild build {}`)",
+                lock_path.display(),
+                recipe_path.display()
+            )
+        })?;
+        let file_name = lock_path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        locks.push((file_name, lock));
+        let tag = recipe.tags.first().cloned().unwrap_or_default();
+        if let Some(other) = tags.insert(tag.clone(), suffix.clone()) {
+            return Err(format!(
+                "variants `{}` and `{}` would both push to tag `{tag}`: put a matrix key in the recipe's tags, e.g. `tags = [\"{{{{python}}}}-{{{{cuda}}}}\"]`",
+                other.unwrap_or_default(),
+                suffix.unwrap_or_default()
+            )
+            .into());
+        }
+        for channel in &recipe.channels {
+            if channel.base_url.url().scheme() == "file" {
+                #[allow(clippy::print_stderr)]
+                {
+                    eprintln!(
+                        "warning: channel `{}` is on this machine; the build pods must see it at the same path",
+                        channel.base_url
+                    );
+                }
+            }
+        }
+        base_name.get_or_insert_with(|| match &suffix {
+            Some(suffix) => recipe
+                .name
+                .strip_suffix(&format!("-{suffix}"))
+                .unwrap_or(&recipe.name)
+                .to_string(),
+            None => recipe.name.clone(),
+        });
+    }
+    Ok(BuildJobOptions {
+        name: options
+            .name
+            .clone()
+            .unwrap_or_else(|| format!("{}-build", base_name.unwrap_or_default())),
+        namespace: options.namespace.clone(),
+        builder_image,
+        repository: options.repository.clone(),
+        recipe_file_name: recipe_path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default(),
+        recipe_text: text,
+        locks,
+        variants: variants.len(),
+        pull_secrets: options.pull_secrets.clone(),
+        push_secret: args.push_secret.clone(),
+        cpu: options.cpu.clone(),
+        memory: options.memory.clone(),
+    })
+}
+
 #[allow(clippy::print_stdout)]
 pub(super) fn run_k8s(args: &K8sArgs) -> ExitCode {
     let (options, user) = match options(args) {
         Ok(parsed) => parsed,
         Err(err) => return fail(&err, 1),
     };
-    let image = match crate::inspect::inspect(&args.image) {
+    if let Some(recipe) = &args.build_job {
+        let yaml = build_job_options(args, recipe, &options).and_then(|o| {
+            build_job(&o)
+                .and_then(|w| w.to_yaml())
+                .map_err(|e| Box::new(e) as Box<dyn std::error::Error>)
+        });
+        return match yaml {
+            Ok(yaml) => {
+                print!("{yaml}");
+                ExitCode::SUCCESS
+            }
+            Err(err) => fail(err.as_ref(), 1),
+        };
+    }
+    let image_ref = args.image.as_deref().unwrap_or_default();
+    let image = match crate::inspect::inspect(image_ref) {
         Ok(image) => image,
         Err(err) => return fail(&err, 1),
     };

@@ -162,6 +162,10 @@ pub struct BuildArgs {
     /// and result lines
     #[arg(long)]
     pub json: bool,
+    /// Build one variant of a `[matrix]` recipe: its 0-based index (in the order a matrix
+    /// build lists them) or its name (`cuda11.8-python3.9`)
+    #[arg(long, value_name = "INDEX|NAME")]
+    pub variant: Option<String>,
 }
 
 #[derive(Debug, Args)]
@@ -340,7 +344,7 @@ async fn run(cli: Cli) -> ExitCode {
             } else {
                 LockMode::Reuse
             };
-            let settings = settings(
+            let mut settings = settings(
                 args.recipe.clone(),
                 mode,
                 args.offline,
@@ -354,6 +358,32 @@ async fn run(cli: Cli) -> ExitCode {
                 .map(|text| crate::recipe::matrix::variants(&text, &args.recipe));
             match variants {
                 Some(Err(err)) => return fail(&err, 1),
+                Some(Ok(variants)) if args.variant.is_some() => {
+                    let wanted = args.variant.as_deref().unwrap_or_default();
+                    match crate::recipe::matrix::select(&variants, wanted) {
+                        Some(variant) => settings.variant = Some(variant.clone()),
+                        None if variants.is_empty() => {
+                            eprintln!(
+                                "error: `{}` has no [matrix], so no variant `{wanted}`",
+                                args.recipe.display()
+                            );
+                            return ExitCode::from(1);
+                        }
+                        None => {
+                            eprintln!(
+                                "error: `{}` has no variant `{wanted}`; its variants are {}",
+                                args.recipe.display(),
+                                variants
+                                    .iter()
+                                    .enumerate()
+                                    .map(|(i, v)| format!("{i}: {}", v.suffix()))
+                                    .collect::<Vec<_>>()
+                                    .join(", ")
+                            );
+                            return ExitCode::from(1);
+                        }
+                    }
+                }
                 Some(Ok(variants)) if !variants.is_empty() => {
                     if args.output.is_some()
                         || args.push.is_some()

@@ -33,6 +33,14 @@ impl Variant {
     }
 }
 
+/// The variant named `wanted`: its 0-based index in [`variants`]' order, or its suffix.
+pub fn select<'a>(variants: &'a [Variant], wanted: &str) -> Option<&'a Variant> {
+    match wanted.parse::<usize>() {
+        Ok(index) => variants.get(index),
+        Err(_) => variants.iter().find(|v| v.suffix() == wanted),
+    }
+}
+
 /// The variants of a recipe text, or none when it has no `[matrix]`.
 pub fn variants(text: &str, path: &Path) -> Result<Vec<Variant>, RecipeError> {
     let invalid = |message: String| RecipeError::Invalid {

@@ -185,3 +185,149 @@ fn bad_overrides_and_references_are_refused() {
         .run(&["k8s", "images/missing", "--repository", REPOSITORY])
         .assert_clean_failure(1);
 }
+
+/// `--build-job`: the recipe and every variant's lock in a ConfigMap, and an Indexed Job
+/// with one pod per variant building it `--locked` and pushing it; both validate.
+#[test]
+fn build_job_builds_each_variant_in_its_own_pod() {
+    let project = Project::new();
+    let recipe = tiny_recipe(shared_channel(), "m", &["hello {{hello}}", "{{extra}}"])
+        + "\n[matrix]\nhello = [\"1.0\", \"2.0\"]\nextra = [\"pyhello\", \"other\"]\n";
+    project.write_recipe(&recipe);
+    let job_args = [
+        "k8s",
+        "--build-job",
+        "recipes/image.toml",
+        "--builder-image",
+        "registry.example/tools/imgbuild@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
+        "--repository",
+        "registry.example/ml/m",
+        "--push-secret",
+        "push-creds",
+    ];
+    // No locks yet: the pods build `--locked`, so the command asks for them.
+    project
+        .run(&job_args)
+        .assert_failure_naming(1, &["does not exist", "lock every variant first"]);
+    project.build(&[]).success();
+    // Every variant would push to `latest`.
+    project
+        .run(&job_args)
+        .assert_failure_naming(1, &["would both push to tag `latest`"]);
+
+    project
+        .write_recipe(&recipe.replace("[image]\n", "[image]\ntags = [\"{{hello}}-{{extra}}\"]\n"));
+    project.build(&[]).success();
+    let run = project.run(&job_args).success();
+    assert!(run.stderr.contains("is on this machine"), "{}", run.stderr);
+    let file = project.path().join("build-job.yaml");
+    fs_err::write(&file, &run.stdout).unwrap();
+    for version in ["1.33.0", "1.37.0"] {
+        let output = Command::new(venv_tool("kubernetes-validate"))
+            .args(["--strict", "-k", version])
+            .arg(&file)
+            .output()
+            .unwrap();
+        assert!(
+            output.status.success(),
+            "kubernetes-validate {version} rejects:\n{}\n{}",
+            run.stdout,
+            String::from_utf8_lossy(&output.stdout),
+        );
+    }
+    let output = Command::new(venv_tool("python"))
+        .args([
+            "-c",
+            "import json, sys, yaml; print(json.dumps(list(yaml.safe_load_all(open(sys.argv[1])))))",
+        ])
+        .arg(&file)
+        .output()
+        .unwrap();
+    let docs: Vec<Value> = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(docs.len(), 2);
+    let (config, job) = (&docs[0], &docs[1]);
+    assert_eq!(config["kind"], "ConfigMap");
+    let data = config["data"].as_object().unwrap();
+    assert_eq!(
+        data["image.toml"],
+        fs_err::read_to_string(project.recipe_path()).unwrap()
+    );
+    assert_eq!(
+        data.len(),
+        5,
+        "the recipe and four locks: {:?}",
+        data.keys()
+    );
+    assert_eq!(
+        data["image.extraother-hello1.0.lock"],
+        fs_err::read_to_string(
+            project
+                .path()
+                .join("recipes/image.extraother-hello1.0.lock")
+        )
+        .unwrap()
+    );
+
+    assert_eq!(job["kind"], "Job");
+    assert_eq!(job["metadata"]["name"], "m-build");
+    assert_eq!(job["spec"]["completionMode"], "Indexed");
+    assert_eq!(job["spec"]["completions"], 4);
+    let pod = &job["spec"]["template"]["spec"];
+    let container = &pod["containers"][0];
+    let args: Vec<&str> = container["args"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap())
+        .collect();
+    assert_eq!(
+        args,
+        [
+            "build",
+            "/recipes/image.toml",
+            "--locked",
+            "--push",
+            "registry.example/ml/m",
+            "--variant",
+            "$(VARIANT_INDEX)"
+        ]
+    );
+    assert_eq!(pod["securityContext"]["runAsNonRoot"], true);
+    assert_eq!(
+        container["securityContext"]["allowPrivilegeEscalation"],
+        false
+    );
+    assert!(
+        container["env"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|e| e["name"] == "VARIANT_INDEX"
+                && e["valueFrom"]["fieldRef"]["fieldPath"]
+                    .as_str()
+                    .unwrap()
+                    .contains("job-completion-index")),
+        "{container}"
+    );
+
+    // What a pod runs: variant 2 alone, by index, with its own tag (values in the
+    // recipe's order, keys sorted: extra=pyhello before extra=other).
+    fs_err::remove_dir_all(project.path().join("images")).unwrap();
+    project
+        .run(&["build", "recipes/image.toml", "--locked", "--variant", "2"])
+        .success();
+    let built: Vec<String> = fs_err::read_dir(project.path().join("images"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| !n.ends_with(".json") && !n.starts_with('.'))
+        .collect();
+    assert_eq!(built, ["m-extraother-hello1.0"]);
+    let layout = LayoutView::new(project.path().join("images/m-extraother-hello1.0"));
+    assert_eq!(
+        layout.index()["manifests"][0]["annotations"]["org.opencontainers.image.ref.name"],
+        "1.0-other"
+    );
+    project
+        .run(&["build", "recipes/image.toml", "--variant", "9"])
+        .assert_failure_naming(1, &["no variant `9`", "0: extrapyhello-hello1.0"]);
+}
