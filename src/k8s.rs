@@ -143,13 +143,7 @@ pub fn build_job(options: &BuildJobOptions) -> Result<Workload, K8sError> {
         options.recipe_text.clone(),
     )]);
     data.extend(options.locks.iter().cloned());
-    let labels = BTreeMap::from([
-        ("app.kubernetes.io/name".to_string(), options.name.clone()),
-        (
-            "app.kubernetes.io/managed-by".to_string(),
-            "imgbuild".to_string(),
-        ),
-    ]);
+    let labels = labels(&options.name);
     let config = ConfigMap {
         metadata: ObjectMeta {
             name: Some(config_name.clone()),
@@ -275,14 +269,7 @@ pub fn build_job(options: &BuildJobOptions) -> Result<Workload, K8sError> {
             limits: Some(limits),
             ..Default::default()
         }),
-        security_context: Some(SecurityContext {
-            allow_privilege_escalation: Some(false),
-            capabilities: Some(Capabilities {
-                drop: Some(vec!["ALL".to_string()]),
-                ..Default::default()
-            }),
-            ..Default::default()
-        }),
+        security_context: Some(container_security()),
         ..Default::default()
     };
     let pods = i32::try_from(options.variants.max(1)).unwrap_or(i32::MAX);
@@ -309,15 +296,7 @@ pub fn build_job(options: &BuildJobOptions) -> Result<Workload, K8sError> {
                     containers: vec![container],
                     restart_policy: Some("Never".into()),
                     volumes: Some(volumes),
-                    image_pull_secrets: (!options.pull_secrets.is_empty()).then(|| {
-                        options
-                            .pull_secrets
-                            .iter()
-                            .map(|secret| LocalObjectReference {
-                                name: secret.clone(),
-                            })
-                            .collect()
-                    }),
+                    image_pull_secrets: pull_secrets(&options.pull_secrets),
                     security_context: Some(PodSecurityContext {
                         run_as_non_root: Some(true),
                         run_as_user: Some(DEFAULT_UID),
@@ -395,14 +374,7 @@ pub fn workload(
             requests: (!requests.is_empty()).then_some(requests),
             ..Default::default()
         }),
-        security_context: Some(SecurityContext {
-            allow_privilege_escalation: Some(false),
-            capabilities: Some(Capabilities {
-                drop: Some(vec!["ALL".to_string()]),
-                ..Default::default()
-            }),
-            ..Default::default()
-        }),
+        security_context: Some(container_security()),
         ..Default::default()
     };
 
@@ -429,13 +401,7 @@ pub fn workload(
             ..Default::default()
         });
 
-    let labels = BTreeMap::from([
-        ("app.kubernetes.io/name".to_string(), name.clone()),
-        (
-            "app.kubernetes.io/managed-by".to_string(),
-            "imgbuild".to_string(),
-        ),
-    ]);
+    let labels = labels(&name);
     let pod = PodSpec {
         containers: vec![container],
         restart_policy: Some(
@@ -446,15 +412,7 @@ pub fn workload(
             .to_string(),
         ),
         runtime_class_name: options.runtime_class.clone(),
-        image_pull_secrets: (!options.pull_secrets.is_empty()).then(|| {
-            options
-                .pull_secrets
-                .iter()
-                .map(|secret| LocalObjectReference {
-                    name: secret.clone(),
-                })
-                .collect()
-        }),
+        image_pull_secrets: pull_secrets(&options.pull_secrets),
         security_context: Some(PodSecurityContext {
             run_as_non_root: Some(true),
             run_as_user: Some(uid),
@@ -604,6 +562,40 @@ fn image_name(reference: &str) -> String {
         .collect::<String>()
         .trim_matches('-')
         .to_string()
+}
+
+/// The labels of every object and pod imgbuild writes.
+fn labels(name: &str) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        ("app.kubernetes.io/name".to_string(), name.to_string()),
+        (
+            "app.kubernetes.io/managed-by".to_string(),
+            "imgbuild".to_string(),
+        ),
+    ])
+}
+
+/// No privilege escalation, no capabilities: nothing imgbuild builds or runs needs them.
+fn container_security() -> SecurityContext {
+    SecurityContext {
+        allow_privilege_escalation: Some(false),
+        capabilities: Some(Capabilities {
+            drop: Some(vec!["ALL".to_string()]),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+fn pull_secrets(secrets: &[String]) -> Option<Vec<LocalObjectReference>> {
+    (!secrets.is_empty()).then(|| {
+        secrets
+            .iter()
+            .map(|secret| LocalObjectReference {
+                name: secret.clone(),
+            })
+            .collect()
+    })
 }
 
 /// RFC 1123 label: what Kubernetes accepts as a Job, Deployment or container name.

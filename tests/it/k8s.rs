@@ -24,13 +24,11 @@ fn cuda_image() -> Project {
     project
 }
 
-/// Runs `imgbuild k8s`, validates its YAML with kubernetes-validate and returns it as JSON.
-fn manifest(project: &Project, args: &[&str]) -> Value {
-    let mut all = vec!["k8s", "images/train", "--repository", REPOSITORY];
-    all.extend_from_slice(args);
-    let run = project.run(&all).success();
+/// Validates `yaml` with kubernetes-validate (strict, 1.33 and 1.37) and returns its
+/// documents as JSON.
+fn validated(project: &Project, yaml: &str) -> Vec<Value> {
     let file = project.path().join("manifest.yaml");
-    fs_err::write(&file, &run.stdout).unwrap();
+    fs_err::write(&file, yaml).unwrap();
     for version in ["1.33.0", "1.37.0"] {
         let output = Command::new(venv_tool("kubernetes-validate"))
             .args(["--strict", "-k", version])
@@ -39,8 +37,7 @@ fn manifest(project: &Project, args: &[&str]) -> Value {
             .unwrap();
         assert!(
             output.status.success(),
-            "kubernetes-validate {version} rejects:\n{}\n{}{}",
-            run.stdout,
+            "kubernetes-validate {version} rejects:\n{yaml}\n{}{}",
             String::from_utf8_lossy(&output.stdout),
             String::from_utf8_lossy(&output.stderr)
         );
@@ -49,7 +46,7 @@ fn manifest(project: &Project, args: &[&str]) -> Value {
     let output = Command::new(venv_tool("python"))
         .args([
             "-c",
-            "import json, sys, yaml; print(json.dumps(yaml.safe_load(open(sys.argv[1]))))",
+            "import json, sys, yaml; print(json.dumps(list(yaml.safe_load_all(open(sys.argv[1])))))",
         ])
         .arg(&file)
         .output()
@@ -60,6 +57,16 @@ fn manifest(project: &Project, args: &[&str]) -> Value {
         String::from_utf8_lossy(&output.stderr)
     );
     serde_json::from_slice(&output.stdout).unwrap()
+}
+
+/// Runs `imgbuild k8s` on the image and returns its one validated document.
+fn manifest(project: &Project, args: &[&str]) -> Value {
+    let mut all = vec!["k8s", "images/train", "--repository", REPOSITORY];
+    all.extend_from_slice(args);
+    let run = project.run(&all).success();
+    let mut docs = validated(project, &run.stdout);
+    assert_eq!(docs.len(), 1);
+    docs.remove(0)
 }
 
 fn check_pod(pod: &Value, digest: &str, gpus: &str) {
@@ -220,30 +227,7 @@ fn build_job_builds_each_variant_in_its_own_pod() {
     project.build(&[]).success();
     let run = project.run(&job_args).success();
     assert!(run.stderr.contains("is on this machine"), "{}", run.stderr);
-    let file = project.path().join("build-job.yaml");
-    fs_err::write(&file, &run.stdout).unwrap();
-    for version in ["1.33.0", "1.37.0"] {
-        let output = Command::new(venv_tool("kubernetes-validate"))
-            .args(["--strict", "-k", version])
-            .arg(&file)
-            .output()
-            .unwrap();
-        assert!(
-            output.status.success(),
-            "kubernetes-validate {version} rejects:\n{}\n{}",
-            run.stdout,
-            String::from_utf8_lossy(&output.stdout),
-        );
-    }
-    let output = Command::new(venv_tool("python"))
-        .args([
-            "-c",
-            "import json, sys, yaml; print(json.dumps(list(yaml.safe_load_all(open(sys.argv[1])))))",
-        ])
-        .arg(&file)
-        .output()
-        .unwrap();
-    let docs: Vec<Value> = serde_json::from_slice(&output.stdout).unwrap();
+    let docs = validated(&project, &run.stdout);
     assert_eq!(docs.len(), 2);
     let (config, job) = (&docs[0], &docs[1]);
     assert_eq!(config["kind"], "ConfigMap");
