@@ -1,15 +1,17 @@
 //! Layer compressors whose output bytes depend only on the input, never on the thread count
-//! or on how the input arrives.
+//! or on how the input arrives: the tar is cut into fixed-size blocks, each block is
+//! compressed on its own on a pool shared by every layer of the build, and the results are
+//! written in order. Blocks are independent, so any number of threads gives the same bytes,
+//! and one 500 MB library keeps every core busy instead of one.
 //!
-//! gzip: the tar is cut into fixed 1 MiB blocks, each compressed on its own by libdeflate
-//! into a complete gzip member; the blob is the members in order (a multi-member gzip, which
-//! RFC 1952 allows and Go's `compress/gzip`, containerd, podman, skopeo, gzip, pigz and
-//! Python read). Blocks are independent, so any number of threads gives the same bytes.
-//! libdeflate is 1.5× faster per core than zlib-rs at level 6 and 0.8 % smaller
-//! (`notes/compression.md`).
+//! gzip: 1 MiB blocks, each a complete gzip member from libdeflate at level 6; the blob is the
+//! members in order (a multi-member gzip, which RFC 1952 allows and Go's `compress/gzip`,
+//! containerd, podman, skopeo, gzip, pigz and Python read). libdeflate is 1.5× faster per
+//! core than zlib-rs at level 6 and 0.8 % smaller (`notes/compression.md`).
 //!
-//! zstd: libzstd's own multithreaded mode with at least one worker; its output is the same
-//! for 1, 2, 4… workers (but not for 0, the single-threaded mode, which is never used).
+//! zstd: 4 MiB blocks, each a complete zstd frame at level 3 (single-threaded libzstd per
+//! frame); the blob is the frames in order, which the zstd format defines as one stream.
+//! Larger blocks than gzip's because zstd's window is larger and a frame starts it afresh.
 
 use std::{
     collections::BTreeMap,
@@ -20,6 +22,8 @@ use std::{
 /// Input block size of the gzip compressor. Part of the format: changing it changes every
 /// digest.
 pub const GZIP_BLOCK: usize = 1 << 20;
+/// Input block size of the zstd compressor; part of the format too.
+pub const ZSTD_BLOCK: usize = 4 << 20;
 /// gzip level (libdeflate's scale matches zlib's: 6 is the default of gzip and pigz).
 pub const GZIP_LEVEL: i32 = 6;
 /// zstd level: 3, zstd's default, 8–9 % smaller than gzip-6 at 3–4× its speed.
@@ -32,7 +36,7 @@ pub enum Compression {
     /// Multi-member gzip of 1 MiB blocks, libdeflate level 6.
     #[default]
     Gzip,
-    /// zstd level 3, libzstd multithreaded mode.
+    /// zstd level 3, one frame per 4 MiB block.
     Zstd,
 }
 
@@ -51,7 +55,9 @@ impl Compression {
             Compression::Gzip => {
                 format!("gzip;level={GZIP_LEVEL};backend=libdeflate-1.x;block=1MiB;members")
             }
-            Compression::Zstd => format!("zstd;level={ZSTD_LEVEL};backend=libzstd-1.5;mt"),
+            Compression::Zstd => {
+                format!("zstd;level={ZSTD_LEVEL};backend=libzstd-1.5;block=4MiB;frames")
+            }
         }
     }
 
@@ -105,56 +111,21 @@ impl CompressPool {
         compression: Compression,
         inner: W,
     ) -> std::io::Result<Compressor<W>> {
-        Ok(match compression {
-            Compression::Gzip => Compressor::Gzip(BlockGzip::new(inner, self.clone())),
-            Compression::Zstd => {
-                let mut encoder = zstd::stream::Encoder::new(inner, ZSTD_LEVEL)?;
-                // Never 0 workers: the single-threaded mode emits different bytes.
-                encoder.multithread(self.threads as u32)?;
-                Compressor::Zstd(Box::new(encoder))
-            }
-        })
+        Ok(Compressor::new(inner, self.clone(), compression))
     }
 }
 
-/// A compressing writer; [`Compressor::finish`] ends the stream and returns the inner writer.
-pub enum Compressor<W: Write> {
-    Gzip(BlockGzip<W>),
-    Zstd(Box<zstd::stream::Encoder<'static, W>>),
-}
-
-impl<W: Write> Compressor<W> {
-    pub fn finish(self) -> std::io::Result<W> {
-        match self {
-            Compressor::Gzip(gzip) => gzip.finish(),
-            Compressor::Zstd(zstd) => zstd.finish(),
-        }
-    }
-}
-
-impl<W: Write> Write for Compressor<W> {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        match self {
-            Compressor::Gzip(gzip) => gzip.write(buf),
-            Compressor::Zstd(zstd) => zstd.write(buf),
-        }
-    }
-
-    /// Does not end a block or frame early: that would change the bytes.
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-/// A compressed block coming back from the pool: its sequence number and gzip member.
+/// A compressed block coming back from the pool: its sequence number and bytes.
 type Done = (u64, Vec<u8>);
 
-/// The parallel block gzip writer. The writing thread cuts blocks and hands each to the
-/// pool; finished members come back out of order and are written in order. At most
-/// `2 × threads + 2` blocks are in flight, so memory stays bounded whatever the layer size.
-pub struct BlockGzip<W> {
+/// The parallel block writer; [`Compressor::finish`] ends the stream and returns the inner
+/// writer. The writing thread cuts blocks and hands each to the pool; finished blocks come
+/// back out of order and are written in order. At most `2 × threads + 2` blocks are in
+/// flight, so memory stays bounded whatever the layer size.
+pub struct Compressor<W> {
     inner: W,
     pool: CompressPool,
+    compression: Compression,
     block: Vec<u8>,
     next_seq: u64,
     next_out: u64,
@@ -163,13 +134,14 @@ pub struct BlockGzip<W> {
     waiting: BTreeMap<u64, Vec<u8>>,
 }
 
-impl<W: Write> BlockGzip<W> {
-    fn new(inner: W, pool: CompressPool) -> Self {
+impl<W: Write> Compressor<W> {
+    fn new(inner: W, pool: CompressPool, compression: Compression) -> Self {
         let (done_tx, done_rx) = mpsc::channel();
         Self {
             inner,
             pool,
-            block: Vec::with_capacity(GZIP_BLOCK),
+            compression,
+            block: Vec::with_capacity(block_size(compression)),
             next_seq: 0,
             next_out: 0,
             done_tx,
@@ -187,13 +159,19 @@ impl<W: Write> BlockGzip<W> {
         while self.next_seq - self.next_out >= self.max_in_flight() {
             self.receive_one()?;
         }
-        let block = std::mem::replace(&mut self.block, Vec::with_capacity(GZIP_BLOCK));
+        let size = block_size(self.compression);
+        let block = std::mem::replace(&mut self.block, Vec::with_capacity(size));
         let seq = self.next_seq;
         self.next_seq += 1;
         let done = self.done_tx.clone();
+        let compression = self.compression;
         self.pool.pool.spawn(move || {
+            let compressed = match compression {
+                Compression::Gzip => gzip_member(&block),
+                Compression::Zstd => zstd_frame(&block),
+            };
             // The receiver only goes away when the writer is dropped after an error.
-            let _ = done.send(compress_member(&block).map(|member| (seq, member)));
+            let _ = done.send(compressed.map(|bytes| (seq, bytes)));
         });
         Ok(())
     }
@@ -212,8 +190,9 @@ impl<W: Write> BlockGzip<W> {
         Ok(())
     }
 
-    fn finish(mut self) -> std::io::Result<W> {
-        // An empty input still makes one (empty) member: a zero-byte file is not gzip.
+    pub fn finish(mut self) -> std::io::Result<W> {
+        // An empty input still makes one (empty) member or frame: a zero-byte file is
+        // neither gzip nor zstd.
         if !self.block.is_empty() || self.next_seq == 0 {
             self.submit()?;
         }
@@ -224,23 +203,37 @@ impl<W: Write> BlockGzip<W> {
     }
 }
 
-impl<W: Write> Write for BlockGzip<W> {
+impl<W: Write> Write for Compressor<W> {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        let take = (GZIP_BLOCK - self.block.len()).min(buf.len());
+        let size = block_size(self.compression);
+        let take = (size - self.block.len()).min(buf.len());
         self.block.extend_from_slice(&buf[..take]);
-        if self.block.len() == GZIP_BLOCK {
+        if self.block.len() == size {
             self.submit()?;
         }
         Ok(take)
     }
 
+    /// Does not end a block early: that would change the bytes.
     fn flush(&mut self) -> std::io::Result<()> {
         Ok(())
     }
 }
 
+fn block_size(compression: Compression) -> usize {
+    match compression {
+        Compression::Gzip => GZIP_BLOCK,
+        Compression::Zstd => ZSTD_BLOCK,
+    }
+}
+
+/// One block as a complete zstd frame (with its content size, so readers can size buffers).
+fn zstd_frame(block: &[u8]) -> std::io::Result<Vec<u8>> {
+    zstd::bulk::compress(block, ZSTD_LEVEL)
+}
+
 /// One block as a complete gzip member.
-fn compress_member(block: &[u8]) -> std::io::Result<Vec<u8>> {
+fn gzip_member(block: &[u8]) -> std::io::Result<Vec<u8>> {
     let level = libdeflater::CompressionLvl::new(GZIP_LEVEL)
         .map_err(|e| std::io::Error::other(format!("gzip level {GZIP_LEVEL}: {e:?}")))?;
     let mut compressor = libdeflater::Compressor::new(level);
@@ -338,6 +331,18 @@ mod tests {
             .read_to_end(&mut first)
             .unwrap();
         assert_eq!(first.len(), GZIP_BLOCK);
+    }
+
+    #[test]
+    fn zstd_frames_are_one_per_block() {
+        let input = sample(2 * ZSTD_BLOCK + 1);
+        let blob = compress(Compression::Zstd, 2, &input, 7777);
+        let frames = blob
+            .windows(4)
+            .filter(|w| *w == [0x28, 0xb5, 0x2f, 0xfd])
+            .count();
+        assert!(frames >= 3, "expected 3 frames, saw {frames} magics");
+        assert!(decompress(Compression::Zstd, &blob) == input);
     }
 
     #[test]
