@@ -10,4 +10,4 @@ pub mod write;
 
 pub use compress::Compression;
 pub use plan::{LayerPlan, PlannedLayer, plan_layers};
-pub use write::{BuiltLayer, LayerBlob, write_layers};
+pub use write::{BuiltLayer, LayerBlob};

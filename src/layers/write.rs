@@ -260,26 +260,3 @@ impl LayerWriter<'_> {
         Ok(layers)
     }
 }
-
-/// Writes every layer of `plan` without a layer cache, using up to `jobs` threads.
-pub fn write_layers(
-    root: &Path,
-    plan: &LayerPlan,
-    compression: Compression,
-    blobs_dir: &Path,
-    jobs: usize,
-) -> Result<Vec<BuiltLayer>, WriteError> {
-    let pool = CompressPool::new(jobs).map_err(|source| WriteError::Blob {
-        name: "(all)".into(),
-        path: blobs_dir.to_path_buf(),
-        source,
-    })?;
-    LayerWriter {
-        root,
-        compression,
-        blobs_dir,
-        pool,
-        cache: None,
-    }
-    .write_all(plan, &crate::build::Silent)
-}
