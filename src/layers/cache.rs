@@ -15,10 +15,7 @@
 //! libraries again. Layers that hold no package record (the image's own files) are not
 //! cached: they are small and their bytes come from the build, not from packages.
 
-use std::{
-    io::Read,
-    path::{Path, PathBuf},
-};
+use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -164,7 +161,15 @@ pub fn layer_key(
             } => {
                 if records.iter().any(|record| path.ends_with(record.as_str())) {
                     found += 1;
-                    serde_json::json!(["f", path, mode, size, sha256_file(source)?])
+                    serde_json::json!([
+                        "f",
+                        path,
+                        mode,
+                        size,
+                        hex::encode(
+                            rattler_digest::compute_file_digest::<rattler_digest::Sha256>(source)?
+                        )
+                    ])
                 } else {
                     serde_json::json!(["f", path, mode, size])
                 }
@@ -176,17 +181,4 @@ pub fn layer_key(
         return Ok(None);
     }
     Ok(Some(hex::encode(hasher.finalize())))
-}
-
-fn sha256_file(path: &Path) -> std::io::Result<String> {
-    let mut file = fs_err::File::open(path)?;
-    let mut hasher = Sha256::new();
-    let mut buffer = vec![0; 64 * 1024];
-    loop {
-        let n = file.read(&mut buffer)?;
-        if n == 0 {
-            return Ok(hex::encode(hasher.finalize()));
-        }
-        hasher.update(&buffer[..n]);
-    }
 }
