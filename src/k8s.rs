@@ -297,16 +297,10 @@ pub fn build_job(options: &BuildJobOptions) -> Result<Workload, K8sError> {
                     restart_policy: Some("Never".into()),
                     volumes: Some(volumes),
                     image_pull_secrets: pull_secrets(&options.pull_secrets),
+                    // fsGroup: the scratch volumes are the builder's to write.
                     security_context: Some(PodSecurityContext {
-                        run_as_non_root: Some(true),
-                        run_as_user: Some(DEFAULT_UID),
-                        run_as_group: Some(DEFAULT_UID),
                         fs_group: Some(DEFAULT_UID),
-                        seccomp_profile: Some(SeccompProfile {
-                            type_: "RuntimeDefault".to_string(),
-                            ..Default::default()
-                        }),
-                        ..Default::default()
+                        ..pod_security(DEFAULT_UID, DEFAULT_UID)
                     }),
                     ..Default::default()
                 }),
@@ -413,16 +407,7 @@ pub fn workload(
         ),
         runtime_class_name: options.runtime_class.clone(),
         image_pull_secrets: pull_secrets(&options.pull_secrets),
-        security_context: Some(PodSecurityContext {
-            run_as_non_root: Some(true),
-            run_as_user: Some(uid),
-            run_as_group: Some(gid),
-            seccomp_profile: Some(SeccompProfile {
-                type_: "RuntimeDefault".to_string(),
-                ..Default::default()
-            }),
-            ..Default::default()
-        }),
+        security_context: Some(pod_security(uid, gid)),
         affinity,
         ..Default::default()
     };
@@ -581,6 +566,20 @@ fn container_security() -> SecurityContext {
         allow_privilege_escalation: Some(false),
         capabilities: Some(Capabilities {
             drop: Some(vec!["ALL".to_string()]),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+/// A pod that runs as `uid:gid`, never as root, with the runtime's default seccomp profile.
+fn pod_security(uid: i64, gid: i64) -> PodSecurityContext {
+    PodSecurityContext {
+        run_as_non_root: Some(true),
+        run_as_user: Some(uid),
+        run_as_group: Some(gid),
+        seccomp_profile: Some(SeccompProfile {
+            type_: "RuntimeDefault".to_string(),
             ..Default::default()
         }),
         ..Default::default()
