@@ -22,7 +22,7 @@ mod channel;
 
 use std::{
     fmt::Write as _,
-    io::{Read, Write},
+    io::Write,
     path::{Path, PathBuf},
     process::{Command, Stdio},
     time::{Duration, Instant},
@@ -32,7 +32,6 @@ use anyhow::{Context, bail, ensure};
 use channel::PinnedWheel;
 use imgbuild::layers::compress::{CompressPool, Compression};
 use rattler_conda_types::compression_level::CompressionLevel;
-use sha2::{Digest, Sha256};
 
 const TORCH: PinnedWheel = PinnedWheel {
     file_name: "torch-2.1.0-cp39-cp39-manylinux1_x86_64.whl",
@@ -473,7 +472,8 @@ fn write_conda(
     let mut records = Vec::new();
     for file in &files {
         let relative = file.strip_prefix(dir)?.to_str().context("utf-8 path")?;
-        let (sha256, size) = sha256_file(file)?;
+        let sha256 = channel::sha256_file(file)?;
+        let size = fs_err::metadata(file)?.len();
         records.push(serde_json::json!({
             "_path": relative,
             "path_type": "hardlink",
@@ -519,21 +519,6 @@ fn write_conda(
         None,
     )?;
     Ok(())
-}
-
-fn sha256_file(path: &Path) -> anyhow::Result<(String, u64)> {
-    let mut file = fs_err::File::open(path)?;
-    let mut hasher = Sha256::new();
-    let mut buffer = vec![0; 1 << 20];
-    let mut size = 0;
-    loop {
-        let n = file.read(&mut buffer)?;
-        if n == 0 {
-            return Ok((hex::encode(hasher.finalize()), size));
-        }
-        size += n as u64;
-        hasher.update(&buffer[..n]);
-    }
 }
 
 // --- running and measuring ---------------------------------------------------------------

@@ -254,7 +254,8 @@ fn sha256_hex(bytes: &[u8]) -> String {
     hex::encode(Sha256::digest(bytes))
 }
 
-fn sha256_file(path: &Path) -> anyhow::Result<String> {
+/// The hex sha256 of a file, read in pieces.
+pub fn sha256_file(path: &Path) -> anyhow::Result<String> {
     let mut file = fs_err::File::open(path)?;
     let mut hasher = Sha256::new();
     let mut buf = vec![0u8; 1 << 16];
