@@ -26,6 +26,34 @@ pub struct BaseImage {
     pub blobs_dir: PathBuf,
 }
 
+impl BaseImage {
+    /// Calls `visit(layer digest, path, entry)` for every tar entry of every layer, bottom
+    /// layer first, so a later call for a path overrides an earlier one as in the container.
+    /// An error reading a layer becomes `E` through `read_error(layer digest, error)`.
+    pub fn walk_layers<E>(
+        &self,
+        read_error: impl Fn(String, std::io::Error) -> E,
+        mut visit: impl FnMut(&str, &str, &mut tar::Entry<'_, Box<dyn std::io::Read>>) -> Result<(), E>,
+    ) -> Result<(), E> {
+        for layer in &self.layers {
+            let digest = layer.digest().to_string();
+            let err = |source| read_error(digest.clone(), source);
+            let reader = super::layer_reader(
+                &self.blobs_dir.join(layer.digest().digest()),
+                layer.media_type(),
+            )
+            .map_err(err)?;
+            let mut archive = tar::Archive::new(reader);
+            for entry in archive.entries().map_err(err)? {
+                let mut entry = entry.map_err(err)?;
+                let path = entry.path().map_err(err)?.to_string_lossy().into_owned();
+                visit(&digest, &path, &mut entry)?;
+            }
+        }
+        Ok(())
+    }
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum BaseError {
     #[error("OCI layout file `{}` cannot be read", path.display())]
@@ -203,40 +231,28 @@ pub enum GlibcError {
 /// glibcs. `None` when the base has no glibc (scratch, busybox, musl).
 pub fn detect_glibc(base: &BaseImage) -> Result<Option<rattler_conda_types::Version>, GlibcError> {
     let mut found = None;
+    let layer_error = |digest, source| GlibcError::Layer { digest, source };
     // Later layers override earlier ones, so the last find wins.
-    for layer in &base.layers {
-        let digest = layer.digest().to_string();
-        let err = |source| GlibcError::Layer {
-            digest: digest.clone(),
-            source,
+    base.walk_layers(layer_error, |digest, path, entry| {
+        let Some(name) = path.rsplit('/').next() else {
+            return Ok(());
         };
-        let reader = super::layer_reader(
-            &base.blobs_dir.join(layer.digest().digest()),
-            layer.media_type(),
-        )
-        .map_err(err)?;
-        let mut archive = tar::Archive::new(reader);
-        for entry in archive.entries().map_err(err)? {
-            let mut entry = entry.map_err(err)?;
-            let path = entry.path().map_err(err)?.to_string_lossy().into_owned();
-            let Some(name) = path.rsplit('/').next() else {
-                continue;
-            };
-            if !is_library_dir(&path) {
-                continue;
-            }
-            if let Some(version) = name
-                .strip_prefix("libc-")
-                .and_then(|rest| rest.strip_suffix(".so"))
-            {
-                found = version.parse().ok().or(found);
-            } else if name == "libc.so.6" && entry.header().entry_type().is_file() {
-                let mut bytes = Vec::new();
-                std::io::Read::read_to_end(&mut entry, &mut bytes).map_err(err)?;
-                found = glibc_version_in(&bytes).or(found);
-            }
+        if !is_library_dir(path) {
+            return Ok(());
         }
-    }
+        if let Some(version) = name
+            .strip_prefix("libc-")
+            .and_then(|rest| rest.strip_suffix(".so"))
+        {
+            found = version.parse().ok().or(found.take());
+        } else if name == "libc.so.6" && entry.header().entry_type().is_file() {
+            let mut bytes = Vec::new();
+            std::io::Read::read_to_end(entry, &mut bytes)
+                .map_err(|source| layer_error(digest.to_string(), source))?;
+            found = glibc_version_in(&bytes).or(found.take());
+        }
+        Ok(())
+    })?;
     Ok(found)
 }
 

@@ -79,52 +79,38 @@ pub fn extract_cuda_libraries(image: &BaseImage) -> Result<ImageCuda, ExtractErr
         })?;
     // File name → (in-image path, symlink target or None for a file).
     let mut found: BTreeMap<String, (String, Option<String>)> = BTreeMap::new();
-    for layer in &image.layers {
-        let digest = layer.digest().to_string();
-        let err = |source| ExtractError::Layer {
-            digest: digest.clone(),
-            source,
+    let layer_error = |digest, source| ExtractError::Layer { digest, source };
+    image.walk_layers(layer_error, |digest, path, entry| {
+        let Some(name) = path.rsplit('/').next().map(str::to_string) else {
+            return Ok(());
         };
-        let reader = crate::oci::layer_reader(
-            &image.blobs_dir.join(layer.digest().digest()),
-            layer.media_type(),
-        )
-        .map_err(err)?;
-        let mut archive = tar::Archive::new(reader);
-        for entry in archive.entries().map_err(err)? {
-            let mut entry = entry.map_err(err)?;
-            let path = entry.path().map_err(err)?.to_string_lossy().into_owned();
-            let Some(name) = path.rsplit('/').next().map(str::to_string) else {
-                continue;
-            };
-            if library_kind(&name).is_none() {
-                continue;
-            }
-            let target = dir.path().join(&name);
-            let entry_type = entry.header().entry_type();
-            if entry_type.is_symlink() {
-                let link = entry
-                    .link_name()
-                    .map_err(err)?
-                    .map(|l| l.to_string_lossy().into_owned())
-                    .unwrap_or_default();
-                // Links between CUDA libraries point within their directory.
-                let link_name = link.rsplit('/').next().unwrap_or(&link).to_string();
-                found.insert(name, (path, Some(link_name)));
-            } else if entry_type.is_file() {
-                let mut out =
-                    fs_err::File::create(&target).map_err(|source| ExtractError::Write {
-                        path: target.clone(),
-                        source,
-                    })?;
-                std::io::copy(&mut entry, &mut out).map_err(|source| ExtractError::Write {
-                    path: target.clone(),
-                    source,
-                })?;
-                found.insert(name, (path, None));
-            }
+        if library_kind(&name).is_none() {
+            return Ok(());
         }
-    }
+        let target = dir.path().join(&name);
+        let entry_type = entry.header().entry_type();
+        if entry_type.is_symlink() {
+            let link = entry
+                .link_name()
+                .map_err(|source| layer_error(digest.to_string(), source))?
+                .map(|l| l.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            // Links between CUDA libraries point within their directory.
+            let link_name = link.rsplit('/').next().unwrap_or(&link).to_string();
+            found.insert(name, (path.to_string(), Some(link_name)));
+        } else if entry_type.is_file() {
+            let mut out = fs_err::File::create(&target).map_err(|source| ExtractError::Write {
+                path: target.clone(),
+                source,
+            })?;
+            std::io::copy(entry, &mut out).map_err(|source| ExtractError::Write {
+                path: target.clone(),
+                source,
+            })?;
+            found.insert(name, (path.to_string(), None));
+        }
+        Ok(())
+    })?;
     for (name, (_, link)) in &found {
         if let Some(link) = link {
             let target = dir.path().join(name);
