@@ -14,6 +14,29 @@ fn project(name: &str, deps: &[&str]) -> Project {
     project
 }
 
+/// `imgbuild build RECIPE -q` in the background with the project's cache; stderr is kept
+/// for a failure message.
+fn spawn_build(project: &Project, recipe: &str) -> std::process::Child {
+    Command::new(imgbuild_bin())
+        .args(["build", recipe, "-q"])
+        .current_dir(project.path())
+        .env("IMGBUILD_CACHE_DIR", &project.cache)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+/// Alternates between two versions of `hello`, so each build really replaces the image in
+/// place instead of finding it unchanged.
+fn hello_for(round: usize) -> &'static str {
+    if round.is_multiple_of(2) {
+        "hello 1.0"
+    } else {
+        "hello 2.0"
+    }
+}
+
 #[test]
 fn verify_checks_blobs_diff_ids_lock_and_rebuild() {
     let project = project("checked", &["hello 1.0", "pyhello"]);
@@ -161,29 +184,15 @@ fn builds_killed_at_random_points_never_break_the_image() {
     let mut samples = [timed("hello 2.0"), timed("hello 1.0"), timed("hello 2.0")];
     samples.sort();
     let build_time = samples[1];
-    let env_cache = project.cache.display().to_string();
     let mut killed_mid_build = 0;
     for (round, fraction) in fractions(20).into_iter().enumerate() {
         let delay = build_time.mul_f64(fraction * 0.9);
-        // Alternate the image's contents, so every build really replaces the previous one.
-        let hello = if round % 2 == 0 {
-            "hello 1.0"
-        } else {
-            "hello 2.0"
-        };
         project.write_recipe(&tiny_recipe(
             shared_channel(),
             "killed",
-            &[hello, "pyhello", "other"],
+            &[hello_for(round), "pyhello", "other"],
         ));
-        let mut child = Command::new(imgbuild_bin())
-            .args(["build", "recipes/image.toml", "-q"])
-            .current_dir(project.path())
-            .env("IMGBUILD_CACHE_DIR", &env_cache)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
+        let mut child = spawn_build(&project, "recipes/image.toml");
         std::thread::sleep(delay);
         if child.try_wait().unwrap().is_none() {
             killed_mid_build += 1;
@@ -225,18 +234,15 @@ fn staging_entries(project: &Project) -> Vec<String> {
 fn a_killed_build_leaves_no_staging_tree_after_the_next_build() {
     let project = project("stale", &["hello 1.0", "pyhello", "other"]);
     let staging = project.cache.join("staging");
-    let env_cache = project.cache.display().to_string();
     let mut left_behind = Vec::new();
     // A build may finish before its tree is seen; a handful of tries always catches one.
-    for _attempt in 0..20 {
-        let mut child = Command::new(imgbuild_bin())
-            .args(["build", "recipes/image.toml", "-q"])
-            .current_dir(project.path())
-            .env("IMGBUILD_CACHE_DIR", &env_cache)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
+    for attempt in 0..20 {
+        project.write_recipe(&tiny_recipe(
+            shared_channel(),
+            "stale",
+            &[hello_for(attempt), "pyhello", "other"],
+        ));
+        let mut child = spawn_build(&project, "recipes/image.toml");
         while child.try_wait().unwrap().is_none() {
             let trees = fs_err::read_dir(&staging).map_or(0, |dir| {
                 dir.filter(|e| {
@@ -270,28 +276,24 @@ fn concurrent_builds_sharing_cache_and_output() {
     let project = project("shared", &["hello 1.0", "pyhello"]);
     project.build(&[]).success();
     let other = project.path().join("recipes/other.toml");
-    fs_err::write(
-        &other,
-        tiny_recipe(shared_channel(), "other", &["other", "hello 2.0"]),
-    )
-    .unwrap();
-    let cache = project.cache.display().to_string();
-    for _round in 0..5 {
-        let spawn = |recipe: &str| {
-            Command::new(imgbuild_bin())
-                .args(["build", recipe, "-q"])
-                .current_dir(project.path())
-                .env("IMGBUILD_CACHE_DIR", &cache)
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped())
-                .spawn()
-                .unwrap()
-        };
+    for round in 1..6 {
+        // New contents each round, so the builds replace the images instead of finding
+        // them unchanged.
+        project.write_recipe(&tiny_recipe(
+            shared_channel(),
+            "shared",
+            &[hello_for(round), "pyhello"],
+        ));
+        fs_err::write(
+            &other,
+            tiny_recipe(shared_channel(), "other", &["other", hello_for(round + 1)]),
+        )
+        .unwrap();
         // Two builds of the same image and one of another, at once.
         let children = [
-            spawn("recipes/image.toml"),
-            spawn("recipes/image.toml"),
-            spawn("recipes/other.toml"),
+            spawn_build(&project, "recipes/image.toml"),
+            spawn_build(&project, "recipes/image.toml"),
+            spawn_build(&project, "recipes/other.toml"),
         ];
         for child in children {
             let output = child.wait_with_output().unwrap();
