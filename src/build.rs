@@ -34,6 +34,7 @@ use crate::{
         pull::{PullError, pull_base},
     },
     resolve::{ResolveError, ResolveOptions, Target, resolve},
+    smoke::embed::{self, EmbedError, SmokeExecutable},
 };
 
 /// How to treat an existing lock file.
@@ -66,6 +67,8 @@ pub struct BuildSettings {
     pub registry: ClientOptions,
     /// The matrix variant to build, for a recipe with a `[matrix]`.
     pub variant: Option<crate::recipe::matrix::Variant>,
+    /// The `imgbuild-smoke` executable for `[smoke] embed = true`; default: beside imgbuild.
+    pub smoke_exe: Option<PathBuf>,
 }
 
 /// Pipeline stages, for progress reports.
@@ -169,6 +172,8 @@ pub enum BuildError {
     Activation(#[source] rattler_shell::activation::ActivationError),
     #[error(transparent)]
     Sbom(#[from] crate::sbom::SbomError),
+    #[error(transparent)]
+    Smoke(#[from] EmbedError),
 }
 
 impl BuildError {
@@ -180,6 +185,7 @@ impl BuildError {
             BuildError::Layout(_) | BuildError::Staging { .. } => 2,
             BuildError::Lock(LockError::Write { .. }) => 2,
             BuildError::Sbom(_) => 2,
+            BuildError::Smoke(EmbedError::Stage { .. }) => 2,
             _ => 1,
         }
     }
@@ -191,6 +197,8 @@ struct Prepared {
     base: Option<BaseImage>,
     target: Target,
     locked_base: LockedBase,
+    /// The executable `[smoke] embed = true` puts into the image, checked against it.
+    smoke: Option<SmokeExecutable>,
 }
 
 async fn prepare(settings: &BuildSettings) -> Result<Prepared, BuildError> {
@@ -209,6 +217,17 @@ async fn prepare(settings: &BuildSettings) -> Result<Prepared, BuildError> {
         _ => None,
     };
     let target = Target::for_recipe(&recipe, base_glibc.as_ref());
+    // Checked before solving: a smoke executable that cannot run in the image fails now.
+    let smoke = if recipe.embed_smoke {
+        let executable = SmokeExecutable::read(&embed::locate(settings.smoke_exe.as_deref())?)?;
+        executable.check(
+            recipe.platform,
+            recipe.glibc.as_ref().or(base_glibc.as_ref()),
+        )?;
+        Some(executable)
+    } else {
+        None
+    };
     let locked_base = base.as_ref().map_or(LockedBase::Scratch, |b| {
         LockedBase::Digest(b.manifest_digest.clone())
     });
@@ -217,6 +236,7 @@ async fn prepare(settings: &BuildSettings) -> Result<Prepared, BuildError> {
         base,
         target,
         locked_base,
+        smoke,
     })
 }
 
@@ -423,6 +443,7 @@ pub async fn build(
         base_manifest: prepared.base.as_ref().map(|b| b.manifest_digest.as_str()),
         source_date_epoch: settings.source_date_epoch,
         variant: recipe.variant.as_deref(),
+        smoke_exe: prepared.smoke.as_ref().map(|s| s.digest.as_str()),
     }
     .key();
     let records = BuildRecords::new(&settings.cache_dir);
@@ -506,12 +527,20 @@ pub async fn build(
     let created = jiff::Timestamp::from_second(created_seconds)
         .unwrap_or(jiff::Timestamp::UNIX_EPOCH)
         .to_string();
-    let plan = plan_layers(
+    // The smoke executable's layer is planned like one more base layer, then added on top.
+    let mut plan = plan_layers(
         &staged,
         recipe.layer_budget,
-        base_layers,
+        base_layers + usize::from(prepared.smoke.is_some()),
         created_seconds as u64,
     )?;
+    if let Some(smoke) = &prepared.smoke {
+        plan.layers.push(smoke.stage(&staged.root)?);
+        annotations.insert(
+            crate::oci::annotations::SMOKE.to_string(),
+            embed::in_image_path(),
+        );
+    }
 
     let layout = Layout::new(&layout_dir);
     let _lock = layout.lock()?;
