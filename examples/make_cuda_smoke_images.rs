@@ -20,11 +20,6 @@ use std::path::{Path, PathBuf};
 
 use channel::PinnedWheel;
 
-const NVRTC_11_8: PinnedWheel = PinnedWheel {
-    file_name: "nvidia_cuda_nvrtc_cu11-11.8.89-py3-none-manylinux2014_x86_64.whl",
-    url: "https://files.pythonhosted.org/packages/60/44/202e027c224c26e15a53f01c5c7604c7f6b4fd368882d3164ea08fead207/nvidia_cuda_nvrtc_cu11-11.8.89-py3-none-manylinux2014_x86_64.whl",
-    sha256: "a8d02f3cba345be56b1ffc3e74d8f61f02bb758dd31b0f20e12277a5a244f756",
-};
 const RUNTIME_13_2: PinnedWheel = PinnedWheel {
     file_name: "nvidia_cuda_runtime-13.2.86-py3-none-manylinux2014_x86_64.manylinux_2_17_x86_64.whl",
     url: "https://files.pythonhosted.org/packages/70/c6/8f8c5e893d183082ea78f973aebc7ebc845ee219d68bddac73b0f62490fe/nvidia_cuda_runtime-13.2.86-py3-none-manylinux2014_x86_64.manylinux_2_17_x86_64.whl",
@@ -71,23 +66,7 @@ fn main() -> anyhow::Result<()> {
         )],
         &[("lib/libcudart.so", "libcudart.so.11.0")],
     )?;
-    channel::write_wheel_library_package(
-        &channel::fetch_wheel(&cache, &NVRTC_11_8)?,
-        &linux64.join("cuda-nvrtc-11.8.89-h0_0.conda"),
-        "cuda-nvrtc",
-        "11.8.89",
-        &[
-            (
-                "nvidia/cuda_nvrtc/lib/libnvrtc.so.11.2",
-                "lib/libnvrtc.so.11.2",
-            ),
-            (
-                "nvidia/cuda_nvrtc/lib/libnvrtc-builtins.so.11.8",
-                "lib/libnvrtc-builtins.so.11.8",
-            ),
-        ],
-        &[("lib/libnvrtc.so", "libnvrtc.so.11.2")],
-    )?;
+    channel::write_cuda_nvrtc_11_8(&cache, &linux64)?;
     channel::write_wheel_library_package(
         &channel::fetch_wheel(&cache, &RUNTIME_13_2)?,
         &linux64.join("cuda-cudart-13.2.86-h0_0.conda"),

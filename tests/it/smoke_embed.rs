@@ -1,8 +1,9 @@
 //! `[smoke] embed = true` (issue 8 part 4): the `imgbuild-smoke` executable, built for glibc
 //! 2.17 with cargo-zigbuild, becomes the image's top layer and runs inside the image, here
-//! on Debian bullseye's glibc 2.31 under runc (no GPU in CI: it must say so with exit code 3,
-//! after loading the image's own cudart). Executables the image cannot run are refused
-//! before solving.
+//! on Debian bullseye's glibc 2.31 under runc. No GPU in CI: it loads the image's own NVRTC
+//! (which needs no GPU) and then says there is no driver, exit 3; an image whose NVRTC cannot
+//! load is caught all the same, exit 5. Executables the image cannot run are refused before
+//! solving.
 
 use std::path::Path;
 
@@ -11,22 +12,59 @@ use serde_json::Value;
 use crate::{
     common::{LayoutView, Project, is_root, run_bundle_output, run_tool, unpack, validate_layout},
     support::{
-        base::old_glibc_base_layout, channel::tiny_recipe, shared_channel, smoke_exe,
-        test_cache_dir,
+        base::old_glibc_base_layout, channel::tiny_recipe, nvrtc_channel, shared_channel,
+        smoke_exe, test_cache_dir,
     },
 };
 
 const IN_IMAGE: &str = "/opt/imgbuild/bin/imgbuild-smoke";
 
-/// A CUDA 11.8 recipe on the bullseye base that embeds the smoke test.
+/// What NVRTC 11.8 needs beyond glibc: its builtins link `libstdc++.so.6`.
+const WITH_LIBSTDCXX: &[&str] = &["libc6", "libgcc-s1", "libstdc++6"];
+
+/// A CUDA 11.8 recipe (cudart and NVRTC from NVIDIA's wheels) on a bullseye base holding
+/// `WITH_LIBSTDCXX`, embedding the smoke test.
 pub(crate) fn embedding_project(name: &str) -> Project {
+    embedding_project_on(name, WITH_LIBSTDCXX)
+}
+
+fn embedding_project_on(name: &str, base_packages: &[&str]) -> Project {
     let project = Project::new();
-    old_glibc_base_layout(&project.path().join("base"), &test_cache_dir()).unwrap();
-    let recipe = tiny_recipe(shared_channel(), name, &["cuda-cudart"])
+    old_glibc_base_layout(
+        &project.path().join("base"),
+        &test_cache_dir(),
+        base_packages,
+    )
+    .unwrap();
+    let nvrtc = url::Url::from_directory_path(nvrtc_channel()).unwrap();
+    let recipe = tiny_recipe(shared_channel(), name, &["cuda-cudart", "cuda-nvrtc"])
         .replace("base = \"scratch\"", "base = \"oci:../base\"")
+        .replacen("channels = [", &format!("channels = [\"{nvrtc}\", "), 1)
         + "\n[cuda]\nversion = \"11.8\"\nmin-driver = \"520.61.05\"\n\n[smoke]\nembed = true\n";
     project.write_recipe(&recipe);
     project
+}
+
+/// Unpacks the image with umoci and runs the embedded executable with `args` under runc.
+fn run_embedded(project: &Project, image: &str, args: &[&str]) -> (Option<i32>, String, String) {
+    let bundle = project.path().join(format!("bundle-{}", args.len()));
+    unpack(
+        &project.path().join("images").join(image),
+        "latest",
+        &bundle,
+    );
+    let mut all = vec![IN_IMAGE];
+    all.extend_from_slice(args);
+    let output = run_bundle_output(&bundle, image, Some(&all));
+    (
+        output.status.code(),
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+fn has_driver() -> bool {
+    Path::new("/proc/driver/nvidia/version").exists()
 }
 
 pub(crate) fn build_with(project: &Project, exe: &Path) -> crate::common::Run {
@@ -111,20 +149,18 @@ fn the_embedded_smoke_test_runs_inside_a_bullseye_image() {
         eprintln!("skipped running it: runc needs root to run a container here");
         return;
     }
-    let rootfs = unpack(&layout, "latest", &project.path().join("bundle"));
-    assert!(rootfs.join("lib/x86_64-linux-gnu/libc-2.31.so").is_file());
-    let output = run_bundle_output(
-        &project.path().join("bundle"),
+    let (code, stdout, stderr) = run_embedded(
+        &project,
         "smoke-embed",
-        Some(&[IN_IMAGE, "--json", "--prefix", "/opt/conda"]),
+        &["--json", "--prefix", "/opt/conda"],
     );
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    if Path::new("/proc/driver/nvidia/version").exists() {
+    let rootfs = project.path().join("bundle-3/rootfs");
+    assert!(rootfs.join("lib/x86_64-linux-gnu/libc-2.31.so").is_file());
+    if has_driver() {
         eprintln!("this machine has an NVIDIA driver: the verdict is not checked here");
         return;
     }
-    assert_eq!(output.status.code(), Some(3), "{stdout}{stderr}");
+    assert_eq!(code, Some(3), "{stdout}{stderr}");
     let report: Value = serde_json::from_str(stdout.trim()).unwrap();
     assert_eq!(report["verdict"], "no-device");
     assert!(
@@ -134,29 +170,54 @@ fn the_embedded_smoke_test_runs_inside_a_bullseye_image() {
             .contains("libcuda.so.1 cannot be loaded"),
         "{report}"
     );
-    // CUDA_VERSION from the image's environment, and the image's own cudart found at the
-    // environment's prefix. (cudart 11.8 tells its version only with a driver: without one,
-    // cudaRuntimeGetVersion fails with cudaErrorInsufficientDriver, so it stays unknown.)
+    // CUDA_VERSION from the image's environment, and the image's own NVRTC, loaded inside
+    // the container on bullseye's glibc and libstdc++ and asked for its version. (cudart
+    // 11.8 tells its version only with a driver: without one, cudaRuntimeGetVersion fails
+    // with cudaErrorInsufficientDriver, so it stays unknown.)
     assert_eq!(report["image_cuda"], "11.8.89");
+    assert_eq!(report["image_nvrtc"], "11.8", "{report}");
     assert_eq!(report["image_cudart"], Value::Null, "{report}");
-    assert!(
-        report["libraries"]
-            .as_array()
-            .unwrap()
-            .contains(&Value::from("/opt/conda/lib/libcudart.so.11.0")),
-        "{report}"
-    );
+    let libraries = report["libraries"].as_array().unwrap();
+    for library in [
+        "/opt/conda/lib/libcudart.so.11.0",
+        "/opt/conda/lib/libnvrtc.so.11.2",
+        "/opt/conda/lib/libnvrtc-builtins.so.11.8",
+    ] {
+        assert!(libraries.contains(&Value::from(library)), "{report}");
+    }
 
-    // A prefix that is not there is a usage problem of its own (exit 1), not a crash.
-    let output = run_bundle_output(
-        &project.path().join("bundle"),
-        "smoke-embed-prefix",
-        Some(&[IN_IMAGE, "--prefix", "/nonexistent"]),
-    );
-    assert_eq!(output.status.code(), Some(1));
+    // Text output, and a prefix that is not there (exit 1), not a crash.
+    let (code, stdout, _) = run_embedded(&project, "smoke-embed", &[]);
+    assert_eq!(code, Some(3));
+    assert!(stdout.contains("image NVRTC      11.8"), "{stdout}");
+    let (code, _, stderr) = run_embedded(&project, "smoke-embed", &["--prefix", "/nonexistent"]);
+    assert_eq!(code, Some(1));
     assert!(
-        String::from_utf8_lossy(&output.stderr).contains("`/nonexistent` is not a directory"),
-        "{output:?}"
+        stderr.contains("`/nonexistent` is not a directory"),
+        "{stderr}"
+    );
+}
+
+/// NVRTC's builtins need `libstdc++.so.6`; on a base without it the image cannot compile a
+/// kernel on any machine, and the embedded test says so without a GPU: exit 5, naming it.
+#[test]
+fn an_image_whose_nvrtc_cannot_load_is_caught_without_a_gpu() {
+    if !is_root() {
+        eprintln!("skipped: runc needs root to run a container here");
+        return;
+    }
+    let project = embedding_project_on("smoke-broken", &["libc6", "libgcc-s1"]);
+    build_with(&project, smoke_exe()).success();
+    let (code, stdout, stderr) = run_embedded(&project, "smoke-broken", &["--json"]);
+    assert_eq!(code, Some(5), "{stdout}{stderr}");
+    let report: Value = serde_json::from_str(stdout.trim()).unwrap();
+    assert_eq!(report["verdict"], "kernel-failure");
+    let message = report["message"].as_str().unwrap();
+    assert!(
+        message.contains("the image's NVRTC does not load")
+            && message.contains("libnvrtc-builtins.so.11.8")
+            && message.contains("libstdc++.so.6: cannot open shared object file"),
+        "{message}"
     );
 }
 

@@ -166,16 +166,20 @@ pub fn umoci(args: &[&str]) -> anyhow::Result<()> {
 /// The Debian release whose glibc (2.31) stands for an old distribution in tests.
 pub const OLD_GLIBC_SUITE: &str = "bullseye";
 
-/// Creates an OCI image layout at `dir`, tag `latest`, holding only Debian bullseye's `libc6`
-/// (glibc 2.31) and `libgcc-s1`, unpacked by `mmdebstrap --variant=extract` from
-/// deb.debian.org (no maintainer script runs), plus `/tmp`. The rootfs tar is kept in
-/// `cache_dir`, so the network is needed once.
-pub fn old_glibc_base_layout(dir: &Path, cache_dir: &Path) -> anyhow::Result<()> {
+/// Creates an OCI image layout at `dir`, tag `latest`, holding only Debian bullseye's
+/// `packages` (`libc6` is glibc 2.31) and what they depend on, unpacked by `mmdebstrap
+/// --variant=extract` from deb.debian.org (no maintainer script runs), plus `/tmp`. The rootfs
+/// tar is kept in `cache_dir`, so the network is needed once per package list.
+pub fn old_glibc_base_layout(
+    dir: &Path,
+    cache_dir: &Path,
+    packages: &[&str],
+) -> anyhow::Result<()> {
     ensure!(
         have("mmdebstrap") && have("umoci"),
         "mmdebstrap and umoci are required (tests/install-deps.sh installs them)"
     );
-    let rootfs_tar = cache_dir.join(format!("{OLD_GLIBC_SUITE}-libc6.tar"));
+    let rootfs_tar = cache_dir.join(format!("{OLD_GLIBC_SUITE}-{}.tar", packages.join("+")));
     // Tests of this process wait for one download.
     static DOWNLOAD: std::sync::Mutex<()> = std::sync::Mutex::new(());
     let _one = DOWNLOAD.lock().unwrap_or_else(|e| e.into_inner());
@@ -187,7 +191,7 @@ pub fn old_glibc_base_layout(dir: &Path, cache_dir: &Path) -> anyhow::Result<()>
             .args([
                 "--quiet",
                 "--variant=extract",
-                "--include=libc6,libgcc-s1",
+                &format!("--include={}", packages.join(",")),
                 "--mode=root",
                 OLD_GLIBC_SUITE,
             ])
@@ -201,7 +205,8 @@ pub fn old_glibc_base_layout(dir: &Path, cache_dir: &Path) -> anyhow::Result<()>
         );
         fs_err::rename(&partial, &rootfs_tar)?;
     }
-    umoci_image(dir, "imgbuild tests: bullseye libc6", None, |rootfs| {
+    let created_by = format!("imgbuild tests: {OLD_GLIBC_SUITE} {}", packages.join(" "));
+    umoci_image(dir, &created_by, None, |rootfs| {
         let status = Command::new("tar")
             .arg("-xf")
             .arg(&rootfs_tar)

@@ -128,6 +128,35 @@ pub const CUDA_RUNTIME_11_8: PinnedWheel = PinnedWheel {
     sha256: CUDA_RUNTIME_WHEEL_SHA256,
 };
 
+/// NVIDIA's `nvidia-cuda-nvrtc-cu11` 11.8.89 wheel.
+pub const NVRTC_11_8: PinnedWheel = PinnedWheel {
+    file_name: "nvidia_cuda_nvrtc_cu11-11.8.89-py3-none-manylinux2014_x86_64.whl",
+    url: "https://files.pythonhosted.org/packages/60/44/202e027c224c26e15a53f01c5c7604c7f6b4fd368882d3164ea08fead207/nvidia_cuda_nvrtc_cu11-11.8.89-py3-none-manylinux2014_x86_64.whl",
+    sha256: "a8d02f3cba345be56b1ffc3e74d8f61f02bb758dd31b0f20e12277a5a244f756",
+};
+
+/// Writes `cuda-nvrtc-11.8.89-h0_0.conda` into `linux64` from the real NVRTC 11.8 wheel:
+/// `libnvrtc.so.11.2` and `libnvrtc-builtins.so.11.8` (which needs `libstdc++.so.6`).
+pub fn write_cuda_nvrtc_11_8(cache_dir: &Path, linux64: &Path) -> anyhow::Result<()> {
+    write_wheel_library_package(
+        &fetch_wheel(cache_dir, &NVRTC_11_8)?,
+        &linux64.join("cuda-nvrtc-11.8.89-h0_0.conda"),
+        "cuda-nvrtc",
+        "11.8.89",
+        &[
+            (
+                "nvidia/cuda_nvrtc/lib/libnvrtc.so.11.2",
+                "lib/libnvrtc.so.11.2",
+            ),
+            (
+                "nvidia/cuda_nvrtc/lib/libnvrtc-builtins.so.11.8",
+                "lib/libnvrtc-builtins.so.11.8",
+            ),
+        ],
+        &[("lib/libnvrtc.so", "libnvrtc.so.11.2")],
+    )
+}
+
 /// Returns the path of NVIDIA's `nvidia-cuda-runtime-cu11` 11.8.89 wheel (see [`fetch_wheel`]).
 pub fn cuda_runtime_wheel(cache_dir: &Path) -> anyhow::Result<PathBuf> {
     fetch_wheel(cache_dir, &CUDA_RUNTIME_11_8)

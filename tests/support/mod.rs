@@ -41,6 +41,27 @@ pub fn shared_channel() -> &'static Path {
     })
 }
 
+/// A second channel holding only `cuda-nvrtc` 11.8.89 from NVIDIA's wheel (see
+/// [`channel::write_cuda_nvrtc_11_8`]), built once per test process, for recipes that list it
+/// after [`shared_channel`]. Read-only, never removed, like the shared channel.
+pub fn nvrtc_channel() -> &'static Path {
+    static CHANNEL: OnceLock<PathBuf> = OnceLock::new();
+    CHANNEL.get_or_init(|| {
+        let dir = tempfile::Builder::new()
+            .prefix(&format!("imgbuild-test-nvrtc-{}-", std::process::id()))
+            .tempdir()
+            .expect("creating a temp dir for the NVRTC channel")
+            .keep();
+        let linux64 = dir.join("linux-64");
+        fs_err::create_dir_all(&linux64).unwrap();
+        fs_err::create_dir_all(dir.join("noarch")).unwrap();
+        channel::write_cuda_nvrtc_11_8(&test_cache_dir(), &linux64)
+            .and_then(|()| channel::index_channel(&dir))
+            .unwrap_or_else(|e| panic!("writing the NVRTC channel to {}: {e:#}", dir.display()));
+        dir
+    })
+}
+
 /// The `imgbuild` binary cargo built for these tests.
 pub fn imgbuild_bin() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_imgbuild"))

@@ -79,6 +79,22 @@ const ELEMENTS: usize = 4 << 20;
 pub fn run(libraries: &CudaLibraries, mut report: SmokeReport) -> SmokeReport {
     report.driver_version = driver_version();
     report.image_cudart = libraries.cudart.as_deref().and_then(cudart_version);
+    // NVRTC needs no GPU: an image whose NVRTC cannot load (a library it needs is missing
+    // from the image, say) is broken on any machine, so this is found even without a driver.
+    let nvrtc = match libraries.nvrtc.as_deref() {
+        Some(path) => match nvrtc::Nvrtc::load(path, libraries.nvrtc_builtins.as_deref()) {
+            Ok(nvrtc) => Some(nvrtc),
+            Err(err) => {
+                report.verdict = Verdict::KernelFailure;
+                report.message = format!("the image's NVRTC does not load: {err}");
+                return report;
+            }
+        },
+        None => None,
+    };
+    report.image_nvrtc = nvrtc
+        .as_ref()
+        .map(|n| format!("{}.{}", n.version.0, n.version.1));
 
     // cudarc panics when it cannot load libcuda or a symbol: check first, and contain any
     // panic that is left, so a machine without a driver gets an answer, not a crash.
@@ -98,7 +114,7 @@ pub fn run(libraries: &CudaLibraries, mut report: SmokeReport) -> SmokeReport {
     }));
     let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         let mut report = inner.lock().unwrap_or_else(|e| e.into_inner());
-        run_on_gpu(libraries, &mut report);
+        run_on_gpu(nvrtc.as_ref(), &mut report);
     }));
     std::panic::set_hook(previous);
     let mut report = Arc::try_unwrap(shared)
@@ -147,7 +163,7 @@ fn cudart_version(path: &Path) -> Option<String> {
     }
 }
 
-fn run_on_gpu(cuda: &CudaLibraries, report: &mut SmokeReport) {
+fn run_on_gpu(nvrtc: Option<&nvrtc::Nvrtc>, report: &mut SmokeReport) {
     let fail = |report: &mut SmokeReport, verdict, message: String| {
         report.verdict = verdict;
         report.message = message;
@@ -183,22 +199,6 @@ fn run_on_gpu(cuda: &CudaLibraries, report: &mut SmokeReport) {
     report.gpu = Some(gpu.clone());
 
     // Which CUDA the image needs: its config's CUDA_VERSION, else its NVRTC or cudart.
-    let nvrtc = match cuda.nvrtc.as_deref() {
-        Some(path) => match nvrtc::Nvrtc::load(path, cuda.nvrtc_builtins.as_deref()) {
-            Ok(nvrtc) => Some(nvrtc),
-            Err(err) => {
-                return fail(
-                    report,
-                    Verdict::KernelFailure,
-                    format!("the image's NVRTC does not load: {err}"),
-                );
-            }
-        },
-        None => None,
-    };
-    report.image_nvrtc = nvrtc
-        .as_ref()
-        .map(|n| format!("{}.{}", n.version.0, n.version.1));
     let image_cuda: Option<CudaVersion> = report
         .image_cuda
         .as_deref()
@@ -237,7 +237,7 @@ fn run_on_gpu(cuda: &CudaLibraries, report: &mut SmokeReport) {
 
     // The kernel: PTX from the image's NVRTC, SASS when this driver cannot JIT that PTX.
     let arch = format!("{major}{minor}");
-    let module = match &nvrtc {
+    let module = match nvrtc {
         None => {
             report.kernel = Some("embedded PTX (ISA 7.0, sm_50): the image has no NVRTC".into());
             context.load_module(Ptx::from_src(EMBEDDED_PTX))

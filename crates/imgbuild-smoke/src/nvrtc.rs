@@ -37,16 +37,25 @@ fn symbol<'a, T>(library: &'a Library, name: &[u8]) -> Result<Symbol<'a, T>, Str
     })
 }
 
+/// libloading says only "dlopen failed"; the loader's own reason (a missing
+/// `libstdc++.so.6`, a `GLIBC_2.34` not found) is its source.
+fn dlopen_error(err: &libloading::Error) -> String {
+    match std::error::Error::source(err) {
+        Some(reason) => reason.to_string(),
+        None => err.to_string(),
+    }
+}
+
 impl Nvrtc {
     /// Loads `path`; `builtins` first, so NVRTC's own `dlopen` of it by soname finds it.
     pub fn load(path: &Path, builtins: Option<&Path>) -> Result<Nvrtc, String> {
         // SAFETY: loading a shared library runs its initialisers; these are NVIDIA's.
         let builtins = builtins
-            .map(|b| unsafe { Library::new(b) })
+            .map(|b| unsafe { Library::new(b) }.map_err(|e| (b, e)))
             .transpose()
-            .map_err(|e| format!("cannot load NVRTC builtins: {e}"))?;
+            .map_err(|(b, e)| format!("cannot load `{}`: {}", b.display(), dlopen_error(&e)))?;
         let library = unsafe { Library::new(path) }
-            .map_err(|e| format!("cannot load `{}`: {e}", path.display()))?;
+            .map_err(|e| format!("cannot load `{}`: {}", path.display(), dlopen_error(&e)))?;
         let mut version = (0, 0);
         {
             let nvrtc_version: Symbol<unsafe extern "C" fn(*mut c_int, *mut c_int) -> NvrtcResult> =
