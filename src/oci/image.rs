@@ -6,9 +6,10 @@ use std::collections::{BTreeMap, HashMap};
 use indexmap::IndexMap;
 use oci_spec::image::{
     Arch, Config, ConfigBuilder, Descriptor, DescriptorBuilder, HistoryBuilder,
-    ImageConfigurationBuilder, ImageIndexBuilder, ImageManifestBuilder, MediaType, Os,
+    ImageConfigurationBuilder, ImageIndexBuilder, ImageManifestBuilder, MediaType, Os, Platform,
     PlatformBuilder, RootFsBuilder, SCHEMA_VERSION,
 };
+use rattler_conda_types::Subdir;
 
 use super::{
     annotations,
@@ -36,6 +37,8 @@ pub struct Activation {
 #[derive(Debug)]
 pub struct ImageInputs<'a> {
     pub recipe: &'a Recipe,
+    /// The platform of this image (one of the recipe's).
+    pub platform: Subdir,
     pub base: Option<&'a BaseImage>,
     pub activation: &'a Activation,
     /// Our layers, bottom first, with the blob written for each.
@@ -52,8 +55,8 @@ pub struct ImageInputs<'a> {
 pub struct WrittenImage {
     pub manifest: Descriptor,
     pub config_digest: String,
-    /// Index entries, one per tag.
-    pub index_manifests: Vec<Descriptor>,
+    /// The OCI platform the manifest is for, as index entries name it.
+    pub platform: Platform,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -113,7 +116,7 @@ pub fn merge_env(
 /// Writes config and manifest blobs into `layout` and returns the index entries to commit.
 pub fn write_image(layout: &Layout, inputs: &ImageInputs<'_>) -> Result<WrittenImage, ImageError> {
     let recipe = inputs.recipe;
-    let (architecture, variant) = oci_architecture(recipe.platform).expect("validated platform");
+    let (architecture, variant) = oci_architecture(inputs.platform).expect("validated platform");
 
     let base_config = inputs.base.and_then(|b| b.config.config().clone());
     let mut config: Config = match base_config {
@@ -221,7 +224,7 @@ pub fn write_image(layout: &Layout, inputs: &ImageInputs<'_>) -> Result<WrittenI
         ),
         (
             annotations::PLATFORM.to_string(),
-            recipe.platform.to_string(),
+            inputs.platform.to_string(),
         ),
         (annotations::PREFIX.to_string(), recipe.prefix.clone()),
     ]);
@@ -254,15 +257,55 @@ pub fn write_image(layout: &Layout, inputs: &ImageInputs<'_>) -> Result<WrittenI
         platform = platform.variant(variant.to_string());
     }
     let platform = platform.build().map_err(spec_err("platform"))?;
-    let index_manifests = recipe
-        .tags
-        .iter()
+    Ok(WrittenImage {
+        config_digest: config_descriptor.digest().to_string(),
+        manifest: manifest_descriptor,
+        platform,
+    })
+}
+
+/// The `index.json` entries of an image, one per tag: the platform image itself when there
+/// is one platform (what single-platform tools expect), else an image index of the platform
+/// images, written into `layout`, in the recipe's platform order.
+pub fn tag_entries(
+    layout: &Layout,
+    tags: &[String],
+    images: &[WrittenImage],
+) -> Result<Vec<Descriptor>, ImageError> {
+    // A one-platform entry names its platform, as it always has; an index has none.
+    let (target, platform) = match images {
+        [image] => (image.manifest.clone(), Some(image.platform.clone())),
+        _ => {
+            let manifests = images
+                .iter()
+                .map(|image| {
+                    DescriptorBuilder::default()
+                        .media_type(MediaType::ImageManifest)
+                        .size(image.manifest.size())
+                        .digest(image.manifest.digest().clone())
+                        .platform(image.platform.clone())
+                        .build()
+                        .map_err(spec_err("index entry"))
+                })
+                .collect::<Result<Vec<_>, _>>()?;
+            let (descriptor, _) = layout.write_json_blob(
+                &index_of(manifests)?,
+                MediaType::ImageIndex,
+                "the image index",
+            )?;
+            (descriptor, None)
+        }
+    };
+    tags.iter()
         .map(|tag| {
-            DescriptorBuilder::default()
-                .media_type(MediaType::ImageManifest)
-                .size(manifest_descriptor.size())
-                .digest(manifest_descriptor.digest().clone())
-                .platform(platform.clone())
+            let mut builder = DescriptorBuilder::default()
+                .media_type(target.media_type().clone())
+                .size(target.size())
+                .digest(target.digest().clone());
+            if let Some(platform) = &platform {
+                builder = builder.platform(platform.clone());
+            }
+            builder
                 .annotations(HashMap::from([(
                     "org.opencontainers.image.ref.name".to_string(),
                     tag.clone(),
@@ -270,13 +313,7 @@ pub fn write_image(layout: &Layout, inputs: &ImageInputs<'_>) -> Result<WrittenI
                 .build()
                 .map_err(spec_err("index entry"))
         })
-        .collect::<Result<Vec<_>, _>>()?;
-
-    Ok(WrittenImage {
-        config_digest: config_descriptor.digest().to_string(),
-        manifest: manifest_descriptor,
-        index_manifests,
-    })
+        .collect()
 }
 
 /// The `index.json` that lists `manifests`.

@@ -1,0 +1,428 @@
+//! Multi-platform images: one recipe, `platforms = ["linux-64", "linux-aarch64"]`, solved and
+//! installed for each platform on this (x86-64) host and written as an OCI image index.
+//!
+//! The channel holds `speedups`, a package per platform made from MarkupSafe's real compiled
+//! extension in the pinned PyPI wheel of each architecture, and a `noarch` package both
+//! platforms share. Real consumers read the result: skopeo picks each platform's manifest
+//! (from the layout and from a registry), umoci unpacks each, and the unpacked file's ELF
+//! header says which machine it is for.
+
+use std::{
+    path::{Path, PathBuf},
+    sync::OnceLock,
+};
+
+use serde_json::Value;
+
+use crate::{
+    common::{LayoutView, Project, run_tool},
+    registry::{Auth, Registry},
+    support::{channel::write_platforms_channel, test_cache_dir},
+};
+
+const INDEX: &str = "application/vnd.oci.image.index.v1+json";
+const MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json";
+/// ELF `e_machine` values.
+const EM_X86_64: u16 = 0x3E;
+const EM_AARCH64: u16 = 0xB7;
+
+/// The two-platform channel, written once per test process.
+fn platforms_channel() -> &'static Path {
+    static CHANNEL: OnceLock<PathBuf> = OnceLock::new();
+    CHANNEL.get_or_init(|| {
+        let dir = tempfile::Builder::new()
+            .prefix("imgbuild-test-platforms-")
+            .tempdir()
+            .expect("temp dir")
+            .keep();
+        write_platforms_channel(&dir, &test_cache_dir())
+            .unwrap_or_else(|e| panic!("writing the platforms channel: {e:#}"));
+        dir
+    })
+}
+
+fn recipe(platforms: &[&str]) -> String {
+    let url = url::Url::from_file_path(platforms_channel()).unwrap();
+    let platforms: Vec<String> = platforms.iter().map(|p| format!("\"{p}\"")).collect();
+    format!(
+        "[image]\nname = \"multi\"\nplatforms = [{}]\n\n[conda]\nchannels = [\"{url}\"]\n\
+         dependencies = [\"speedups\", \"greeting\"]\n",
+        platforms.join(", ")
+    )
+}
+
+fn project(platforms: &[&str]) -> Project {
+    let project = Project::new();
+    project.write_recipe(&recipe(platforms));
+    project
+}
+
+/// The machine an ELF file is for, after checking it is one.
+fn elf_machine(bytes: &[u8]) -> u16 {
+    assert!(bytes.len() > 20, "too short for an ELF header");
+    assert_eq!(&bytes[..4], b"\x7fELF", "not an ELF file");
+    u16::from_le_bytes([bytes[18], bytes[19]])
+}
+
+/// The nested image index a tag of a multi-platform layout points to.
+fn platform_index(layout: &LayoutView) -> Value {
+    let top = layout.index();
+    let entry = &top["manifests"][0];
+    assert_eq!(entry["mediaType"], INDEX, "{top}");
+    layout.json_blob(entry["digest"].as_str().unwrap())
+}
+
+fn sha256(bytes: &[u8]) -> String {
+    use sha2::Digest as _;
+    format!("sha256:{}", hex::encode(sha2::Sha256::digest(bytes)))
+}
+
+/// `skopeo inspect` of one architecture of `image` (a transport reference), and the raw
+/// config skopeo resolved for it (through the index to that platform's manifest).
+fn skopeo_inspect(image: &str, arch: &str) -> (Value, String) {
+    let inspect = |extra: &[&str]| {
+        let mut args = vec!["--override-os", "linux", "--override-arch", arch, "inspect"];
+        if image.starts_with("docker://") {
+            args.push("--tls-verify=false");
+        }
+        args.extend_from_slice(extra);
+        args.push(image);
+        run_tool("skopeo", &args)
+    };
+    (
+        serde_json::from_str(&inspect(&[])).unwrap(),
+        inspect(&["--config", "--raw"]),
+    )
+}
+
+#[test]
+fn two_platform_image_is_an_index_whose_layers_hold_each_platforms_binaries() {
+    let project = project(&["linux-64", "linux-aarch64"]);
+    let built = project.build(&[]).success();
+    let digest = built.digest();
+    let dir = project.path().join("images/multi");
+    let layout = LayoutView::new(&dir);
+
+    // The tag points to an image index listing one manifest per platform, in recipe order.
+    let top = layout.index();
+    assert_eq!(top["manifests"].as_array().unwrap().len(), 1);
+    assert_eq!(top["manifests"][0]["digest"], digest.as_str());
+    assert!(top["manifests"][0].get("platform").is_none());
+    let index = platform_index(&layout);
+    assert_eq!(index["mediaType"], INDEX);
+    let manifests = index["manifests"].as_array().unwrap();
+    let platforms: Vec<(String, String, String)> = manifests
+        .iter()
+        .map(|m| {
+            assert_eq!(m["mediaType"], MANIFEST);
+            let p = &m["platform"];
+            (
+                p["os"].as_str().unwrap().to_string(),
+                p["architecture"].as_str().unwrap().to_string(),
+                p["variant"].as_str().unwrap_or("").to_string(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        platforms,
+        [
+            ("linux".into(), "amd64".into(), String::new()),
+            ("linux".into(), "arm64".into(), "v8".into())
+        ]
+    );
+
+    // skopeo resolves each architecture through the index to that platform's image.
+    let image = format!("oci:{}:latest", dir.display());
+    for (arch, entry) in ["amd64", "arm64"].into_iter().zip(manifests) {
+        let (inspect, config) = skopeo_inspect(&image, arch);
+        assert_eq!(inspect["Architecture"], arch);
+        assert_eq!(inspect["Os"], "linux");
+        let manifest = layout.json_blob(entry["digest"].as_str().unwrap());
+        assert_eq!(sha256(config.as_bytes()), manifest["config"]["digest"]);
+        assert_eq!(
+            inspect["Layers"].as_array().unwrap().len(),
+            manifest["layers"].as_array().unwrap().len()
+        );
+        let config = layout.json_blob(manifest["config"]["digest"].as_str().unwrap());
+        assert_eq!(config["architecture"], arch);
+        let conda = &manifest["annotations"]["dev.imgbuild.conda.platform"];
+        assert_eq!(
+            conda,
+            if arch == "amd64" {
+                "linux-64"
+            } else {
+                "linux-aarch64"
+            }
+        );
+    }
+
+    // Each platform, copied out by skopeo and unpacked by umoci, holds its own machine code.
+    for (arch, machine) in [("amd64", EM_X86_64), ("arm64", EM_AARCH64)] {
+        let single = project.path().join(format!("single-{arch}"));
+        run_tool(
+            "skopeo",
+            &[
+                "--override-os",
+                "linux",
+                "--override-arch",
+                arch,
+                "copy",
+                &image,
+                &format!("oci:{}:latest", single.display()),
+            ],
+        );
+        crate::common::validate_layout(single.to_str().unwrap());
+        let bundle = project.path().join(format!("bundle-{arch}"));
+        let rootfs = crate::common::unpack(&single, "latest", &bundle);
+        let library = fs_err::read(rootfs.join("opt/conda/lib/_speedups.so")).unwrap();
+        assert_eq!(elf_machine(&library), machine, "{arch}");
+        assert_eq!(
+            fs_err::read_to_string(rootfs.join("opt/conda/share/greeting.txt")).unwrap(),
+            "hello from every platform\n"
+        );
+    }
+
+    // The noarch package is the same layer, one blob, in both platform images.
+    let layers_of = |entry: &Value| -> Vec<(String, String)> {
+        let manifest = layout.json_blob(entry["digest"].as_str().unwrap());
+        manifest["layers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|l| {
+                (
+                    l["annotations"]["dev.imgbuild.layer.packages"]
+                        .as_str()
+                        .unwrap_or("")
+                        .to_string(),
+                    l["digest"].as_str().unwrap().to_string(),
+                )
+            })
+            .collect()
+    };
+    let (amd64, arm64) = (layers_of(&manifests[0]), layers_of(&manifests[1]));
+    let greeting = |layers: &[(String, String)]| {
+        layers
+            .iter()
+            .find(|(packages, _)| packages.contains("greeting"))
+            .map(|(_, digest)| digest.clone())
+            .expect("a layer with greeting")
+    };
+    assert_eq!(greeting(&amd64), greeting(&arm64));
+    let speedups = |layers: &[(String, String)]| {
+        layers
+            .iter()
+            .find(|(packages, _)| packages.contains("speedups"))
+            .map(|(_, digest)| digest.clone())
+            .expect("a layer with speedups")
+    };
+    assert_ne!(speedups(&amd64), speedups(&arm64));
+
+    // One lock holds both platforms.
+    let lock = fs_err::read_to_string(project.lock_path()).unwrap();
+    for needle in [
+        "linux-64/speedups-2.1.5-h0_0.conda",
+        "linux-aarch64/speedups-2.1.5-h0_0.conda",
+        "__archspec=1=aarch64",
+        "__archspec=1=x86_64",
+    ] {
+        assert!(lock.contains(needle), "{needle} in:\n{lock}");
+    }
+
+    // verify checks every platform's manifest and its packages against its platform's lock.
+    let verified: Value = serde_json::from_str(
+        &project
+            .run(&[
+                "verify",
+                "images/multi",
+                "--recipe",
+                "recipes/image.toml",
+                "--json",
+            ])
+            .success()
+            .stdout,
+    )
+    .unwrap();
+    assert_eq!(verified["manifests"].as_array().unwrap().len(), 2);
+    assert_eq!(verified["indexes"][0], digest.as_str());
+
+    // The same lock gives the same index, from scratch in another layout and in place.
+    let other = project
+        .build(&["-o", "other", "--locked", "--cache-dir", "other-cache"])
+        .success();
+    assert_eq!(other.digest(), digest);
+    assert_eq!(
+        LayoutView::new(project.path().join("other")).blob_names(),
+        layout.blob_names()
+    );
+    let again = project.build(&["--json"]).success();
+    let result = again
+        .stdout
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .find(|e| e["event"] == "result")
+        .unwrap();
+    assert_eq!(result["digest"], digest.as_str());
+    assert_eq!(result["unchanged"], true);
+
+    // The arm64 image is built without running anything of it, and the build says so.
+    assert!(
+        built.stderr.contains("linux-aarch64 is installed on"),
+        "{}",
+        built.stderr
+    );
+    assert!(!built.stderr.contains("linux-64 is installed on"));
+}
+
+#[test]
+fn oci_image_tool_validates_the_index_layout() {
+    let project = project(&["linux-64", "linux-aarch64"]);
+    project.build(&[]).success();
+    let dir = project.path().join("images/multi");
+    // oci-image-tool validates the layout and its tag; it does not descend into an image
+    // index (it warns that the media type is unknown to it), so each platform image is also
+    // validated on its own after skopeo copies it out (in the test above).
+    let output = std::process::Command::new("oci-image-tool")
+        .args([
+            "validate",
+            "--type",
+            "image",
+            "--ref",
+            "name=latest",
+            dir.to_str().unwrap(),
+        ])
+        .output()
+        .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(output.status.success(), "{text}");
+    assert!(text.contains("Validation succeeded"), "{text}");
+}
+
+#[test]
+fn push_sends_both_manifests_then_the_index() {
+    let registry = Registry::start(Auth::None);
+    let project = project(&["linux-64", "linux-aarch64"]);
+    let digest = project.build(&[]).success().digest();
+    let layout = LayoutView::new(project.path().join("images/multi"));
+    let children: Vec<String> = platform_index(&layout)["manifests"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["digest"].as_str().unwrap().to_string())
+        .collect();
+
+    let target = format!("{}/ml/multi:v1", registry.host);
+    let pushed = project
+        .run(&["push", "images/multi", &target, "--insecure"])
+        .success();
+    assert_eq!(pushed.stdout.trim(), format!("{target}@{digest}"));
+
+    // The registry serves the index under the tag, byte for byte ours.
+    let raw = run_tool(
+        "skopeo",
+        &[
+            "inspect",
+            "--raw",
+            "--tls-verify=false",
+            &format!("docker://{target}"),
+        ],
+    );
+    assert_eq!(sha256(raw.as_bytes()), digest);
+    let index: Value = serde_json::from_str(&raw).unwrap();
+    assert_eq!(index["mediaType"], INDEX);
+    // Each platform resolves to its manifest.
+    for (arch, child) in ["amd64", "arm64"].into_iter().zip(&children) {
+        let (inspect, config) = skopeo_inspect(&format!("docker://{target}"), arch);
+        assert_eq!(inspect["Architecture"], arch);
+        let manifest = layout.json_blob(child);
+        assert_eq!(sha256(config.as_bytes()), manifest["config"]["digest"]);
+    }
+    // Manifests went up before the index that names them.
+    let log = registry.log();
+    let position = |needle: &str| {
+        log.find(needle)
+            .unwrap_or_else(|| panic!("{needle} not in the registry log:\n{log}"))
+    };
+    let index_put = position("PUT /v2/ml/multi/manifests/v1");
+    for child in &children {
+        assert!(position(&format!("PUT /v2/ml/multi/manifests/{child}")) < index_put);
+    }
+}
+
+#[test]
+fn one_foreign_platform_writes_a_plain_manifest_of_aarch64_code() {
+    let project = project(&["linux-aarch64"]);
+    let built = project.build(&[]).success();
+    let layout = LayoutView::new(project.path().join("images/multi"));
+    let entry = &layout.index()["manifests"][0];
+    assert_eq!(entry["mediaType"], MANIFEST);
+    assert_eq!(entry["platform"]["architecture"], "arm64");
+    assert_eq!(entry["digest"], built.digest().as_str());
+    assert_eq!(layout.config()["architecture"], "arm64");
+    assert!(built.stderr.contains("linux-aarch64 is installed on"));
+
+    let rootfs = crate::common::unpack(
+        &project.path().join("images/multi"),
+        "latest",
+        &project.path().join("bundle"),
+    );
+    let library = fs_err::read(rootfs.join("opt/conda/lib/_speedups.so")).unwrap();
+    assert_eq!(elf_machine(&library), EM_AARCH64);
+}
+
+#[test]
+fn a_lock_missing_a_platform_is_stale() {
+    let project = project(&["linux-64"]);
+    project.build(&[]).success();
+    project.write_recipe(&recipe(&["linux-64", "linux-aarch64"]));
+    project.build(&["--locked"]).assert_failure_naming(
+        1,
+        &[
+            "no longer satisfies the recipe",
+            "the lock is for platforms `linux-64`, the recipe asks for `linux-64, linux-aarch64`",
+        ],
+    );
+    let rebuilt = project.build(&[]).success();
+    assert!(
+        rebuilt.stderr.contains("linux-64, linux-aarch64"),
+        "{}",
+        rebuilt.stderr
+    );
+    let lock = fs_err::read_to_string(project.lock_path()).unwrap();
+    assert!(lock.contains("linux-aarch64/speedups-2.1.5-h0_0.conda"));
+    // And the other way: a platform dropped from the recipe.
+    project.write_recipe(&recipe(&["linux-aarch64"]));
+    project
+        .build(&["--locked"])
+        .assert_failure_naming(1, &["the recipe asks for `linux-aarch64`"]);
+}
+
+#[test]
+fn docker_archive_of_several_platforms_is_refused_and_oci_archive_holds_the_index() {
+    let project = project(&["linux-64", "linux-aarch64"]);
+    let digest = project.build(&[]).success().digest();
+    project
+        .build(&["--format", "docker-archive"])
+        .assert_failure_naming(1, &["docker-archive", "one platform"]);
+    project.build(&["--format", "oci-archive"]).success();
+    let archive = project.path().join("images/multi.oci.tar");
+    let inspect: Value = serde_json::from_str(&run_tool(
+        "skopeo",
+        &[
+            "inspect",
+            "--raw",
+            &format!("oci-archive:{}:latest", archive.display()),
+        ],
+    ))
+    .unwrap();
+    assert_eq!(inspect["mediaType"], INDEX);
+    assert_eq!(
+        inspect["manifests"].as_array().unwrap().len(),
+        2,
+        "{inspect} ({digest})"
+    );
+}
