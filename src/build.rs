@@ -726,7 +726,7 @@ fn write_output(
             },
         )?);
     }
-    let entries = tag_entries(layout, &recipe.tags, &images)?;
+    let entries = tag_entries(layout, recipe, &created, &images)?;
     let digest = entries
         .first()
         .map(|e| e.digest().to_string())

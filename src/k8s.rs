@@ -330,7 +330,8 @@ pub fn workload(
             repository: options.repository.clone(),
         });
     }
-    let image_ref = format!("{repository}@{}", image.manifest_digest);
+    // A multi-platform image by its index: each node pulls its own platform.
+    let image_ref = format!("{repository}@{}", image.image_digest());
     let name = options
         .name
         .clone()

@@ -269,9 +269,11 @@ pub fn write_image(layout: &Layout, inputs: &ImageInputs<'_>) -> Result<WrittenI
 /// images, written into `layout`, in the recipe's platform order.
 pub fn tag_entries(
     layout: &Layout,
-    tags: &[String],
+    recipe: &Recipe,
+    created: &str,
     images: &[WrittenImage],
 ) -> Result<Vec<Descriptor>, ImageError> {
+    let tags = &recipe.tags;
     // A one-platform entry names its platform, as it always has; an index has none.
     let (target, platform) = match images {
         [image] => (image.manifest.clone(), Some(image.platform.clone())),
@@ -288,11 +290,21 @@ pub fn tag_entries(
                         .map_err(spec_err("index entry"))
                 })
                 .collect::<Result<Vec<_>, _>>()?;
-            let (descriptor, _) = layout.write_json_blob(
-                &index_of(manifests)?,
-                MediaType::ImageIndex,
-                "the image index",
-            )?;
+            let mut index = index_of(manifests)?;
+            // As on each manifest: what pushes (SBOM artifacts) and readers take the
+            // image's time and name from.
+            index.set_annotations(Some(HashMap::from([
+                (
+                    "org.opencontainers.image.created".to_string(),
+                    created.to_string(),
+                ),
+                (
+                    "org.opencontainers.image.title".to_string(),
+                    recipe.name.clone(),
+                ),
+            ])));
+            let (descriptor, _) =
+                layout.write_json_blob(&index, MediaType::ImageIndex, "the image index")?;
             (descriptor, None)
         }
     };

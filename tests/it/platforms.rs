@@ -317,9 +317,44 @@ fn push_sends_both_manifests_then_the_index() {
 
     let target = format!("{}/ml/multi:v1", registry.host);
     let pushed = project
-        .run(&["push", "images/multi", &target, "--insecure"])
+        .run(&["push", "images/multi", &target, "--insecure", "--json"])
         .success();
-    assert_eq!(pushed.stdout.trim(), format!("{target}@{digest}"));
+    let report: Value = serde_json::from_str(pushed.stdout.trim()).unwrap();
+    assert_eq!(report["pushed"], format!("{target}@{digest}"));
+    // The SBOMs describe the whole image: their subject is the index.
+    assert_eq!(report["sboms"].as_array().unwrap().len(), 2, "{report}");
+    let referrers: Value = serde_json::from_str(&run_tool(
+        "skopeo",
+        &[
+            "inspect",
+            "--raw",
+            "--tls-verify=false",
+            &format!(
+                "docker://{}/ml/multi:{}",
+                registry.host,
+                digest.replace(':', "-")
+            ),
+        ],
+    ))
+    .unwrap();
+    for artifact in referrers["manifests"].as_array().unwrap() {
+        let manifest: Value = serde_json::from_str(&run_tool(
+            "skopeo",
+            &[
+                "inspect",
+                "--raw",
+                "--tls-verify=false",
+                &format!(
+                    "docker://{}/ml/multi@{}",
+                    registry.host,
+                    artifact["digest"].as_str().unwrap()
+                ),
+            ],
+        ))
+        .unwrap();
+        assert_eq!(manifest["subject"]["mediaType"], INDEX);
+        assert_eq!(manifest["subject"]["digest"], digest.as_str());
+    }
 
     // The registry serves the index under the tag, byte for byte ours.
     let raw = run_tool(
@@ -372,6 +407,17 @@ fn one_foreign_platform_writes_a_plain_manifest_of_aarch64_code() {
     );
     let library = fs_err::read(rootfs.join("opt/conda/lib/_speedups.so")).unwrap();
     assert_eq!(elf_machine(&library), EM_AARCH64);
+
+    // inspect reads a plain arm64 manifest on this x86-64 host.
+    let summary: Value = serde_json::from_str(
+        &project
+            .run(&["inspect", "images/multi", "--json"])
+            .success()
+            .stdout,
+    )
+    .unwrap();
+    assert_eq!(summary["architecture"], "arm64");
+    assert!(summary.get("index_digest").is_none());
 }
 
 #[test]
@@ -425,4 +471,69 @@ fn docker_archive_of_several_platforms_is_refused_and_oci_archive_holds_the_inde
         2,
         "{inspect} ({digest})"
     );
+}
+
+#[test]
+fn inspect_describes_each_platform_and_k8s_pins_the_index() {
+    let project = project(&["linux-64", "linux-aarch64"]);
+    let digest = project.build(&[]).success().digest();
+    let inspect = |extra: &[&str]| -> Value {
+        let mut args = vec!["inspect", "images/multi", "--json"];
+        args.extend_from_slice(extra);
+        serde_json::from_str(&project.run(&args).success().stdout).unwrap()
+    };
+    let default = inspect(&[]);
+    assert_eq!(default["index_digest"], digest.as_str());
+    assert_eq!(
+        default["platforms"],
+        serde_json::json!(["linux/amd64", "linux/arm64/v8"])
+    );
+    // This x86-64 host's platform by default.
+    assert_eq!(default["architecture"], "amd64");
+    assert_eq!(default["conda"]["platform"], "linux-64");
+    for platform in ["linux/arm64", "arm64", "linux-aarch64"] {
+        let arm = inspect(&["--platform", platform]);
+        assert_eq!(arm["architecture"], "arm64");
+        assert_eq!(arm["conda"]["platform"], "linux-aarch64");
+        assert_ne!(arm["manifest_digest"], default["manifest_digest"]);
+        assert!(
+            arm["packages"]
+                .as_array()
+                .unwrap()
+                .contains(&Value::from("speedups-2.1.5-h0_0"))
+        );
+    }
+    let text = project.run(&["inspect", "images/multi"]).success().stdout;
+    assert!(text.contains(&format!("index        {digest}")), "{text}");
+    project
+        .run(&["inspect", "images/multi", "--platform", "linux/s390x"])
+        .assert_failure_naming(1, &["no manifest for linux/s390x"]);
+    project
+        .run(&["inspect", "images/multi", "--platform", "windows/amd64"])
+        .assert_failure_naming(2, &["not a Linux platform"]);
+
+    // Kubernetes pulls by the index digest, so each node gets its own platform's image.
+    let yaml = project
+        .run(&[
+            "k8s",
+            "images/multi",
+            "--repository",
+            "registry.example/ml/multi",
+        ])
+        .success()
+        .stdout;
+    assert!(
+        yaml.contains(&format!("image: registry.example/ml/multi@{digest}")),
+        "{yaml}"
+    );
+}
+
+#[test]
+fn smoke_of_an_image_without_the_hosts_platform_says_so() {
+    let project = project(&["linux-aarch64"]);
+    project.build(&[]).success();
+    let run = project.run(&["smoke", "images/multi"]);
+    assert!(!run.stderr.contains("panicked"), "{}", run.stderr);
+    assert_ne!(run.code, 0);
+    assert!(run.stderr.contains("linux/amd64"), "{}", run.stderr);
 }
