@@ -537,3 +537,91 @@ fn smoke_of_an_image_without_the_hosts_platform_says_so() {
     assert_ne!(run.code, 0);
     assert!(run.stderr.contains("linux/amd64"), "{}", run.stderr);
 }
+
+/// A recipe on `base` installing `greeting` for both platforms.
+fn on_base_recipe(base: &str, platforms: &[&str]) -> String {
+    recipe(platforms)
+        .replace(
+            "name = \"multi\"",
+            &format!("name = \"onbase\"\nbase = \"{base}\""),
+        )
+        .replace("\"speedups\", ", "")
+}
+
+#[test]
+fn a_base_that_is_an_index_gives_each_platform_its_own_manifest() {
+    // The base: a two-platform image of our own holding `greeting` (verify counts the
+    // packages of base layers too, so the image on it installs `greeting` as well), in a
+    // layout and in a registry.
+    let base = project(&["linux-64", "linux-aarch64"]);
+    base.write_recipe(&recipe(&["linux-64", "linux-aarch64"]).replace("\"speedups\", ", ""));
+    base.build(&[]).success();
+    let base_dir = base.path().join("images/multi");
+    let base_children: Vec<Value> = platform_index(&LayoutView::new(&base_dir))["manifests"]
+        .as_array()
+        .unwrap()
+        .clone();
+    let registry = Registry::start(Auth::None);
+    let base_ref = format!("{}/base/multi:v1", registry.host);
+    base.run(&["push", "images/multi", &base_ref, "--insecure"])
+        .success();
+
+    for (base_name, extra) in [
+        (format!("oci:{}", base_dir.display()), vec![]),
+        (base_ref.clone(), vec!["--insecure"]),
+    ] {
+        let project = Project::new();
+        project.write_recipe(&on_base_recipe(&base_name, &["linux-64", "linux-aarch64"]));
+        let digest = project.build(&extra).success().digest();
+        // The lock pins each platform's base manifest.
+        let lock = fs_err::read_to_string(project.lock_path()).unwrap();
+        let header = format!(
+            "# imgbuild-base: linux-64={} linux-aarch64={}",
+            base_children[0]["digest"].as_str().unwrap(),
+            base_children[1]["digest"].as_str().unwrap()
+        );
+        assert!(lock.contains(&header), "{header} in:\n{lock}");
+        // Each platform image starts with its base platform's layers.
+        let layout = LayoutView::new(project.path().join("images/onbase"));
+        let children = platform_index(&layout)["manifests"]
+            .as_array()
+            .unwrap()
+            .clone();
+        for (child, base_child) in children.iter().zip(&base_children) {
+            assert_eq!(child["platform"], base_child["platform"]);
+            let manifest = layout.json_blob(child["digest"].as_str().unwrap());
+            let base_manifest =
+                LayoutView::new(&base_dir).json_blob(base_child["digest"].as_str().unwrap());
+            let base_layers = base_manifest["layers"].as_array().unwrap();
+            assert_eq!(
+                manifest["layers"].as_array().unwrap()[..base_layers.len()],
+                base_layers[..]
+            );
+            assert_eq!(
+                manifest["annotations"]["org.opencontainers.image.base.digest"],
+                base_child["digest"]
+            );
+        }
+        project
+            .run(&["verify", "images/onbase", "--recipe", "recipes/image.toml"])
+            .success();
+        let mut again = vec!["--locked"];
+        again.extend_from_slice(&extra);
+        assert_eq!(project.build(&again).success().digest(), digest);
+    }
+}
+
+#[test]
+fn a_base_lacking_a_platform_is_a_clear_error() {
+    let base = project(&["linux-aarch64"]);
+    base.build(&[]).success();
+    let project = Project::new();
+    project.write_recipe(&on_base_recipe(
+        &format!("oci:{}", base.path().join("images/multi").display()),
+        &["linux-64", "linux-aarch64"],
+    ));
+    project
+        .build(&[])
+        .assert_failure_naming(1, &["is for linux/arm64", "linux/amd64"]);
+    project.assert_no_image();
+}
