@@ -528,6 +528,8 @@ mod tests {
         packages.sort();
         ImageSummary {
             image: image.into(),
+            index_digest: None,
+            platforms: Vec::new(),
             manifest_digest: format!("sha256:{image}"),
             config_digest: "sha256:c".into(),
             created: None,

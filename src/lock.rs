@@ -557,3 +557,182 @@ impl PlatformLock {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use super::*;
+    use crate::recipe::RecipeOptions;
+
+    fn record(name: &str, subdir: &str, sha: u8) -> RepoDataRecord {
+        let file = format!("{name}-1.0-0.conda");
+        serde_json::from_value(serde_json::json!({
+            "name": name,
+            "version": "1.0",
+            "build": "0",
+            "build_number": 0,
+            "depends": if name == "app" { vec!["lib", "__glibc >=2.17"] } else { vec![] },
+            "subdir": subdir,
+            "fn": file,
+            "url": format!("file:///ch/{subdir}/{file}"),
+            "channel": "file:///ch/",
+            "sha256": format!("{sha:02x}").repeat(32),
+        }))
+        .unwrap()
+    }
+
+    fn recipe(platforms: &str) -> Recipe {
+        Recipe::from_str_at(
+            &format!(
+                "[image]\nname = \"x\"\nplatforms = [{platforms}]\n[conda]\nchannels = [\"file:///ch\"]\ndependencies = [\"app\"]\n"
+            ),
+            Path::new("/work/recipes/x.toml"),
+            &RecipeOptions::default(),
+        )
+        .unwrap()
+    }
+
+    fn platform_lock(recipe: &Recipe, platform: Subdir, base: LockedBase, sha: u8) -> PlatformLock {
+        PlatformLock {
+            target: Target::for_recipe(recipe, platform, None),
+            base,
+            records: vec![
+                record("app", platform.as_str(), sha),
+                record("lib", "noarch", 9),
+            ],
+        }
+    }
+
+    fn two_platform_lock(recipe: &Recipe) -> Lock {
+        Lock {
+            channels: vec!["file:///ch/".to_string()],
+            platforms: vec![
+                platform_lock(
+                    recipe,
+                    Subdir::Linux64,
+                    LockedBase::Digest(format!("sha256:{}", "a".repeat(64))),
+                    1,
+                ),
+                platform_lock(
+                    recipe,
+                    Subdir::LinuxAarch64,
+                    LockedBase::Digest(format!("sha256:{}", "b".repeat(64))),
+                    2,
+                ),
+            ],
+        }
+    }
+
+    fn wanted(lock: &Lock) -> Vec<(Target, LockedBase)> {
+        lock.platforms
+            .iter()
+            .map(|p| (p.target.clone(), p.base.clone()))
+            .collect()
+    }
+
+    #[test]
+    fn a_two_platform_lock_reads_back_with_each_platforms_base() {
+        let recipe = recipe("\"linux-64\", \"linux-aarch64\"");
+        let lock = two_platform_lock(&recipe);
+        let text = lock.render("x.toml").unwrap();
+        assert!(
+            text.contains(&format!(
+                "# imgbuild-base: linux-64=sha256:{} linux-aarch64=sha256:{}\n",
+                "a".repeat(64),
+                "b".repeat(64)
+            )),
+            "{text}"
+        );
+        let read = Lock::parse(&text, Path::new("/work/recipes/x.lock")).unwrap();
+        assert_eq!(read.platforms.len(), 2);
+        for platform in [Subdir::Linux64, Subdir::LinuxAarch64] {
+            let (locked, original) = (
+                read.platform(platform).unwrap(),
+                lock.platform(platform).unwrap(),
+            );
+            assert_eq!(locked.base, original.base);
+            assert_eq!(locked.target, original.target);
+            assert_eq!(locked.records.len(), 2);
+        }
+        // The noarch `lib` is locked for both platforms but is one package.
+        assert_eq!(read.all_records().count(), 4);
+        assert_eq!(read.distinct_records().len(), 3);
+        assert_eq!(read.common_base(), None);
+        assert!(read.check(&recipe, &wanted(&lock)).is_ok());
+    }
+
+    #[test]
+    fn a_one_platform_lock_keeps_its_one_line_base_pin() {
+        let recipe = recipe("\"linux-aarch64\"");
+        let lock = Lock {
+            channels: vec!["file:///ch/".to_string()],
+            platforms: vec![platform_lock(
+                &recipe,
+                Subdir::LinuxAarch64,
+                LockedBase::Scratch,
+                2,
+            )],
+        };
+        let text = lock.render("x.toml").unwrap();
+        assert!(text.contains("\n# imgbuild-base: scratch\n"), "{text}");
+        let read = Lock::parse(&text, Path::new("/work/recipes/x.lock")).unwrap();
+        assert_eq!(read.common_base(), Some(&LockedBase::Scratch));
+        assert!(read.check(&recipe, &wanted(&lock)).is_ok());
+    }
+
+    #[test]
+    fn a_lock_is_stale_for_a_missing_platform_or_one_platforms_change() {
+        let both = recipe("\"linux-64\", \"linux-aarch64\"");
+        let lock = two_platform_lock(&both);
+        let mut only_64 = lock.clone();
+        only_64.platforms.truncate(1);
+        assert_eq!(
+            only_64
+                .check(&both, &wanted(&lock))
+                .unwrap_err()
+                .to_string(),
+            "the lock is for platforms `linux-64`, the recipe asks for `linux-64, linux-aarch64`"
+        );
+        // The arm64 base moved: the reason names the platform.
+        let mut moved = wanted(&lock);
+        moved[1].1 = LockedBase::Digest(format!("sha256:{}", "c".repeat(64)));
+        let reason = lock.check(&both, &moved).unwrap_err();
+        assert!(
+            matches!(&reason, Staleness::OnPlatform { platform, reason }
+                if platform == "linux-aarch64" && matches!(**reason, Staleness::Base { .. })),
+            "{reason:?}"
+        );
+        assert!(
+            reason
+                .to_string()
+                .starts_with("linux-aarch64: the base image changed")
+        );
+    }
+
+    #[test]
+    fn base_headers_parse_in_both_forms_and_refuse_others() {
+        assert!(matches!(
+            parse_bases("scratch"),
+            Some(Bases::All(LockedBase::Scratch))
+        ));
+        let digest = format!("sha256:{}", "a".repeat(64));
+        assert!(matches!(
+            parse_bases(&digest),
+            Some(Bases::All(LockedBase::Digest(_)))
+        ));
+        let Some(Bases::PerPlatform(pairs)) =
+            parse_bases(&format!("linux-64=scratch linux-aarch64={digest}"))
+        else {
+            panic!("pairs")
+        };
+        assert_eq!(pairs.len(), 2);
+        assert_eq!(
+            pairs[1],
+            ("linux-aarch64".to_string(), LockedBase::Digest(digest))
+        );
+        for bad in ["latest", "linux-64=latest", "linux-64", "=scratch x"] {
+            assert!(parse_bases(bad).is_none(), "{bad}");
+        }
+    }
+}

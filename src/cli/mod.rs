@@ -646,7 +646,6 @@ fn render_smoke(report: &crate::smoke::SmokeReport) -> String {
     out
 }
 
-#[allow(clippy::print_stderr)]
 /// The platforms of the recipe `settings` builds, when it has several (errors in the recipe
 /// are left to the build, which reports them with their place).
 fn multi_platforms(settings: &build::BuildSettings) -> Option<crate::recipe::Platforms> {
@@ -660,6 +659,7 @@ fn multi_platforms(settings: &build::BuildSettings) -> Option<crate::recipe::Pla
         .filter(|platforms| platforms.is_multi())
 }
 
+#[allow(clippy::print_stderr)]
 fn describe_lock(report: &build::LockReport) {
     let path = report.lock_path.display();
     match &report.outcome {

@@ -245,6 +245,43 @@ fn two_platform_image_is_an_index_whose_layers_hold_each_platforms_binaries() {
     .unwrap();
     assert_eq!(verified["manifests"].as_array().unwrap().len(), 2);
     assert_eq!(verified["indexes"][0], digest.as_str());
+    let rebuilt: Value = serde_json::from_str(
+        &project
+            .run(&[
+                "verify",
+                "images/multi",
+                "--recipe",
+                "recipes/image.toml",
+                "--rebuild",
+                "--json",
+            ])
+            .success()
+            .stdout,
+    )
+    .unwrap();
+    assert_eq!(rebuilt["rebuilt"], digest.as_str());
+
+    // The SBOMs list both platforms' packages, each once (noarch `greeting` is one file).
+    let spdx: Value = serde_json::from_slice(
+        &fs_err::read(project.path().join("images/multi.spdx.json")).unwrap(),
+    )
+    .unwrap();
+    let names: Vec<&str> = spdx["packages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|p| p["name"].as_str())
+        .collect();
+    assert_eq!(
+        names.iter().filter(|n| **n == "speedups").count(),
+        2,
+        "{names:?}"
+    );
+    assert_eq!(
+        names.iter().filter(|n| **n == "greeting").count(),
+        1,
+        "{names:?}"
+    );
 
     // The same lock gives the same index, from scratch in another layout and in place.
     let other = project
