@@ -7,6 +7,13 @@ export CARGO_TARGET_DIR := env_var_or_default("CARGO_TARGET_DIR", "target")
 build:
     cargo build --release
 
+# The in-image smoke executable (`[smoke] embed = true`), linked against glibc 2.17 so it runs
+# in any glibc image: zig and cargo-zigbuild from PyPI (tests/install-deps.sh puts them in the
+# test venv). Writes target/x86_64-unknown-linux-gnu/release/imgbuild-smoke; pass it to builds
+# with --smoke-exe or IMGBUILD_SMOKE_EXE, or put it beside the imgbuild binary.
+smoke-exe:
+    PATH="${IMGBUILD_TEST_CACHE:-tests/.cache}/venv/bin:$PATH" cargo zigbuild --release --locked -p imgbuild-smoke --target x86_64-unknown-linux-gnu.2.17
+
 # Install the test tools (Debian/Ubuntu, as root) and run every test
 test:
     tests/install-deps.sh

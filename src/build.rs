@@ -34,6 +34,7 @@ use crate::{
         pull::{PullError, pull_base},
     },
     resolve::{ResolveError, ResolveOptions, Target, resolve},
+    smoke::embed::{self, EmbedError, SmokeExecutable},
 };
 
 /// How to treat an existing lock file.
@@ -66,6 +67,8 @@ pub struct BuildSettings {
     pub registry: ClientOptions,
     /// The matrix variant to build, for a recipe with a `[matrix]`.
     pub variant: Option<crate::recipe::matrix::Variant>,
+    /// The `imgbuild-smoke` executable for `[smoke] embed = true`; default: beside imgbuild.
+    pub smoke_exe: Option<PathBuf>,
 }
 
 /// Pipeline stages, for progress reports.
@@ -169,6 +172,8 @@ pub enum BuildError {
     Activation(#[source] rattler_shell::activation::ActivationError),
     #[error(transparent)]
     Sbom(#[from] crate::sbom::SbomError),
+    #[error(transparent)]
+    Smoke(#[from] EmbedError),
 }
 
 impl BuildError {
@@ -180,6 +185,7 @@ impl BuildError {
             BuildError::Layout(_) | BuildError::Staging { .. } => 2,
             BuildError::Lock(LockError::Write { .. }) => 2,
             BuildError::Sbom(_) => 2,
+            BuildError::Smoke(EmbedError::Stage { .. }) => 2,
             _ => 1,
         }
     }
@@ -190,6 +196,9 @@ struct Prepared {
     recipe: Recipe,
     /// One per platform of the recipe, in its order.
     platforms: Vec<PreparedPlatform>,
+    /// The executable `[smoke] embed = true` puts into the image, checked against each
+    /// platform.
+    smoke: Option<SmokeExecutable>,
 }
 
 /// What one platform of the image starts from.
@@ -216,6 +225,14 @@ async fn prepare(settings: &BuildSettings) -> Result<Prepared, BuildError> {
         variant: settings.variant.clone(),
     };
     let recipe = Recipe::load(&settings.recipe_path, &options)?;
+    // Read once; checked against each platform before solving, so a smoke executable that
+    // cannot run in one of the images fails now.
+    let smoke = match recipe.embed_smoke {
+        true => Some(SmokeExecutable::read(&embed::locate(
+            settings.smoke_exe.as_deref(),
+        )?)?),
+        false => None,
+    };
     let mut platforms = Vec::with_capacity(recipe.platforms.len());
     for platform in recipe.platforms.iter() {
         // A base that is an index gives each platform its own manifest.
@@ -228,6 +245,9 @@ async fn prepare(settings: &BuildSettings) -> Result<Prepared, BuildError> {
             (None, Some(base)) => detect_glibc(base)?,
             _ => None,
         };
+        if let Some(smoke) = &smoke {
+            smoke.check(platform, recipe.glibc.as_ref().or(base_glibc.as_ref()))?;
+        }
         let target = Target::for_recipe(&recipe, platform, base_glibc.as_ref());
         let locked_base = base.as_ref().map_or(LockedBase::Scratch, |b| {
             LockedBase::Digest(b.manifest_digest.clone())
@@ -239,7 +259,11 @@ async fn prepare(settings: &BuildSettings) -> Result<Prepared, BuildError> {
             locked_base,
         });
     }
-    Ok(Prepared { recipe, platforms })
+    Ok(Prepared {
+        recipe,
+        platforms,
+        smoke,
+    })
 }
 
 /// Pulls a registry base into the cache, for `platform`. Offline, the digest pinned in the
@@ -464,6 +488,7 @@ pub async fn build(
         base_manifest: has_base.then_some(base_manifests.as_str()),
         source_date_epoch: settings.source_date_epoch,
         variant: recipe.variant.as_deref(),
+        smoke_exe: prepared.smoke.as_ref().map(|s| s.digest.as_str()),
     }
     .key();
     let records = BuildRecords::new(&settings.cache_dir);
@@ -568,12 +593,22 @@ pub async fn build(
             activation.variables.extend(settings.env);
             annotations = settings.annotations;
         }
-        let plan = plan_layers(
+        // The smoke executable's layer is planned like one more base layer, then added on
+        // top.
+        let mut plan = plan_layers(
             &staged,
             recipe.layer_budget,
-            platform.base.as_ref().map_or(0, |b| b.layers.len()),
+            platform.base.as_ref().map_or(0, |b| b.layers.len())
+                + usize::from(prepared.smoke.is_some()),
             created_seconds as u64,
         )?;
+        if let Some(smoke) = &prepared.smoke {
+            plan.layers.push(smoke.stage(&staged.root)?);
+            annotations.insert(
+                crate::oci::annotations::SMOKE.to_string(),
+                embed::in_image_path(),
+            );
+        }
         staged_platforms.push(StagedPlatform {
             prepared: platform,
             root: staged.root,

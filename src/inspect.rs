@@ -47,6 +47,8 @@ pub struct ImageSummary {
     /// The conda platform and prefix the image was built for, when imgbuild built it.
     pub conda: Option<CondaTarget>,
     pub cuda: Option<CudaNeeds>,
+    /// In-image path of the embedded smoke executable (`[smoke] embed = true`).
+    pub smoke: Option<String>,
     /// Bottom first.
     pub layers: Vec<LayerSummary>,
     /// Sum of the compressed layer sizes: what a pull with no cached layer downloads.
@@ -102,6 +104,8 @@ pub enum LayerKind {
     Packages,
     /// The image's own files: what no package owns.
     ImageFiles,
+    /// The `imgbuild-smoke` executable (`[smoke] embed = true`), on top.
+    Smoke,
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]
@@ -261,6 +265,7 @@ fn summarize(image: &str, opened: &BaseImage, manifest: &ImageManifest) -> Image
         base,
         conda,
         cuda: has_cuda.then_some(cuda),
+        smoke: annotation(annotations::SMOKE),
         total_size: layers.iter().map(|l| l.size).sum(),
         layers,
         packages: packages.into_iter().collect(),
@@ -285,9 +290,17 @@ fn classify_layers(layers: &[Descriptor], built_by_imgbuild: bool) -> Vec<LayerS
             })
             .unwrap_or_default()
     };
+    let is_smoke = |layer: &Descriptor| {
+        layer
+            .annotations()
+            .as_ref()
+            .is_some_and(|a| a.contains_key(annotations::SMOKE))
+    };
+    // The image-files layer is the last one below the smoke executable's, if any.
+    let image_files = layers.len() - usize::from(layers.last().is_some_and(is_smoke));
     let mut own_start = layers.len();
-    if built_by_imgbuild && !layers.is_empty() {
-        own_start = layers.len() - 1;
+    if built_by_imgbuild && image_files > 0 {
+        own_start = image_files - 1;
         while own_start > 0 && !packages_of(&layers[own_start - 1]).is_empty() {
             own_start -= 1;
         }
@@ -299,7 +312,9 @@ fn classify_layers(layers: &[Descriptor], built_by_imgbuild: bool) -> Vec<LayerS
             let packages = packages_of(layer);
             let kind = if !packages.is_empty() {
                 LayerKind::Packages
-            } else if built_by_imgbuild && position == layers.len() - 1 {
+            } else if is_smoke(layer) {
+                LayerKind::Smoke
+            } else if built_by_imgbuild && position + 1 == image_files {
                 LayerKind::ImageFiles
             } else {
                 LayerKind::Base
@@ -474,12 +489,13 @@ pub fn diff(from: &ImageSummary, to: &ImageSummary) -> ImageDiff {
     }
 }
 
-/// What a layer holds, in words: its packages, `base` or `image files`.
+/// What a layer holds, in words: its packages, `base`, `image files` or `smoke test`.
 pub fn describe_layer(layer: &LayerSummary) -> String {
     match layer.kind {
         LayerKind::Packages => layer.packages.join(", "),
         LayerKind::Base => "base".to_string(),
         LayerKind::ImageFiles => "image files".to_string(),
+        LayerKind::Smoke => "smoke test executable".to_string(),
     }
 }
 
@@ -539,6 +555,7 @@ mod tests {
             base: None,
             conda: None,
             cuda: None,
+            smoke: None,
             total_size: layers.iter().map(|l| l.size).sum(),
             layers,
             packages,

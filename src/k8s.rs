@@ -37,10 +37,15 @@ pub const GPU_RESOURCE: &str = "nvidia.com/gpu";
 /// world-readable, so any unprivileged uid can run them.
 pub const DEFAULT_UID: i64 = 1000;
 
+/// How long a smoke Job may run before Kubernetes ends it.
+const SMOKE_DEADLINE_SECONDS: i64 = 600;
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum WorkloadKind {
     Job,
     Deployment,
+    /// A Job that runs the image's embedded smoke test (`[smoke] embed = true`) on one GPU.
+    SmokeJob,
 }
 
 /// What the manifest says beyond the image: the `--set` keys and flags.
@@ -80,6 +85,10 @@ pub enum K8sError {
     NamedUser { user: String },
     #[error("`--set user={value}` must be `UID` or `UID:GID` with a non-zero UID")]
     User { value: String },
+    #[error(
+        "`{image}` has no embedded smoke test: build it with `[smoke] embed = true` in the recipe (see `imgbuild smoke` for testing on this machine instead)"
+    )]
+    NoSmoke { image: String },
     #[error("Failed to write YAML")]
     Yaml(#[source] serde_yaml::Error),
 }
@@ -332,17 +341,49 @@ pub fn workload(
     }
     // A multi-platform image by its index: each node pulls its own platform.
     let image_ref = format!("{repository}@{}", image.image_digest());
-    let name = options
-        .name
-        .clone()
-        .unwrap_or_else(|| image_name(&image.image));
+    let smoke = match options.kind {
+        WorkloadKind::SmokeJob => {
+            Some(image.smoke.as_deref().ok_or_else(|| K8sError::NoSmoke {
+                image: image.image.clone(),
+            })?)
+        }
+        _ => None,
+    };
+    let name = options.name.clone().unwrap_or_else(|| match smoke {
+        Some(_) => format!("{}-smoke", image_name(&image.image)),
+        None => image_name(&image.image),
+    });
     if !is_dns_label(&name) {
         return Err(K8sError::Name { name });
     }
 
     let (uid, gid) = run_as(user.or(image.config.user.as_deref()))?;
     let cuda = image.cuda.as_ref();
-    let gpus = options.gpus.unwrap_or(if cuda.is_some() { 1 } else { 0 });
+    // The smoke test needs a GPU even in an image that does not say it is a CUDA image.
+    let gpus = options
+        .gpus
+        .unwrap_or(if cuda.is_some() || smoke.is_some() {
+            1
+        } else {
+            0
+        });
+    // The smoke test finds the image's CUDA libraries under the environment's prefix.
+    let (command, args) = match smoke {
+        Some(smoke) => (
+            options
+                .command
+                .clone()
+                .or_else(|| Some(vec![smoke.to_string()])),
+            options.args.clone().or_else(|| {
+                let prefix = image.conda.as_ref().and_then(|c| c.prefix.clone());
+                Some(vec![
+                    "--prefix".to_string(),
+                    prefix.unwrap_or_else(|| "/opt/conda".to_string()),
+                ])
+            }),
+        ),
+        None => (options.command.clone(), options.args.clone()),
+    };
 
     let mut limits = BTreeMap::new();
     let mut requests = BTreeMap::new();
@@ -362,8 +403,8 @@ pub fn workload(
     let container = Container {
         name: name.clone(),
         image: Some(image_ref),
-        command: options.command.clone(),
-        args: options.args.clone(),
+        command,
+        args,
         resources: (!limits.is_empty()).then(|| ResourceRequirements {
             limits: Some(limits),
             requests: (!requests.is_empty()).then_some(requests),
@@ -401,7 +442,7 @@ pub fn workload(
         containers: vec![container],
         restart_policy: Some(
             match options.kind {
-                WorkloadKind::Job => "Never",
+                WorkloadKind::Job | WorkloadKind::SmokeJob => "Never",
                 WorkloadKind::Deployment => "Always",
             }
             .to_string(),
@@ -426,11 +467,13 @@ pub fn workload(
         ..Default::default()
     };
     Ok(match options.kind {
-        WorkloadKind::Job => Workload::Job(Box::new(Job {
+        WorkloadKind::Job | WorkloadKind::SmokeJob => Workload::Job(Box::new(Job {
             metadata,
             spec: Some(JobSpec {
                 // A failed training run is looked at, not retried in a loop.
                 backoff_limit: Some(0),
+                // The smoke test takes seconds; one that hangs (a wedged GPU) must end.
+                active_deadline_seconds: smoke.map(|_| SMOKE_DEADLINE_SECONDS),
                 template,
                 ..Default::default()
             }),

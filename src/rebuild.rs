@@ -29,6 +29,8 @@ pub struct BuildInputs<'a> {
     pub source_date_epoch: Option<i64>,
     /// The matrix variant (`cuda11.8-python3.9`), if any.
     pub variant: Option<&'a str>,
+    /// The digest of the embedded smoke executable, if any.
+    pub smoke_exe: Option<&'a str>,
 }
 
 impl BuildInputs<'_> {
@@ -45,6 +47,7 @@ impl BuildInputs<'_> {
         part(&fs_err::read(self.lock_path).ok()?);
         part(self.base_manifest.unwrap_or("scratch").as_bytes());
         part(self.variant.unwrap_or_default().as_bytes());
+        part(self.smoke_exe.unwrap_or_default().as_bytes());
         part(
             self.source_date_epoch
                 .map(|s| s.to_string())

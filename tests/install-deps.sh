@@ -2,7 +2,7 @@
 # Installs what the tests run against: real OCI consumers and a runtime from Debian.
 # Needs root (or sudo) on Debian/Ubuntu. Safe to run again.
 set -eu
-PACKAGES="umoci skopeo oci-image-tool runc busybox-static docker-registry apache2-utils podman python3-venv"
+PACKAGES="umoci skopeo oci-image-tool runc busybox-static docker-registry apache2-utils podman python3-venv mmdebstrap binutils"
 missing=""
 for p in $PACKAGES; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
@@ -20,9 +20,10 @@ fi
 # (`pyspdxtools`, the SPDX project's own validator of the spec's rules beyond the schema).
 VENV="${IMGBUILD_TEST_CACHE:-$(cd "$(dirname "$0")" && pwd)/.cache}/venv"
 # kubernetes-validate checks the manifests of `imgbuild k8s` offline against the API schemas
-# it ships.
-if ! "$VENV/bin/python" -c "import check_jsonschema, cyclonedx, spdx_tools, kubernetes_validate" 2>/dev/null; then
+# it ships. zig and cargo-zigbuild build the in-image smoke executable for glibc 2.17.
+if ! "$VENV/bin/python" -c "import check_jsonschema, cyclonedx, spdx_tools, kubernetes_validate, ziglang" 2>/dev/null \
+    || [ ! -x "$VENV/bin/cargo-zigbuild" ]; then
     python3 -m venv "$VENV"
     "$VENV/bin/pip" install --quiet check-jsonschema==0.39.0 cyclonedx-python-lib==11.12.0 spdx-tools==0.8.5 \
-        kubernetes-validate==1.37.0
+        kubernetes-validate==1.37.0 ziglang==0.17.0 cargo-zigbuild==0.24.0
 fi

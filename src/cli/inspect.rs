@@ -154,6 +154,12 @@ fn render_summary(summary: &ImageSummary) -> String {
             let _ = writeln!(out, "cuda         none");
         }
     }
+    if let Some(smoke) = &summary.smoke {
+        let _ = writeln!(
+            out,
+            "smoke        {smoke} (`imgbuild k8s --smoke-job` runs it)"
+        );
+    }
     let _ = writeln!(out);
     let _ = writeln!(out, "{:>3}  {:<12}  {:>10}  holds", "#", "digest", "size");
     for (position, layer) in summary.layers.iter().enumerate() {

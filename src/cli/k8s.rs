@@ -13,7 +13,9 @@ Examples:
   imgbuild k8s images/train --repository registry.example/ml/train --job \\
       --set command='[\"python\",\"train.py\"]' --set memory=32Gi > train-job.yaml
   imgbuild k8s images/serve --repository registry.example/ml/serve --deployment \\
-      --runtime-class nvidia --pull-secret regcred --set replicas=2 | kubectl apply -f -";
+      --runtime-class nvidia --pull-secret regcred --set replicas=2 | kubectl apply -f -
+  imgbuild k8s images/train --repository registry.example/ml/train --smoke-job \
+      --runtime-class nvidia | kubectl apply -f -";
 
 /// The keys `--set` takes.
 const SET_KEYS: &[&str] = &[
@@ -39,7 +41,7 @@ pub struct K8sArgs {
     pub repository: String,
     /// Instead of running an image: a ConfigMap with this recipe and its locks and an
     /// Indexed Job that builds each `[matrix]` variant in its own pod and pushes it
-    #[arg(long, value_name = "RECIPE", conflicts_with_all = ["image", "deployment", "job"])]
+    #[arg(long, value_name = "RECIPE", conflicts_with_all = ["image", "deployment", "job", "smoke_job"])]
     pub build_job: Option<std::path::PathBuf>,
     /// The imgbuild image the build pods run (best by digest)
     #[arg(long, value_name = "REF", requires = "build_job")]
@@ -51,8 +53,12 @@ pub struct K8sArgs {
     #[arg(long, conflicts_with = "deployment")]
     pub job: bool,
     /// A Deployment that keeps the image running
-    #[arg(long)]
+    #[arg(long, conflicts_with = "smoke_job")]
     pub deployment: bool,
+    /// A Job that runs the image's embedded GPU smoke test (`[smoke] embed = true`) on one
+    /// GPU; its exit code is the verdict (0 pass, 3 no GPU, 4 incompatible, 5 kernel failure)
+    #[arg(long, conflicts_with = "job")]
+    pub smoke_job: bool,
     /// `runtimeClassName` of the pod (e.g. `nvidia`)
     #[arg(long, value_name = "NAME")]
     pub runtime_class: Option<String>,
@@ -91,6 +97,8 @@ fn options(args: &K8sArgs) -> Result<(WorkloadOptions, Option<String>), SetError
     let mut options = WorkloadOptions {
         kind: if args.deployment {
             WorkloadKind::Deployment
+        } else if args.smoke_job {
+            WorkloadKind::SmokeJob
         } else {
             WorkloadKind::Job
         },

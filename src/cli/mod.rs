@@ -68,6 +68,10 @@ pub struct GlobalArgs {
     /// Trust the CA certificates in this PEM file for registries
     #[arg(long, global = true, value_name = "PEM")]
     pub ca_cert: Option<PathBuf>,
+    /// The `imgbuild-smoke` executable that `[smoke] embed = true` puts into images
+    /// [default: imgbuild-smoke beside imgbuild]
+    #[arg(long, global = true, env = crate::smoke::embed::EXE_ENV, value_name = "PATH")]
+    pub smoke_exe: Option<PathBuf>,
 }
 
 impl GlobalArgs {
@@ -306,6 +310,7 @@ async fn run(cli: Cli) -> ExitCode {
             source_date_epoch,
             registry: cli.global.registry_options(),
             variant: None,
+            smoke_exe: cli.global.smoke_exe.clone(),
         };
 
     match &cli.command {
@@ -579,71 +584,8 @@ fn smoke(args: &SmokeArgs) -> ExitCode {
         Ok(report) => report,
         Err(err) => return fail(&err, 1),
     };
-    if args.json {
-        println!(
-            "{}",
-            serde_json::to_string(&report).expect("the report serializes")
-        );
-    } else {
-        print!("{}", render_smoke(&report));
-    }
+    print!("{}", report.render(args.json));
     ExitCode::from(report.verdict.exit_code())
-}
-
-/// The smoke report as text, one fact per line.
-fn render_smoke(report: &crate::smoke::SmokeReport) -> String {
-    use std::fmt::Write;
-    let mut out = String::new();
-    let or_none = |v: &Option<String>| v.clone().unwrap_or_else(|| "-".to_string());
-    let _ = writeln!(out, "image            {}", report.image);
-    let _ = writeln!(out, "image CUDA       {}", or_none(&report.image_cuda));
-    let _ = writeln!(out, "image cudart     {}", or_none(&report.image_cudart));
-    let _ = writeln!(out, "image NVRTC      {}", or_none(&report.image_nvrtc));
-    for library in &report.libraries {
-        let _ = writeln!(out, "  library        {library}");
-    }
-    let _ = writeln!(out, "driver           {}", or_none(&report.driver_version));
-    let _ = writeln!(out, "driver CUDA      {}", or_none(&report.driver_cuda));
-    if let Some(gpu) = &report.gpu {
-        let _ = writeln!(
-            out,
-            "GPU              {} (compute capability {})",
-            gpu.name, gpu.compute_capability
-        );
-        let _ = writeln!(
-            out,
-            "GPU memory       {} MiB free of {} MiB",
-            gpu.free_memory_mib, gpu.total_memory_mib
-        );
-        let _ = writeln!(
-            out,
-            "managed memory   {} (concurrent managed access: {}, pageable memory access: {})",
-            gpu.managed_memory, gpu.concurrent_managed_access, gpu.pageable_memory_access
-        );
-    }
-    if let Some(compatibility) = &report.compatibility {
-        let _ = writeln!(out, "compatibility    {compatibility}");
-    }
-    if let Some(kernel) = &report.kernel {
-        let _ = writeln!(out, "kernel           {kernel}");
-    }
-    for run in &report.runs {
-        let prefetch = run
-            .prefetch_ms
-            .map(|ms| format!("prefetch {ms:.3} ms, "))
-            .unwrap_or_default();
-        let _ = writeln!(
-            out,
-            "run              {}: {prefetch}kernel {:.3} ms, {} elements, {} wrong",
-            run.name, run.kernel_ms, run.elements, run.mismatches
-        );
-    }
-    let verdict = serde_json::to_value(report.verdict)
-        .ok()
-        .and_then(|v| v.as_str().map(str::to_uppercase))
-        .unwrap_or_default();
-    let _ = writeln!(out, "verdict          {verdict}: {}", report.message);
-    out
 }
 
 /// The platforms of the recipe `settings` builds, when it has several (errors in the recipe

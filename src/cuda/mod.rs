@@ -1,7 +1,7 @@
 //! CUDA: NVIDIA's driver compatibility rules ([`compat`]) and what an image needs to get a
 //! GPU from the NVIDIA container toolkit.
 
-pub mod compat;
+pub use imgbuild_smoke::compat;
 
 use indexmap::IndexMap;
 use rattler_conda_types::RepoDataRecord;

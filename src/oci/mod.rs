@@ -35,4 +35,7 @@ pub mod annotations {
     pub const PACKAGES: &str = "dev.imgbuild.layer.packages";
     pub const PLATFORM: &str = "dev.imgbuild.conda.platform";
     pub const PREFIX: &str = "dev.imgbuild.conda.prefix";
+    /// In-image path of the embedded `imgbuild-smoke` executable (`[smoke] embed = true`),
+    /// on the manifest and on the layer that holds it.
+    pub const SMOKE: &str = "dev.imgbuild.smoke";
 }

@@ -122,6 +122,8 @@ pub struct Recipe {
     pub compression: Compression,
     /// The matrix variant this recipe is (`cuda11.8-python3.9`), if any.
     pub variant: Option<String>,
+    /// `[smoke] embed`: the image carries the `imgbuild-smoke` executable.
+    pub embed_smoke: bool,
 }
 
 impl Recipe {
@@ -416,6 +418,7 @@ impl Checker {
             layer_budget,
             compression,
             variant: None,
+            embed_smoke: file.smoke.embed,
         })
     }
 

@@ -20,6 +20,9 @@ pub(crate) struct RecipeFile {
     /// Optional: layer planning.
     #[serde(default)]
     pub layers: LayersSection,
+    /// Optional: the in-image GPU smoke test.
+    #[serde(default)]
+    pub smoke: SmokeSection,
     /// Optional: build variants, `key = ["value", …]`; read by [`super::matrix`] before
     /// the recipe is parsed, so here only its presence is kept.
     #[allow(dead_code)]
@@ -74,6 +77,15 @@ pub(crate) struct CudaSection {
     /// Include NVIDIA's forward-compatibility libraries (`cuda-compat`).
     #[serde(default)]
     pub compat: bool,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct SmokeSection {
+    /// Add the `imgbuild-smoke` executable as a layer of its own, so the smoke test can run
+    /// inside the image (`imgbuild k8s --smoke-job`).
+    #[serde(default)]
+    pub embed: bool,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -7,7 +7,6 @@ use std::path::{Path, PathBuf};
 
 use oci_spec::image::{ImageConfiguration, ImageIndex, ImageManifest};
 use reqwest::{Method, StatusCode, header};
-use sha2::{Digest, Sha256};
 
 use super::client::{Body, RegistryError, RepositoryClient};
 use crate::oci::base::{BaseImage, oci_layer_media_type, platform_manifest};
@@ -59,7 +58,7 @@ fn cached(cache: &Path, digest: &str) -> PathBuf {
 }
 
 fn sha256(bytes: &[u8]) -> String {
-    format!("sha256:{}", hex::encode(Sha256::digest(bytes)))
+    crate::oci::sha256_digest(bytes)
 }
 
 /// Stores verified bytes in the cache under their digest.

@@ -6,6 +6,7 @@ use std::{
     path::{Path, PathBuf},
 };
 
+use imgbuild_smoke::libraries::{CudaLibraries, LibraryKind};
 use rattler_conda_types::Subdir;
 
 use crate::{
@@ -18,11 +19,8 @@ use crate::{
 pub struct ImageCuda {
     /// Holds the extracted files; removed on drop.
     pub dir: tempfile::TempDir,
-    pub cudart: Option<PathBuf>,
-    pub nvrtc: Option<PathBuf>,
-    pub nvrtc_builtins: Option<PathBuf>,
-    /// `CUDA_VERSION` from the image config, if set.
-    pub cuda_version: Option<String>,
+    /// The extracted libraries to load, and `CUDA_VERSION` from the image config.
+    pub libraries: CudaLibraries,
     /// Where each extracted file was in the image.
     pub sources: BTreeMap<String, String>,
 }
@@ -43,19 +41,6 @@ pub enum ExtractError {
         #[source]
         source: std::io::Error,
     },
-}
-
-/// Which CUDA library a file name is, if any.
-fn library_kind(name: &str) -> Option<&'static str> {
-    if name.starts_with("libnvrtc-builtins.so") {
-        Some("nvrtc-builtins")
-    } else if name.starts_with("libnvrtc.so") {
-        Some("nvrtc")
-    } else if name.starts_with("libcudart.so") {
-        Some("cudart")
-    } else {
-        None
-    }
 }
 
 /// Opens the image `tag` of the layout at `dir` (for this machine's platform).
@@ -84,7 +69,7 @@ pub fn extract_cuda_libraries(image: &BaseImage) -> Result<ImageCuda, ExtractErr
         let Some(name) = path.rsplit('/').next().map(str::to_string) else {
             return Ok(());
         };
-        if library_kind(&name).is_none() {
+        if LibraryKind::of(&name).is_none() {
             return Ok(());
         }
         let target = dir.path().join(&name);
@@ -121,17 +106,6 @@ pub fn extract_cuda_libraries(image: &BaseImage) -> Result<ImageCuda, ExtractErr
             })?;
         }
     }
-    // The library to load is the real file (not a link) of each kind with the longest name:
-    // the most specific soname (`libnvrtc.so.11.8.89` over `libnvrtc.so.11.2` links).
-    let pick = |kind: &str| -> Option<PathBuf> {
-        let mut names: Vec<&String> = found
-            .iter()
-            .filter(|(name, (_, link))| library_kind(name) == Some(kind) && link.is_none())
-            .map(|(name, _)| name)
-            .collect();
-        names.sort_by_key(|n| n.len());
-        names.last().map(|n| dir.path().join(n))
-    };
     let cuda_version = image
         .config
         .config()
@@ -139,11 +113,14 @@ pub fn extract_cuda_libraries(image: &BaseImage) -> Result<ImageCuda, ExtractErr
         .and_then(|c| c.env().as_ref())
         .and_then(|env| env.iter().find_map(|kv| kv.strip_prefix("CUDA_VERSION=")))
         .map(str::to_string);
+    // Links are recreated beside the files, but the libraries loaded are the files.
+    let files: Vec<PathBuf> = found
+        .iter()
+        .filter(|(_, (_, link))| link.is_none())
+        .map(|(name, _)| dir.path().join(name))
+        .collect();
     Ok(ImageCuda {
-        cudart: pick("cudart"),
-        nvrtc: pick("nvrtc"),
-        nvrtc_builtins: pick("nvrtc-builtins"),
-        cuda_version,
+        libraries: CudaLibraries::pick(files.iter().map(PathBuf::as_path), cuda_version),
         sources: found
             .into_iter()
             .map(|(name, (path, _))| (name, path))

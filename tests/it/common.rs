@@ -4,7 +4,7 @@ use std::{
     io::{BufRead, BufReader, Read, Write},
     net::{TcpListener, TcpStream},
     path::{Path, PathBuf},
-    process::Command,
+    process::{Command, Output},
     sync::{
         Arc,
         atomic::{AtomicBool, AtomicUsize, Ordering},
@@ -278,11 +278,27 @@ pub fn unpack(layout: &Path, tag: &str, bundle: &Path) -> PathBuf {
 /// its stdout, failing the test with runc's stderr when it fails.
 #[track_caller]
 pub fn run_bundle(bundle: &Path, name: &str) -> String {
+    let output = run_bundle_output(bundle, name, None);
+    assert!(
+        output.status.success(),
+        "runc failed: {}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+/// Runs the unpacked `bundle` with runc, with `args` as the process's arguments when given,
+/// and returns what it did, whatever its exit status.
+pub fn run_bundle_output(bundle: &Path, name: &str, args: Option<&[&str]>) -> Output {
     let config_path = bundle.join("config.json");
     let mut config: Value = serde_json::from_slice(&fs_err::read(&config_path).unwrap()).unwrap();
     config["process"]["terminal"] = Value::Bool(false);
+    if let Some(args) = args {
+        config["process"]["args"] = serde_json::json!(args);
+    }
     fs_err::write(&config_path, serde_json::to_vec(&config).unwrap()).unwrap();
-    let output = Command::new("runc")
+    Command::new("runc")
         .args([
             "run",
             "--bundle",
@@ -291,14 +307,7 @@ pub fn run_bundle(bundle: &Path, name: &str) -> String {
         ])
         .stdin(std::process::Stdio::null())
         .output()
-        .unwrap();
-    assert!(
-        output.status.success(),
-        "runc failed: {}{}",
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    );
-    String::from_utf8_lossy(&output.stdout).into_owned()
+        .unwrap()
 }
 
 /// Whether this process runs as root (runc needs it here).

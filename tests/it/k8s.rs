@@ -191,6 +191,77 @@ fn bad_overrides_and_references_are_refused() {
     project
         .run(&["k8s", "images/missing", "--repository", REPOSITORY])
         .assert_clean_failure(1);
+    // No embedded smoke test in this image.
+    project
+        .run(&[
+            "k8s",
+            "images/train",
+            "--repository",
+            REPOSITORY,
+            "--smoke-job",
+        ])
+        .assert_failure_naming(1, &["no embedded smoke test", "[smoke] embed = true"]);
+}
+
+/// `--smoke-job`: a Job running the embedded `imgbuild-smoke` on one GPU, at the prefix the
+/// image was built for, ended after 10 minutes, never retried; it validates.
+#[test]
+fn smoke_job_runs_the_embedded_smoke_test_on_one_gpu() {
+    let project = crate::smoke_embed::embedding_project("gpu-check");
+    crate::smoke_embed::build_with(&project, crate::support::smoke_exe()).success();
+    let digest = LayoutView::new(project.path().join("images/gpu-check")).manifest_digest();
+    let run = project
+        .run(&[
+            "k8s",
+            "images/gpu-check",
+            "--repository",
+            REPOSITORY,
+            "--smoke-job",
+            "--runtime-class",
+            "nvidia",
+        ])
+        .success();
+    let docs = validated(&project, &run.stdout);
+    let job = &docs[0];
+    assert_eq!(job["kind"], "Job");
+    assert_eq!(job["metadata"]["name"], "gpu-check-smoke");
+    assert_eq!(job["spec"]["backoffLimit"], 0);
+    assert_eq!(job["spec"]["activeDeadlineSeconds"], 600);
+    let pod = &job["spec"]["template"]["spec"];
+    assert_eq!(pod["restartPolicy"], "Never");
+    assert_eq!(pod["runtimeClassName"], "nvidia");
+    let container = &pod["containers"][0];
+    assert_eq!(container["image"], format!("{REPOSITORY}@{digest}"));
+    assert_eq!(
+        container["command"],
+        serde_json::json!(["/opt/imgbuild/bin/imgbuild-smoke"])
+    );
+    assert_eq!(
+        container["args"],
+        serde_json::json!(["--prefix", "/opt/conda"])
+    );
+    assert_eq!(container["resources"]["limits"]["nvidia.com/gpu"], "1");
+    assert_eq!(pod["securityContext"]["runAsNonRoot"], true);
+    // The driver affinity of the image's min-driver (520.61.05).
+    let terms = &pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+        ["nodeSelectorTerms"];
+    assert_eq!(terms[0]["matchExpressions"][0]["values"][0], "520");
+
+    // `inspect` names the layer and the executable.
+    let inspect = project.run(&["inspect", "images/gpu-check"]).success();
+    assert!(
+        inspect
+            .stdout
+            .contains("smoke        /opt/imgbuild/bin/imgbuild-smoke"),
+        "{}",
+        inspect.stdout
+    );
+    assert!(
+        inspect.stdout.contains("smoke test executable"),
+        "{}",
+        inspect.stdout
+    );
+    assert!(inspect.stdout.contains("image files"), "{}", inspect.stdout);
 }
 
 /// `--build-job`: the recipe and every variant's lock in a ConfigMap, and an Indexed Job

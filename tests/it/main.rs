@@ -28,6 +28,7 @@ mod registry;
 mod reproducible;
 mod sbom;
 mod smoke;
+mod smoke_embed;
 mod token_server;
 mod torch_solve;
 mod verify;

@@ -662,3 +662,27 @@ fn a_base_lacking_a_platform_is_a_clear_error() {
         .assert_failure_naming(1, &["is for linux/arm64", "linux/amd64"]);
     project.assert_no_image();
 }
+
+#[test]
+fn an_embedded_smoke_test_is_refused_for_a_platform_it_is_not_built_for() {
+    let project = Project::new();
+    project.write_recipe(
+        &(recipe(&["linux-64", "linux-aarch64"]).replacen(
+            "platforms",
+            "glibc = \"2.28\"\nplatforms",
+            1,
+        ) + "\n[smoke]\nembed = true\n"),
+    );
+    project
+        .run_with(
+            &["build", "recipes/image.toml"],
+            &[(
+                "IMGBUILD_SMOKE_EXE",
+                crate::support::smoke_exe().to_str().unwrap(),
+            )],
+            None,
+        )
+        .assert_failure_naming(1, &["is for `linux-aarch64` (aarch64)", "x86-64"]);
+    project.assert_no_image();
+    assert!(!project.lock_path().exists(), "refused before solving");
+}

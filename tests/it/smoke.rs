@@ -24,9 +24,12 @@ fn the_images_cuda_libraries_are_extracted_from_its_layers() {
     let layout = project.path().join("images/cudaimg");
     let image = imgbuild::smoke::extract::open_image(&layout, "latest").unwrap();
     let cuda = imgbuild::smoke::extract::extract_cuda_libraries(&image).unwrap();
-    assert_eq!(cuda.cuda_version.as_deref(), Some("11.8.89"));
-    assert!(cuda.nvrtc.is_none(), "the test image has no NVRTC");
-    let cudart = cuda.cudart.as_ref().expect("cudart found");
+    assert_eq!(cuda.libraries.cuda_version.as_deref(), Some("11.8.89"));
+    assert!(
+        cuda.libraries.nvrtc.is_none(),
+        "the test image has no NVRTC"
+    );
+    let cudart = cuda.libraries.cudart.as_ref().expect("cudart found");
     assert_eq!(cudart.file_name().unwrap(), "libcudart.so.11.0");
     // Byte for byte the library the image holds.
     let unpacked = crate::common::unpack(&layout, "latest", &project.path().join("bundle"));

@@ -47,6 +47,37 @@ pub fn busybox_base_layout(dir: &Path) -> anyhow::Result<()> {
         busybox.is_file(),
         "/bin/busybox is missing (Debian: apt-get install busybox-static)"
     );
+    umoci_image(
+        dir,
+        "imgbuild tests: busybox base",
+        Some("PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"),
+        |rootfs| {
+            for sub in ["bin", "etc", "tmp"] {
+                fs_err::create_dir_all(rootfs.join(sub))?;
+            }
+            fs_err::set_permissions(rootfs.join("tmp"), std::fs::Permissions::from_mode(0o1777))?;
+            fs_err::copy(busybox, rootfs.join("bin/busybox"))?;
+            fs_err::set_permissions(
+                rootfs.join("bin/busybox"),
+                std::fs::Permissions::from_mode(0o755),
+            )?;
+            for applet in BUSYBOX_APPLETS {
+                let link = rootfs.join("bin").join(applet);
+                symlink("busybox", &link).with_context(|| format!("symlink {}", link.display()))?;
+            }
+            Ok(())
+        },
+    )
+}
+
+/// Makes the one-layer image `dir:latest` with the real umoci: `fill` writes its rootfs, whose
+/// mtimes are then pinned to [`BASE_CREATED`]. `dir` must not exist or be empty.
+fn umoci_image(
+    dir: &Path,
+    created_by: &str,
+    env: Option<&str>,
+    fill: impl FnOnce(&Path) -> anyhow::Result<()>,
+) -> anyhow::Result<()> {
     // `umoci init` refuses an existing directory; accept an empty one (e.g. a fresh tempdir).
     if dir.exists() {
         ensure!(
@@ -64,21 +95,8 @@ pub fn busybox_base_layout(dir: &Path) -> anyhow::Result<()> {
     umoci(&["init", "--layout", &dir.display().to_string()])?;
     umoci(&["new", "--image", &image])?;
     umoci(&["unpack", "--image", &image, &bundle.display().to_string()])?;
-
     let rootfs = bundle.join("rootfs");
-    for sub in ["bin", "etc", "tmp"] {
-        fs_err::create_dir_all(rootfs.join(sub))?;
-    }
-    fs_err::set_permissions(rootfs.join("tmp"), std::fs::Permissions::from_mode(0o1777))?;
-    fs_err::copy(busybox, rootfs.join("bin/busybox"))?;
-    fs_err::set_permissions(
-        rootfs.join("bin/busybox"),
-        std::fs::Permissions::from_mode(0o755),
-    )?;
-    for applet in BUSYBOX_APPLETS {
-        let link = rootfs.join("bin").join(applet);
-        symlink("busybox", &link).with_context(|| format!("symlink {}", link.display()))?;
-    }
+    fill(&rootfs)?;
     pin_mtimes(&rootfs)?;
 
     // Fixed history and config timestamps, and `gc` to drop the blobs `new` and `repack`
@@ -88,25 +106,24 @@ pub fn busybox_base_layout(dir: &Path) -> anyhow::Result<()> {
         "--history.created",
         BASE_CREATED,
         "--history.created_by",
-        "imgbuild tests: busybox base",
+        created_by,
         "--image",
         &image,
         &bundle.display().to_string(),
     ])?;
-    umoci(&[
-        "config",
-        "--no-history",
-        "--created",
-        BASE_CREATED,
-        "--config.env",
-        "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+    let mut config = vec!["config", "--no-history", "--created", BASE_CREATED];
+    if let Some(env) = env {
+        config.extend(["--config.env", env]);
+    }
+    config.extend([
         "--os",
         "linux",
         "--architecture",
         "amd64",
         "--image",
         &image,
-    ])?;
+    ]);
+    umoci(&config)?;
     umoci(&["gc", "--layout", &dir.display().to_string()])?;
     Ok(())
 }
@@ -144,4 +161,60 @@ pub fn umoci(args: &[&str]) -> anyhow::Result<()> {
         );
     }
     Ok(())
+}
+
+/// The Debian release whose glibc (2.31) stands for an old distribution in tests.
+pub const OLD_GLIBC_SUITE: &str = "bullseye";
+
+/// Creates an OCI image layout at `dir`, tag `latest`, holding only Debian bullseye's `libc6`
+/// (glibc 2.31) and `libgcc-s1`, unpacked by `mmdebstrap --variant=extract` from
+/// deb.debian.org (no maintainer script runs), plus `/tmp`. The rootfs tar is kept in
+/// `cache_dir`, so the network is needed once.
+pub fn old_glibc_base_layout(dir: &Path, cache_dir: &Path) -> anyhow::Result<()> {
+    ensure!(
+        have("mmdebstrap") && have("umoci"),
+        "mmdebstrap and umoci are required (tests/install-deps.sh installs them)"
+    );
+    let rootfs_tar = cache_dir.join(format!("{OLD_GLIBC_SUITE}-libc6.tar"));
+    // Tests of this process wait for one download.
+    static DOWNLOAD: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _one = DOWNLOAD.lock().unwrap_or_else(|e| e.into_inner());
+    if !rootfs_tar.is_file() {
+        // mmdebstrap picks the output format from the extension: keep `.tar`. A name of
+        // this process's own, renamed into place, so concurrent tests never see half a tar.
+        let partial = rootfs_tar.with_extension(format!("partial-{}.tar", std::process::id()));
+        let status = Command::new("mmdebstrap")
+            .args([
+                "--quiet",
+                "--variant=extract",
+                "--include=libc6,libgcc-s1",
+                "--mode=root",
+                OLD_GLIBC_SUITE,
+            ])
+            .arg(&partial)
+            .arg("http://deb.debian.org/debian")
+            .status()
+            .context("running mmdebstrap")?;
+        ensure!(
+            status.success(),
+            "mmdebstrap {OLD_GLIBC_SUITE} failed: {status}"
+        );
+        fs_err::rename(&partial, &rootfs_tar)?;
+    }
+    umoci_image(dir, "imgbuild tests: bullseye libc6", None, |rootfs| {
+        let status = Command::new("tar")
+            .arg("-xf")
+            .arg(&rootfs_tar)
+            .arg("-C")
+            .arg(rootfs)
+            .status()
+            .context("running tar")?;
+        ensure!(
+            status.success(),
+            "unpacking {} failed",
+            rootfs_tar.display()
+        );
+        fs_err::create_dir_all(rootfs.join("tmp"))?;
+        Ok(())
+    })
 }

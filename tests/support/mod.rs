@@ -45,3 +45,49 @@ pub fn shared_channel() -> &'static Path {
 pub fn imgbuild_bin() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_imgbuild"))
 }
+
+/// The glibc the in-image smoke executable is linked against (`just smoke-exe` does the same).
+pub const SMOKE_EXE_TARGET: &str = "x86_64-unknown-linux-gnu.2.17";
+
+/// The `imgbuild-smoke` executable built for glibc 2.17 with `cargo zigbuild` (zig and
+/// cargo-zigbuild come from PyPI into the test venv), once per test process, in its own
+/// target directory under the test cache: the outer `cargo test` holds the usual one.
+pub fn smoke_exe() -> &'static Path {
+    static EXE: OnceLock<PathBuf> = OnceLock::new();
+    EXE.get_or_init(|| {
+        let venv_bin = test_cache_dir().join("venv/bin");
+        assert!(
+            venv_bin.join("cargo-zigbuild").is_file(),
+            "cargo-zigbuild is missing from {}: run tests/install-deps.sh",
+            venv_bin.display()
+        );
+        let target_dir = test_cache_dir().join("smoke-exe-target");
+        let path = format!(
+            "{}:{}",
+            venv_bin.display(),
+            std::env::var("PATH").unwrap_or_default()
+        );
+        let output = std::process::Command::new(venv_bin.join("cargo-zigbuild"))
+            .args([
+                "zigbuild",
+                "--release",
+                "--locked",
+                "-p",
+                "imgbuild-smoke",
+                "--target",
+            ])
+            .arg(SMOKE_EXE_TARGET)
+            .arg("--manifest-path")
+            .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("Cargo.toml"))
+            .env("CARGO_TARGET_DIR", &target_dir)
+            .env("PATH", path)
+            .output()
+            .expect("running cargo zigbuild");
+        assert!(
+            output.status.success(),
+            "cargo zigbuild of imgbuild-smoke failed:\n{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        target_dir.join("x86_64-unknown-linux-gnu/release/imgbuild-smoke")
+    })
+}

@@ -1,0 +1,19 @@
+//! imgbuild's GPU smoke test, shared by `imgbuild smoke` (which first extracts an image's CUDA
+//! libraries) and the `imgbuild-smoke` executable that `[smoke] embed = true` puts into an
+//! image to run the same test inside it on a cluster node.
+//!
+//! - [`compat`]: NVIDIA's CUDA ⇄ driver compatibility rules, as data.
+//! - [`libraries`]: which files are CUDA libraries, and finding them under a prefix.
+//! - [`nvrtc`]: the image's own NVRTC, loaded by absolute path.
+//! - [`gpu`]: the run itself: driver, kernel, unified memory, verification.
+//! - [`report`]: what the run learned, as text or JSON, and the exit code.
+
+pub mod compat;
+pub mod gpu;
+pub mod libraries;
+pub mod nvrtc;
+pub mod report;
+
+pub use gpu::run;
+pub use libraries::CudaLibraries;
+pub use report::{SmokeReport, Verdict};

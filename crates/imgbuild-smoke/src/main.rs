@@ -1,0 +1,65 @@
+//! `imgbuild-smoke`: the GPU smoke test run inside the image (`[smoke] embed = true`), e.g. by
+//! the Job of `imgbuild k8s --smoke-job`. It finds the image's own CUDA libraries under the
+//! environment's prefix, where `imgbuild smoke` would extract them from the layers, and runs
+//! the same test. Built for glibc 2.17 (`cargo zigbuild`), so it runs on any image with glibc.
+
+use std::{path::PathBuf, process::ExitCode};
+
+use clap::Parser;
+use imgbuild_smoke::{SmokeReport, libraries::find_under};
+
+/// Runs imgbuild's CUDA smoke test inside this image: the image's NVRTC compiles a kernel that
+/// runs on unified memory on the first GPU, and every element is checked on the CPU.
+///
+/// Exit codes: 0 pass, 1 cannot run (bad prefix), 2 usage, 3 no NVIDIA driver or GPU,
+/// 4 the image's CUDA cannot run on this driver, 5 the kernel failed or computed wrong values.
+#[derive(Debug, Parser)]
+#[command(name = "imgbuild-smoke", version)]
+struct Args {
+    /// Where the image's environment is; searched recursively for cudart and NVRTC.
+    /// Default: `$CONDA_PREFIX`, else `/opt/conda`.
+    #[arg(long, value_name = "DIR")]
+    prefix: Vec<PathBuf>,
+    /// One JSON object on stdout instead of text.
+    #[arg(long)]
+    json: bool,
+}
+
+#[allow(clippy::print_stdout, clippy::print_stderr)]
+fn main() -> ExitCode {
+    let args = Args::parse();
+    let prefixes = if args.prefix.is_empty() {
+        vec![
+            std::env::var_os("CONDA_PREFIX")
+                .filter(|p| !p.is_empty())
+                .map_or_else(|| PathBuf::from("/opt/conda"), PathBuf::from),
+        ]
+    } else {
+        args.prefix
+    };
+    if let Some(missing) = prefixes.iter().find(|p| !p.is_dir()) {
+        eprintln!(
+            "imgbuild-smoke: error: the prefix `{}` is not a directory in this image (pass the environment's prefix with --prefix)",
+            missing.display()
+        );
+        return ExitCode::from(1);
+    }
+    let cuda_version = std::env::var("CUDA_VERSION").ok().filter(|v| !v.is_empty());
+    let (libraries, files) = find_under(&prefixes, cuda_version.clone());
+    let image = format!(
+        "this container ({})",
+        prefixes
+            .iter()
+            .map(|p| p.display().to_string())
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    let report = SmokeReport::new(
+        image,
+        cuda_version,
+        files.iter().map(|f| f.display().to_string()).collect(),
+    );
+    let report = imgbuild_smoke::run(&libraries, report);
+    print!("{}", report.render(args.json));
+    ExitCode::from(report.verdict.exit_code())
+}

@@ -1,0 +1,192 @@
+//! `[smoke] embed = true` (issue 8 part 4): the `imgbuild-smoke` executable, built for glibc
+//! 2.17 with cargo-zigbuild, becomes the image's top layer and runs inside the image, here
+//! on Debian bullseye's glibc 2.31 under runc (no GPU in CI: it must say so with exit code 3,
+//! after loading the image's own cudart). Executables the image cannot run are refused
+//! before solving.
+
+use std::path::Path;
+
+use serde_json::Value;
+
+use crate::{
+    common::{LayoutView, Project, is_root, run_bundle_output, run_tool, unpack, validate_layout},
+    support::{
+        base::old_glibc_base_layout, channel::tiny_recipe, shared_channel, smoke_exe,
+        test_cache_dir,
+    },
+};
+
+const IN_IMAGE: &str = "/opt/imgbuild/bin/imgbuild-smoke";
+
+/// A CUDA 11.8 recipe on the bullseye base that embeds the smoke test.
+pub(crate) fn embedding_project(name: &str) -> Project {
+    let project = Project::new();
+    old_glibc_base_layout(&project.path().join("base"), &test_cache_dir()).unwrap();
+    let recipe = tiny_recipe(shared_channel(), name, &["cuda-cudart"])
+        .replace("base = \"scratch\"", "base = \"oci:../base\"")
+        + "\n[cuda]\nversion = \"11.8\"\nmin-driver = \"520.61.05\"\n\n[smoke]\nembed = true\n";
+    project.write_recipe(&recipe);
+    project
+}
+
+pub(crate) fn build_with(project: &Project, exe: &Path) -> crate::common::Run {
+    project.run_with(
+        &["build", "recipes/image.toml"],
+        &[("IMGBUILD_SMOKE_EXE", exe.to_str().unwrap())],
+        None,
+    )
+}
+
+#[test]
+fn the_smoke_executable_needs_no_glibc_newer_than_2_17() {
+    let exe = smoke_exe();
+    let symbols = run_tool("objdump", &["-T", exe.to_str().unwrap()]);
+    let mut versions: Vec<Vec<u32>> = symbols
+        .split(|c: char| c.is_whitespace() || c == '(' || c == ')')
+        .filter_map(|word| word.strip_prefix("GLIBC_"))
+        .map(|v| v.split('.').map(|p| p.parse().unwrap()).collect())
+        .collect();
+    versions.sort();
+    let newest = versions.last().expect("a glibc-linked executable");
+    assert!(newest <= &vec![2, 17], "needs GLIBC_{newest:?}:\n{symbols}");
+    let header = fs_err::read(exe).unwrap();
+    assert_eq!(&header[..4], b"\x7fELF");
+    assert_eq!(u16::from_le_bytes([header[18], header[19]]), 0x3e, "x86-64");
+}
+
+#[test]
+fn the_embedded_smoke_test_runs_inside_a_bullseye_image() {
+    let project = embedding_project("smoke-embed");
+    build_with(&project, smoke_exe()).success();
+    let layout = project.path().join("images/smoke-embed");
+    validate_layout(layout.to_str().unwrap());
+    let view = LayoutView::new(&layout);
+
+    // The executable is the top layer, alone, byte for byte, executable.
+    let manifest = view.manifest();
+    assert_eq!(manifest["annotations"]["dev.imgbuild.smoke"], IN_IMAGE);
+    let top = manifest["layers"]
+        .as_array()
+        .unwrap()
+        .last()
+        .unwrap()
+        .clone();
+    let blob = view.blob(top["digest"].as_str().unwrap());
+    let mut archive = tar::Archive::new(flate2::read::MultiGzDecoder::new(&blob[..]));
+    let mut files = Vec::new();
+    for entry in archive.entries().unwrap() {
+        let mut entry = entry.unwrap();
+        let path = entry.path().unwrap().to_string_lossy().into_owned();
+        if entry.header().entry_type().is_file() {
+            assert_eq!(entry.header().mode().unwrap(), 0o755, "{path}");
+            let mut bytes = Vec::new();
+            std::io::Read::read_to_end(&mut entry, &mut bytes).unwrap();
+            assert_eq!(bytes, fs_err::read(smoke_exe()).unwrap(), "{path}");
+            files.push(path);
+        }
+    }
+    assert_eq!(files, [IN_IMAGE.trim_start_matches('/')]);
+    let history = view.config()["history"].as_array().unwrap().clone();
+    assert_eq!(
+        history.last().unwrap()["created_by"],
+        "imgbuild: smoke test executable"
+    );
+    project.run(&["verify", "images/smoke-embed"]).success();
+
+    // Another image embedding the same executable carries the same layer blob.
+    let other = embedding_project("smoke-embed-other");
+    build_with(&other, smoke_exe()).success();
+    let other_view = LayoutView::new(other.path().join("images/smoke-embed-other"));
+    assert_ne!(other_view.manifest_digest(), view.manifest_digest());
+    assert_eq!(
+        other_view.manifest()["layers"]
+            .as_array()
+            .unwrap()
+            .last()
+            .unwrap()["digest"],
+        top["digest"]
+    );
+
+    if !is_root() {
+        eprintln!("skipped running it: runc needs root to run a container here");
+        return;
+    }
+    let rootfs = unpack(&layout, "latest", &project.path().join("bundle"));
+    assert!(rootfs.join("lib/x86_64-linux-gnu/libc-2.31.so").is_file());
+    let output = run_bundle_output(
+        &project.path().join("bundle"),
+        "smoke-embed",
+        Some(&[IN_IMAGE, "--json", "--prefix", "/opt/conda"]),
+    );
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    if Path::new("/proc/driver/nvidia/version").exists() {
+        eprintln!("this machine has an NVIDIA driver: the verdict is not checked here");
+        return;
+    }
+    assert_eq!(output.status.code(), Some(3), "{stdout}{stderr}");
+    let report: Value = serde_json::from_str(stdout.trim()).unwrap();
+    assert_eq!(report["verdict"], "no-device");
+    assert!(
+        report["message"]
+            .as_str()
+            .unwrap()
+            .contains("libcuda.so.1 cannot be loaded"),
+        "{report}"
+    );
+    // CUDA_VERSION from the image's environment, and the image's own cudart found at the
+    // environment's prefix. (cudart 11.8 tells its version only with a driver: without one,
+    // cudaRuntimeGetVersion fails with cudaErrorInsufficientDriver, so it stays unknown.)
+    assert_eq!(report["image_cuda"], "11.8.89");
+    assert_eq!(report["image_cudart"], Value::Null, "{report}");
+    assert!(
+        report["libraries"]
+            .as_array()
+            .unwrap()
+            .contains(&Value::from("/opt/conda/lib/libcudart.so.11.0")),
+        "{report}"
+    );
+
+    // A prefix that is not there is a usage problem of its own (exit 1), not a crash.
+    let output = run_bundle_output(
+        &project.path().join("bundle"),
+        "smoke-embed-prefix",
+        Some(&[IN_IMAGE, "--prefix", "/nonexistent"]),
+    );
+    assert_eq!(output.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&output.stderr).contains("`/nonexistent` is not a directory"),
+        "{output:?}"
+    );
+}
+
+#[test]
+fn executables_the_image_cannot_run_are_refused_before_solving() {
+    let project = embedding_project("smoke-refused");
+    let no_solve = "Solving";
+
+    // Built on this host, imgbuild itself needs a glibc newer than bullseye's 2.31.
+    let run = build_with(&project, &crate::support::imgbuild_bin());
+    run.assert_failure_naming(1, &["needs glibc 2.", "the image has glibc 2.31"]);
+    assert!(!run.stderr.contains(no_solve), "{}", run.stderr);
+    project.assert_no_image();
+
+    // Not an executable at all.
+    let script = project.path().join("smoke.sh");
+    fs_err::write(&script, "#!/bin/sh\n").unwrap();
+    build_with(&project, &script).assert_failure_naming(1, &["is not a 64-bit ELF executable"]);
+
+    // Missing.
+    build_with(&project, &project.path().join("nowhere"))
+        .assert_failure_naming(1, &["needs the `imgbuild-smoke` executable", "nowhere"]);
+    project.assert_no_image();
+
+    // A base without glibc (scratch) cannot run it.
+    let recipe = fs_err::read_to_string(project.recipe_path())
+        .unwrap()
+        .replace("base = \"oci:../base\"", "base = \"scratch\"");
+    project.write_recipe(&recipe);
+    build_with(&project, smoke_exe())
+        .assert_failure_naming(1, &["needs an image with glibc", "`[image] glibc`"]);
+    project.assert_no_image();
+}
