@@ -536,11 +536,18 @@ pub async fn build(
         })?;
 
     let started = Instant::now();
-    reporter.on_stage(
-        Stage::Install,
-        &format!("{} packages", lock.all_records().count()),
-    );
+    let mut detail = format!("{} packages", lock.all_records().count());
+    if recipe.platforms.is_multi() {
+        let each: Vec<String> = lock
+            .platforms
+            .iter()
+            .map(|p| format!("{} for {}", p.records.len(), p.target.platform))
+            .collect();
+        detail = format!("{detail}: {}", each.join(", "));
+    }
+    reporter.on_stage(Stage::Install, &detail);
     let host = Subdir::current();
+    let install_reporter = InstallTotals::new(reporter);
     let mut staged_platforms = Vec::with_capacity(prepared.platforms.len());
     for platform in &prepared.platforms {
         if host != Some(platform.platform) {
@@ -563,13 +570,14 @@ pub async fn build(
             &InstallOptions {
                 cache_dir: &settings.cache_dir,
             },
-            reporter,
+            &install_reporter,
         )
         .await
         .map_err(|source| BuildError::Install {
             name: recipe.name.clone(),
             source,
         })?;
+        install_reporter.platform_done();
         let mut activation = activation(
             &staged.prefix_dir(),
             &recipe.prefix,
@@ -669,6 +677,53 @@ pub async fn build(
             }
             Err(err)
         }
+    }
+}
+
+/// Reports the installs of several platforms as one stage: a platform's package total adds
+/// to those of the platforms before it, so one progress bar counts every package.
+struct InstallTotals<'a> {
+    inner: &'a dyn Reporter,
+    /// The totals of the platforms already installed.
+    before: std::sync::atomic::AtomicUsize,
+    /// The total of the platform being installed.
+    current: std::sync::atomic::AtomicUsize,
+}
+
+impl<'a> InstallTotals<'a> {
+    fn new(inner: &'a dyn Reporter) -> Self {
+        Self {
+            inner,
+            before: 0.into(),
+            current: 0.into(),
+        }
+    }
+
+    fn platform_done(&self) {
+        use std::sync::atomic::Ordering::Relaxed;
+        self.before
+            .fetch_add(self.current.swap(0, Relaxed), Relaxed);
+    }
+}
+
+impl Reporter for InstallTotals<'_> {
+    fn on_stage(&self, stage: Stage, detail: &str) {
+        self.inner.on_stage(stage, detail);
+    }
+    fn on_warning(&self, message: &str) {
+        self.inner.on_warning(message);
+    }
+    fn on_stage_total(&self, stage: Stage, total: usize) {
+        use std::sync::atomic::Ordering::Relaxed;
+        self.current.store(total, Relaxed);
+        self.inner
+            .on_stage_total(stage, self.before.load(Relaxed) + total);
+    }
+    fn on_download_bytes(&self, bytes: u64) {
+        self.inner.on_download_bytes(bytes);
+    }
+    fn on_item_done(&self, stage: Stage, name: &str, bytes: u64) {
+        self.inner.on_item_done(stage, name, bytes);
     }
 }
 

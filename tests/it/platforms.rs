@@ -309,6 +309,13 @@ fn two_platform_image_is_an_index_whose_layers_hold_each_platforms_binaries() {
         built.stderr
     );
     assert!(!built.stderr.contains("linux-64 is installed on"));
+    assert!(
+        built
+            .stderr
+            .contains("Installing 4 packages: 2 for linux-64, 2 for linux-aarch64"),
+        "{}",
+        built.stderr
+    );
 }
 
 #[test]
