@@ -349,6 +349,82 @@ pub fn index_of(manifests: Vec<Descriptor>) -> Result<oci_spec::image::ImageInde
 mod tests {
     use super::*;
 
+    fn written(digest_char: char, architecture: &str, variant: Option<&str>) -> WrittenImage {
+        let mut platform = PlatformBuilder::default()
+            .architecture(Arch::from(architecture))
+            .os(Os::Linux);
+        if let Some(variant) = variant {
+            platform = platform.variant(variant.to_string());
+        }
+        WrittenImage {
+            manifest: Descriptor::new(
+                MediaType::ImageManifest,
+                1234,
+                format!("sha256:{}", digest_char.to_string().repeat(64))
+                    .parse::<oci_spec::image::Digest>()
+                    .unwrap(),
+            ),
+            config_digest: format!("sha256:{}", "c".repeat(64)),
+            platform: platform.build().unwrap(),
+        }
+    }
+
+    fn recipe() -> Recipe {
+        Recipe::from_str_at(
+            "[image]\nname = \"x\"\ntags = [\"latest\", \"v1\"]\n",
+            std::path::Path::new("/work/recipes/x.toml"),
+            &crate::recipe::RecipeOptions::default(),
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn one_platform_tags_name_the_manifest_and_several_an_index() {
+        let dir = tempfile::tempdir().unwrap();
+        let layout = Layout::new(dir.path().join("image"));
+        layout.prepare().unwrap();
+        let recipe = recipe();
+        let created = "2023-10-01T00:00:00Z";
+
+        let arm = written('a', "arm64", Some("v8"));
+        let single = tag_entries(&layout, &recipe, created, std::slice::from_ref(&arm)).unwrap();
+        assert_eq!(single.len(), 2);
+        for entry in &single {
+            assert_eq!(*entry.media_type(), MediaType::ImageManifest);
+            assert_eq!(entry.digest(), arm.manifest.digest());
+            assert_eq!(entry.platform().as_ref(), Some(&arm.platform));
+        }
+
+        let both = [written('b', "amd64", None), arm.clone()];
+        let entries = tag_entries(&layout, &recipe, created, &both).unwrap();
+        assert_eq!(entries.len(), 2);
+        assert_eq!(entries[0].digest(), entries[1].digest());
+        let entry = &entries[0];
+        assert_eq!(*entry.media_type(), MediaType::ImageIndex);
+        assert!(entry.platform().is_none());
+        let bytes = fs_err::read(layout.blob_path(entry.digest().as_ref())).unwrap();
+        assert_eq!(
+            super::super::sha256_digest(&bytes),
+            entry.digest().to_string()
+        );
+        let index: oci_spec::image::ImageIndex = serde_json::from_slice(&bytes).unwrap();
+        let platforms: Vec<String> = index
+            .manifests()
+            .iter()
+            .map(|m| {
+                let p = m.platform().as_ref().unwrap();
+                format!("{}/{}/{:?}", p.os(), p.architecture(), p.variant())
+            })
+            .collect();
+        assert_eq!(platforms, ["linux/amd64/None", "linux/arm64/Some(\"v8\")"]);
+        let annotations = index.annotations().as_ref().unwrap();
+        assert_eq!(annotations["org.opencontainers.image.created"], created);
+        assert_eq!(annotations["org.opencontainers.image.title"], "x");
+        // Canonical: the same images give the same index bytes.
+        let again = tag_entries(&layout, &recipe, created, &both).unwrap();
+        assert_eq!(again[0].digest(), entry.digest());
+    }
+
     #[test]
     fn env_merge_prepends_path_and_lets_the_recipe_win() {
         let activation = Activation {
