@@ -117,7 +117,10 @@ pub struct LockReport {
 pub struct BuildReport {
     pub layout_dir: PathBuf,
     pub tags: Vec<String>,
+    /// What the tags name: the manifest, or the image index of a multi-platform image.
     pub manifest_digest: String,
+    /// Each platform's manifest digest, in the recipe's order.
+    pub platforms: Vec<(Subdir, String)>,
     pub base_layers: usize,
     pub layers: Vec<BuiltLayer>,
     pub lock: LockReport,
@@ -508,10 +511,12 @@ pub async fn build(
                     ..sbom_subject
                 },
             )?;
+            let platforms = platform_manifests(&layout, recipe, &record.manifest_digest);
             return Ok(BuildReport {
                 layout_dir,
                 tags: recipe.tags.clone(),
                 manifest_digest: record.manifest_digest,
+                platforms,
                 base_layers: base_layers.iter().sum(),
                 layers,
                 lock: lock_report,
@@ -643,7 +648,11 @@ pub async fn build(
         &mut timings,
     );
     match result {
-        Ok((manifest_digest, layers)) => {
+        Ok(Output {
+            digest: manifest_digest,
+            manifests: platforms,
+            layers,
+        }) => {
             if let Some(key) = &inputs_key {
                 records.put(
                     key,
@@ -662,6 +671,7 @@ pub async fn build(
                 layout_dir,
                 tags: recipe.tags.clone(),
                 manifest_digest,
+                platforms,
                 base_layers: base_layers.iter().sum(),
                 layers,
                 lock: lock_report,
@@ -678,6 +688,23 @@ pub async fn build(
             Err(err)
         }
     }
+}
+
+/// The platform manifests of the image `digest` in `layout` (built from `recipe`): itself
+/// for one platform, else the manifests its image index lists, in the recipe's order.
+fn platform_manifests(layout: &Layout, recipe: &Recipe, digest: &str) -> Vec<(Subdir, String)> {
+    if !recipe.platforms.is_multi() {
+        return vec![(recipe.platforms.as_slice()[0], digest.to_string())];
+    }
+    let index = oci_spec::image::ImageIndex::from_file(layout.blob_path(digest));
+    // `unchanged_image` has just read this index; it cannot be missing here.
+    let manifests = index.map(|i| i.manifests().clone()).unwrap_or_default();
+    recipe
+        .platforms
+        .iter()
+        .zip(manifests)
+        .map(|(platform, m)| (platform, m.digest().to_string()))
+        .collect()
 }
 
 /// Reports the installs of several platforms as one stage: a platform's package total adds
@@ -750,9 +777,17 @@ struct StagedPlatform<'a> {
     annotations: indexmap::IndexMap<String, String>,
 }
 
-/// Writes every platform's layers and image, then switches `index.json` to them. Returns
-/// the digest the tags point to (the manifest's, or the image index's with several
-/// platforms) and the layers written, platform after platform.
+/// What [`write_output`] wrote.
+struct Output {
+    /// What the tags name: the manifest, or the image index of several platforms.
+    digest: String,
+    /// Each platform's manifest digest, in the recipe's order.
+    manifests: Vec<(Subdir, String)>,
+    /// The layers written, platform after platform.
+    layers: Vec<BuiltLayer>,
+}
+
+/// Writes every platform's layers and image, then switches `index.json` to them.
 fn write_output(
     layout: &Layout,
     recipe: &Recipe,
@@ -761,7 +796,7 @@ fn write_output(
     settings: &BuildSettings,
     reporter: &dyn Reporter,
     timings: &mut Vec<(Stage, Duration)>,
-) -> Result<(String, Vec<BuiltLayer>), BuildError> {
+) -> Result<Output, BuildError> {
     let started = Instant::now();
     for platform in platforms {
         if let Some(base) = &platform.prepared.base {
@@ -825,7 +860,16 @@ fn write_output(
     let removed = layout.collect_garbage()?;
     tracing::debug!("removed {removed} unreferenced blobs");
     timings.push((Stage::Write, started.elapsed()));
-    Ok((digest, platform_layers.into_iter().flatten().collect()))
+    let manifests = platforms
+        .iter()
+        .zip(&images)
+        .map(|(p, image)| (p.prepared.platform, image.manifest.digest().to_string()))
+        .collect();
+    Ok(Output {
+        digest,
+        manifests,
+        layers: platform_layers.into_iter().flatten().collect(),
+    })
 }
 
 /// The environment variables activating the prefix sets, in the image's terms. Activation

@@ -301,6 +301,23 @@ fn two_platform_image_is_an_index_whose_layers_hold_each_platforms_binaries() {
         .unwrap();
     assert_eq!(result["digest"], digest.as_str());
     assert_eq!(result["unchanged"], true);
+    let platforms: Vec<(String, String)> = result["platforms"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| {
+            (
+                p["platform"].as_str().unwrap().to_string(),
+                p["digest"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    let expected: Vec<(String, String)> = ["linux-64", "linux-aarch64"]
+        .iter()
+        .zip(manifests)
+        .map(|(p, m)| (p.to_string(), m["digest"].as_str().unwrap().to_string()))
+        .collect();
+    assert_eq!(platforms, expected);
 
     // The arm64 image is built without running anything of it, and the build says so.
     assert!(
