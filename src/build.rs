@@ -6,7 +6,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use rattler_conda_types::RepoDataRecord;
+use rattler_conda_types::{RepoDataRecord, Subdir};
 use rattler_shell::{activation::Activator, shell};
 use url::Url;
 
@@ -21,10 +21,10 @@ use crate::{
         plan_layers,
         write::{LayerWriter, WriteError},
     },
-    lock::{Lock, LockError, LockedBase, Staleness},
+    lock::{Lock, LockError, LockedBase, PlatformLock, Staleness},
     oci::{
         base::{BaseError, BaseImage, GlibcError, detect_glibc, open_base},
-        image::{Activation, ImageError, ImageInputs, index_of, write_image},
+        image::{Activation, ImageError, ImageInputs, index_of, tag_entries, write_image},
         layout::{Layout, LayoutError},
     },
     rebuild::{BuildInputs, BuildRecord, BuildRecords, unchanged_image},
@@ -117,7 +117,10 @@ pub struct LockReport {
 pub struct BuildReport {
     pub layout_dir: PathBuf,
     pub tags: Vec<String>,
+    /// What the tags name: the manifest, or the image index of a multi-platform image.
     pub manifest_digest: String,
+    /// Each platform's manifest digest, in the recipe's order.
+    pub platforms: Vec<(Subdir, String)>,
     pub base_layers: usize,
     pub layers: Vec<BuiltLayer>,
     pub lock: LockReport,
@@ -194,11 +197,29 @@ impl BuildError {
 /// Everything known about a recipe before solving.
 struct Prepared {
     recipe: Recipe,
+    /// One per platform of the recipe, in its order.
+    platforms: Vec<PreparedPlatform>,
+    /// The executable `[smoke] embed = true` puts into the image, checked against each
+    /// platform.
+    smoke: Option<SmokeExecutable>,
+}
+
+/// What one platform of the image starts from.
+struct PreparedPlatform {
+    platform: Subdir,
     base: Option<BaseImage>,
     target: Target,
     locked_base: LockedBase,
-    /// The executable `[smoke] embed = true` puts into the image, checked against it.
-    smoke: Option<SmokeExecutable>,
+}
+
+impl Prepared {
+    /// What a lock must hold for this recipe: each platform's target and base.
+    fn wanted(&self) -> Vec<(Target, LockedBase)> {
+        self.platforms
+            .iter()
+            .map(|p| (p.target.clone(), p.locked_base.clone()))
+            .collect()
+    }
 }
 
 async fn prepare(settings: &BuildSettings) -> Result<Prepared, BuildError> {
@@ -207,53 +228,62 @@ async fn prepare(settings: &BuildSettings) -> Result<Prepared, BuildError> {
         variant: settings.variant.clone(),
     };
     let recipe = Recipe::load(&settings.recipe_path, &options)?;
-    let base = match &recipe.base {
-        Base::Registry(reference) => Some(pull(&recipe, reference, settings).await?),
-        other => open_base(other, recipe.platform)?,
+    // Read once; checked against each platform before solving, so a smoke executable that
+    // cannot run in one of the images fails now.
+    let smoke = match recipe.embed_smoke {
+        true => Some(SmokeExecutable::read(&embed::locate(
+            settings.smoke_exe.as_deref(),
+        )?)?),
+        false => None,
     };
-    // The base's glibc bounds what the environment may need, unless the recipe says.
-    let base_glibc = match (&recipe.glibc, &base) {
-        (None, Some(base)) => detect_glibc(base)?,
-        _ => None,
-    };
-    let target = Target::for_recipe(&recipe, base_glibc.as_ref());
-    // Checked before solving: a smoke executable that cannot run in the image fails now.
-    let smoke = if recipe.embed_smoke {
-        let executable = SmokeExecutable::read(&embed::locate(settings.smoke_exe.as_deref())?)?;
-        executable.check(
-            recipe.platform,
-            recipe.glibc.as_ref().or(base_glibc.as_ref()),
-        )?;
-        Some(executable)
-    } else {
-        None
-    };
-    let locked_base = base.as_ref().map_or(LockedBase::Scratch, |b| {
-        LockedBase::Digest(b.manifest_digest.clone())
-    });
+    let mut platforms = Vec::with_capacity(recipe.platforms.len());
+    for platform in recipe.platforms.iter() {
+        // A base that is an index gives each platform its own manifest.
+        let base = match &recipe.base {
+            Base::Registry(reference) => Some(pull(&recipe, reference, platform, settings).await?),
+            other => open_base(other, platform)?,
+        };
+        // The base's glibc bounds what the environment may need, unless the recipe says.
+        let base_glibc = match (&recipe.glibc, &base) {
+            (None, Some(base)) => detect_glibc(base)?,
+            _ => None,
+        };
+        if let Some(smoke) = &smoke {
+            smoke.check(platform, recipe.glibc.as_ref().or(base_glibc.as_ref()))?;
+        }
+        let target = Target::for_recipe(&recipe, platform, base_glibc.as_ref());
+        let locked_base = base.as_ref().map_or(LockedBase::Scratch, |b| {
+            LockedBase::Digest(b.manifest_digest.clone())
+        });
+        platforms.push(PreparedPlatform {
+            platform,
+            base,
+            target,
+            locked_base,
+        });
+    }
     Ok(Prepared {
         recipe,
-        base,
-        target,
-        locked_base,
+        platforms,
         smoke,
     })
 }
 
-/// Pulls a registry base into the cache. Offline, the digest pinned in the lock is used, so
-/// a locked build needs no registry once the base is cached.
+/// Pulls a registry base into the cache, for `platform`. Offline, the digest pinned in the
+/// lock is used, so a locked build needs no registry once the base is cached.
 async fn pull(
     recipe: &Recipe,
     reference: &Reference,
+    platform: Subdir,
     settings: &BuildSettings,
 ) -> Result<BaseImage, BuildError> {
     let mut reference = reference.clone();
     if settings.offline
         && reference.digest.is_none()
         && let Ok(Some(lock)) = Lock::read(&recipe.lock_path())
-        && let LockedBase::Digest(digest) = lock.base
+        && let Some(LockedBase::Digest(digest)) = lock.platform(platform).map(|p| &p.base)
     {
-        reference = reference.with_digest(&digest);
+        reference = reference.with_digest(digest);
     }
     let credentials = crate::registry::auth::credentials_for(&reference.registry)?;
     let client =
@@ -263,7 +293,7 @@ async fn pull(
                 source: Box::new(e),
             })
         })?;
-    let (architecture, variant) = oci_architecture(recipe.platform).expect("validated platform");
+    let (architecture, variant) = oci_architecture(platform).expect("validated platform");
     Ok(pull_base(
         &client,
         architecture,
@@ -284,9 +314,7 @@ async fn obtain_lock(
     let lock_path = recipe.lock_path();
     let existing = Lock::read(&lock_path)?;
     let staleness = match &existing {
-        Some(lock) => lock
-            .check(recipe, &prepared.target, &prepared.locked_base)
-            .err(),
+        Some(lock) => lock.check(recipe, &prepared.wanted()).err(),
         None => None,
     };
     match (settings.lock_mode, existing, staleness) {
@@ -296,7 +324,7 @@ async fn obtain_lock(
             reason,
         }),
         (LockMode::Locked | LockMode::Reuse, Some(lock), None) => {
-            let packages = lock.records.len();
+            let packages = lock.all_records().count();
             Ok((
                 lock,
                 LockReport {
@@ -322,28 +350,35 @@ async fn obtain_lock(
                     } else {
                         "dependencies"
                     },
-                    recipe.platform
+                    recipe.platforms
                 ),
             );
-            let records: Vec<RepoDataRecord> = resolve(
-                &recipe.channels,
-                &recipe.specs,
-                &prepared.target,
-                &ResolveOptions {
-                    cache_dir: &settings.cache_dir,
-                    offline: settings.offline,
-                },
-            )
-            .await?;
+            // Each platform is solved on its own, for its own virtual packages.
+            let mut platforms = Vec::with_capacity(prepared.platforms.len());
+            for platform in &prepared.platforms {
+                let records: Vec<RepoDataRecord> = resolve(
+                    &recipe.channels,
+                    &recipe.specs,
+                    &platform.target,
+                    &ResolveOptions {
+                        cache_dir: &settings.cache_dir,
+                        offline: settings.offline,
+                    },
+                )
+                .await?;
+                platforms.push(PlatformLock {
+                    target: platform.target.clone(),
+                    base: platform.locked_base.clone(),
+                    records,
+                });
+            }
             let lock = Lock {
-                target: prepared.target.clone(),
                 channels: recipe
                     .channels
                     .iter()
                     .map(|c| c.base_url.to_string())
                     .collect(),
-                base: prepared.locked_base.clone(),
-                records,
+                platforms,
             };
             let recipe_file = recipe.path.file_name().map_or_else(
                 || recipe.path.display().to_string(),
@@ -357,7 +392,7 @@ async fn obtain_lock(
             let lock = Lock::read(&lock_path)?.ok_or_else(|| BuildError::LockMissing {
                 path: lock_path.clone(),
             })?;
-            let packages = lock.records.len();
+            let packages = lock.all_records().count();
             Ok((
                 lock,
                 LockReport {
@@ -386,20 +421,25 @@ pub async fn lock(
 pub async fn lock_and_fetch(settings: &BuildSettings) -> Result<(), BuildError> {
     let prepared = prepare(settings).await?;
     let (lock, _) = obtain_lock(&prepared, settings, &Silent).await?;
-    crate::install::fetch_only(
-        &lock.records,
-        &InstallOptions {
-            cache_dir: &settings.cache_dir,
-        },
-    )
-    .await
-    .map_err(|source| BuildError::Install {
-        name: prepared.recipe.name.clone(),
-        source,
-    })
+    for platform in &lock.platforms {
+        crate::install::fetch_only(
+            &platform.records,
+            platform.target.platform,
+            &InstallOptions {
+                cache_dir: &settings.cache_dir,
+            },
+        )
+        .await
+        .map_err(|source| BuildError::Install {
+            name: prepared.recipe.name.clone(),
+            source,
+        })?;
+    }
+    Ok(())
 }
 
-/// Builds the image of a recipe into its layout directory.
+/// Builds the image of a recipe into its layout directory: one image per platform, under an
+/// image index when there are several.
 pub async fn build(
     settings: &BuildSettings,
     reporter: &dyn Reporter,
@@ -414,18 +454,20 @@ pub async fn build(
         .source_date_epoch
         .unwrap_or_else(|| lock.newest_timestamp())
         .max(0);
-    let base_layers = prepared.base.as_ref().map_or(0, |b| b.layers.len());
+    let base_layers: Vec<usize> = prepared
+        .platforms
+        .iter()
+        .map(|p| p.base.as_ref().map_or(0, |b| b.layers.len()))
+        .collect();
     let layout_dir = settings
         .output
         .clone()
         .unwrap_or_else(|| Path::new("images").join(&recipe.name));
+    let has_base = prepared.platforms.iter().any(|p| p.base.is_some());
     let sbom_subject = crate::sbom::SbomSubject {
         name: recipe.name.clone(),
         image_digest: None,
-        base_reference: prepared
-            .base
-            .is_some()
-            .then(|| recipe.base_reference.clone()),
+        base_reference: has_base.then(|| recipe.base_reference.clone()),
         created: created_seconds,
     };
 
@@ -437,10 +479,16 @@ pub async fn build(
     }
 
     // Same inputs as the image already there: nothing to install, nothing to compress.
+    let base_manifests: Vec<&str> = prepared
+        .platforms
+        .iter()
+        .filter_map(|p| p.base.as_ref().map(|b| b.manifest_digest.as_str()))
+        .collect();
+    let base_manifests = base_manifests.join(",");
     let inputs_key = BuildInputs {
         recipe_path: &settings.recipe_path,
         lock_path: &recipe.lock_path(),
-        base_manifest: prepared.base.as_ref().map(|b| b.manifest_digest.as_str()),
+        base_manifest: has_base.then_some(base_manifests.as_str()),
         source_date_epoch: settings.source_date_epoch,
         variant: recipe.variant.as_deref(),
         smoke_exe: prepared.smoke.as_ref().map(|s| s.digest.as_str()),
@@ -450,7 +498,7 @@ pub async fn build(
     if let Some(record) = inputs_key.as_deref().and_then(|key| records.get(key)) {
         let layout = Layout::new(&layout_dir);
         let _lock = layout.lock()?;
-        if let Some(layers) = unchanged_image(&layout, &recipe.tags, &record, base_layers) {
+        if let Some(layers) = unchanged_image(&layout, &recipe.tags, &record, &base_layers) {
             reporter.on_stage(
                 Stage::Write,
                 "unchanged: inputs identical to the image in place",
@@ -463,11 +511,13 @@ pub async fn build(
                     ..sbom_subject
                 },
             )?;
+            let platforms = platform_manifests(&layout, recipe, &record.manifest_digest);
             return Ok(BuildReport {
                 layout_dir,
                 tags: recipe.tags.clone(),
                 manifest_digest: record.manifest_digest,
-                base_layers,
+                platforms,
+                base_layers: base_layers.iter().sum(),
                 layers,
                 lock: lock_report,
                 timings,
@@ -489,76 +539,120 @@ pub async fn build(
             path: staging_parent.clone(),
             source,
         })?;
-    let root = staging.dir().join("rootfs");
 
     let started = Instant::now();
-    reporter.on_stage(Stage::Install, &format!("{} packages", lock.records.len()));
-    let staged = install_reporting(
-        &lock.records,
-        recipe.platform,
-        &root,
-        &recipe.prefix,
-        &InstallOptions {
-            cache_dir: &settings.cache_dir,
-        },
-        reporter,
-    )
-    .await
-    .map_err(|source| BuildError::Install {
-        name: recipe.name.clone(),
-        source,
-    })?;
-    let mut activation = activation(&staged.prefix_dir(), &recipe.prefix, recipe, reporter)?;
-    let mut annotations = indexmap::IndexMap::new();
-    if let Some(cuda) = &recipe.cuda {
-        if cuda.support == Support::MinorVersion {
-            reporter.on_warning(&format!(
-                "CUDA {} runs on driver {} only through minor-version compatibility: kernels must be built for the device, PTX newer than the driver cannot be JIT-compiled",
-                cuda.version, cuda.min_driver
-            ));
+    let mut detail = format!("{} packages", lock.all_records().count());
+    if recipe.platforms.is_multi() {
+        let each: Vec<String> = lock
+            .platforms
+            .iter()
+            .map(|p| format!("{} for {}", p.records.len(), p.target.platform))
+            .collect();
+        detail = format!("{detail}: {}", each.join(", "));
+    }
+    reporter.on_stage(Stage::Install, &detail);
+    let host = Subdir::current();
+    let install_reporter = InstallTotals::new(reporter);
+    let mut staged_platforms = Vec::with_capacity(prepared.platforms.len());
+    for platform in &prepared.platforms {
+        if host != Some(platform.platform) {
+            reporter.on_warning(&foreign_platform_warning(platform.platform, host));
         }
-        let settings =
-            crate::cuda::image_settings(cuda, solved_cuda(&lock.records).as_ref(), &recipe.prefix);
-        activation.variables.extend(settings.env);
-        annotations = settings.annotations;
+        let locked = lock
+            .platform(platform.platform)
+            .expect("a lock that satisfies the recipe has each of its platforms");
+        // One tree per platform, so a multi-platform build never mixes them.
+        let root = if recipe.platforms.is_multi() {
+            staging.dir().join(format!("rootfs-{}", platform.platform))
+        } else {
+            staging.dir().join("rootfs")
+        };
+        let staged = install_reporting(
+            &locked.records,
+            platform.platform,
+            &root,
+            &recipe.prefix,
+            &InstallOptions {
+                cache_dir: &settings.cache_dir,
+            },
+            &install_reporter,
+        )
+        .await
+        .map_err(|source| BuildError::Install {
+            name: recipe.name.clone(),
+            source,
+        })?;
+        install_reporter.platform_done();
+        let mut activation = activation(
+            &staged.prefix_dir(),
+            &recipe.prefix,
+            platform.platform,
+            reporter,
+        )?;
+        let mut annotations = indexmap::IndexMap::new();
+        if let Some(cuda) = &recipe.cuda {
+            // Said once, not once per platform.
+            if cuda.support == Support::MinorVersion && staged_platforms.is_empty() {
+                reporter.on_warning(&format!(
+                    "CUDA {} runs on driver {} only through minor-version compatibility: kernels must be built for the device, PTX newer than the driver cannot be JIT-compiled",
+                    cuda.version, cuda.min_driver
+                ));
+            }
+            let settings = crate::cuda::image_settings(
+                cuda,
+                solved_cuda(&locked.records).as_ref(),
+                &recipe.prefix,
+            );
+            activation.variables.extend(settings.env);
+            annotations = settings.annotations;
+        }
+        // The smoke executable's layer is planned like one more base layer, then added on
+        // top.
+        let mut plan = plan_layers(
+            &staged,
+            recipe.layer_budget,
+            platform.base.as_ref().map_or(0, |b| b.layers.len())
+                + usize::from(prepared.smoke.is_some()),
+            created_seconds as u64,
+        )?;
+        if let Some(smoke) = &prepared.smoke {
+            plan.layers.push(smoke.stage(&staged.root)?);
+            annotations.insert(
+                crate::oci::annotations::SMOKE.to_string(),
+                embed::in_image_path(),
+            );
+        }
+        staged_platforms.push(StagedPlatform {
+            prepared: platform,
+            root: staged.root,
+            plan,
+            activation,
+            annotations,
+        });
     }
     timings.push((Stage::Install, started.elapsed()));
 
     let created = jiff::Timestamp::from_second(created_seconds)
         .unwrap_or(jiff::Timestamp::UNIX_EPOCH)
         .to_string();
-    // The smoke executable's layer is planned like one more base layer, then added on top.
-    let mut plan = plan_layers(
-        &staged,
-        recipe.layer_budget,
-        base_layers + usize::from(prepared.smoke.is_some()),
-        created_seconds as u64,
-    )?;
-    if let Some(smoke) = &prepared.smoke {
-        plan.layers.push(smoke.stage(&staged.root)?);
-        annotations.insert(
-            crate::oci::annotations::SMOKE.to_string(),
-            embed::in_image_path(),
-        );
-    }
-
     let layout = Layout::new(&layout_dir);
     let _lock = layout.lock()?;
     let created_dir = layout.prepare()?;
     let result = write_output(
         &layout,
-        &staged.root,
-        &prepared,
-        &plan,
-        &activation,
-        annotations,
+        recipe,
+        &staged_platforms,
         created,
         settings,
         reporter,
         &mut timings,
     );
     match result {
-        Ok((manifest_digest, layers)) => {
+        Ok(Output {
+            digest: manifest_digest,
+            manifests: platforms,
+            layers,
+        }) => {
             if let Some(key) = &inputs_key {
                 records.put(
                     key,
@@ -577,7 +671,8 @@ pub async fn build(
                 layout_dir,
                 tags: recipe.tags.clone(),
                 manifest_digest,
-                base_layers,
+                platforms,
+                base_layers: base_layers.iter().sum(),
                 layers,
                 lock: lock_report,
                 timings,
@@ -595,29 +690,126 @@ pub async fn build(
     }
 }
 
-#[allow(clippy::too_many_arguments)]
+/// The platform manifests of the image `digest` in `layout` (built from `recipe`): itself
+/// for one platform, else the manifests its image index lists, in the recipe's order.
+fn platform_manifests(layout: &Layout, recipe: &Recipe, digest: &str) -> Vec<(Subdir, String)> {
+    if !recipe.platforms.is_multi() {
+        return vec![(recipe.platforms.as_slice()[0], digest.to_string())];
+    }
+    let index = oci_spec::image::ImageIndex::from_file(layout.blob_path(digest));
+    // `unchanged_image` has just read this index; it cannot be missing here.
+    let manifests = index.map(|i| i.manifests().clone()).unwrap_or_default();
+    recipe
+        .platforms
+        .iter()
+        .zip(manifests)
+        .map(|(platform, m)| (platform, m.digest().to_string()))
+        .collect()
+}
+
+/// Reports the installs of several platforms as one stage: a platform's package total adds
+/// to those of the platforms before it, so one progress bar counts every package.
+struct InstallTotals<'a> {
+    inner: &'a dyn Reporter,
+    /// The totals of the platforms already installed.
+    before: std::sync::atomic::AtomicUsize,
+    /// The total of the platform being installed.
+    current: std::sync::atomic::AtomicUsize,
+}
+
+impl<'a> InstallTotals<'a> {
+    fn new(inner: &'a dyn Reporter) -> Self {
+        Self {
+            inner,
+            before: 0.into(),
+            current: 0.into(),
+        }
+    }
+
+    fn platform_done(&self) {
+        use std::sync::atomic::Ordering::Relaxed;
+        self.before
+            .fetch_add(self.current.swap(0, Relaxed), Relaxed);
+    }
+}
+
+impl Reporter for InstallTotals<'_> {
+    fn on_stage(&self, stage: Stage, detail: &str) {
+        self.inner.on_stage(stage, detail);
+    }
+    fn on_warning(&self, message: &str) {
+        self.inner.on_warning(message);
+    }
+    fn on_stage_total(&self, stage: Stage, total: usize) {
+        use std::sync::atomic::Ordering::Relaxed;
+        self.current.store(total, Relaxed);
+        self.inner
+            .on_stage_total(stage, self.before.load(Relaxed) + total);
+    }
+    fn on_download_bytes(&self, bytes: u64) {
+        self.inner.on_download_bytes(bytes);
+    }
+    fn on_item_done(&self, stage: Stage, name: &str, bytes: u64) {
+        self.inner.on_item_done(stage, name, bytes);
+    }
+}
+
+/// What building a platform other than the host's leaves out. imgbuild runs nothing of the
+/// target on any build, so this is what every build leaves out; for a foreign platform it
+/// also means nothing was even loaded on the build host.
+fn foreign_platform_warning(platform: Subdir, host: Option<Subdir>) -> String {
+    let host = host.map_or_else(|| "this".to_string(), |h| format!("a {h}"));
+    format!(
+        "{platform} is installed on {host} build host without running any of its code: \
+         link scripts (post-link.sh, pre-unlink.sh) and activation scripts are not run and \
+         no .pyc files are compiled (Python compiles them on first import if the prefix is \
+         writable); imgbuild cannot run or smoke-test this platform's image here"
+    )
+}
+
+/// One platform of the image, installed and planned, ready to be written.
+struct StagedPlatform<'a> {
+    prepared: &'a PreparedPlatform,
+    /// The staging directory that stands for the image's `/`.
+    root: PathBuf,
+    plan: crate::layers::LayerPlan,
+    activation: Activation,
+    annotations: indexmap::IndexMap<String, String>,
+}
+
+/// What [`write_output`] wrote.
+struct Output {
+    /// What the tags name: the manifest, or the image index of several platforms.
+    digest: String,
+    /// Each platform's manifest digest, in the recipe's order.
+    manifests: Vec<(Subdir, String)>,
+    /// The layers written, platform after platform.
+    layers: Vec<BuiltLayer>,
+}
+
+/// Writes every platform's layers and image, then switches `index.json` to them.
 fn write_output(
     layout: &Layout,
-    root: &Path,
-    prepared: &Prepared,
-    plan: &crate::layers::LayerPlan,
-    activation: &Activation,
-    annotations: indexmap::IndexMap<String, String>,
+    recipe: &Recipe,
+    platforms: &[StagedPlatform<'_>],
     created: String,
     settings: &BuildSettings,
     reporter: &dyn Reporter,
     timings: &mut Vec<(Stage, Duration)>,
-) -> Result<(String, Vec<BuiltLayer>), BuildError> {
+) -> Result<Output, BuildError> {
     let started = Instant::now();
-    if let Some(base) = &prepared.base {
-        for layer in &base.layers {
-            let digest = layer.digest().to_string();
-            layout.import_blob(&base.blobs_dir.join(layer.digest().digest()), &digest)?;
+    for platform in platforms {
+        if let Some(base) = &platform.prepared.base {
+            for layer in &base.layers {
+                let digest = layer.digest().to_string();
+                layout.import_blob(&base.blobs_dir.join(layer.digest().digest()), &digest)?;
+            }
         }
     }
-    let compression = prepared.recipe.compression;
-    reporter.on_stage(Stage::Layers, &format!("{} layers", plan.layers.len()));
-    reporter.on_stage_total(Stage::Layers, plan.layers.len());
+    let compression = recipe.compression;
+    let total: usize = platforms.iter().map(|p| p.plan.layers.len()).sum();
+    reporter.on_stage(Stage::Layers, &format!("{total} layers"));
+    reporter.on_stage_total(Stage::Layers, total);
     let blobs_dir = layout.blobs_dir();
     let cache = LayerCache::open(&settings.cache_dir).map_err(|source| BuildError::Staging {
         path: settings.cache_dir.join("layers"),
@@ -627,35 +819,57 @@ fn write_output(
         path: settings.cache_dir.clone(),
         source,
     })?;
-    let layers = LayerWriter {
-        root,
-        compression,
-        blobs_dir: &blobs_dir,
-        pool,
-        cache: Some(&cache),
+    let mut platform_layers = Vec::with_capacity(platforms.len());
+    for platform in platforms {
+        let layers = LayerWriter {
+            root: &platform.root,
+            compression,
+            blobs_dir: &blobs_dir,
+            pool: pool.clone(),
+            cache: Some(&cache),
+        }
+        .write_all(&platform.plan, reporter)?;
+        platform_layers.push(layers);
     }
-    .write_all(plan, reporter)?;
     timings.push((Stage::Layers, started.elapsed()));
 
     let started = Instant::now();
     reporter.on_stage(Stage::Write, &layout.dir.display().to_string());
-    let written = write_image(
-        layout,
-        &ImageInputs {
-            recipe: &prepared.recipe,
-            base: prepared.base.as_ref(),
-            activation,
-            layers: &layers,
-            created,
-            compression,
-            annotations,
-        },
-    )?;
-    layout.commit_index(&index_of(written.index_manifests)?)?;
+    let mut images = Vec::with_capacity(platforms.len());
+    for (platform, layers) in platforms.iter().zip(&platform_layers) {
+        images.push(write_image(
+            layout,
+            &ImageInputs {
+                recipe,
+                platform: platform.prepared.platform,
+                base: platform.prepared.base.as_ref(),
+                activation: &platform.activation,
+                layers,
+                created: created.clone(),
+                compression,
+                annotations: platform.annotations.clone(),
+            },
+        )?);
+    }
+    let entries = tag_entries(layout, recipe, &created, &images)?;
+    let digest = entries
+        .first()
+        .map(|e| e.digest().to_string())
+        .expect("a recipe has at least one tag");
+    layout.commit_index(&index_of(entries)?)?;
     let removed = layout.collect_garbage()?;
     tracing::debug!("removed {removed} unreferenced blobs");
     timings.push((Stage::Write, started.elapsed()));
-    Ok((written.manifest.digest().to_string(), layers))
+    let manifests = platforms
+        .iter()
+        .zip(&images)
+        .map(|(p, image)| (p.prepared.platform, image.manifest.digest().to_string()))
+        .collect();
+    Ok(Output {
+        digest,
+        manifests,
+        layers: platform_layers.into_iter().flatten().collect(),
+    })
 }
 
 /// The environment variables activating the prefix sets, in the image's terms. Activation
@@ -663,10 +877,10 @@ fn write_output(
 fn activation(
     prefix_dir: &Path,
     prefix: &str,
-    recipe: &Recipe,
+    platform: Subdir,
     reporter: &dyn Reporter,
 ) -> Result<Activation, BuildError> {
-    let activator = Activator::from_path(prefix_dir, shell::Bash::default(), recipe.platform)
+    let activator = Activator::from_path(prefix_dir, shell::Bash::default(), platform)
         .map_err(BuildError::Activation)?;
     let staging = prefix_dir.to_string_lossy().into_owned();
     let in_image = |value: &str| value.replace(&staging, prefix);

@@ -14,9 +14,11 @@ use std::{
 use oci_spec::image::{Descriptor, ImageManifest};
 use serde::Serialize;
 
+use rattler_conda_types::Subdir;
+
 use crate::oci::{
     annotations,
-    base::{BaseError, BaseImage},
+    base::{BaseError, BaseImage, open_base, tag_platforms},
 };
 
 const BASE_NAME: &str = "org.opencontainers.image.base.name";
@@ -27,6 +29,13 @@ const BASE_DIGEST: &str = "org.opencontainers.image.base.digest";
 pub struct ImageSummary {
     /// The reference as given (`images/x:latest`).
     pub image: String,
+    /// The image index the tag names, for a multi-platform image; the rest of the summary
+    /// describes one of its platform images.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub index_digest: Option<String>,
+    /// The platforms of a multi-platform image (`linux/arm64/v8`), in index order.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub platforms: Vec<String>,
     pub manifest_digest: String,
     pub config_digest: String,
     pub created: Option<String>,
@@ -134,15 +143,30 @@ pub fn split_reference(image: &str) -> (&str, &str) {
     }
 }
 
-/// Reads the image `LAYOUT[:TAG]` (tag `latest` by default).
+/// Reads the image `LAYOUT[:TAG]` (tag `latest` by default); of a multi-platform image, the
+/// build host's platform when it has it, else its first.
 pub fn inspect(image: &str) -> Result<ImageSummary, InspectError> {
+    inspect_platform(image, None)
+}
+
+/// [`inspect`] of the image of `platform`, when given.
+pub fn inspect_platform(
+    image: &str,
+    platform: Option<Subdir>,
+) -> Result<ImageSummary, InspectError> {
     let (layout, tag) = split_reference(image);
-    let opened = crate::smoke::extract::open_image(Path::new(layout), tag).map_err(|source| {
-        InspectError::Open {
-            image: image.to_string(),
-            source,
-        }
-    })?;
+    let open_err = |source| InspectError::Open {
+        image: image.to_string(),
+        source,
+    };
+    let listing = tag_platforms(Path::new(layout), tag).map_err(open_err)?;
+    let base = crate::recipe::Base::OciLayout {
+        path: Path::new(layout).to_path_buf(),
+        tag: tag.to_string(),
+    };
+    let opened = open_base(&base, listing.choose(platform))
+        .map_err(open_err)?
+        .expect("a layout is never scratch");
     // `open_image` keeps the config and layers; the manifest's own annotations (CUDA, base,
     // conda target) are read from its blob.
     let manifest_path = opened
@@ -153,7 +177,27 @@ pub fn inspect(image: &str) -> Result<ImageSummary, InspectError> {
             image: image.to_string(),
             source,
         })?;
-    Ok(summarize(image, &opened, &manifest))
+    let mut summary = summarize(image, &opened, &manifest);
+    if listing.index_digest.is_some() {
+        summary.platforms = listing
+            .platforms
+            .iter()
+            .filter_map(|p| crate::recipe::OciPlatform::of(*p))
+            .map(|p| p.to_string())
+            .collect();
+        summary.index_digest = listing.index_digest;
+    }
+    Ok(summary)
+}
+
+impl ImageSummary {
+    /// The digest that names the whole image: its index's for a multi-platform image, so a
+    /// node of any of its platforms pulls its own; else its manifest's.
+    pub fn image_digest(&self) -> &str {
+        self.index_digest
+            .as_deref()
+            .unwrap_or(&self.manifest_digest)
+    }
 }
 
 fn summarize(image: &str, opened: &BaseImage, manifest: &ImageManifest) -> ImageSummary {
@@ -198,6 +242,8 @@ fn summarize(image: &str, opened: &BaseImage, manifest: &ImageManifest) -> Image
         .collect();
     ImageSummary {
         image: image.to_string(),
+        index_digest: None,
+        platforms: Vec::new(),
         manifest_digest: opened.manifest_digest.clone(),
         config_digest: manifest.config().digest().to_string(),
         created: opened.config.created().clone(),
@@ -498,6 +544,8 @@ mod tests {
         packages.sort();
         ImageSummary {
             image: image.into(),
+            index_digest: None,
+            platforms: Vec::new(),
             manifest_digest: format!("sha256:{image}"),
             config_digest: "sha256:c".into(),
             created: None,

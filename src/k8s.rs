@@ -339,7 +339,8 @@ pub fn workload(
             repository: options.repository.clone(),
         });
     }
-    let image_ref = format!("{repository}@{}", image.manifest_digest);
+    // A multi-platform image by its index: each node pulls its own platform.
+    let image_ref = format!("{repository}@{}", image.image_digest());
     let smoke = match options.kind {
         WorkloadKind::SmokeJob => {
             Some(image.smoke.as_deref().ok_or_else(|| K8sError::NoSmoke {

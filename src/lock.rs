@@ -11,7 +11,7 @@ use std::{
 };
 
 use rattler_conda_types::{
-    GenericVirtualPackage, MatchSpec, Matches, PackageName, ParseStrictness, RepoDataRecord,
+    GenericVirtualPackage, MatchSpec, Matches, PackageName, ParseStrictness, RepoDataRecord, Subdir,
 };
 use rattler_lock::{
     CondaPackageData, DEFAULT_ENVIRONMENT_NAME, LockFile, ParseCondaLockError, PlatformData,
@@ -42,9 +42,17 @@ impl fmt::Display for LockedBase {
 /// What a lock file holds, in the shape the build uses.
 #[derive(Debug, Clone)]
 pub struct Lock {
-    pub target: Target,
     /// Channel base URLs in priority order.
     pub channels: Vec<String>,
+    /// One solved environment per platform, in the lock file's order; never empty, no
+    /// platform twice.
+    pub platforms: Vec<PlatformLock>,
+}
+
+/// The environment of one platform.
+#[derive(Debug, Clone)]
+pub struct PlatformLock {
+    pub target: Target,
     pub base: LockedBase,
     /// Packages sorted by name.
     pub records: Vec<RepoDataRecord>,
@@ -102,6 +110,11 @@ pub enum Staleness {
         dependency: String,
     },
     Unrequested(String),
+    /// A reason that holds for one platform of a multi-platform lock.
+    OnPlatform {
+        platform: String,
+        reason: Box<Staleness>,
+    },
 }
 
 impl fmt::Display for Staleness {
@@ -110,7 +123,7 @@ impl fmt::Display for Staleness {
             Staleness::Platform { locked, wanted } => {
                 write!(
                     f,
-                    "the lock is for platform `{locked}`, the recipe asks for `{wanted}`"
+                    "the lock is for platforms `{locked}`, the recipe asks for `{wanted}`"
                 )
             }
             Staleness::VirtualPackages { locked, wanted } => write!(
@@ -142,6 +155,7 @@ impl fmt::Display for Staleness {
                 f,
                 "locked package `{package}` is no longer needed by the recipe's dependencies"
             ),
+            Staleness::OnPlatform { platform, reason } => write!(f, "{platform}: {reason}"),
         }
     }
 }
@@ -172,15 +186,9 @@ impl Lock {
             .take_while(|line| line.starts_with('#'))
             .find_map(|line| line.strip_prefix(BASE_MARKER))
             .ok_or_else(|| shape("the `# imgbuild-base:` header is missing"))?;
-        let base = match base.trim() {
-            "scratch" => LockedBase::Scratch,
-            digest if digest.starts_with("sha256:") => LockedBase::Digest(digest.to_string()),
-            _ => {
-                return Err(shape(
-                    "the `# imgbuild-base:` header is not `scratch` or a digest",
-                ));
-            }
-        };
+        let bases = parse_bases(base.trim()).ok_or_else(|| {
+            shape("the `# imgbuild-base:` header is not `scratch`, a digest, or `PLATFORM=scratch|digest` pairs")
+        })?;
         let lock =
             LockFile::from_str_with_base_directory(text, path.parent()).map_err(|source| {
                 LockError::Parse {
@@ -191,69 +199,141 @@ impl Lock {
         let environment = lock
             .default_environment()
             .ok_or_else(|| shape("it has no `default` environment"))?;
-        let mut platforms = environment.platforms();
-        let platform = platforms
-            .next()
-            .ok_or_else(|| shape("it locks no platform"))?;
-        if platforms.next().is_some() {
-            return Err(shape("it locks more than one platform"));
+        let mut platforms: Vec<PlatformLock> = Vec::new();
+        for platform in environment.platforms() {
+            let subdir = platform.subdir();
+            if platforms.iter().any(|p| p.target.platform == subdir) {
+                return Err(shape(&format!("it locks `{subdir}` twice")));
+            }
+            let virtual_packages = platform
+                .virtual_packages()
+                .iter()
+                .map(|v| {
+                    serde_json::from_value::<GenericVirtualPackage>(serde_json::Value::String(
+                        v.clone(),
+                    ))
+                })
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|_| shape("a virtual package entry cannot be parsed"))?;
+            let base = match &bases {
+                Bases::All(base) => base.clone(),
+                Bases::PerPlatform(bases) => bases
+                    .iter()
+                    .find(|(name, _)| name == subdir.as_str())
+                    .map(|(_, base)| base.clone())
+                    .ok_or_else(|| {
+                        shape(&format!(
+                            "the `# imgbuild-base:` header pins no base for `{subdir}`"
+                        ))
+                    })?,
+            };
+            let mut records = environment
+                .conda_repodata_records(platform)
+                .map_err(|_| shape("a package entry cannot be read as a conda package"))?
+                .unwrap_or_default();
+            records.sort_by(|a, b| a.package_record.name.cmp(&b.package_record.name));
+            if let Some(record) = records.iter().find(|r| r.package_record.sha256.is_none()) {
+                return Err(shape(&format!(
+                    "package `{}` has no sha256",
+                    record.package_record.name.as_normalized()
+                )));
+            }
+            platforms.push(PlatformLock {
+                target: Target {
+                    platform: subdir,
+                    virtual_packages,
+                },
+                base,
+                records,
+            });
         }
-        let virtual_packages = platform
-            .virtual_packages()
-            .iter()
-            .map(|v| {
-                serde_json::from_value::<GenericVirtualPackage>(serde_json::Value::String(
-                    v.clone(),
-                ))
-            })
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|_| shape("a virtual package entry cannot be parsed"))?;
-        let target = Target {
-            platform: platform.subdir(),
-            virtual_packages,
-        };
-        let mut records = environment
-            .conda_repodata_records(platform)
-            .map_err(|_| shape("a package entry cannot be read as a conda package"))?
-            .unwrap_or_default();
-        records.sort_by(|a, b| a.package_record.name.cmp(&b.package_record.name));
-        if let Some(record) = records.iter().find(|r| r.package_record.sha256.is_none()) {
-            return Err(shape(&format!(
-                "package `{}` has no sha256",
-                record.package_record.name.as_normalized()
-            )));
+        if platforms.is_empty() {
+            return Err(shape("it locks no platform"));
         }
         Ok(Lock {
-            target,
             channels: environment
                 .channels()
                 .iter()
                 .map(|c| c.url.clone())
                 .collect(),
-            base,
-            records,
+            platforms,
         })
+    }
+
+    /// The environment locked for `platform`.
+    pub fn platform(&self, platform: Subdir) -> Option<&PlatformLock> {
+        self.platforms
+            .iter()
+            .find(|p| p.target.platform == platform)
+    }
+
+    /// Every locked package of every platform.
+    pub fn all_records(&self) -> impl Iterator<Item = &RepoDataRecord> {
+        self.platforms.iter().flat_map(|p| p.records.iter())
+    }
+
+    /// The packages of every platform, each once (a noarch package locked for two platforms
+    /// is one file), sorted by name.
+    pub fn distinct_records(&self) -> Vec<&RepoDataRecord> {
+        let mut seen = BTreeSet::new();
+        let mut records: Vec<&RepoDataRecord> = self
+            .all_records()
+            .filter(|r| seen.insert(r.url.as_str()))
+            .collect();
+        records.sort_by(|a, b| a.package_record.name.cmp(&b.package_record.name));
+        records
+    }
+
+    /// The base of every platform, when they all have the same one (a one-platform lock
+    /// always has).
+    pub fn common_base(&self) -> Option<&LockedBase> {
+        let first = &self.platforms[0].base;
+        self.platforms
+            .iter()
+            .all(|p| &p.base == first)
+            .then_some(first)
+    }
+
+    /// The `# imgbuild-base:` value: one base for all platforms (the only form a
+    /// one-platform lock has), else `PLATFORM=BASE` pairs.
+    pub fn bases_header(&self) -> String {
+        let first = &self.platforms[0].base;
+        if self.platforms.iter().all(|p| &p.base == first) {
+            return first.to_string();
+        }
+        self.platforms
+            .iter()
+            .map(|p| format!("{}={}", p.target.platform, p.base))
+            .collect::<Vec<_>>()
+            .join(" ")
     }
 
     /// Renders the lock file text.
     pub fn render(&self, recipe_file: &str) -> Result<String, LockError> {
-        let platform = PlatformName::from(&self.target.platform);
         let mut builder = LockFile::builder()
-            .with_platforms(vec![PlatformData {
-                name: platform.clone(),
-                subdir: self.target.platform,
-                virtual_packages: self.target.virtual_package_strings(),
-            }])
+            .with_platforms(
+                self.platforms
+                    .iter()
+                    .map(|p| PlatformData {
+                        name: PlatformName::from(&p.target.platform),
+                        subdir: p.target.platform,
+                        virtual_packages: p.target.virtual_package_strings(),
+                    })
+                    .collect(),
+            )
             .map_err(|e| LockError::Build(Box::new(e)))?
             .with_channels(DEFAULT_ENVIRONMENT_NAME, self.channels.iter().cloned());
-        for record in &self.records {
-            builder
-                .add_conda_package(
-                    DEFAULT_ENVIRONMENT_NAME,
-                    platform.as_str(),
-                    CondaPackageData::from(record.clone()),
-                )
-                .map_err(|e| LockError::Build(Box::new(e)))?;
+        for platform in &self.platforms {
+            let name = PlatformName::from(&platform.target.platform);
+            for record in &platform.records {
+                builder
+                    .add_conda_package(
+                        DEFAULT_ENVIRONMENT_NAME,
+                        name.as_str(),
+                        CondaPackageData::from(record.clone()),
+                    )
+                    .map_err(|e| LockError::Build(Box::new(e)))?;
+            }
         }
         let body = builder
             .finish()
@@ -266,7 +346,7 @@ impl Lock {
             "# Generated by imgbuild from `{recipe_file}`; do not edit. Re-create it with `imgbuild lock`.\n\
              # This is a rattler/pixi lock file; the next line is imgbuild's own pin of the base image.\n\
              {BASE_MARKER}{}\n{body}",
-            self.base
+            self.bases_header()
         ))
     }
 
@@ -282,8 +362,7 @@ impl Lock {
     /// The newest package build time in the lock, in seconds since the epoch. Images built
     /// from the same lock get the same `created` time from it.
     pub fn newest_timestamp(&self) -> i64 {
-        self.records
-            .iter()
+        self.all_records()
             .filter_map(|r| r.package_record.timestamp.as_ref())
             .map(|t| t.timestamp())
             .max()
@@ -291,24 +370,20 @@ impl Lock {
             .max(0)
     }
 
-    /// Checks that this lock still satisfies `recipe` for `target` and `base`; the first
-    /// reason it does not is returned.
-    pub fn check(
-        &self,
-        recipe: &Recipe,
-        target: &Target,
-        base: &LockedBase,
-    ) -> Result<(), Staleness> {
-        if self.target.platform != target.platform {
+    /// Checks that this lock still satisfies `recipe` for `wanted`, the target and base of
+    /// each of the recipe's platforms; the first reason it does not is returned.
+    pub fn check(&self, recipe: &Recipe, wanted: &[(Target, LockedBase)]) -> Result<(), Staleness> {
+        let names = |platforms: &mut dyn Iterator<Item = Subdir>| {
+            let mut names: Vec<&str> = platforms.map(|p| p.as_str()).collect();
+            names.sort_unstable();
+            names.join(", ")
+        };
+        let locked = names(&mut self.platforms.iter().map(|p| p.target.platform));
+        let asked = names(&mut wanted.iter().map(|(t, _)| t.platform));
+        if locked != asked {
             return Err(Staleness::Platform {
-                locked: self.target.platform.to_string(),
-                wanted: target.platform.to_string(),
-            });
-        }
-        if self.target.virtual_package_strings() != target.virtual_package_strings() {
-            return Err(Staleness::VirtualPackages {
-                locked: self.target.virtual_package_strings(),
-                wanted: target.virtual_package_strings(),
+                locked,
+                wanted: asked,
             });
         }
         let wanted_channels: Vec<String> = recipe
@@ -321,19 +396,87 @@ impl Lock {
                 .map(|u| u.trim_end_matches('/').to_string())
                 .collect()
         };
-        if normalise(&self.channels) != normalise(&wanted_channels) {
-            return Err(Staleness::Channels {
-                locked: self.channels.clone(),
-                wanted: wanted_channels,
+        let channels_changed = normalise(&self.channels) != normalise(&wanted_channels);
+        let multi = wanted.len() > 1;
+        for (target, base) in wanted {
+            let locked = self
+                .platform(target.platform)
+                .expect("the platform sets are equal");
+            // Virtual packages first: a changed target explains a changed solution.
+            let result = locked
+                .check_target(target)
+                .and_then(|()| {
+                    if channels_changed {
+                        return Err(Staleness::Channels {
+                            locked: self.channels.clone(),
+                            wanted: wanted_channels.clone(),
+                        });
+                    }
+                    Ok(())
+                })
+                .and_then(|()| locked.check_base(base))
+                .and_then(|()| locked.check_closure(&recipe.specs, &target.virtual_packages));
+            match result {
+                Err(reason @ Staleness::Channels { .. }) => return Err(reason),
+                Err(reason) if multi => {
+                    return Err(Staleness::OnPlatform {
+                        platform: target.platform.to_string(),
+                        reason: Box::new(reason),
+                    });
+                }
+                other => other?,
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The `# imgbuild-base:` header, read.
+enum Bases {
+    All(LockedBase),
+    PerPlatform(Vec<(String, LockedBase)>),
+}
+
+fn parse_base(text: &str) -> Option<LockedBase> {
+    match text {
+        "scratch" => Some(LockedBase::Scratch),
+        digest if digest.starts_with("sha256:") => Some(LockedBase::Digest(digest.to_string())),
+        _ => None,
+    }
+}
+
+fn parse_bases(text: &str) -> Option<Bases> {
+    if !text.contains('=') {
+        return parse_base(text).map(Bases::All);
+    }
+    text.split_whitespace()
+        .map(|pair| {
+            let (platform, base) = pair.split_once('=')?;
+            Some((platform.to_string(), parse_base(base)?))
+        })
+        .collect::<Option<Vec<_>>>()
+        .map(Bases::PerPlatform)
+}
+
+impl PlatformLock {
+    fn check_target(&self, target: &Target) -> Result<(), Staleness> {
+        if self.target.virtual_package_strings() != target.virtual_package_strings() {
+            return Err(Staleness::VirtualPackages {
+                locked: self.target.virtual_package_strings(),
+                wanted: target.virtual_package_strings(),
             });
         }
+        Ok(())
+    }
+
+    fn check_base(&self, base: &LockedBase) -> Result<(), Staleness> {
         if &self.base != base {
             return Err(Staleness::Base {
                 locked: self.base.to_string(),
                 wanted: base.to_string(),
             });
         }
-        self.check_closure(&recipe.specs, &target.virtual_packages)
+        Ok(())
     }
 
     /// Every requested spec is met, every locked package's dependencies are met inside the
@@ -412,5 +555,184 @@ impl Lock {
             ));
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use super::*;
+    use crate::recipe::RecipeOptions;
+
+    fn record(name: &str, subdir: &str, sha: u8) -> RepoDataRecord {
+        let file = format!("{name}-1.0-0.conda");
+        serde_json::from_value(serde_json::json!({
+            "name": name,
+            "version": "1.0",
+            "build": "0",
+            "build_number": 0,
+            "depends": if name == "app" { vec!["lib", "__glibc >=2.17"] } else { vec![] },
+            "subdir": subdir,
+            "fn": file,
+            "url": format!("file:///ch/{subdir}/{file}"),
+            "channel": "file:///ch/",
+            "sha256": format!("{sha:02x}").repeat(32),
+        }))
+        .unwrap()
+    }
+
+    fn recipe(platforms: &str) -> Recipe {
+        Recipe::from_str_at(
+            &format!(
+                "[image]\nname = \"x\"\nplatforms = [{platforms}]\n[conda]\nchannels = [\"file:///ch\"]\ndependencies = [\"app\"]\n"
+            ),
+            Path::new("/work/recipes/x.toml"),
+            &RecipeOptions::default(),
+        )
+        .unwrap()
+    }
+
+    fn platform_lock(recipe: &Recipe, platform: Subdir, base: LockedBase, sha: u8) -> PlatformLock {
+        PlatformLock {
+            target: Target::for_recipe(recipe, platform, None),
+            base,
+            records: vec![
+                record("app", platform.as_str(), sha),
+                record("lib", "noarch", 9),
+            ],
+        }
+    }
+
+    fn two_platform_lock(recipe: &Recipe) -> Lock {
+        Lock {
+            channels: vec!["file:///ch/".to_string()],
+            platforms: vec![
+                platform_lock(
+                    recipe,
+                    Subdir::Linux64,
+                    LockedBase::Digest(format!("sha256:{}", "a".repeat(64))),
+                    1,
+                ),
+                platform_lock(
+                    recipe,
+                    Subdir::LinuxAarch64,
+                    LockedBase::Digest(format!("sha256:{}", "b".repeat(64))),
+                    2,
+                ),
+            ],
+        }
+    }
+
+    fn wanted(lock: &Lock) -> Vec<(Target, LockedBase)> {
+        lock.platforms
+            .iter()
+            .map(|p| (p.target.clone(), p.base.clone()))
+            .collect()
+    }
+
+    #[test]
+    fn a_two_platform_lock_reads_back_with_each_platforms_base() {
+        let recipe = recipe("\"linux-64\", \"linux-aarch64\"");
+        let lock = two_platform_lock(&recipe);
+        let text = lock.render("x.toml").unwrap();
+        assert!(
+            text.contains(&format!(
+                "# imgbuild-base: linux-64=sha256:{} linux-aarch64=sha256:{}\n",
+                "a".repeat(64),
+                "b".repeat(64)
+            )),
+            "{text}"
+        );
+        let read = Lock::parse(&text, Path::new("/work/recipes/x.lock")).unwrap();
+        assert_eq!(read.platforms.len(), 2);
+        for platform in [Subdir::Linux64, Subdir::LinuxAarch64] {
+            let (locked, original) = (
+                read.platform(platform).unwrap(),
+                lock.platform(platform).unwrap(),
+            );
+            assert_eq!(locked.base, original.base);
+            assert_eq!(locked.target, original.target);
+            assert_eq!(locked.records.len(), 2);
+        }
+        // The noarch `lib` is locked for both platforms but is one package.
+        assert_eq!(read.all_records().count(), 4);
+        assert_eq!(read.distinct_records().len(), 3);
+        assert_eq!(read.common_base(), None);
+        assert!(read.check(&recipe, &wanted(&lock)).is_ok());
+    }
+
+    #[test]
+    fn a_one_platform_lock_keeps_its_one_line_base_pin() {
+        let recipe = recipe("\"linux-aarch64\"");
+        let lock = Lock {
+            channels: vec!["file:///ch/".to_string()],
+            platforms: vec![platform_lock(
+                &recipe,
+                Subdir::LinuxAarch64,
+                LockedBase::Scratch,
+                2,
+            )],
+        };
+        let text = lock.render("x.toml").unwrap();
+        assert!(text.contains("\n# imgbuild-base: scratch\n"), "{text}");
+        let read = Lock::parse(&text, Path::new("/work/recipes/x.lock")).unwrap();
+        assert_eq!(read.common_base(), Some(&LockedBase::Scratch));
+        assert!(read.check(&recipe, &wanted(&lock)).is_ok());
+    }
+
+    #[test]
+    fn a_lock_is_stale_for_a_missing_platform_or_one_platforms_change() {
+        let both = recipe("\"linux-64\", \"linux-aarch64\"");
+        let lock = two_platform_lock(&both);
+        let mut only_64 = lock.clone();
+        only_64.platforms.truncate(1);
+        assert_eq!(
+            only_64
+                .check(&both, &wanted(&lock))
+                .unwrap_err()
+                .to_string(),
+            "the lock is for platforms `linux-64`, the recipe asks for `linux-64, linux-aarch64`"
+        );
+        // The arm64 base moved: the reason names the platform.
+        let mut moved = wanted(&lock);
+        moved[1].1 = LockedBase::Digest(format!("sha256:{}", "c".repeat(64)));
+        let reason = lock.check(&both, &moved).unwrap_err();
+        assert!(
+            matches!(&reason, Staleness::OnPlatform { platform, reason }
+                if platform == "linux-aarch64" && matches!(**reason, Staleness::Base { .. })),
+            "{reason:?}"
+        );
+        assert!(
+            reason
+                .to_string()
+                .starts_with("linux-aarch64: the base image changed")
+        );
+    }
+
+    #[test]
+    fn base_headers_parse_in_both_forms_and_refuse_others() {
+        assert!(matches!(
+            parse_bases("scratch"),
+            Some(Bases::All(LockedBase::Scratch))
+        ));
+        let digest = format!("sha256:{}", "a".repeat(64));
+        assert!(matches!(
+            parse_bases(&digest),
+            Some(Bases::All(LockedBase::Digest(_)))
+        ));
+        let Some(Bases::PerPlatform(pairs)) =
+            parse_bases(&format!("linux-64=scratch linux-aarch64={digest}"))
+        else {
+            panic!("pairs")
+        };
+        assert_eq!(pairs.len(), 2);
+        assert_eq!(
+            pairs[1],
+            ("linux-aarch64".to_string(), LockedBase::Digest(digest))
+        );
+        for bad in ["latest", "linux-64=latest", "linux-64", "=scratch x"] {
+            assert!(parse_bases(bad).is_none(), "{bad}");
+        }
     }
 }

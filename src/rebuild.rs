@@ -11,7 +11,7 @@
 
 use std::path::{Path, PathBuf};
 
-use oci_spec::image::ImageManifest;
+use oci_spec::image::{ImageIndex, ImageManifest, MediaType};
 use sha2::{Digest, Sha256};
 
 use serde::{Deserialize, Serialize};
@@ -134,43 +134,64 @@ impl BuildRecords {
 }
 
 /// The layers of `record`'s image when `layout` holds exactly that image under exactly
-/// `tags`, with every blob present at its size; `None` otherwise. The first `base_layers`
-/// layers of the manifest come from the base.
+/// `tags`, with every blob present at its size; `None` otherwise. The image is one manifest,
+/// or an image index of one manifest per platform; the first `base_layers[i]` layers of
+/// platform `i`'s manifest come from its base.
 pub fn unchanged_image(
     layout: &Layout,
     tags: &[String],
     record: &BuildRecord,
-    base_layers: usize,
+    base_layers: &[usize],
 ) -> Option<Vec<BuiltLayer>> {
     let index = layout.read_index().ok()??;
     if index.manifests().len() != tags.len() {
         return None;
     }
+    let mut top = None;
     for tag in tags {
-        if tagged(&index, tag)?.digest().to_string() != record.manifest_digest {
+        let descriptor = tagged(&index, tag)?;
+        if descriptor.digest().to_string() != record.manifest_digest {
             return None;
         }
+        top = Some(descriptor);
+    }
+    let read = |digest: &str| {
+        let bytes = fs_err::read(layout.blob_path(digest)).ok()?;
+        (crate::oci::sha256_digest(&bytes) == digest).then_some(bytes)
+    };
+    let top = top?;
+    let manifests: Vec<String> = if *top.media_type() == MediaType::ImageIndex {
+        let nested: ImageIndex = serde_json::from_slice(&read(&record.manifest_digest)?).ok()?;
+        nested
+            .manifests()
+            .iter()
+            .map(|d| d.digest().to_string())
+            .collect()
+    } else {
+        vec![record.manifest_digest.clone()]
+    };
+    if manifests.len() != base_layers.len() {
+        return None;
     }
     let present = |digest: &str, size: u64| {
         fs_err::metadata(layout.blob_path(digest)).is_ok_and(|m| m.len() == size)
     };
-    let manifest_bytes = fs_err::read(layout.blob_path(&record.manifest_digest)).ok()?;
-    if crate::oci::sha256_digest(&manifest_bytes) != record.manifest_digest {
-        return None;
-    }
-    let manifest: ImageManifest = serde_json::from_slice(&manifest_bytes).ok()?;
-    let config = manifest.config();
-    if !present(config.digest().as_ref(), config.size()) {
-        return None;
-    }
-    let ours = manifest.layers().get(base_layers..)?;
-    if ours.len() != record.layers.len() {
-        return None;
-    }
-    for descriptor in manifest.layers() {
-        if !present(descriptor.digest().as_ref(), descriptor.size()) {
+    let mut ours: Vec<oci_spec::image::Descriptor> = Vec::new();
+    for (digest, base_layers) in manifests.iter().zip(base_layers) {
+        let manifest: ImageManifest = serde_json::from_slice(&read(digest)?).ok()?;
+        let config = manifest.config();
+        if !present(config.digest().as_ref(), config.size()) {
             return None;
         }
+        for descriptor in manifest.layers() {
+            if !present(descriptor.digest().as_ref(), descriptor.size()) {
+                return None;
+            }
+        }
+        ours.extend(manifest.layers().get(*base_layers..)?.iter().cloned());
+    }
+    if ours.len() != record.layers.len() {
+        return None;
     }
     let mut layers = Vec::with_capacity(ours.len());
     for (descriptor, recorded) in ours.iter().zip(&record.layers) {

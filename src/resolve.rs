@@ -30,8 +30,10 @@ pub struct Target {
 }
 
 impl Target {
-    /// The target of `recipe`, given the glibc its base provides (if known).
-    pub fn for_recipe(recipe: &Recipe, base_glibc: Option<&Version>) -> Target {
+    /// The target of `recipe` on `platform`, given the glibc its base provides there (if
+    /// known). The virtual packages are those of the platform the image runs on, whatever
+    /// machine builds it.
+    pub fn for_recipe(recipe: &Recipe, platform: Subdir, base_glibc: Option<&Version>) -> Target {
         let glibc = recipe
             .glibc
             .clone()
@@ -55,7 +57,7 @@ impl Target {
             let version = Version::from_str(&cuda.virtual_cuda().to_string()).expect("valid");
             virtual_packages.push(virtual_package("__cuda", version, "0"));
         }
-        if let Some(arch) = recipe.platform.arch() {
+        if let Some(arch) = platform.arch() {
             virtual_packages.push(virtual_package(
                 "__archspec",
                 Version::from_str("1").expect("valid"),
@@ -64,7 +66,7 @@ impl Target {
         }
         virtual_packages.sort_by(|a, b| a.name.cmp(&b.name));
         Target {
-            platform: recipe.platform,
+            platform,
             virtual_packages,
         }
     }

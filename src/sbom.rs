@@ -200,13 +200,13 @@ impl Licence {
 }
 
 fn packages(lock: &Lock) -> Vec<Package<'_>> {
-    let locked: BTreeSet<&str> = lock
-        .records
+    let records = lock.distinct_records();
+    let locked: BTreeSet<&str> = records
         .iter()
         .map(|r| r.package_record.name.as_normalized())
         .collect();
-    lock.records
-        .iter()
+    records
+        .into_iter()
         .map(|record| {
             let package = &record.package_record;
             let mut depends: Vec<String> = package
@@ -321,13 +321,13 @@ fn content_digest(lock: &Lock, subject: &SbomSubject) -> [u8; 32] {
         subject.name.as_str(),
         subject.image_digest.as_deref().unwrap_or("-"),
         subject.base_reference.as_deref().unwrap_or("-"),
-        &lock.base.to_string(),
+        &lock.bases_header(),
         &subject.created.to_string(),
     ] {
         hasher.update(part.as_bytes());
         hasher.update([0]);
     }
-    for record in &lock.records {
+    for record in lock.distinct_records() {
         hasher.update(record.url.as_str().as_bytes());
         hasher.update([0]);
         if let Some(sha256) = record.package_record.sha256 {
@@ -451,7 +451,7 @@ pub fn spdx(lock: &Lock, subject: &SbomSubject) -> Value {
     }
     spdx_packages.push(image);
 
-    if let LockedBase::Digest(base_digest) = &lock.base {
+    if let Some(LockedBase::Digest(base_digest)) = lock.common_base() {
         let mut base = json!({
             "SPDXID": "SPDXRef-Base",
             "name": subject.base_reference.as_deref().unwrap_or("base"),
@@ -595,7 +595,7 @@ pub fn cyclonedx(lock: &Lock, subject: &SbomSubject) -> Value {
 
     let mut components = Vec::new();
     let mut image_depends = Vec::new();
-    if let LockedBase::Digest(base_digest) = &lock.base {
+    if let Some(LockedBase::Digest(base_digest)) = lock.common_base() {
         let purl = base_purl(subject.base_reference.as_deref(), base_digest);
         components.push(json!({
             "type": "container",

@@ -26,6 +26,8 @@ use crate::{
 pub struct VerifyReport {
     pub image: String,
     pub manifests: Vec<String>,
+    /// The image indexes the tags point to (a multi-platform image), if any.
+    pub indexes: Vec<String>,
     pub blobs_checked: usize,
     pub bytes_checked: u64,
     pub layers_checked: usize,
@@ -167,6 +169,7 @@ pub fn verify(dir: &Path, lock: Option<&Path>) -> Result<VerifyReport, VerifyErr
     let mut report = VerifyReport {
         image: dir.display().to_string(),
         manifests: Vec::new(),
+        indexes: Vec::new(),
         blobs_checked: 0,
         bytes_checked: 0,
         layers_checked: 0,
@@ -183,8 +186,8 @@ pub fn verify(dir: &Path, lock: Option<&Path>) -> Result<VerifyReport, VerifyErr
             }
             Ok(path)
         };
-    let mut packages: BTreeSet<String> = BTreeSet::new();
-    let mut base_digest: Option<String> = None;
+    // What each platform image holds, to compare with that platform's lock.
+    let mut images: Vec<ImageContents> = Vec::new();
     let mut pending: Vec<Descriptor> = index.manifests().clone();
     while let Some(descriptor) = pending.pop() {
         let path = check(&descriptor, &mut report)?;
@@ -192,22 +195,29 @@ pub fn verify(dir: &Path, lock: Option<&Path>) -> Result<VerifyReport, VerifyErr
             path: path.clone(),
             source,
         };
+        let digest = descriptor.digest().to_string();
         if *descriptor.media_type() == MediaType::ImageIndex {
             let nested = ImageIndex::from_file(&path).map_err(json_err)?;
             pending.extend(nested.manifests().iter().cloned());
+            if !report.indexes.contains(&digest) {
+                report.indexes.push(digest);
+            }
             continue;
         }
         let manifest = ImageManifest::from_file(&path).map_err(json_err)?;
-        let digest = descriptor.digest().to_string();
-        if !report.manifests.contains(&digest) {
-            report.manifests.push(digest);
+        if report.manifests.contains(&digest) {
+            // Another tag of an image already checked.
+            continue;
         }
-        if let Some(annotations) = manifest.annotations() {
-            base_digest = annotations
-                .get("org.opencontainers.image.base.digest")
-                .cloned()
-                .or(base_digest);
-        }
+        report.manifests.push(digest.clone());
+        let annotation = |key: &str| manifest.annotations().as_ref()?.get(key).cloned();
+        images.push(ImageContents {
+            digest,
+            platform: annotation(annotations::PLATFORM),
+            base: annotation("org.opencontainers.image.base.digest"),
+            packages: BTreeSet::new(),
+        });
+        let packages = &mut images.last_mut().expect("just pushed").packages;
         let config_path = check(manifest.config(), &mut report)?;
         let config =
             ImageConfiguration::from_file(&config_path).map_err(|source| VerifyError::Json {
@@ -249,35 +259,92 @@ pub fn verify(dir: &Path, lock: Option<&Path>) -> Result<VerifyReport, VerifyErr
     }
 
     if let Some(lock_path) = lock {
-        let mismatch = |reason: String| VerifyError::Lock {
-            lock: lock_path.to_path_buf(),
-            reason,
+        check_against_lock(&images, lock_path)?;
+    }
+    Ok(report)
+}
+
+/// What one platform image of a layout holds, as its manifest and layers say.
+struct ImageContents {
+    digest: String,
+    /// The conda platform annotation, on images imgbuild built.
+    platform: Option<String>,
+    base: Option<String>,
+    packages: BTreeSet<String>,
+}
+
+/// Each platform image holds exactly its platform's locked packages on its locked base, and
+/// every locked platform has an image.
+fn check_against_lock(images: &[ImageContents], lock_path: &Path) -> Result<(), VerifyError> {
+    let mismatch = |reason: String| VerifyError::Lock {
+        lock: lock_path.to_path_buf(),
+        reason,
+    };
+    let lock = Lock::read(lock_path)?.ok_or_else(|| mismatch("there is no lock file".into()))?;
+    for locked in &lock.platforms {
+        let platform = locked.target.platform.to_string();
+        let matching: Vec<&ImageContents> = images
+            .iter()
+            .filter(|image| match &image.platform {
+                Some(p) => *p == platform,
+                // An image without the annotation can only be a one-platform lock's.
+                None => lock.platforms.len() == 1,
+            })
+            .collect();
+        let image = match matching.as_slice() {
+            [image] => image,
+            [] => return Err(mismatch(format!("the image has no {platform} manifest"))),
+            _ => {
+                return Err(mismatch(format!(
+                    "the image has {} {platform} manifests",
+                    matching.len()
+                )));
+            }
         };
-        let lock =
-            Lock::read(lock_path)?.ok_or_else(|| mismatch("there is no lock file".into()))?;
-        let locked: BTreeSet<String> = lock.records.iter().map(dist_name).collect();
-        if let Some(missing) = locked.difference(&packages).next() {
-            return Err(mismatch(format!(
+        // One-platform messages stay as they were; several name the platform.
+        let on = |message: String| {
+            if lock.platforms.len() == 1 {
+                message
+            } else {
+                format!("{platform} ({}): {message}", image.digest)
+            }
+        };
+        let locked_names: BTreeSet<String> = locked.records.iter().map(dist_name).collect();
+        if let Some(missing) = locked_names.difference(&image.packages).next() {
+            return Err(mismatch(on(format!(
                 "locked package `{missing}` is in no layer"
-            )));
+            ))));
         }
-        if let Some(extra) = packages.difference(&locked).next() {
-            return Err(mismatch(format!(
+        if let Some(extra) = image.packages.difference(&locked_names).next() {
+            return Err(mismatch(on(format!(
                 "the image holds `{extra}`, which the lock does not"
-            )));
+            ))));
         }
-        match (&lock.base, &base_digest) {
+        match (&locked.base, &image.base) {
             (LockedBase::Scratch, None) => {}
             (LockedBase::Digest(pinned), Some(actual)) if pinned == actual => {}
             (pinned, actual) => {
-                return Err(mismatch(format!(
+                return Err(mismatch(on(format!(
                     "the lock pins base {pinned}, the image was built on {}",
                     actual.as_deref().unwrap_or("scratch")
-                )));
+                ))));
             }
         }
     }
-    Ok(report)
+    if let Some(extra) = images.iter().find(|image| {
+        image.platform.as_deref().is_some_and(|p| {
+            !lock
+                .platforms
+                .iter()
+                .any(|l| l.target.platform.as_str() == p)
+        })
+    }) {
+        return Err(mismatch(format!(
+            "the image has a {} manifest, which the lock does not lock",
+            extra.platform.as_deref().unwrap_or_default()
+        )));
+    }
+    Ok(())
 }
 
 /// Rebuilds `settings`' recipe from its lock into a temporary directory and compares the
@@ -303,8 +370,15 @@ pub async fn rebuild_and_compare(
     let report = crate::build::build(&settings, &Silent)
         .await
         .map_err(|e| VerifyError::Rebuild(Box::new(e)))?;
-    let original_digest = original.manifests.first().cloned().unwrap_or_default();
-    if original.manifests.contains(&report.manifest_digest) {
+    let original_digest = original
+        .indexes
+        .first()
+        .or(original.manifests.first())
+        .cloned()
+        .unwrap_or_default();
+    if original.manifests.contains(&report.manifest_digest)
+        || original.indexes.contains(&report.manifest_digest)
+    {
         return Ok(report.manifest_digest);
     }
     Err(VerifyError::RebuildDiffers {
@@ -314,19 +388,60 @@ pub async fn rebuild_and_compare(
     })
 }
 
-/// Describes the first difference between two single-image layouts: the first layer whose
-/// digest differs and, inside it, the first entry that differs; or the config.
+/// Describes the first difference between two layouts of the same recipe: in the first
+/// platform image that differs, the first layer whose digest differs and, inside it, the
+/// first entry that differs; or the config.
 fn first_difference(a: &Path, b: &Path) -> String {
-    let open = |dir: &Path| -> Option<(ImageManifest, PathBuf)> {
+    // The platform images of the first tag, in index order.
+    let open = |dir: &Path| -> Option<(Vec<(String, ImageManifest)>, PathBuf)> {
         let index = ImageIndex::from_file(dir.join("index.json")).ok()?;
         let blobs = dir.join("blobs/sha256");
         let descriptor = index.manifests().first()?;
-        let manifest = ImageManifest::from_file(blobs.join(descriptor.digest().digest())).ok()?;
-        Some((manifest, blobs))
+        let descriptors = if *descriptor.media_type() == MediaType::ImageIndex {
+            ImageIndex::from_file(blobs.join(descriptor.digest().digest()))
+                .ok()?
+                .manifests()
+                .clone()
+        } else {
+            vec![descriptor.clone()]
+        };
+        let manifests = descriptors
+            .iter()
+            .map(|d| {
+                let manifest = ImageManifest::from_file(blobs.join(d.digest().digest())).ok()?;
+                let platform = d
+                    .platform()
+                    .as_ref()
+                    .map(|p| format!("{}/{}", p.os(), p.architecture()))
+                    .unwrap_or_default();
+                Some((platform, manifest))
+            })
+            .collect::<Option<Vec<_>>>()?;
+        Some((manifests, blobs))
     };
     let (Some((ma, ba)), Some((mb, bb))) = (open(a), open(b)) else {
         return "one of the images cannot be read".to_string();
     };
+    if ma.len() != mb.len() {
+        return format!("{} platform images against {}", ma.len(), mb.len());
+    }
+    let several = ma.len() > 1;
+    for ((platform, ma), (_, mb)) in ma.iter().zip(&mb) {
+        if ma == mb {
+            continue;
+        }
+        let difference = manifest_difference(ma, &ba, mb, &bb);
+        return if several {
+            format!("{platform}: {difference}")
+        } else {
+            difference
+        };
+    }
+    "the platform images are identical; the image index differs".to_string()
+}
+
+/// The first difference between two manifests whose blobs are in `ba` and `bb`.
+fn manifest_difference(ma: &ImageManifest, ba: &Path, mb: &ImageManifest, bb: &Path) -> String {
     for (index, (la, lb)) in ma.layers().iter().zip(mb.layers()).enumerate() {
         if la.digest() == lb.digest() {
             continue;
@@ -354,7 +469,7 @@ fn first_difference(a: &Path, b: &Path) -> String {
                 })
                 .collect()
         };
-        let (ea, eb) = (entries(&ba, la), entries(&bb, lb));
+        let (ea, eb) = (entries(ba, la), entries(bb, lb));
         for (x, y) in ea.iter().zip(&eb) {
             if x != y {
                 return if x.0 == y.0 {

@@ -5,11 +5,19 @@ use std::{fmt::Write, process::ExitCode};
 use clap::Args;
 
 use super::{fail, human_bytes};
-use crate::inspect::{ImageDiff, ImageSummary, describe_layer, diff, inspect};
+use crate::inspect::{ImageDiff, ImageSummary, describe_layer, diff, inspect, inspect_platform};
+
+/// `--platform`: an OCI platform or a conda subdir that maps to one.
+pub(super) fn parse_platform(text: &str) -> Result<rattler_conda_types::Subdir, String> {
+    crate::recipe::OciPlatform::parse_subdir(text).ok_or_else(|| {
+        format!("`{text}` is not a Linux platform: expected e.g. `linux/amd64`, `linux/arm64` or `linux-aarch64`")
+    })
+}
 
 pub(super) const INSPECT_EXAMPLES: &str = "\
 Examples:
   imgbuild inspect images/py39-torch21             # the `latest` tag of a layout
+  imgbuild inspect images/multi --platform linux/arm64   # one platform of a multi-platform image
   imgbuild inspect images/py39-torch21:cuda11.8 --json | jq '.layers[].packages'";
 
 pub(super) const DIFF_EXAMPLES: &str = "\
@@ -21,6 +29,10 @@ Examples:
 pub struct InspectArgs {
     /// The image: an OCI layout directory, optionally with `:TAG`
     pub image: String,
+    /// Of a multi-platform image, the platform to describe: `linux/arm64`, `arm64` or a
+    /// conda subdir (`linux-aarch64`); default: this machine's, else the image's first
+    #[arg(long, value_parser = parse_platform)]
+    pub platform: Option<rattler_conda_types::Subdir>,
     /// Print the summary as one JSON object
     #[arg(long)]
     pub json: bool,
@@ -39,7 +51,7 @@ pub struct DiffArgs {
 
 #[allow(clippy::print_stdout)]
 pub(super) fn run_inspect(args: &InspectArgs) -> ExitCode {
-    let summary = match inspect(&args.image) {
+    let summary = match inspect_platform(&args.image, args.platform) {
         Ok(summary) => summary,
         Err(err) => return fail(&err, 1),
     };
@@ -89,6 +101,15 @@ fn render_summary(summary: &ImageSummary) -> String {
     let or_dash = |v: &Option<String>| v.clone().unwrap_or_else(|| "-".to_string());
     let config = &summary.config;
     let _ = writeln!(out, "image        {}", summary.image);
+    if let Some(index) = &summary.index_digest {
+        let _ = writeln!(
+            out,
+            "index        {index} ({}; below: {}/{}, `--platform` picks another)",
+            summary.platforms.join(", "),
+            summary.os,
+            summary.architecture
+        );
+    }
     let _ = writeln!(out, "digest       {}", summary.manifest_digest);
     let _ = writeln!(out, "platform     {}/{}", summary.os, summary.architecture);
     let _ = writeln!(out, "created      {}", or_dash(&summary.created));

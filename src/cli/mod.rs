@@ -404,6 +404,15 @@ async fn run(cli: Cli) -> ExitCode {
                 }
                 _ => {}
             }
+            if args.format == crate::oci::archive::OutputFormat::DockerArchive
+                && let Some(platforms) = multi_platforms(&settings)
+            {
+                eprintln!(
+                    "error: a docker-archive holds one platform's image, and `{}` builds {platforms}: use `--format oci-archive` (it holds the image index), or a recipe with one platform",
+                    settings.recipe_path.display()
+                );
+                return ExitCode::from(1);
+            }
             let built = build::build(&settings, &reporter).await;
             reporter.finish(built.is_ok());
             built.map(|report| {
@@ -577,6 +586,19 @@ fn smoke(args: &SmokeArgs) -> ExitCode {
     };
     print!("{}", report.render(args.json));
     ExitCode::from(report.verdict.exit_code())
+}
+
+/// The platforms of the recipe `settings` builds, when it has several (errors in the recipe
+/// are left to the build, which reports them with their place).
+fn multi_platforms(settings: &build::BuildSettings) -> Option<crate::recipe::Platforms> {
+    let options = crate::recipe::RecipeOptions {
+        channel_alias: settings.channel_alias.clone(),
+        variant: settings.variant.clone(),
+    };
+    crate::recipe::Recipe::load(&settings.recipe_path, &options)
+        .ok()
+        .map(|recipe| recipe.platforms)
+        .filter(|platforms| platforms.is_multi())
 }
 
 #[allow(clippy::print_stderr)]

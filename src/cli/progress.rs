@@ -307,6 +307,11 @@ pub(crate) fn result_event(report: &BuildReport) -> Value {
         "layout": report.layout_dir,
         "tags": report.tags,
         "digest": report.manifest_digest,
+        "platforms": report
+            .platforms
+            .iter()
+            .map(|(platform, digest)| json!({"platform": platform.as_str(), "digest": digest}))
+            .collect::<Vec<_>>(),
         "layers": report.base_layers + report.layers.len(),
         "base_layers": report.base_layers,
         "new_layers": report.layers.len(),

@@ -155,7 +155,7 @@ async fn attach_sboms(
     layout: &std::path::Path,
     report: &mut PushReport,
 ) -> Result<(), Box<dyn std::error::Error>> {
-    use crate::registry::referrers::{Attachment, Discovery, attach};
+    use crate::registry::referrers::{Attachment, Discovery, Subject, attach};
     use crate::sbom::{SbomFormat, path_beside};
     let mut attachments = Vec::new();
     for (format, media_type) in [
@@ -178,7 +178,16 @@ async fn attach_sboms(
         .as_str()
         .unwrap_or("1970-01-01T00:00:00Z")
         .to_string();
-    let (digests, found_by) = attach(client, &report.digest, size, &created, &attachments).await?;
+    // A multi-platform image's SBOMs describe its index.
+    let media_type = manifest["mediaType"]
+        .as_str()
+        .unwrap_or("application/vnd.oci.image.manifest.v1+json");
+    let subject = Subject {
+        digest: &report.digest,
+        size,
+        media_type,
+    };
+    let (digests, found_by) = attach(client, subject, &created, &attachments).await?;
     report.sboms = digests;
     // The attachment's requests and retries count too.
     report.requests = client.requests.load(std::sync::atomic::Ordering::Relaxed);
@@ -250,13 +259,15 @@ pub async fn run_push(args: &PushArgs, options: &ClientOptions, quiet: bool) -> 
 pub fn base_of(image: &str) -> Option<Reference> {
     let (layout, tag) = split_layout(image);
     let index = oci_spec::image::ImageIndex::from_file(layout.join("index.json")).ok()?;
-    let descriptor = crate::oci::layout::tagged(&index, &tag)?;
-    let manifest = oci_spec::image::ImageManifest::from_file(
-        layout
-            .join("blobs/sha256")
-            .join(descriptor.digest().digest()),
-    )
-    .ok()?;
+    let mut descriptor = crate::oci::layout::tagged(&index, &tag)?.clone();
+    let blob =
+        |d: &oci_spec::image::Descriptor| layout.join("blobs/sha256").join(d.digest().digest());
+    // Every platform of a multi-platform image is built on the same base repository.
+    if *descriptor.media_type() == oci_spec::image::MediaType::ImageIndex {
+        let nested = oci_spec::image::ImageIndex::from_file(blob(&descriptor)).ok()?;
+        descriptor = nested.manifests().first()?.clone();
+    }
+    let manifest = oci_spec::image::ImageManifest::from_file(blob(&descriptor)).ok()?;
     let name = manifest
         .annotations()
         .as_ref()?

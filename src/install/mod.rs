@@ -34,8 +34,21 @@ const HOST_KEYS: &[&str] = &[
 /// How to install.
 #[derive(Debug, Clone)]
 pub struct InstallOptions<'a> {
-    /// Holds the package cache (`pkgs/`).
+    /// Holds the package caches (`pkgs/`, see [`package_cache_dir`]).
     pub cache_dir: &'a Path,
+}
+
+/// The package cache for packages of `platform`: `pkgs/` for linux-64, `pkgs-<subdir>/`
+/// for the others. rattler names an extracted package `name-version-build` only, and conda
+/// channels do publish one name-version-build for several subdirs (`_openmp_mutex-4.5-2_gnu`
+/// is in linux-64 and linux-aarch64), so one shared cache would hand the installer one
+/// platform's files for another's package, or re-extract over files a staging tree still
+/// links to (conda/rattler#2166). The noarch packages of each platform go with it.
+pub fn package_cache_dir(cache_dir: &Path, platform: rattler_conda_types::Subdir) -> PathBuf {
+    match platform {
+        rattler_conda_types::Subdir::Linux64 => cache_dir.join("pkgs"),
+        other => cache_dir.join(format!("pkgs-{other}")),
+    }
 }
 
 /// One installed package and the prefix-relative paths it owns.
@@ -143,10 +156,11 @@ pub async fn install(
 /// builds of one process fetch the same package at the same time.
 pub async fn fetch_only(
     records: &[RepoDataRecord],
+    platform: rattler_conda_types::Subdir,
     options: &InstallOptions<'_>,
 ) -> Result<(), InstallError> {
     let (events_tx, mut events_rx) = tokio::sync::mpsc::unbounded_channel();
-    let cache = PackageCache::new(options.cache_dir.join("pkgs"));
+    let cache = PackageCache::new(package_cache_dir(options.cache_dir, platform));
     progress::forward_until_done(
         fetch::fetch_and_check(records, &cache, options.cache_dir, events_tx),
         &mut events_rx,
@@ -180,7 +194,7 @@ pub async fn install_reporting(
     }
 
     let (events_tx, mut events_rx) = tokio::sync::mpsc::unbounded_channel();
-    let cache = PackageCache::new(options.cache_dir.join("pkgs"));
+    let cache = PackageCache::new(package_cache_dir(options.cache_dir, platform));
     progress::forward_until_done(
         fetch::fetch_and_check(records, &cache, options.cache_dir, events_tx.clone()),
         &mut events_rx,

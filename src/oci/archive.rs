@@ -52,6 +52,8 @@ pub enum ArchiveError {
     },
     #[error("The image layout `{}` has no tag `{tag}`", path.display())]
     NoTag { path: PathBuf, tag: String },
+    #[error("A docker-archive holds one platform's image, and tag `{tag}` of `{}` is an image index of several platforms: use `--format oci-archive`, or a recipe with one platform", path.display())]
+    SeveralPlatforms { path: PathBuf, tag: String },
     #[error("Failed to write the archive `{}`", path.display())]
     Write {
         path: PathBuf,
@@ -81,21 +83,43 @@ pub fn write_archive(
                 path: layout.dir.clone(),
                 tag: tag.to_string(),
             })?;
-    if *descriptor.media_type() != MediaType::ImageManifest {
-        return Err(ArchiveError::NoTag {
-            path: layout.dir.clone(),
-            tag: format!("{tag} (a single-platform manifest)"),
-        });
+    // The manifests of the tag: itself, or those of the image index it names.
+    let mut blobs: Vec<String> = vec![descriptor.digest().to_string()];
+    let manifest_descriptors = match descriptor.media_type() {
+        MediaType::ImageManifest => vec![descriptor.clone()],
+        MediaType::ImageIndex if format == OutputFormat::DockerArchive => {
+            return Err(ArchiveError::SeveralPlatforms {
+                path: layout.dir.clone(),
+                tag: tag.to_string(),
+            });
+        }
+        MediaType::ImageIndex => {
+            ImageIndex::from_file(layout.blob_path(descriptor.digest().as_ref()))
+                .map_err(layout_err)?
+                .manifests()
+                .clone()
+        }
+        _ => {
+            return Err(ArchiveError::NoTag {
+                path: layout.dir.clone(),
+                tag: format!("{tag} (an image manifest or index)"),
+            });
+        }
+    };
+    let mut manifests = Vec::with_capacity(manifest_descriptors.len());
+    for manifest_descriptor in &manifest_descriptors {
+        let manifest =
+            ImageManifest::from_file(layout.blob_path(manifest_descriptor.digest().as_ref()))
+                .map_err(layout_err)?;
+        blobs.push(manifest_descriptor.digest().to_string());
+        blobs.push(manifest.config().digest().to_string());
+        blobs.extend(manifest.layers().iter().map(|l| l.digest().to_string()));
+        manifests.push(manifest);
     }
-    let manifest = ImageManifest::from_file(layout.blob_path(descriptor.digest().as_ref()))
-        .map_err(layout_err)?;
-    let mut blobs: Vec<String> = vec![
-        descriptor.digest().to_string(),
-        manifest.config().digest().to_string(),
-    ];
-    blobs.extend(manifest.layers().iter().map(|l| l.digest().to_string()));
     blobs.sort();
     blobs.dedup();
+    // A docker-archive is only ever written from one manifest (refused above otherwise).
+    let manifest = &manifests[0];
 
     let only_this_tag =
         super::image::index_of(vec![descriptor.clone()]).map_err(|_| ArchiveError::NoTag {

@@ -102,6 +102,76 @@ pub fn open_base(base: &Base, platform: Subdir) -> Result<Option<BaseImage>, Bas
     }
 }
 
+/// The platform images a tag of a layout holds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TagPlatforms {
+    /// The image index the tag names, for a multi-platform image.
+    pub index_digest: Option<String>,
+    /// The conda subdir of each platform image, in index order; one for a plain manifest
+    /// (none when its architecture is not one a recipe can name).
+    pub platforms: Vec<Subdir>,
+}
+
+impl TagPlatforms {
+    /// `wanted`, else the build host's platform when the image has it, else its first.
+    pub fn choose(&self, wanted: Option<Subdir>) -> Subdir {
+        let host = Subdir::current().unwrap_or(Subdir::Linux64);
+        wanted
+            .or_else(|| self.platforms.contains(&host).then_some(host))
+            .or_else(|| self.platforms.first().copied())
+            .unwrap_or(host)
+    }
+}
+
+/// What platforms tag `tag` of the layout at `dir` holds.
+pub fn tag_platforms(dir: &Path, tag: &str) -> Result<TagPlatforms, BaseError> {
+    let blobs_dir = dir.join("blobs").join("sha256");
+    let read_err = |path: PathBuf| move |source| BaseError::Read { path, source };
+    let index_path = dir.join("index.json");
+    let index = ImageIndex::from_file(&index_path).map_err(read_err(index_path.clone()))?;
+    let Some(descriptor) = super::layout::tagged(&index, tag) else {
+        // `open_base` says which tags there are.
+        return Ok(TagPlatforms {
+            index_digest: None,
+            platforms: Vec::new(),
+        });
+    };
+    let subdir = |architecture: &str, variant: Option<&str>| {
+        let text = match variant {
+            Some(variant) => format!("linux/{architecture}/{variant}"),
+            None => format!("linux/{architecture}"),
+        };
+        crate::recipe::OciPlatform::parse_subdir(&text)
+    };
+    let path = blobs_dir.join(descriptor.digest().digest());
+    if is_index(descriptor.media_type()) {
+        let nested = ImageIndex::from_file(&path).map_err(read_err(path))?;
+        return Ok(TagPlatforms {
+            index_digest: Some(descriptor.digest().to_string()),
+            platforms: nested
+                .manifests()
+                .iter()
+                .filter_map(|d| {
+                    let p = d.platform().as_ref()?;
+                    subdir(&p.architecture().to_string(), p.variant().as_deref())
+                })
+                .collect(),
+        });
+    }
+    let manifest = ImageManifest::from_file(&path).map_err(read_err(path))?;
+    let config_path = blobs_dir.join(manifest.config().digest().digest());
+    let config = ImageConfiguration::from_file(&config_path).map_err(read_err(config_path))?;
+    Ok(TagPlatforms {
+        index_digest: None,
+        platforms: subdir(
+            &config.architecture().to_string(),
+            config.variant().as_deref(),
+        )
+        .into_iter()
+        .collect(),
+    })
+}
+
 fn open_layout(dir: &Path, tag: &str, platform: Subdir) -> Result<BaseImage, BaseError> {
     let reference = format!("oci:{}:{tag}", dir.display());
     let blobs_dir = dir.join("blobs").join("sha256");

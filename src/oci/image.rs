@@ -6,9 +6,10 @@ use std::collections::{BTreeMap, HashMap};
 use indexmap::IndexMap;
 use oci_spec::image::{
     Arch, Config, ConfigBuilder, Descriptor, DescriptorBuilder, HistoryBuilder,
-    ImageConfigurationBuilder, ImageIndexBuilder, ImageManifestBuilder, MediaType, Os,
+    ImageConfigurationBuilder, ImageIndexBuilder, ImageManifestBuilder, MediaType, Os, Platform,
     PlatformBuilder, RootFsBuilder, SCHEMA_VERSION,
 };
+use rattler_conda_types::Subdir;
 
 use super::{
     annotations,
@@ -36,6 +37,8 @@ pub struct Activation {
 #[derive(Debug)]
 pub struct ImageInputs<'a> {
     pub recipe: &'a Recipe,
+    /// The platform of this image (one of the recipe's).
+    pub platform: Subdir,
     pub base: Option<&'a BaseImage>,
     pub activation: &'a Activation,
     /// Our layers, bottom first, with the blob written for each.
@@ -52,8 +55,8 @@ pub struct ImageInputs<'a> {
 pub struct WrittenImage {
     pub manifest: Descriptor,
     pub config_digest: String,
-    /// Index entries, one per tag.
-    pub index_manifests: Vec<Descriptor>,
+    /// The OCI platform the manifest is for, as index entries name it.
+    pub platform: Platform,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -113,7 +116,7 @@ pub fn merge_env(
 /// Writes config and manifest blobs into `layout` and returns the index entries to commit.
 pub fn write_image(layout: &Layout, inputs: &ImageInputs<'_>) -> Result<WrittenImage, ImageError> {
     let recipe = inputs.recipe;
-    let (architecture, variant) = oci_architecture(recipe.platform).expect("validated platform");
+    let (architecture, variant) = oci_architecture(inputs.platform).expect("validated platform");
 
     let base_config = inputs.base.and_then(|b| b.config.config().clone());
     let mut config: Config = match base_config {
@@ -228,7 +231,7 @@ pub fn write_image(layout: &Layout, inputs: &ImageInputs<'_>) -> Result<WrittenI
         ),
         (
             annotations::PLATFORM.to_string(),
-            recipe.platform.to_string(),
+            inputs.platform.to_string(),
         ),
         (annotations::PREFIX.to_string(), recipe.prefix.clone()),
     ]);
@@ -261,15 +264,67 @@ pub fn write_image(layout: &Layout, inputs: &ImageInputs<'_>) -> Result<WrittenI
         platform = platform.variant(variant.to_string());
     }
     let platform = platform.build().map_err(spec_err("platform"))?;
-    let index_manifests = recipe
-        .tags
-        .iter()
+    Ok(WrittenImage {
+        config_digest: config_descriptor.digest().to_string(),
+        manifest: manifest_descriptor,
+        platform,
+    })
+}
+
+/// The `index.json` entries of an image, one per tag: the platform image itself when there
+/// is one platform (what single-platform tools expect), else an image index of the platform
+/// images, written into `layout`, in the recipe's platform order.
+pub fn tag_entries(
+    layout: &Layout,
+    recipe: &Recipe,
+    created: &str,
+    images: &[WrittenImage],
+) -> Result<Vec<Descriptor>, ImageError> {
+    let tags = &recipe.tags;
+    // A one-platform entry names its platform, as it always has; an index has none.
+    let (target, platform) = match images {
+        [image] => (image.manifest.clone(), Some(image.platform.clone())),
+        _ => {
+            let manifests = images
+                .iter()
+                .map(|image| {
+                    DescriptorBuilder::default()
+                        .media_type(MediaType::ImageManifest)
+                        .size(image.manifest.size())
+                        .digest(image.manifest.digest().clone())
+                        .platform(image.platform.clone())
+                        .build()
+                        .map_err(spec_err("index entry"))
+                })
+                .collect::<Result<Vec<_>, _>>()?;
+            let mut index = index_of(manifests)?;
+            // As on each manifest: what pushes (SBOM artifacts) and readers take the
+            // image's time and name from.
+            index.set_annotations(Some(HashMap::from([
+                (
+                    "org.opencontainers.image.created".to_string(),
+                    created.to_string(),
+                ),
+                (
+                    "org.opencontainers.image.title".to_string(),
+                    recipe.name.clone(),
+                ),
+            ])));
+            let (descriptor, _) =
+                layout.write_json_blob(&index, MediaType::ImageIndex, "the image index")?;
+            (descriptor, None)
+        }
+    };
+    tags.iter()
         .map(|tag| {
-            DescriptorBuilder::default()
-                .media_type(MediaType::ImageManifest)
-                .size(manifest_descriptor.size())
-                .digest(manifest_descriptor.digest().clone())
-                .platform(platform.clone())
+            let mut builder = DescriptorBuilder::default()
+                .media_type(target.media_type().clone())
+                .size(target.size())
+                .digest(target.digest().clone());
+            if let Some(platform) = &platform {
+                builder = builder.platform(platform.clone());
+            }
+            builder
                 .annotations(HashMap::from([(
                     "org.opencontainers.image.ref.name".to_string(),
                     tag.clone(),
@@ -277,13 +332,7 @@ pub fn write_image(layout: &Layout, inputs: &ImageInputs<'_>) -> Result<WrittenI
                 .build()
                 .map_err(spec_err("index entry"))
         })
-        .collect::<Result<Vec<_>, _>>()?;
-
-    Ok(WrittenImage {
-        config_digest: config_descriptor.digest().to_string(),
-        manifest: manifest_descriptor,
-        index_manifests,
-    })
+        .collect()
 }
 
 /// The `index.json` that lists `manifests`.
@@ -299,6 +348,82 @@ pub fn index_of(manifests: Vec<Descriptor>) -> Result<oci_spec::image::ImageInde
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn written(digest_char: char, architecture: &str, variant: Option<&str>) -> WrittenImage {
+        let mut platform = PlatformBuilder::default()
+            .architecture(Arch::from(architecture))
+            .os(Os::Linux);
+        if let Some(variant) = variant {
+            platform = platform.variant(variant.to_string());
+        }
+        WrittenImage {
+            manifest: Descriptor::new(
+                MediaType::ImageManifest,
+                1234,
+                format!("sha256:{}", digest_char.to_string().repeat(64))
+                    .parse::<oci_spec::image::Digest>()
+                    .unwrap(),
+            ),
+            config_digest: format!("sha256:{}", "c".repeat(64)),
+            platform: platform.build().unwrap(),
+        }
+    }
+
+    fn recipe() -> Recipe {
+        Recipe::from_str_at(
+            "[image]\nname = \"x\"\ntags = [\"latest\", \"v1\"]\n",
+            std::path::Path::new("/work/recipes/x.toml"),
+            &crate::recipe::RecipeOptions::default(),
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn one_platform_tags_name_the_manifest_and_several_an_index() {
+        let dir = tempfile::tempdir().unwrap();
+        let layout = Layout::new(dir.path().join("image"));
+        layout.prepare().unwrap();
+        let recipe = recipe();
+        let created = "2023-10-01T00:00:00Z";
+
+        let arm = written('a', "arm64", Some("v8"));
+        let single = tag_entries(&layout, &recipe, created, std::slice::from_ref(&arm)).unwrap();
+        assert_eq!(single.len(), 2);
+        for entry in &single {
+            assert_eq!(*entry.media_type(), MediaType::ImageManifest);
+            assert_eq!(entry.digest(), arm.manifest.digest());
+            assert_eq!(entry.platform().as_ref(), Some(&arm.platform));
+        }
+
+        let both = [written('b', "amd64", None), arm.clone()];
+        let entries = tag_entries(&layout, &recipe, created, &both).unwrap();
+        assert_eq!(entries.len(), 2);
+        assert_eq!(entries[0].digest(), entries[1].digest());
+        let entry = &entries[0];
+        assert_eq!(*entry.media_type(), MediaType::ImageIndex);
+        assert!(entry.platform().is_none());
+        let bytes = fs_err::read(layout.blob_path(entry.digest().as_ref())).unwrap();
+        assert_eq!(
+            super::super::sha256_digest(&bytes),
+            entry.digest().to_string()
+        );
+        let index: oci_spec::image::ImageIndex = serde_json::from_slice(&bytes).unwrap();
+        let platforms: Vec<String> = index
+            .manifests()
+            .iter()
+            .map(|m| {
+                let p = m.platform().as_ref().unwrap();
+                format!("{}/{}/{:?}", p.os(), p.architecture(), p.variant())
+            })
+            .collect();
+        assert_eq!(platforms, ["linux/amd64/None", "linux/arm64/Some(\"v8\")"]);
+        let annotations = index.annotations().as_ref().unwrap();
+        assert_eq!(annotations["org.opencontainers.image.created"], created);
+        assert_eq!(annotations["org.opencontainers.image.title"], "x");
+        // Canonical: the same images give the same index bytes.
+        let again = tag_entries(&layout, &recipe, created, &both).unwrap();
+        assert_eq!(again[0].digest(), entry.digest());
+    }
 
     #[test]
     fn env_merge_prepends_path_and_lets_the_recipe_win() {

@@ -17,7 +17,7 @@ use crate::cuda::compat::{
 };
 use crate::layers::Compression;
 
-use super::matrix::Variant;
+use super::{Platforms, matrix::Variant};
 
 use super::{
     DEFAULT_CHANNEL_ALIAS, DEFAULT_LAYER_BUDGET, DEFAULT_PREFIX,
@@ -97,8 +97,9 @@ pub struct Recipe {
     /// The base as the recipe wrote it (`oci:../base:v1`), for annotations: unlike
     /// [`Base`], it holds no path of the build host.
     pub base_reference: String,
-    /// The conda subdir the environment is solved and installed for.
-    pub platform: Subdir,
+    /// The conda subdirs the environment is solved and installed for, one image per
+    /// platform (an image index when there are several).
+    pub platforms: Platforms,
     /// Absolute in-image path of the environment, without a trailing slash.
     pub prefix: String,
     /// glibc version of the target; `None` means "take it from the base, else 2.17".
@@ -268,37 +269,9 @@ impl Checker {
             Some(base) => self.base(base)?,
         };
 
-        let platform = match &image.platforms {
-            None => Subdir::Linux64,
-            Some(platforms) => {
-                let list = platforms.get_ref();
-                let [only] = list.as_slice() else {
-                    return Err(self.error(
-                        platforms,
-                        if list.is_empty() {
-                            "`platforms` must name one platform".to_string()
-                        } else {
-                            "this version builds one platform per image; multi-platform images are not supported yet".to_string()
-                        },
-                    ));
-                };
-                let subdir = Subdir::from_str(only.get_ref()).map_err(|_| {
-                    self.error(
-                        only,
-                        format!(
-                            "unknown platform `{}`: expected a conda subdir such as `linux-64` or `linux-aarch64`",
-                            only.get_ref()
-                        ),
-                    )
-                })?;
-                if !subdir.is_linux() || oci_architecture(subdir).is_none() {
-                    return Err(self.error(
-                        only,
-                        format!("platform `{subdir}` cannot run in a Linux container image"),
-                    ));
-                }
-                subdir
-            }
+        let platforms = match &image.platforms {
+            None => Platforms::single(Subdir::Linux64),
+            Some(platforms) => self.platforms(platforms)?,
         };
 
         let prefix = match &image.prefix {
@@ -429,7 +402,7 @@ impl Checker {
                 .base
                 .as_ref()
                 .map_or_else(|| "scratch".to_string(), |b| b.get_ref().clone()),
-            platform,
+            platforms,
             prefix,
             glibc,
             channels,
@@ -447,6 +420,36 @@ impl Checker {
             variant: None,
             embed_smoke: file.smoke.embed,
         })
+    }
+
+    fn platforms(
+        &self,
+        platforms: &Spanned<Vec<Spanned<String>>>,
+    ) -> Result<Platforms, RecipeError> {
+        let mut subdirs: Vec<Subdir> = Vec::new();
+        for entry in platforms.get_ref() {
+            let subdir = Subdir::from_str(entry.get_ref()).map_err(|_| {
+                self.error(
+                    entry,
+                    format!(
+                        "unknown platform `{}`: expected a conda subdir such as `linux-64` or `linux-aarch64`",
+                        entry.get_ref()
+                    ),
+                )
+            })?;
+            if !subdir.is_linux() || oci_architecture(subdir).is_none() {
+                return Err(self.error(
+                    entry,
+                    format!("platform `{subdir}` cannot run in a Linux container image"),
+                ));
+            }
+            if subdirs.contains(&subdir) {
+                return Err(self.error(entry, format!("platform `{subdir}` is listed twice")));
+            }
+            subdirs.push(subdir);
+        }
+        Platforms::new(subdirs)
+            .ok_or_else(|| self.error(platforms, "`platforms` must name at least one platform"))
     }
 
     fn base(&self, base: &Spanned<String>) -> Result<Base, RecipeError> {
@@ -627,7 +630,7 @@ dependencies = ["python=3.9", "numpy >=1.20"]
         let recipe = parse(MINIMAL).unwrap();
         assert_eq!(recipe.tags, vec!["latest"]);
         assert_eq!(recipe.base, Base::Scratch);
-        assert_eq!(recipe.platform, Subdir::Linux64);
+        assert_eq!(recipe.platforms.as_slice(), [Subdir::Linux64]);
         assert_eq!(recipe.prefix, "/opt/conda");
         assert_eq!(recipe.layer_budget, DEFAULT_LAYER_BUDGET);
         let urls: Vec<String> = recipe
@@ -644,6 +647,20 @@ dependencies = ["python=3.9", "numpy >=1.20"]
                 "file:///work/local/"
             ]
         );
+    }
+
+    #[test]
+    fn several_platforms_keep_the_recipes_order() {
+        let text = MINIMAL.replace(
+            "name = \"x\"",
+            "name = \"x\"\nplatforms = [\"linux-aarch64\", \"linux-64\"]",
+        );
+        let recipe = parse(&text).unwrap();
+        assert_eq!(
+            recipe.platforms.as_slice(),
+            [Subdir::LinuxAarch64, Subdir::Linux64]
+        );
+        assert!(recipe.platforms.is_multi());
     }
 
     #[test]
@@ -779,6 +796,18 @@ dependencies = ["python=3.9", "numpy >=1.20"]
             (
                 "[image]\nname = \"x\"\nplatforms = [\"linux-65\"]\n",
                 "unknown platform",
+            ),
+            (
+                "[image]\nname = \"x\"\nplatforms = [\"linux-64\", \"linux-aarch64\", \"linux-64\"]\n",
+                "platform `linux-64` is listed twice",
+            ),
+            (
+                "[image]\nname = \"x\"\nplatforms = [\"linux-64\", \"osx-arm64\"]\n",
+                "platform `osx-arm64` cannot run",
+            ),
+            (
+                "[image]\nname = \"x\"\nplatforms = []\n",
+                "must name at least one platform",
             ),
             ("[image]\nname = \"x\"\ntags = [\"-x\"]\n", "invalid tag"),
             (

@@ -8,11 +8,13 @@
 mod error;
 mod load;
 pub mod matrix;
+mod platforms;
 mod schema;
 pub mod suggest;
 
 pub use error::{RecipeError, SourceSpan};
 pub use load::{Base, CudaTarget, Recipe, RecipeOptions, is_valid_tag, oci_architecture};
+pub use platforms::{OciPlatform, Platforms};
 
 /// Where channel names such as `conda-forge` resolve when no alias is configured.
 pub const DEFAULT_CHANNEL_ALIAS: &str = "https://conda.anaconda.org";

@@ -53,13 +53,20 @@ async fn put_blob(client: &RepositoryClient, bytes: &[u8]) -> Result<String, Reg
     Ok(digest)
 }
 
-/// Attaches `attachments` to the image `subject_digest` (a manifest of `subject_size`
-/// bytes) in the client's repository; returns the artifacts' digests and how they can be
-/// found.
+/// The image artifacts are attached to: a manifest, or the image index of a multi-platform
+/// image.
+#[derive(Debug, Clone, Copy)]
+pub struct Subject<'a> {
+    pub digest: &'a str,
+    pub size: u64,
+    pub media_type: &'a str,
+}
+
+/// Attaches `attachments` to the image `subject` in the client's repository; returns the
+/// artifacts' digests and how they can be found.
 pub async fn attach(
     client: &RepositoryClient,
-    subject_digest: &str,
-    subject_size: u64,
+    subject: Subject<'_>,
     created: &str,
     attachments: &[Attachment],
 ) -> Result<(Vec<String>, Discovery), RegistryError> {
@@ -73,7 +80,7 @@ pub async fn attach(
             "artifactType": attachment.media_type,
             "config": {"mediaType": EMPTY_MEDIA_TYPE, "digest": config, "size": EMPTY_CONFIG.len()},
             "layers": [{"mediaType": attachment.media_type, "digest": blob, "size": attachment.bytes.len()}],
-            "subject": {"mediaType": MANIFEST, "digest": subject_digest, "size": subject_size},
+            "subject": {"mediaType": subject.media_type, "digest": subject.digest, "size": subject.size},
             "annotations": {"org.opencontainers.image.created": created},
         });
         let bytes = canonical_json(&manifest).expect("JSON serializes");
@@ -87,7 +94,7 @@ pub async fn attach(
     let referrers = client
         .send(
             Method::GET,
-            &client.url(&format!("/referrers/{subject_digest}")),
+            &client.url(&format!("/referrers/{}", subject.digest)),
             &[(header::ACCEPT, INDEX.to_string())],
             Body::Empty,
             &[StatusCode::OK, StatusCode::NOT_FOUND],
@@ -99,7 +106,7 @@ pub async fn attach(
     }
 
     // The tag scheme: merge ours into the index under `sha256-<hex>`.
-    let tag = subject_digest.replace(':', "-");
+    let tag = subject.digest.replace(':', "-");
     let existing = client
         .send(
             Method::GET,

@@ -59,8 +59,7 @@ fn strings(value: &Value) -> Vec<String> {
 fn locked_packages(lock: &Path) -> Vec<String> {
     let lock = imgbuild::lock::Lock::read(lock).unwrap().unwrap();
     let mut names: Vec<String> = lock
-        .records
-        .iter()
+        .all_records()
         .map(|r| {
             let p = &r.package_record;
             format!("{}-{}-{}", p.name.as_normalized(), p.version, p.build)

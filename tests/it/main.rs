@@ -21,6 +21,7 @@ mod k8s;
 mod layer_cache;
 mod lock;
 mod matrix;
+mod platforms;
 mod progress;
 mod recipes;
 mod registry;

@@ -29,6 +29,7 @@ fn every_shipped_recipe_is_valid() {
             "jupyter",
             "py39-torch21",
             "torch-cpu",
+            "torch-cpu-multiarch",
             "torch-cuda12"
         ]
     );
@@ -40,6 +41,17 @@ fn every_shipped_recipe_is_valid() {
             "recipes/README.md documents {name}"
         );
     }
+
+    let multiarch = Recipe::load(
+        &dir.join("torch-cpu-multiarch.toml"),
+        &RecipeOptions::default(),
+    )
+    .unwrap();
+    assert_eq!(
+        multiarch.platforms.to_string(),
+        "linux-64, linux-aarch64",
+        "the multi-platform recipe builds both"
+    );
 
     let torch = Recipe::load(&dir.join("py39-torch21.toml"), &RecipeOptions::default()).unwrap();
     let channels: Vec<String> = torch

@@ -48,8 +48,7 @@ fn spdx_schema() -> PathBuf {
 /// Each locked package as (name, version, build, sha256, file name, channel).
 fn locked(lock: &Path) -> BTreeMap<String, (String, String, String, String, String)> {
     let lock = imgbuild::lock::Lock::read(lock).unwrap().unwrap();
-    lock.records
-        .iter()
+    lock.all_records()
         .map(|r| {
             let p = &r.package_record;
             (

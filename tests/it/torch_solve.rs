@@ -208,7 +208,7 @@ async fn py39_torch21_picks_the_cuda_11_8_build_from_the_real_pytorch_index() {
         "channel names resolve through the alias: {}",
         recipe.channels[0].base_url
     );
-    let target = Target::for_recipe(&recipe, None);
+    let target = Target::for_recipe(&recipe, recipe.platforms.as_slice()[0], None);
     let cache = root.path().join("cache");
     let records = resolve(
         &recipe.channels,

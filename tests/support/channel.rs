@@ -211,6 +211,90 @@ pub fn fetch_wheel(cache_dir: &Path, wheel: &PinnedWheel) -> anyhow::Result<Path
     Ok(target)
 }
 
+/// MarkupSafe 2.1.5 for CPython 3.11 on x86-64 Linux: a real x86-64 ELF extension module.
+pub const MARKUPSAFE_X86_64: PinnedWheel = PinnedWheel {
+    file_name: "MarkupSafe-2.1.5-cp311-cp311-manylinux_2_17_x86_64.manylinux2014_x86_64.whl",
+    url: "https://files.pythonhosted.org/packages/97/18/\
+c30da5e7a0e7f4603abfc6780574131221d9148f323752c2755d48abad30/\
+MarkupSafe-2.1.5-cp311-cp311-manylinux_2_17_x86_64.manylinux2014_x86_64.whl",
+    sha256: "b91c037585eba9095565a3556f611e3cbfaa42ca1e865f7b8015fe5c7336d5a5",
+};
+
+/// The same release for aarch64 Linux: a real aarch64 ELF extension module.
+pub const MARKUPSAFE_AARCH64: PinnedWheel = PinnedWheel {
+    file_name: "MarkupSafe-2.1.5-cp311-cp311-manylinux_2_17_aarch64.manylinux2014_aarch64.whl",
+    url: "https://files.pythonhosted.org/packages/1c/cf/\
+35fe557e53709e93feb65575c93927942087e9b97213eabc3fe9d5b25a55/\
+MarkupSafe-2.1.5-cp311-cp311-manylinux_2_17_aarch64.manylinux2014_aarch64.whl",
+    sha256: "6ec585f69cec0aa07d945b20805be741395e28ac1627333b1c5b0105962ffced",
+};
+
+/// Writes a two-platform channel into `channel_dir`: `speedups` 2.1.5 for `linux-64` and for
+/// `linux-aarch64`, each holding MarkupSafe's real compiled extension for its architecture
+/// (`lib/_speedups.so`, from the pinned PyPI wheels), and a `noarch: generic` package
+/// `greeting` both platforms install. Indexed with rattler_index.
+pub fn write_platforms_channel(channel_dir: &Path, cache_dir: &Path) -> anyhow::Result<()> {
+    for (subdir, arch, wheel, member) in [
+        (
+            "linux-64",
+            "x86_64",
+            MARKUPSAFE_X86_64,
+            "markupsafe/_speedups.cpython-311-x86_64-linux-gnu.so",
+        ),
+        (
+            "linux-aarch64",
+            "aarch64",
+            MARKUPSAFE_AARCH64,
+            "markupsafe/_speedups.cpython-311-aarch64-linux-gnu.so",
+        ),
+    ] {
+        let wheel = fetch_wheel(cache_dir, &wheel)?;
+        let mut zip = zip::ZipArchive::new(fs_err::File::open(&wheel)?)
+            .with_context(|| format!("opening {}", wheel.display()))?;
+        let mut library = Vec::new();
+        zip.by_name(member)
+            .with_context(|| format!("{member} in {}", wheel.display()))?
+            .read_to_end(&mut library)?;
+        ensure!(
+            library.starts_with(b"\x7fELF"),
+            "{member} is not an ELF file"
+        );
+        let mut index = linux64_index("speedups", "2.1.5", &["__glibc >=2.17"]);
+        index["subdir"] = subdir.into();
+        index["arch"] = arch.into();
+        index["license"] = "BSD-3-Clause".into();
+        let dir = channel_dir.join(subdir);
+        fs_err::create_dir_all(&dir)?;
+        write_package(
+            &dir.join("speedups-2.1.5-h0_0.conda"),
+            index,
+            &[executable("lib/_speedups.so", library)],
+            None,
+        )?;
+    }
+    let noarch = channel_dir.join("noarch");
+    fs_err::create_dir_all(&noarch)?;
+    write_package(
+        &noarch.join("greeting-1.0-0.tar.bz2"),
+        serde_json::json!({
+            "arch": null,
+            "build": "0",
+            "build_number": 0,
+            "depends": [],
+            "license": "Apache-2.0",
+            "name": "greeting",
+            "noarch": "generic",
+            "platform": null,
+            "subdir": "noarch",
+            "timestamp": TIMESTAMP_MS,
+            "version": "1.0",
+        }),
+        &[file("share/greeting.txt", "hello from every platform\n")],
+        None,
+    )?;
+    index_channel(channel_dir)
+}
+
 /// Writes a conda package `name-version-h0_0.conda` (linux-64) holding shared libraries taken
 /// from a wheel: `files` maps wheel members to prefix paths, `links` adds symlinks.
 pub fn write_wheel_library_package(
