@@ -14,6 +14,15 @@ build:
 smoke-exe:
     PATH="${IMGBUILD_TEST_CACHE:-tests/.cache}/venv/bin:$PATH" cargo zigbuild --release --locked -p imgbuild-smoke --target x86_64-unknown-linux-gnu.2.17
 
+# imgbuild's own image (recipes/imgbuild-builder.toml), which `imgbuild k8s --build-job` pods
+# run: imgbuild and imgbuild-smoke for glibc 2.17, packaged as a conda package in
+# images/.builder-channel, then built on distroless (needs gcr.io reachable; or change `base`).
+builder:
+    just smoke-exe
+    PATH="${IMGBUILD_TEST_CACHE:-tests/.cache}/venv/bin:$PATH" cargo zigbuild --release --locked --bin imgbuild --target x86_64-unknown-linux-gnu.2.17
+    cargo run --quiet --example make_builder_channel -- images/.builder-channel $CARGO_TARGET_DIR/x86_64-unknown-linux-gnu/release/imgbuild $CARGO_TARGET_DIR/x86_64-unknown-linux-gnu/release/imgbuild-smoke
+    $CARGO_TARGET_DIR/x86_64-unknown-linux-gnu/release/imgbuild build recipes/imgbuild-builder.toml
+
 # Install the test tools (Debian/Ubuntu, as root) and run every test
 test:
     tests/install-deps.sh

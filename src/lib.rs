@@ -8,6 +8,7 @@ pub mod build;
 pub mod cli;
 pub mod cuda;
 pub mod fs;
+pub mod http;
 pub mod init;
 pub mod inspect;
 pub mod install;

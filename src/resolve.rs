@@ -91,6 +91,8 @@ pub struct ResolveOptions<'a> {
 
 #[derive(Debug, thiserror::Error)]
 pub enum ResolveError {
+    #[error(transparent)]
+    Http(#[from] crate::http::HttpError),
     #[error("Failed to fetch repodata from channels {}", channels.join(", "))]
     Fetch {
         channels: Vec<String>,
@@ -125,7 +127,10 @@ async fn missing_package_hints(
     if missing.is_empty() {
         return Vec::new();
     }
-    let names = match gateway(options)
+    let Ok(gateway) = gateway(options) else {
+        return Vec::new();
+    };
+    let names = match gateway
         .names(channels.iter().cloned(), [target.platform, Subdir::NoArch])
         .await
     {
@@ -154,7 +159,7 @@ async fn missing_package_hints(
 }
 
 /// Builds the gateway that fetches and caches repodata for `options`.
-pub fn gateway(options: &ResolveOptions<'_>) -> Gateway {
+pub fn gateway(options: &ResolveOptions<'_>) -> Result<Gateway, crate::http::HttpError> {
     let source = SourceConfig {
         cache_action: if options.offline {
             CacheAction::ForceCacheOnly
@@ -163,7 +168,8 @@ pub fn gateway(options: &ResolveOptions<'_>) -> Gateway {
         },
         ..SourceConfig::default()
     };
-    Gateway::builder()
+    Ok(Gateway::builder()
+        .with_client(crate::http::client()?)
         .with_cache_dir(options.cache_dir.join("repodata"))
         .with_package_cache(rattler_cache::package_cache::PackageCache::new(
             options.cache_dir.join("pkgs"),
@@ -172,7 +178,7 @@ pub fn gateway(options: &ResolveOptions<'_>) -> Gateway {
             default: source,
             per_channel: Default::default(),
         })
-        .finish()
+        .finish())
 }
 
 /// Solves `specs` from `channels` for `target`. Records come back sorted by name.
@@ -185,7 +191,7 @@ pub async fn resolve(
     if specs.is_empty() {
         return Ok(Vec::new());
     }
-    let repodata = gateway(options)
+    let repodata = gateway(options)?
         .query(
             channels.iter().cloned(),
             [target.platform, Subdir::NoArch],

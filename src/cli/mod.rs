@@ -257,6 +257,8 @@ pub fn main() -> ExitCode {
             }),
         )
         .with_writer(std::io::stderr)
+        // Colour only for a person at a terminal, never into CI logs and files.
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .without_time()
         .init();
 

@@ -18,6 +18,8 @@ use rattler_cache::package_cache::{CacheReporter, PackageCache};
 use rattler_conda_types::RepoDataRecord;
 use rattler_digest::Sha256Hash;
 
+use rattler_networking::LazyClient;
+
 use super::{
     InstallError, checked, dist_name, progress,
     scan::{self, ArchiveKind},
@@ -28,11 +30,12 @@ pub(super) async fn fetch_and_check(
     records: &[RepoDataRecord],
     cache: &PackageCache,
     cache_dir: &Path,
+    client: &LazyClient,
     events: tokio::sync::mpsc::UnboundedSender<progress::Event>,
 ) -> Result<(), InstallError> {
     use futures::{StreamExt, TryStreamExt};
     futures::stream::iter(records)
-        .map(|record| fetch_one(record, cache, cache_dir, events.clone()))
+        .map(|record| fetch_one(record, cache, cache_dir, client, events.clone()))
         .buffer_unordered(8)
         .try_collect::<Vec<()>>()
         .await?;
@@ -56,6 +59,7 @@ struct Job {
     kind: ArchiveKind,
     source: Source,
     downloads: PathBuf,
+    client: LazyClient,
     reporter: Arc<dyn CacheReporter>,
 }
 
@@ -81,6 +85,7 @@ async fn fetch_one(
     record: &RepoDataRecord,
     cache: &PackageCache,
     cache_dir: &Path,
+    client: &LazyClient,
     events: tokio::sync::mpsc::UnboundedSender<progress::Event>,
 ) -> Result<(), InstallError> {
     let package = dist_name(record);
@@ -114,6 +119,7 @@ async fn fetch_one(
         kind,
         source,
         downloads: cache_dir.join("downloads"),
+        client: client.clone(),
         reporter: Arc::new(progress::CacheForward::new(events)),
     };
 
@@ -279,7 +285,6 @@ async fn download(job: &Job, url: &url::Url) -> Result<tempfile::TempPath, Insta
     fs_err::create_dir_all(&job.downloads).map_err(|e| failed(&e))?;
     let policy = rattler_networking::retry_policies::default_retry_policy();
     let started = std::time::SystemTime::now();
-    let client = rattler_networking::LazyClient::default();
     let mut attempt = 0;
     loop {
         let temp = tempfile::Builder::new()
@@ -289,7 +294,7 @@ async fn download(job: &Job, url: &url::Url) -> Result<tempfile::TempPath, Insta
             .tempfile_in(&job.downloads)
             .map_err(|e| failed(&e))?
             .into_temp_path();
-        match download_once(job, &client, url, &temp).await {
+        match download_once(job, url, &temp).await {
             Ok(()) => return Ok(temp),
             Err(err) => match policy.should_retry(started, attempt) {
                 RetryDecision::Retry { execute_after } => {
@@ -306,14 +311,10 @@ async fn download(job: &Job, url: &url::Url) -> Result<tempfile::TempPath, Insta
     }
 }
 
-async fn download_once(
-    job: &Job,
-    client: &rattler_networking::LazyClient,
-    url: &url::Url,
-    path: &Path,
-) -> Result<(), String> {
+async fn download_once(job: &Job, url: &url::Url, path: &Path) -> Result<(), String> {
     use tokio::io::AsyncWriteExt;
-    let mut response = client
+    let mut response = job
+        .client
         .client()
         .get(url.clone())
         .send()

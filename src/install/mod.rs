@@ -96,6 +96,8 @@ impl StagedPrefix {
 
 #[derive(Debug, thiserror::Error)]
 pub enum InstallError {
+    #[error(transparent)]
+    Http(#[from] crate::http::HttpError),
     #[error("Failed to create the staging directory `{}`", path.display())]
     Staging {
         path: PathBuf,
@@ -159,10 +161,11 @@ pub async fn fetch_only(
     platform: rattler_conda_types::Subdir,
     options: &InstallOptions<'_>,
 ) -> Result<(), InstallError> {
+    let client = crate::http::client()?;
     let (events_tx, mut events_rx) = tokio::sync::mpsc::unbounded_channel();
     let cache = PackageCache::new(package_cache_dir(options.cache_dir, platform));
     progress::forward_until_done(
-        fetch::fetch_and_check(records, &cache, options.cache_dir, events_tx),
+        fetch::fetch_and_check(records, &cache, options.cache_dir, &client, events_tx),
         &mut events_rx,
         &crate::build::Silent,
     )
@@ -193,15 +196,23 @@ pub async fn install_reporting(
         return Ok(staged);
     }
 
+    let client = crate::http::client()?;
     let (events_tx, mut events_rx) = tokio::sync::mpsc::unbounded_channel();
     let cache = PackageCache::new(package_cache_dir(options.cache_dir, platform));
     progress::forward_until_done(
-        fetch::fetch_and_check(records, &cache, options.cache_dir, events_tx.clone()),
+        fetch::fetch_and_check(
+            records,
+            &cache,
+            options.cache_dir,
+            &client,
+            events_tx.clone(),
+        ),
         &mut events_rx,
         reporter,
     )
     .await?;
     let installing = Installer::new()
+        .with_download_client(client)
         .with_target_platform(platform)
         .with_package_cache(cache)
         // Placeholders get the path the files will have inside the image.

@@ -9,6 +9,7 @@ mod support;
 
 mod archive;
 mod build;
+mod builder;
 mod common;
 mod error_messages;
 mod errors;

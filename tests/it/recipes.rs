@@ -26,6 +26,7 @@ fn every_shipped_recipe_is_valid() {
         names,
         [
             "demo",
+            "imgbuild-builder",
             "jupyter",
             "py39-torch21",
             "torch-cpu",

@@ -12,8 +12,9 @@ use serde_json::Value;
 use crate::{
     common::{LayoutView, Project, is_root, run_bundle_output, run_tool, unpack, validate_layout},
     support::{
-        base::old_glibc_base_layout, channel::tiny_recipe, nvrtc_channel, shared_channel,
-        smoke_exe, test_cache_dir,
+        base::{OLD_GLIBC_SUITE, debian_base_layout},
+        channel::tiny_recipe,
+        nvrtc_channel, shared_channel, smoke_exe, test_cache_dir,
     },
 };
 
@@ -30,9 +31,10 @@ pub(crate) fn embedding_project(name: &str) -> Project {
 
 fn embedding_project_on(name: &str, base_packages: &[&str]) -> Project {
     let project = Project::new();
-    old_glibc_base_layout(
+    debian_base_layout(
         &project.path().join("base"),
         &test_cache_dir(),
+        OLD_GLIBC_SUITE,
         base_packages,
     )
     .unwrap();

@@ -166,20 +166,33 @@ pub fn umoci(args: &[&str]) -> anyhow::Result<()> {
 /// The Debian release whose glibc (2.31) stands for an old distribution in tests.
 pub const OLD_GLIBC_SUITE: &str = "bullseye";
 
-/// Creates an OCI image layout at `dir`, tag `latest`, holding only Debian bullseye's
-/// `packages` (`libc6` is glibc 2.31) and what they depend on, unpacked by `mmdebstrap
-/// --variant=extract` from deb.debian.org (no maintainer script runs), plus `/tmp`. The rootfs
-/// tar is kept in `cache_dir`, so the network is needed once per package list.
-pub fn old_glibc_base_layout(
+/// The Debian release of this machine (`VERSION_CODENAME` of `/etc/os-release`): a base of
+/// that release has the glibc that binaries built here need.
+pub fn host_debian_suite() -> anyhow::Result<String> {
+    let text = fs_err::read_to_string("/etc/os-release")?;
+    text.lines()
+        .find_map(|line| line.strip_prefix("VERSION_CODENAME="))
+        .map(|v| v.trim_matches('"').to_string())
+        .filter(|v| !v.is_empty())
+        .context("/etc/os-release names no VERSION_CODENAME: these tests need a Debian host")
+}
+
+/// Creates an OCI image layout at `dir`, tag `latest`, holding only the Debian `suite`'s
+/// `packages` (bullseye's `libc6` is glibc 2.31) and what they depend on, unpacked by
+/// `mmdebstrap --variant=extract` from deb.debian.org (no maintainer script runs), plus `/tmp`
+/// (mode 1777). The rootfs tar is kept in `cache_dir`, so the network is needed once per suite
+/// and package list.
+pub fn debian_base_layout(
     dir: &Path,
     cache_dir: &Path,
+    suite: &str,
     packages: &[&str],
 ) -> anyhow::Result<()> {
     ensure!(
         have("mmdebstrap") && have("umoci"),
         "mmdebstrap and umoci are required (tests/install-deps.sh installs them)"
     );
-    let rootfs_tar = cache_dir.join(format!("{OLD_GLIBC_SUITE}-{}.tar", packages.join("+")));
+    let rootfs_tar = cache_dir.join(format!("{suite}-{}.tar", packages.join("+")));
     // Tests of this process wait for one download.
     static DOWNLOAD: std::sync::Mutex<()> = std::sync::Mutex::new(());
     let _one = DOWNLOAD.lock().unwrap_or_else(|e| e.into_inner());
@@ -193,19 +206,16 @@ pub fn old_glibc_base_layout(
                 "--variant=extract",
                 &format!("--include={}", packages.join(",")),
                 "--mode=root",
-                OLD_GLIBC_SUITE,
+                suite,
             ])
             .arg(&partial)
             .arg("http://deb.debian.org/debian")
             .status()
             .context("running mmdebstrap")?;
-        ensure!(
-            status.success(),
-            "mmdebstrap {OLD_GLIBC_SUITE} failed: {status}"
-        );
+        ensure!(status.success(), "mmdebstrap {suite} failed: {status}");
         fs_err::rename(&partial, &rootfs_tar)?;
     }
-    let created_by = format!("imgbuild tests: {OLD_GLIBC_SUITE} {}", packages.join(" "));
+    let created_by = format!("imgbuild tests: {suite} {}", packages.join(" "));
     umoci_image(dir, &created_by, None, |rootfs| {
         let status = Command::new("tar")
             .arg("-xf")

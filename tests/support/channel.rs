@@ -157,6 +157,40 @@ pub fn write_cuda_nvrtc_11_8(cache_dir: &Path, linux64: &Path) -> anyhow::Result
     )
 }
 
+/// Writes imgbuild itself as the conda package `imgbuild-VERSION-hHASH_0.conda` into
+/// `linux64`, what `recipes/imgbuild-builder.toml` installs: `bin/imgbuild` and
+/// `bin/imgbuild-smoke`, depending on `__glibc >=` the newest `GLIBC_x.y` either needs (read
+/// from their ELF version needs). The build string carries a hash of both binaries: rattler's
+/// package cache keys on name-version-build, so other binaries must be another build.
+pub fn write_imgbuild_package(
+    linux64: &Path,
+    imgbuild: &Path,
+    smoke: &Path,
+    version: &str,
+) -> anyhow::Result<PathBuf> {
+    fs_err::create_dir_all(linux64)?;
+    let mut glibc: Option<rattler_conda_types::Version> = None;
+    let mut hasher = Sha256::new();
+    let mut entries = Vec::new();
+    for (binary, path) in [(imgbuild, "bin/imgbuild"), (smoke, "bin/imgbuild-smoke")] {
+        let needs = imgbuild::smoke::embed::SmokeExecutable::read(binary)?.glibc;
+        if needs > glibc {
+            glibc = needs;
+        }
+        let bytes = fs_err::read(binary)?;
+        hasher.update(&bytes);
+        entries.push(executable(path, bytes));
+    }
+    let glibc = glibc.map_or_else(|| "2.17".to_string(), |v| v.to_string());
+    let build = format!("h{}_0", &hex::encode(hasher.finalize())[..8]);
+    let mut index = linux64_index("imgbuild", version, &[&format!("__glibc >={glibc}")]);
+    index["build"] = build.clone().into();
+    index["license"] = "Apache-2.0".into();
+    let out = linux64.join(format!("imgbuild-{version}-{build}.conda"));
+    write_package(&out, index, &entries, None)?;
+    Ok(out)
+}
+
 /// Returns the path of NVIDIA's `nvidia-cuda-runtime-cu11` 11.8.89 wheel (see [`fetch_wheel`]).
 pub fn cuda_runtime_wheel(cache_dir: &Path) -> anyhow::Result<PathBuf> {
     fetch_wheel(cache_dir, &CUDA_RUNTIME_11_8)

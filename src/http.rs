@@ -1,0 +1,42 @@
+//! The one HTTP client for channels (repodata) and package downloads.
+//!
+//! reqwest's `Client::new()`, which rattler uses when it is given no client, panics when the
+//! machine has no CA certificates (a distroless or scratch builder image without them, a
+//! minimal container). A build from local channels needs no TLS at all, so instead of a
+//! panic: warn, and use a client that trusts no certificate, so an https request fails with
+//! its own clear error and everything else works.
+
+use rattler_networking::LazyClient;
+
+/// A client trusting the system's CA certificates (or `SSL_CERT_FILE`/`SSL_CERT_DIR`), else
+/// one that trusts none. Fails only when no TLS backend can start at all.
+pub fn client() -> Result<LazyClient, HttpError> {
+    let client = reqwest::Client::builder().build().or_else(|err| {
+        tracing::warn!(
+            "no CA certificates could be loaded ({}): https channels cannot be reached; install CA certificates or set SSL_CERT_FILE",
+            error_chain(&err)
+        );
+        reqwest::Client::builder()
+            .tls_certs_only(std::iter::empty())
+            .build()
+    });
+    client
+        .map(LazyClient::from)
+        .map_err(|err| HttpError(error_chain(&err)))
+}
+
+/// The HTTP client could not be set up.
+#[derive(Debug, thiserror::Error)]
+#[error("The HTTP client cannot be set up: {0}")]
+pub struct HttpError(String);
+
+fn error_chain(err: &dyn std::error::Error) -> String {
+    let mut text = err.to_string();
+    let mut source = err.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}
