@@ -7,12 +7,14 @@ export CARGO_TARGET_DIR := env_var_or_default("CARGO_TARGET_DIR", "target")
 build:
     cargo build --release
 
-# The in-image smoke executable (`[smoke] embed = true`), linked against glibc 2.17 so it runs
-# in any glibc image: zig and cargo-zigbuild from PyPI (tests/install-deps.sh puts them in the
-# test venv). Writes target/x86_64-unknown-linux-gnu/release/imgbuild-smoke; pass it to builds
-# with --smoke-exe or IMGBUILD_SMOKE_EXE, or put it beside the imgbuild binary.
+# The in-image smoke executables (`[smoke] embed = true`) for x86-64 and aarch64, linked against
+# glibc 2.17 so they run in any glibc image: zig and cargo-zigbuild from PyPI
+# (tests/install-deps.sh puts them in the test venv; `rustup target add
+# aarch64-unknown-linux-gnu`). Writes target/{x86_64,aarch64}-unknown-linux-gnu/release/
+# imgbuild-smoke; pass both to builds (--smoke-exe A --smoke-exe B, or IMGBUILD_SMOKE_EXE=A:B).
 smoke-exe:
     PATH="${IMGBUILD_TEST_CACHE:-tests/.cache}/venv/bin:$PATH" cargo zigbuild --release --locked -p imgbuild-smoke --target x86_64-unknown-linux-gnu.2.17
+    PATH="${IMGBUILD_TEST_CACHE:-tests/.cache}/venv/bin:$PATH" cargo zigbuild --release --locked -p imgbuild-smoke --target aarch64-unknown-linux-gnu.2.17
 
 # imgbuild's own image (recipes/imgbuild-builder.toml), which `imgbuild k8s --build-job` pods
 # run: imgbuild and imgbuild-smoke for glibc 2.17, packaged as a conda package in

@@ -34,7 +34,7 @@ use crate::{
         pull::{PullError, pull_base},
     },
     resolve::{ResolveError, ResolveOptions, Target, resolve},
-    smoke::embed::{self, EmbedError, SmokeExecutable},
+    smoke::embed::{self, EmbedError, SmokeExecutable, SmokeExecutables},
 };
 
 /// How to treat an existing lock file.
@@ -67,8 +67,9 @@ pub struct BuildSettings {
     pub registry: ClientOptions,
     /// The matrix variant to build, for a recipe with a `[matrix]`.
     pub variant: Option<crate::recipe::matrix::Variant>,
-    /// The `imgbuild-smoke` executable for `[smoke] embed = true`; default: beside imgbuild.
-    pub smoke_exe: Option<PathBuf>,
+    /// The `imgbuild-smoke` executables for `[smoke] embed = true`, one per architecture;
+    /// default: those beside imgbuild.
+    pub smoke_exe: Vec<PathBuf>,
 }
 
 /// Pipeline stages, for progress reports.
@@ -199,9 +200,6 @@ struct Prepared {
     recipe: Recipe,
     /// One per platform of the recipe, in its order.
     platforms: Vec<PreparedPlatform>,
-    /// The executable `[smoke] embed = true` puts into the image, checked against each
-    /// platform.
-    smoke: Option<SmokeExecutable>,
 }
 
 /// What one platform of the image starts from.
@@ -210,6 +208,9 @@ struct PreparedPlatform {
     base: Option<BaseImage>,
     target: Target,
     locked_base: LockedBase,
+    /// The executable `[smoke] embed = true` puts into this platform's image, checked
+    /// against it.
+    smoke: Option<SmokeExecutable>,
 }
 
 impl Prepared {
@@ -231,9 +232,7 @@ async fn prepare(settings: &BuildSettings) -> Result<Prepared, BuildError> {
     // Read once; checked against each platform before solving, so a smoke executable that
     // cannot run in one of the images fails now.
     let smoke = match recipe.embed_smoke {
-        true => Some(SmokeExecutable::read(&embed::locate(
-            settings.smoke_exe.as_deref(),
-        )?)?),
+        true => Some(SmokeExecutables::find(&settings.smoke_exe)?),
         false => None,
     };
     let mut platforms = Vec::with_capacity(recipe.platforms.len());
@@ -248,9 +247,14 @@ async fn prepare(settings: &BuildSettings) -> Result<Prepared, BuildError> {
             (None, Some(base)) => detect_glibc(base)?,
             _ => None,
         };
-        if let Some(smoke) = &smoke {
-            smoke.check(platform, recipe.glibc.as_ref().or(base_glibc.as_ref()))?;
-        }
+        let smoke = match &smoke {
+            Some(smoke) => Some(
+                smoke
+                    .for_platform(platform, recipe.glibc.as_ref().or(base_glibc.as_ref()))?
+                    .clone(),
+            ),
+            None => None,
+        };
         let target = Target::for_recipe(&recipe, platform, base_glibc.as_ref());
         let locked_base = base.as_ref().map_or(LockedBase::Scratch, |b| {
             LockedBase::Digest(b.manifest_digest.clone())
@@ -260,13 +264,10 @@ async fn prepare(settings: &BuildSettings) -> Result<Prepared, BuildError> {
             base,
             target,
             locked_base,
+            smoke,
         });
     }
-    Ok(Prepared {
-        recipe,
-        platforms,
-        smoke,
-    })
+    Ok(Prepared { recipe, platforms })
 }
 
 /// Pulls a registry base into the cache, for `platform`. Offline, the digest pinned in the
@@ -485,13 +486,20 @@ pub async fn build(
         .filter_map(|p| p.base.as_ref().map(|b| b.manifest_digest.as_str()))
         .collect();
     let base_manifests = base_manifests.join(",");
+    // Every platform's embedded executable, in platform order.
+    let smoke_exes: Vec<&str> = prepared
+        .platforms
+        .iter()
+        .filter_map(|p| p.smoke.as_ref().map(|s| s.digest.as_str()))
+        .collect();
+    let smoke_exes = smoke_exes.join(",");
     let inputs_key = BuildInputs {
         recipe_path: &settings.recipe_path,
         lock_path: &recipe.lock_path(),
         base_manifest: has_base.then_some(base_manifests.as_str()),
         source_date_epoch: settings.source_date_epoch,
         variant: recipe.variant.as_deref(),
-        smoke_exe: prepared.smoke.as_ref().map(|s| s.digest.as_str()),
+        smoke_exe: recipe.embed_smoke.then_some(smoke_exes.as_str()),
     }
     .key();
     let records = BuildRecords::new(&settings.cache_dir);
@@ -612,10 +620,10 @@ pub async fn build(
             &staged,
             recipe.layer_budget,
             platform.base.as_ref().map_or(0, |b| b.layers.len())
-                + usize::from(prepared.smoke.is_some()),
+                + usize::from(platform.smoke.is_some()),
             created_seconds as u64,
         )?;
-        if let Some(smoke) = &prepared.smoke {
+        if let Some(smoke) = &platform.smoke {
             plan.layers.push(smoke.stage(&staged.root)?);
             annotations.insert(
                 crate::oci::annotations::SMOKE.to_string(),

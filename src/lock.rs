@@ -250,6 +250,10 @@ impl Lock {
         if platforms.is_empty() {
             return Err(shape("it locks no platform"));
         }
+        // rattler_lock gives an environment's platforms in no fixed order: sort them, so
+        // whatever follows the lock's order (messages, the lock written back) is the same
+        // every time.
+        platforms.sort_by(|a, b| a.target.platform.as_str().cmp(b.target.platform.as_str()));
         Ok(Lock {
             channels: environment
                 .channels()

@@ -27,3 +27,8 @@ if ! "$VENV/bin/python" -c "import check_jsonschema, cyclonedx, spdx_tools, kube
     "$VENV/bin/pip" install --quiet check-jsonschema==0.39.0 cyclonedx-python-lib==11.12.0 spdx-tools==0.8.5 \
         kubernetes-validate==1.37.0 ziglang==0.17.0 cargo-zigbuild==0.24.0
 fi
+
+# The in-image smoke executable is also built for aarch64 images (tests/it/platforms.rs).
+if command -v rustup >/dev/null 2>&1 && ! rustup target list --installed | grep -qx aarch64-unknown-linux-gnu; then
+    rustup target add aarch64-unknown-linux-gnu
+fi

@@ -68,10 +68,17 @@ pub struct GlobalArgs {
     /// Trust the CA certificates in this PEM file for registries
     #[arg(long, global = true, value_name = "PEM")]
     pub ca_cert: Option<PathBuf>,
-    /// The `imgbuild-smoke` executable that `[smoke] embed = true` puts into images
-    /// [default: imgbuild-smoke beside imgbuild]
-    #[arg(long, global = true, env = crate::smoke::embed::EXE_ENV, value_name = "PATH")]
-    pub smoke_exe: Option<PathBuf>,
+    /// An `imgbuild-smoke` executable that `[smoke] embed = true` puts into images; repeat
+    /// it (or separate paths with `:`) for one per architecture
+    /// [default: imgbuild-smoke and imgbuild-smoke-* beside imgbuild]
+    #[arg(
+        long,
+        global = true,
+        env = crate::smoke::embed::EXE_ENV,
+        value_name = "PATH",
+        value_delimiter = ':'
+    )]
+    pub smoke_exe: Vec<PathBuf>,
 }
 
 impl GlobalArgs {

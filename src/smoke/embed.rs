@@ -41,7 +41,7 @@ const LAYER_MTIME: u64 = 1;
 #[derive(Debug, thiserror::Error)]
 pub enum EmbedError {
     #[error(
-        "`[smoke] embed = true` needs the `imgbuild-smoke` executable: none at `{}`; build it with `just smoke-exe` and pass it with --smoke-exe or {EXE_ENV}",
+        "`[smoke] embed = true` needs the `imgbuild-smoke` executable: none at `{}`; build it with `just smoke-exe` and pass it with --smoke-exe or {EXE_ENV} (one per architecture)",
         looked.display()
     )]
     NotFound { looked: PathBuf },
@@ -54,7 +54,7 @@ pub enum EmbedError {
     #[error("The smoke executable `{}` is not a 64-bit ELF executable: {reason}", path.display())]
     NotElf { path: PathBuf, reason: String },
     #[error(
-        "The smoke executable `{}` is built for {found}, but the image is for `{platform}` ({expected}); build it for that target",
+        "The smoke executable `{}` is built for {found}, but the image is for `{platform}` ({expected}); build one for that target (`just smoke-exe` builds x86-64 and aarch64) and pass both",
         path.display()
     )]
     WrongArchitecture {
@@ -96,20 +96,87 @@ pub struct SmokeExecutable {
     pub glibc: Option<Version>,
 }
 
-/// The executable `explicit` names, else `imgbuild-smoke` beside the running imgbuild (where
-/// a release puts it).
-pub fn locate(explicit: Option<&Path>) -> Result<PathBuf, EmbedError> {
-    let path = match explicit {
-        Some(path) => path.to_path_buf(),
-        None => std::env::current_exe()
-            .ok()
-            .and_then(|exe| exe.parent().map(|dir| dir.join("imgbuild-smoke")))
-            .unwrap_or_else(|| PathBuf::from("imgbuild-smoke")),
-    };
-    if path.is_file() {
-        Ok(path)
-    } else {
-        Err(EmbedError::NotFound { looked: path })
+/// The executables `explicit` names, else `imgbuild-smoke` and every `imgbuild-smoke-*` beside
+/// the running imgbuild (where a release puts them, one per architecture).
+pub fn locate(explicit: &[PathBuf]) -> Result<Vec<PathBuf>, EmbedError> {
+    if let Some(missing) = explicit.iter().find(|path| !path.is_file()) {
+        return Err(EmbedError::NotFound {
+            looked: missing.clone(),
+        });
+    }
+    if !explicit.is_empty() {
+        return Ok(explicit.to_vec());
+    }
+    let dir = std::env::current_exe()
+        .ok()
+        .and_then(|exe| exe.parent().map(Path::to_path_buf))
+        .unwrap_or_default();
+    let mut found: Vec<PathBuf> = fs_err::read_dir(&dir)
+        .into_iter()
+        .flatten()
+        .filter_map(Result::ok)
+        .map(|entry| entry.path())
+        .filter(|path| {
+            path.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|name| {
+                    name == "imgbuild-smoke"
+                        || (name.starts_with("imgbuild-smoke-") && !name.ends_with(".d"))
+                })
+                && path.is_file()
+        })
+        .collect();
+    found.sort();
+    if found.is_empty() {
+        return Err(EmbedError::NotFound {
+            looked: dir.join("imgbuild-smoke"),
+        });
+    }
+    Ok(found)
+}
+
+/// The executables a build may embed, one per architecture: each platform of the image gets
+/// the one built for it.
+#[derive(Debug, Clone)]
+pub struct SmokeExecutables(Vec<SmokeExecutable>);
+
+impl SmokeExecutables {
+    /// Reads the executables [`locate`] finds.
+    pub fn find(explicit: &[PathBuf]) -> Result<Self, EmbedError> {
+        locate(explicit)?
+            .iter()
+            .map(|path| SmokeExecutable::read(path))
+            .collect::<Result<Vec<_>, _>>()
+            .map(Self)
+    }
+
+    /// The executable for `platform`, checked against the image's glibc.
+    pub fn for_platform(
+        &self,
+        platform: Subdir,
+        image_glibc: Option<&Version>,
+    ) -> Result<&SmokeExecutable, EmbedError> {
+        let (machine, _) = expected_machine(platform);
+        let executable = self
+            .0
+            .iter()
+            .find(|e| e.machine == machine)
+            .unwrap_or(&self.0[0]);
+        executable.check(platform, image_glibc)?;
+        Ok(executable)
+    }
+}
+
+/// The ELF machine of `platform`'s executables, and its name.
+fn expected_machine(platform: Subdir) -> (elf::Machine, &'static str) {
+    match platform {
+        Subdir::Linux64 => (elf::EM_X86_64, "x86-64"),
+        Subdir::LinuxAarch64 => (elf::EM_AARCH64, "aarch64"),
+        Subdir::LinuxPpc64le => (elf::EM_PPC64, "ppc64le"),
+        _ => (
+            elf::EM_NONE,
+            "an architecture imgbuild-smoke is not built for",
+        ),
     }
 }
 
@@ -167,15 +234,7 @@ impl SmokeExecutable {
 
     /// Whether it can run in an image for `platform` whose glibc is `image_glibc`.
     pub fn check(&self, platform: Subdir, image_glibc: Option<&Version>) -> Result<(), EmbedError> {
-        let (expected_machine, expected) = match platform {
-            Subdir::Linux64 => (elf::EM_X86_64, "x86-64"),
-            Subdir::LinuxAarch64 => (elf::EM_AARCH64, "aarch64"),
-            Subdir::LinuxPpc64le => (elf::EM_PPC64, "ppc64le"),
-            _ => (
-                elf::EM_NONE,
-                "an architecture imgbuild-smoke is not built for",
-            ),
-        };
+        let (expected_machine, expected) = expected_machine(platform);
         if self.machine != expected_machine {
             return Err(EmbedError::WrongArchitecture {
                 path: self.path.clone(),
@@ -261,7 +320,7 @@ mod tests {
         std::fs::write(temp.path(), b"#!/bin/sh\necho smoke\n").unwrap();
         let err = SmokeExecutable::read(temp.path()).unwrap_err();
         assert!(matches!(err, EmbedError::NotElf { .. }), "{err}");
-        let err = locate(Some(Path::new("/nonexistent/imgbuild-smoke"))).unwrap_err();
+        let err = locate(&[PathBuf::from("/nonexistent/imgbuild-smoke")]).unwrap_err();
         assert!(err.to_string().contains("just smoke-exe"), "{err}");
     }
 }

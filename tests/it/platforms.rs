@@ -688,7 +688,7 @@ fn a_base_lacking_a_platform_is_a_clear_error() {
 }
 
 #[test]
-fn an_embedded_smoke_test_is_refused_for_a_platform_it_is_not_built_for() {
+fn each_platform_embeds_the_smoke_executable_built_for_it() {
     let project = Project::new();
     project.write_recipe(
         &(recipe(&["linux-64", "linux-aarch64"]).replacen(
@@ -709,4 +709,47 @@ fn an_embedded_smoke_test_is_refused_for_a_platform_it_is_not_built_for() {
         .assert_failure_naming(1, &["is for `linux-aarch64` (aarch64)", "x86-64"]);
     project.assert_no_image();
     assert!(!project.lock_path().exists(), "refused before solving");
+
+    // With one executable per architecture, each platform's image gets its own, on top.
+    let both = format!(
+        "{}:{}",
+        crate::support::smoke_exe().display(),
+        crate::support::smoke_exe_aarch64().display()
+    );
+    project
+        .run_with(
+            &["build", "recipes/image.toml"],
+            &[("IMGBUILD_SMOKE_EXE", both.as_str())],
+            None,
+        )
+        .success();
+    let layout = LayoutView::new(project.path().join("images/multi"));
+    let index = platform_index(&layout);
+    let manifests = index["manifests"].as_array().unwrap();
+    for (entry, (machine, exe)) in manifests.iter().zip([
+        (0x3e, crate::support::smoke_exe()),
+        (0xb7, crate::support::smoke_exe_aarch64()),
+    ]) {
+        let manifest = layout.json_blob(entry["digest"].as_str().unwrap());
+        assert_eq!(
+            manifest["annotations"]["dev.imgbuild.smoke"],
+            "/opt/imgbuild/bin/imgbuild-smoke"
+        );
+        let top = manifest["layers"].as_array().unwrap().last().unwrap();
+        let blob = layout.blob(top["digest"].as_str().unwrap());
+        let mut archive = tar::Archive::new(flate2::read::MultiGzDecoder::new(&blob[..]));
+        let mut found = None;
+        for entry in archive.entries().unwrap() {
+            let mut entry = entry.unwrap();
+            if entry.header().entry_type().is_file() {
+                let mut bytes = Vec::new();
+                std::io::Read::read_to_end(&mut entry, &mut bytes).unwrap();
+                found = Some((entry.path().unwrap().display().to_string(), bytes));
+            }
+        }
+        let (path, bytes) = found.expect("the smoke layer holds a file");
+        assert_eq!(path, "opt/imgbuild/bin/imgbuild-smoke");
+        assert_eq!(elf_machine(&bytes), machine);
+        assert!(bytes == fs_err::read(exe).unwrap());
+    }
 }

@@ -67,48 +67,63 @@ pub fn imgbuild_bin() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_imgbuild"))
 }
 
-/// The glibc the in-image smoke executable is linked against (`just smoke-exe` does the same).
+/// The target of the in-image smoke executable: x86-64, linked against glibc 2.17 (`just
+/// smoke-exe` builds the same).
 pub const SMOKE_EXE_TARGET: &str = "x86_64-unknown-linux-gnu.2.17";
+/// The same for aarch64 (needs `rustup target add aarch64-unknown-linux-gnu`).
+pub const SMOKE_EXE_TARGET_AARCH64: &str = "aarch64-unknown-linux-gnu.2.17";
 
-/// The `imgbuild-smoke` executable built for glibc 2.17 with `cargo zigbuild` (zig and
-/// cargo-zigbuild come from PyPI into the test venv), once per test process, in its own
-/// target directory under the test cache: the outer `cargo test` holds the usual one.
+/// The x86-64 `imgbuild-smoke` executable (see [`smoke_exe_for`]).
 pub fn smoke_exe() -> &'static Path {
     static EXE: OnceLock<PathBuf> = OnceLock::new();
-    EXE.get_or_init(|| {
-        let venv_bin = test_cache_dir().join("venv/bin");
-        assert!(
-            venv_bin.join("cargo-zigbuild").is_file(),
-            "cargo-zigbuild is missing from {}: run tests/install-deps.sh",
-            venv_bin.display()
-        );
-        let target_dir = test_cache_dir().join("smoke-exe-target");
-        let path = format!(
-            "{}:{}",
-            venv_bin.display(),
-            std::env::var("PATH").unwrap_or_default()
-        );
-        let output = std::process::Command::new(venv_bin.join("cargo-zigbuild"))
-            .args([
-                "zigbuild",
-                "--release",
-                "--locked",
-                "-p",
-                "imgbuild-smoke",
-                "--target",
-            ])
-            .arg(SMOKE_EXE_TARGET)
-            .arg("--manifest-path")
-            .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("Cargo.toml"))
-            .env("CARGO_TARGET_DIR", &target_dir)
-            .env("PATH", path)
-            .output()
-            .expect("running cargo zigbuild");
-        assert!(
-            output.status.success(),
-            "cargo zigbuild of imgbuild-smoke failed:\n{}",
-            String::from_utf8_lossy(&output.stderr)
-        );
-        target_dir.join("x86_64-unknown-linux-gnu/release/imgbuild-smoke")
-    })
+    EXE.get_or_init(|| smoke_exe_for(SMOKE_EXE_TARGET))
+}
+
+/// The aarch64 `imgbuild-smoke` executable (see [`smoke_exe_for`]).
+pub fn smoke_exe_aarch64() -> &'static Path {
+    static EXE: OnceLock<PathBuf> = OnceLock::new();
+    EXE.get_or_init(|| smoke_exe_for(SMOKE_EXE_TARGET_AARCH64))
+}
+
+/// The `imgbuild-smoke` executable built for `target` with `cargo zigbuild` (zig and
+/// cargo-zigbuild come from PyPI into the test venv), in its own target directory under the
+/// test cache: the outer `cargo test` holds the usual one. One build at a time.
+fn smoke_exe_for(target: &str) -> PathBuf {
+    static ONE_BUILD: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _one = ONE_BUILD.lock().unwrap_or_else(|e| e.into_inner());
+    let venv_bin = test_cache_dir().join("venv/bin");
+    assert!(
+        venv_bin.join("cargo-zigbuild").is_file(),
+        "cargo-zigbuild is missing from {}: run tests/install-deps.sh",
+        venv_bin.display()
+    );
+    let target_dir = test_cache_dir().join("smoke-exe-target");
+    let path = format!(
+        "{}:{}",
+        venv_bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let output = std::process::Command::new(venv_bin.join("cargo-zigbuild"))
+        .args([
+            "zigbuild",
+            "--release",
+            "--locked",
+            "-p",
+            "imgbuild-smoke",
+            "--target",
+        ])
+        .arg(target)
+        .arg("--manifest-path")
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("Cargo.toml"))
+        .env("CARGO_TARGET_DIR", &target_dir)
+        .env("PATH", path)
+        .output()
+        .expect("running cargo zigbuild");
+    assert!(
+        output.status.success(),
+        "cargo zigbuild of imgbuild-smoke for {target} failed (tests/install-deps.sh adds the Rust targets):\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let triple = target.split('.').next().expect("a target triple");
+    target_dir.join(triple).join("release/imgbuild-smoke")
 }
