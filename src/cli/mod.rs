@@ -31,6 +31,7 @@ const SMOKE_EXAMPLES: &str = "\
 Examples:
   imgbuild smoke images/py39-torch21              # the `latest` tag of a layout
   imgbuild smoke images/py39-torch21:cuda11.8 --json
+  imgbuild smoke registry.example/ml/py39-torch21@sha256:…   # pulled into the cache first
 
 Exit codes: 0 pass, 3 no NVIDIA driver or GPU, 4 the image's CUDA cannot run on this
 driver, 5 the kernel failed or computed wrong values, 1 the image cannot be read.";
@@ -138,7 +139,8 @@ pub enum Command {
 
 #[derive(Debug, Args)]
 pub struct SmokeArgs {
-    /// The image: an OCI layout directory, optionally with `:TAG`
+    /// The image: an OCI layout directory, optionally with `:TAG`, or a registry reference
+    /// naming its registry (`registry.example/ml/x:tag`, `…@sha256:…`)
     pub image: String,
     /// Print the report as one JSON object
     #[arg(long)]
@@ -323,7 +325,9 @@ async fn run(cli: Cli) -> ExitCode {
         };
 
     match &cli.command {
-        Command::Smoke(args) => return smoke(args),
+        Command::Smoke(args) => {
+            return smoke(args, &cache_dir, &cli.global.registry_options()).await;
+        }
         Command::Inspect(args) => return inspect::run_inspect(args),
         Command::K8s(args) => return k8s::run_k8s(args),
         Command::Diff(args) => return inspect::run_diff(args),
@@ -588,8 +592,12 @@ async fn run(cli: Cli) -> ExitCode {
 }
 
 #[allow(clippy::print_stdout)]
-fn smoke(args: &SmokeArgs) -> ExitCode {
-    let report = match crate::smoke::smoke(&args.image) {
+async fn smoke(
+    args: &SmokeArgs,
+    cache_dir: &std::path::Path,
+    registry: &crate::registry::ClientOptions,
+) -> ExitCode {
+    let report = match crate::smoke::smoke(&args.image, cache_dir, registry).await {
         Ok(report) => report,
         Err(err) => return fail(&err, 1),
     };

@@ -11,6 +11,11 @@ use std::path::Path;
 
 pub use imgbuild_smoke::{SmokeReport, Verdict};
 
+use crate::{
+    oci::base::BaseImage,
+    registry::{ClientOptions, Reference, RepositoryClient, pull::pull_base},
+};
+
 #[derive(Debug, thiserror::Error)]
 pub enum SmokeError {
     #[error("Cannot open image `{image}`")]
@@ -19,6 +24,74 @@ pub enum SmokeError {
         #[source]
         source: extract::ExtractError,
     },
+    #[error("Cannot pull image `{image}`")]
+    Pull {
+        image: String,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+}
+
+/// Where the image to test is: a layout directory when `DIR` of `DIR[:TAG]` is one, else a
+/// registry reference that names its registry (`registry.example/ml/x:tag`,
+/// `127.0.0.1:5000/x@sha256:…`). A path that is not there stays a path, so a typo is a
+/// missing layout rather than a lookup on Docker Hub.
+#[derive(Debug, PartialEq, Eq)]
+pub enum ImageSource<'a> {
+    Layout { dir: &'a Path, tag: &'a str },
+    Registry(Reference),
+}
+
+impl<'a> ImageSource<'a> {
+    pub fn of(image: &'a str) -> Self {
+        let (layout, tag) = split_reference(image);
+        let dir = Path::new(layout);
+        if !dir.is_dir()
+            && let Ok(reference) = Reference::parse(image)
+            && image
+                .split('/')
+                .next()
+                .is_some_and(|first| first.contains(['.', ':']) || first == "localhost")
+            && image.contains('/')
+        {
+            return ImageSource::Registry(reference);
+        }
+        ImageSource::Layout { dir, tag }
+    }
+}
+
+/// Opens `image` for this machine's platform: from its layout, or pulled (layers cached
+/// under `cache_dir`, digests checked) from its registry.
+pub async fn open(
+    image: &str,
+    cache_dir: &Path,
+    registry: &ClientOptions,
+) -> Result<BaseImage, SmokeError> {
+    match ImageSource::of(image) {
+        ImageSource::Layout { dir, tag } => {
+            extract::open_image(dir, tag).map_err(|source| SmokeError::Open {
+                image: image.to_string(),
+                source: source.into(),
+            })
+        }
+        ImageSource::Registry(reference) => {
+            let pull_err = |source: Box<dyn std::error::Error + Send + Sync>| SmokeError::Pull {
+                image: image.to_string(),
+                source,
+            };
+            let credentials = crate::registry::auth::credentials_for(&reference.registry)
+                .map_err(|e| pull_err(Box::new(e)))?;
+            let client = RepositoryClient::new(&reference, credentials, registry)
+                .map_err(|e| pull_err(Box::new(e)))?;
+            let platform = rattler_conda_types::Subdir::current()
+                .unwrap_or(rattler_conda_types::Subdir::Linux64);
+            let (architecture, variant) =
+                crate::recipe::oci_architecture(platform).unwrap_or(("amd64", None));
+            pull_base(&client, architecture, variant, cache_dir, false)
+                .await
+                .map_err(|e| pull_err(Box::new(e)))
+        }
+    }
 }
 
 /// `layout[:tag]` → (layout, tag).
@@ -29,14 +102,14 @@ fn split_reference(image: &str) -> (&str, &str) {
     }
 }
 
-/// Runs the smoke test on `image` (`LAYOUT[:TAG]`).
-pub fn smoke(image: &str) -> Result<SmokeReport, SmokeError> {
-    let (layout, tag) = split_reference(image);
-    let opened =
-        extract::open_image(Path::new(layout), tag).map_err(|source| SmokeError::Open {
-            image: image.to_string(),
-            source: source.into(),
-        })?;
+/// Runs the smoke test on `image` (a layout `DIR[:TAG]` or a registry reference, see
+/// [`ImageSource`]).
+pub async fn smoke(
+    image: &str,
+    cache_dir: &Path,
+    registry: &ClientOptions,
+) -> Result<SmokeReport, SmokeError> {
+    let opened = open(image, cache_dir, registry).await?;
     let cuda = extract::extract_cuda_libraries(&opened).map_err(|source| SmokeError::Open {
         image: image.to_string(),
         source,
@@ -58,5 +131,27 @@ mod tests {
         assert_eq!(split_reference("images/x"), ("images/x", "latest"));
         assert_eq!(split_reference("images/x:v1"), ("images/x", "v1"));
         assert_eq!(split_reference("/a:b/x"), ("/a:b/x", "latest"));
+        assert_eq!(
+            ImageSource::of("images/none"),
+            ImageSource::Layout {
+                dir: Path::new("images/none"),
+                tag: "latest"
+            }
+        );
+        assert_eq!(
+            ImageSource::of("127.0.0.1:5000/ml/x:v1"),
+            ImageSource::Registry(Reference::parse("127.0.0.1:5000/ml/x:v1").unwrap())
+        );
+        assert!(matches!(
+            ImageSource::of(
+                "registry.example/ml/x@sha256:0000000000000000000000000000000000000000000000000000000000000000"
+            ),
+            ImageSource::Registry(_)
+        ));
+        // A name without a registry host is a layout path, never Docker Hub.
+        assert!(matches!(
+            ImageSource::of("ml/x:v1"),
+            ImageSource::Layout { .. }
+        ));
     }
 }

@@ -89,3 +89,44 @@ fn without_a_driver_smoke_says_so_with_exit_code_3() {
     let run = project.run(&["smoke", "images/none"]);
     run.assert_clean_failure(1);
 }
+
+/// `smoke REGISTRY/REPO:TAG`: the image is pulled (layers checked and cached), then tested
+/// like a layout; here without a driver, so it must say so after reading the image.
+#[test]
+fn an_image_in_a_registry_is_pulled_and_smoke_tested() {
+    use crate::registry::{Auth, Registry};
+    if std::path::Path::new("/proc/driver/nvidia/version").exists() {
+        eprintln!(
+            "skipped: this machine has an NVIDIA driver; the GPU path is tested on the device"
+        );
+        return;
+    }
+    let registry = Registry::start(Auth::None);
+    let project = cuda_image();
+    let reference = format!("{}/ml/cudaimg:v1", registry.host);
+    project
+        .run(&["push", "images/cudaimg", &reference, "--insecure"])
+        .success();
+    // Gone locally: only the registry has it.
+    fs_err::remove_dir_all(project.path().join("images/cudaimg")).unwrap();
+
+    let run = project.run(&["smoke", &reference, "--insecure", "--json"]);
+    assert_eq!(run.code, 3, "{}{}", run.stdout, run.stderr);
+    let report: serde_json::Value = serde_json::from_str(&run.stdout).unwrap();
+    assert_eq!(report["image"], reference.as_str());
+    assert_eq!(report["verdict"], "no-device");
+    assert_eq!(report["image_cuda"], "11.8.89");
+    assert!(
+        report["libraries"]
+            .as_array()
+            .unwrap()
+            .contains(&serde_json::json!("opt/conda/lib/libcudart.so.11.0")),
+        "{report}"
+    );
+
+    // A registry that is not there is a pull error (exit 1), not a missing layout.
+    let dead = format!("127.0.0.1:{}/ml/cudaimg:v1", crate::registry::free_port());
+    project
+        .run(&["smoke", &dead, "--insecure"])
+        .assert_failure_naming(1, &["Cannot pull image", &dead]);
+}
