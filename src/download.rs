@@ -293,8 +293,9 @@ async fn mismatch(url: &Url, partial: &mut Partial, fresh: bool, reason: String)
     if !fresh {
         return Failure::StartOver(format!("the resumed download {reason}"));
     }
-    if let Err(err) = partial.discard().await {
-        return Failure::Fatal(err);
+    // Removed under the lock, which goes with the handle when the caller returns.
+    if let Err(err) = std::fs::remove_file(&partial.path) {
+        return Failure::Fatal(partial.io("cannot be deleted", err));
     }
     Failure::Fatal(DownloadError::Mismatch {
         url: url.clone(),
