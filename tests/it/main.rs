@@ -11,6 +11,7 @@ mod archive;
 mod build;
 mod builder;
 mod common;
+mod download;
 mod error_messages;
 mod errors;
 mod fault_proxy;

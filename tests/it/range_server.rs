@@ -18,6 +18,17 @@ use std::{
 
 use crate::support::hostile::sha256_hex;
 
+/// Which requests for a package archive (`.conda`, `.tar.bz2`) are dropped half way through
+/// their body.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Drops {
+    Never,
+    /// The first request for each archive.
+    First,
+    /// Every one: a download can only make progress by resuming.
+    Always,
+}
+
 /// One request as the server saw and answered it.
 #[derive(Debug, Clone)]
 pub struct Logged {
@@ -45,9 +56,8 @@ pub struct RangeServer {
 }
 
 impl RangeServer {
-    /// Serves files under `root`; `ranges` false makes it ignore `Range` (always 200);
-    /// `drop_first` drops the first request for each `.conda`/`.tar.bz2` after half its body.
-    pub fn serve(root: PathBuf, ranges: bool, drop_first: bool) -> RangeServer {
+    /// Serves files under `root`; `ranges` false makes it ignore `Range` (always 200).
+    pub fn serve(root: PathBuf, ranges: bool, drops: Drops) -> RangeServer {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let url = format!("http://{}/", listener.local_addr().unwrap());
         listener.set_nonblocking(true).unwrap();
@@ -62,7 +72,7 @@ impl RangeServer {
                         Ok((stream, _)) => {
                             let (shared, root) = (shared.clone(), root.clone());
                             std::thread::spawn(move || {
-                                let _ = handle(stream, &root, ranges, drop_first, &shared);
+                                let _ = handle(stream, &root, ranges, drops, &shared);
                             });
                         }
                         Err(_) => std::thread::sleep(std::time::Duration::from_millis(5)),
@@ -108,7 +118,7 @@ fn handle(
     stream: TcpStream,
     root: &Path,
     ranges: bool,
-    drop_first: bool,
+    drops: Drops,
     shared: &Shared,
 ) -> std::io::Result<()> {
     stream.set_nonblocking(false)?;
@@ -196,7 +206,12 @@ fn handle(
     )?;
     if method != "HEAD" {
         let first = is_archive(&path) && shared.seen.lock().unwrap().insert(path.clone());
-        if drop_first && first {
+        let drop = match drops {
+            Drops::Never => false,
+            Drops::First => first,
+            Drops::Always => is_archive(&path),
+        };
+        if drop {
             let half = part.len() / 2;
             out.write_all(&part[..half])?;
             out.flush()?;
