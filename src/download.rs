@@ -22,6 +22,8 @@ use sha2::{Digest, Sha256};
 use tokio::io::{AsyncSeekExt, AsyncWriteExt};
 use url::Url;
 
+use crate::http::error_chain;
+
 /// What the downloaded file must be.
 #[derive(Debug, Clone, Copy)]
 pub struct Expected {
@@ -517,17 +519,6 @@ fn still_at(file: &std::fs::File, path: &Path) -> bool {
 #[cfg(not(unix))]
 fn still_at(_file: &std::fs::File, path: &Path) -> bool {
     path.exists()
-}
-
-fn error_chain(err: &dyn std::error::Error) -> String {
-    let mut text = err.to_string();
-    let mut source = err.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
 }
 
 #[cfg(test)]
