@@ -11,7 +11,7 @@ use std::{
 use imgbuild::download::{DownloadError, DownloadProgress, Expected, download_resumable};
 use rattler_digest::{Sha256, compute_bytes_digest};
 
-use crate::range_server::{Drops, RangeServer};
+use crate::range_server::{Drops, RangeServer, Ranges};
 
 const NAME: &str = "pkg-1.0-h0_0.tar.bz2";
 
@@ -47,7 +47,7 @@ impl Setup {
         }
     }
 
-    fn serve(&self, ranges: bool, drops: Drops) -> RangeServer {
+    fn serve(&self, ranges: Ranges, drops: Drops) -> RangeServer {
         RangeServer::serve(self.served.path().to_path_buf(), ranges, drops)
     }
 
@@ -108,7 +108,7 @@ impl DownloadProgress for Received {
 fn retries_exhausted_keep_the_partial_file_for_the_next_call_to_resume() {
     let setup = Setup::new(64 * 1024);
     let len = setup.bytes.len();
-    let dropping = setup.serve(true, Drops::Always);
+    let dropping = setup.serve(Ranges::Honour, Drops::Always);
     let err = setup
         .download(&dropping, setup.expected(), &())
         .unwrap_err();
@@ -138,7 +138,7 @@ fn retries_exhausted_keep_the_partial_file_for_the_next_call_to_resume() {
 
     // Another call (as a later process would), from another server of the same file: it
     // asks only for the rest, and counts only the bytes it received.
-    let server = setup.serve(true, Drops::Never);
+    let server = setup.serve(Ranges::Honour, Drops::Never);
     let received = Received::default();
     let file = setup
         .download(&server, setup.expected(), &received)
@@ -157,7 +157,7 @@ fn retries_exhausted_keep_the_partial_file_for_the_next_call_to_resume() {
 fn a_complete_partial_file_is_checked_without_a_request() {
     let setup = Setup::new(4096);
     fs_err::write(setup.partial(), &setup.bytes).unwrap();
-    let server = setup.serve(true, Drops::Never);
+    let server = setup.serve(Ranges::Honour, Drops::Never);
     let file = setup.download(&server, setup.expected(), &()).unwrap();
     assert_eq!(fs_err::read(&file).unwrap(), setup.bytes);
     assert!(server.requests_for(NAME).is_empty());
@@ -167,7 +167,7 @@ fn a_complete_partial_file_is_checked_without_a_request() {
 #[test]
 fn two_downloads_of_one_file_at_once_take_turns() {
     let setup = Setup::new(4 << 20);
-    let server = setup.serve(true, Drops::Never);
+    let server = setup.serve(Ranges::Honour, Drops::Never);
     let url = url::Url::parse(&format!("{}{NAME}", server.url)).unwrap();
     let client = imgbuild::http::client().unwrap();
     let download = || download_resumable(&client, &url, setup.dir(), NAME, setup.expected(), &());
@@ -187,7 +187,7 @@ fn two_downloads_of_one_file_at_once_take_turns() {
 #[test]
 fn a_server_sending_more_than_the_expected_size_is_cut_off() {
     let setup = Setup::new(4096);
-    let server = setup.serve(true, Drops::Never);
+    let server = setup.serve(Ranges::Honour, Drops::Never);
     let expected = Expected {
         size: Some(1000),
         ..setup.expected()
@@ -206,7 +206,7 @@ fn a_server_sending_more_than_the_expected_size_is_cut_off() {
 #[test]
 fn without_a_sha256_a_partial_file_of_an_earlier_process_is_not_trusted() {
     let setup = Setup::new(4096);
-    let server = setup.serve(true, Drops::Never);
+    let server = setup.serve(Ranges::Honour, Drops::Never);
     let expected = Expected {
         sha256: None,
         size: Some(setup.bytes.len() as u64),
@@ -233,4 +233,27 @@ fn without_a_sha256_a_partial_file_of_an_earlier_process_is_not_trusted() {
     let requests = server.requests_for(NAME);
     assert_eq!(requests.len(), 2);
     assert!(requests.iter().all(|r| r.range.is_none()), "{requests:#?}");
+}
+
+/// A server that cannot continue the partial file (416) or continues it from the wrong byte
+/// (a 206 from byte 0): the partial file is dropped and the file fetched whole, at once and
+/// not as a retry.
+#[test]
+fn a_refused_or_misplaced_range_starts_over() {
+    for ranges in [Ranges::Refuse, Ranges::FromZero] {
+        let setup = Setup::new(4096);
+        let half = setup.bytes.len() / 2;
+        fs_err::write(setup.partial(), &setup.bytes[..half]).unwrap();
+        let server = setup.serve(ranges, Drops::Never);
+        let file = setup.download(&server, setup.expected(), &()).unwrap();
+        assert_eq!(fs_err::read(&file).unwrap(), setup.bytes, "{ranges:?}");
+        let requests = server.requests_for(NAME);
+        assert_eq!(requests.len(), 2, "{ranges:?}: {requests:#?}");
+        assert_eq!(requests[0].range, Some(format!("bytes={half}-")));
+        let status = if ranges == Ranges::Refuse { 416 } else { 206 };
+        assert_eq!(requests[0].status, status);
+        assert_eq!(requests[1].range, None);
+        assert_eq!(requests[1].status, 200);
+        assert!(!setup.partial().exists());
+    }
 }

@@ -18,6 +18,19 @@ use std::{
 
 use crate::support::hostile::sha256_hex;
 
+/// How the server answers `Range: bytes=N-`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ranges {
+    /// 206 from byte N with its `Content-Range` (or 200 when `If-Range` does not match).
+    Honour,
+    /// As a server without range support: 200 and the whole file.
+    Ignore,
+    /// A broken server: 206 with the whole file, `Content-Range: bytes 0-…`.
+    FromZero,
+    /// 416 Range Not Satisfiable, whatever N.
+    Refuse,
+}
+
 /// Which requests for a package archive (`.conda`, `.tar.bz2`) are dropped half way through
 /// their body.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -56,8 +69,8 @@ pub struct RangeServer {
 }
 
 impl RangeServer {
-    /// Serves files under `root`; `ranges` false makes it ignore `Range` (always 200).
-    pub fn serve(root: PathBuf, ranges: bool, drops: Drops) -> RangeServer {
+    /// Serves files under `root`.
+    pub fn serve(root: PathBuf, ranges: Ranges, drops: Drops) -> RangeServer {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let url = format!("http://{}/", listener.local_addr().unwrap());
         listener.set_nonblocking(true).unwrap();
@@ -117,7 +130,7 @@ fn is_archive(path: &str) -> bool {
 fn handle(
     stream: TcpStream,
     root: &Path,
-    ranges: bool,
+    ranges: Ranges,
     drops: Drops,
     shared: &Shared,
 ) -> std::io::Result<()> {
@@ -175,11 +188,16 @@ fn handle(
     // `bytes=N-` only: that is all imgbuild asks for.
     let start = range
         .as_deref()
-        .filter(|_| ranges && method == "GET")
+        .filter(|_| ranges != Ranges::Ignore && method == "GET")
         .filter(|_| if_range.as_deref().is_none_or(|v| v == etag))
         .and_then(|r| r.strip_prefix("bytes="))
         .and_then(|r| r.strip_suffix('-'))
-        .and_then(|n| n.parse::<usize>().ok());
+        .and_then(|n| n.parse::<usize>().ok())
+        .map(|n| match ranges {
+            Ranges::FromZero => 0,
+            Ranges::Refuse => len,
+            _ => n,
+        });
     let (status, extra, part) = match start {
         Some(n) if n >= len => {
             logged.status = 416;
@@ -202,7 +220,11 @@ fn handle(
         out,
         "HTTP/1.1 {status}\r\nContent-Length: {}\r\nContent-Type: application/octet-stream\r\nETag: {etag}\r\nAccept-Ranges: {}\r\n{extra}Connection: close\r\n\r\n",
         part.len(),
-        if ranges { "bytes" } else { "none" },
+        if ranges == Ranges::Ignore {
+            "none"
+        } else {
+            "bytes"
+        },
     )?;
     if method != "HEAD" {
         let first = is_archive(&path) && shared.seen.lock().unwrap().insert(path.clone());

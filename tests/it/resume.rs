@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 
 use crate::{
     common::{Project, Run},
-    range_server::{Drops, Logged, RangeServer},
+    range_server::{Drops, Logged, RangeServer, Ranges},
     support::{
         hostile::{Channel, Package, Raw, sha256_hex},
         shared_channel,
@@ -76,7 +76,7 @@ fn total_sent(requests: &[Logged]) -> usize {
 #[test]
 fn a_download_dropped_mid_body_resumes_with_range() {
     let served = served_shared_channel();
-    let server = RangeServer::serve(served.path().to_path_buf(), true, Drops::First);
+    let server = RangeServer::serve(served.path().to_path_buf(), Ranges::Honour, Drops::First);
     let project = Project::new();
     let run = build(&project, &server).success();
 
@@ -117,7 +117,7 @@ fn a_download_dropped_mid_body_resumes_with_range() {
 #[test]
 fn a_partial_file_left_by_a_killed_run_is_continued() {
     let served = served_shared_channel();
-    let server = RangeServer::serve(served.path().to_path_buf(), true, Drops::Never);
+    let server = RangeServer::serve(served.path().to_path_buf(), Ranges::Honour, Drops::Never);
     let archive = hello_archive();
     let half = archive.len() / 2;
     let project = Project::new();
@@ -143,7 +143,7 @@ fn a_partial_file_left_by_a_killed_run_is_continued() {
 #[test]
 fn a_partial_file_with_wrong_bytes_is_deleted_and_downloaded_again() {
     let served = served_shared_channel();
-    let server = RangeServer::serve(served.path().to_path_buf(), true, Drops::Never);
+    let server = RangeServer::serve(served.path().to_path_buf(), Ranges::Honour, Drops::Never);
     let archive = hello_archive();
     let half = archive.len() / 2;
     let project = Project::new();
@@ -170,7 +170,7 @@ fn a_partial_file_with_wrong_bytes_is_deleted_and_downloaded_again() {
 #[test]
 fn a_server_ignoring_range_still_works() {
     let served = served_shared_channel();
-    let server = RangeServer::serve(served.path().to_path_buf(), false, Drops::First);
+    let server = RangeServer::serve(served.path().to_path_buf(), Ranges::Ignore, Drops::First);
     let project = Project::new();
     let run = build(&project, &server).success();
 
@@ -205,7 +205,7 @@ fn an_archive_not_matching_its_record_fails_naming_package_and_url() {
         r["sha256"] = recorded.clone().into();
     });
     channel.finish();
-    let server = RangeServer::serve(served.path().to_path_buf(), true, Drops::Never);
+    let server = RangeServer::serve(served.path().to_path_buf(), Ranges::Honour, Drops::Never);
     let project = Project::new();
     project.write_recipe(&RECIPE.replace("hello 1.0", "bad"));
     let run = project.run_with(
