@@ -231,7 +231,7 @@ async fn attempt(
         }
         let total = expected
             .size
-            .or_else(|| response.content_length().map(|n| offset + n));
+            .or_else(|| response.content_length().map(|n| offset.saturating_add(n)));
         partial
             .file
             .seek(io::SeekFrom::Start(offset))
