@@ -40,6 +40,9 @@ pub enum Drops {
     First,
     /// Every one: a download can only make progress by resuming.
     Always,
+    /// The first request for each archive sends half its body, then nothing more while the
+    /// server lives: a download hangs there, for a test to kill the process mid-body.
+    StallFirst,
 }
 
 /// One request as the server saw and answered it.
@@ -83,9 +86,9 @@ impl RangeServer {
                 while !stop.load(Ordering::Relaxed) {
                     match listener.accept() {
                         Ok((stream, _)) => {
-                            let (shared, root) = (shared.clone(), root.clone());
+                            let (shared, root, stop) = (shared.clone(), root.clone(), stop.clone());
                             std::thread::spawn(move || {
-                                let _ = handle(stream, &root, ranges, drops, &shared);
+                                let _ = handle(stream, &root, ranges, drops, &shared, &stop);
                             });
                         }
                         Err(_) => std::thread::sleep(std::time::Duration::from_millis(5)),
@@ -133,6 +136,7 @@ fn handle(
     ranges: Ranges,
     drops: Drops,
     shared: &Shared,
+    stop: &AtomicBool,
 ) -> std::io::Result<()> {
     stream.set_nonblocking(false)?;
     let mut reader = BufReader::new(stream.try_clone()?);
@@ -230,7 +234,7 @@ fn handle(
         let first = is_archive(&path) && shared.seen.lock().unwrap().insert(path.clone());
         let drop = match drops {
             Drops::Never => false,
-            Drops::First => first,
+            Drops::First | Drops::StallFirst => first,
             Drops::Always => is_archive(&path),
         };
         if drop {
@@ -240,6 +244,10 @@ fn handle(
             logged.sent = half;
             logged.dropped = true;
             shared.log.lock().unwrap().push(logged);
+            // A stalled connection stays open, silent, until the server stops.
+            while drops == Drops::StallFirst && !stop.load(Ordering::Relaxed) {
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
             // Dropping the stream closes the connection with the body half sent.
             return Ok(());
         }

@@ -233,3 +233,57 @@ fn an_archive_not_matching_its_record_fails_naming_package_and_url() {
 fn partial_exists(dir: &Path, sha256: &str) -> bool {
     dir.join(format!("{sha256}.partial")).exists()
 }
+
+/// A real kill: the build is killed while its download hangs half way (the server sends half
+/// the body, then nothing), and the next build, from a server that does not stall, asks only
+/// for the rest. The kernel released the killed build's lock on the partial file.
+#[test]
+fn a_build_killed_mid_download_is_continued_by_the_next_build() {
+    let served = served_shared_channel();
+    let stalling = RangeServer::serve(
+        served.path().to_path_buf(),
+        Ranges::Honour,
+        Drops::StallFirst,
+    );
+    let project = Project::new();
+    project.write_recipe(RECIPE);
+    let archive = hello_archive();
+    let half = archive.len() / 2;
+    let partial = downloads(&project).join(format!("{}.partial", sha256_hex(&archive)));
+    let mut child = std::process::Command::new(crate::support::imgbuild_bin())
+        .args(["build", "recipes/image.toml", "--quiet"])
+        .current_dir(project.path())
+        .env("IMGBUILD_CACHE_DIR", &project.cache)
+        .env("IMGBUILD_CHANNEL_ALIAS", &stalling.url)
+        .env_remove("SOURCE_DATE_EPOCH")
+        .env_remove("IMGBUILD_JOBS")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // The half the server sent reaches the disk, then the download hangs for good.
+    while fs_err::metadata(&partial).map_or(0, |m| m.len()) < half as u64 {
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "the build ended before it could be killed"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert_eq!(fs_err::read(&partial).unwrap(), archive[..half]);
+    drop(stalling);
+
+    let server = RangeServer::serve(served.path().to_path_buf(), Ranges::Honour, Drops::Never);
+    let run = build(&project, &server).success();
+    let requests = server.requests_for(HELLO);
+    assert_eq!(requests.len(), 1, "{requests:#?}");
+    assert_eq!(
+        requests[0].range.as_deref(),
+        Some(&*format!("bytes={half}-"))
+    );
+    assert_eq!(requests[0].status, 206);
+    assert_eq!(requests[0].sent, archive.len() - half);
+    assert_downloads_empty(&project);
+    assert_eq!(run.digest(), clean_digest(&server), "the same image");
+}
