@@ -30,7 +30,8 @@ pub fn client() -> Result<LazyClient, HttpError> {
 #[error("The HTTP client cannot be set up: {0}")]
 pub struct HttpError(String);
 
-fn error_chain(err: &dyn std::error::Error) -> String {
+/// An error and its causes on one line, `: `-separated.
+pub(crate) fn error_chain(err: &dyn std::error::Error) -> String {
     let mut text = err.to_string();
     let mut source = err.source();
     while let Some(cause) = source {

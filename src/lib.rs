@@ -7,6 +7,7 @@
 pub mod build;
 pub mod cli;
 pub mod cuda;
+pub mod download;
 pub mod fs;
 pub mod http;
 pub mod init;

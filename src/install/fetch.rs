@@ -276,66 +276,46 @@ async fn obtain(job: &Job) -> Result<ArchiveFile, InstallError> {
     }
 }
 
-/// Downloads `url` into a temporary file under the cache, retrying failed attempts with
-/// rattler's default policy (the whole download restarts: a partial one proves nothing).
+/// Downloads `url` into `<cache>/downloads`, resuming what an earlier attempt or process left
+/// there ([`crate::download`]); the size and sha256 are checked there against the record.
 async fn download(job: &Job, url: &url::Url) -> Result<tempfile::TempPath, InstallError> {
-    use rattler_networking::retry_policies::{RetryDecision, RetryPolicy};
-    let failed =
-        |e: &dyn std::fmt::Display| job.refuse(url.as_str(), format!("cannot be downloaded: {e}"));
-    fs_err::create_dir_all(&job.downloads).map_err(|e| failed(&e))?;
-    let policy = rattler_networking::retry_policies::default_retry_policy();
-    let started = std::time::SystemTime::now();
-    let mut attempt = 0;
-    loop {
-        let temp = tempfile::Builder::new()
-            .prefix(".download-")
-            // The extractor tells the format by the file name's ending.
-            .suffix(&format!("-{}", job.archive))
-            .tempfile_in(&job.downloads)
-            .map_err(|e| failed(&e))?
-            .into_temp_path();
-        match download_once(job, url, &temp).await {
-            Ok(()) => return Ok(temp),
-            Err(err) => match policy.should_retry(started, attempt) {
-                RetryDecision::Retry { execute_after } => {
-                    tracing::debug!("{url}: {err}; retrying");
-                    let wait = execute_after
-                        .duration_since(std::time::SystemTime::now())
-                        .unwrap_or_default();
-                    tokio::time::sleep(wait).await;
-                    attempt += 1;
-                }
-                RetryDecision::DoNotRetry => return Err(failed(&err)),
-            },
-        }
-    }
+    let expected = crate::download::Expected {
+        sha256: job.record.package_record.sha256,
+        size: job.record.package_record.size,
+    };
+    let progress = DownloadForward {
+        reporter: job.reporter.as_ref(),
+        index: job.reporter.on_download_start(),
+    };
+    let file = crate::download::download_resumable(
+        &job.client,
+        url,
+        &job.downloads,
+        &job.archive,
+        expected,
+        &progress,
+    )
+    .await
+    .map_err(|source| InstallError::Download {
+        package: job.package.clone(),
+        source: Box::new(source),
+    })?;
+    job.reporter.on_download_completed(progress.index);
+    Ok(file)
 }
 
-async fn download_once(job: &Job, url: &url::Url, path: &Path) -> Result<(), String> {
-    use tokio::io::AsyncWriteExt;
-    let mut response = job
-        .client
-        .client()
-        .get(url.clone())
-        .send()
-        .await
-        .map_err(|e| e.to_string())?
-        .error_for_status()
-        .map_err(|e| e.to_string())?;
-    let total = response.content_length();
-    let mut file = tokio::fs::File::create(path)
-        .await
-        .map_err(|e| e.to_string())?;
-    let index = job.reporter.on_download_start();
-    let mut done = 0u64;
-    while let Some(chunk) = response.chunk().await.map_err(|e| e.to_string())? {
-        file.write_all(&chunk).await.map_err(|e| e.to_string())?;
-        done += chunk.len() as u64;
-        job.reporter.on_download_progress(index, done, total);
+/// Hands a download's running total of bytes received to rattler's cache reporter (ours
+/// turns it into deltas, so bytes resumed from a partial file are not counted twice).
+struct DownloadForward<'a> {
+    reporter: &'a dyn CacheReporter,
+    index: usize,
+}
+
+impl crate::download::DownloadProgress for DownloadForward<'_> {
+    fn on_progress(&self, received: u64, _on_disk: u64, total: Option<u64>) {
+        self.reporter
+            .on_download_progress(self.index, received, total);
     }
-    file.flush().await.map_err(|e| e.to_string())?;
-    job.reporter.on_download_completed(index);
-    Ok(())
 }
 
 /// Checks an extracted package against its `info/paths.json`: every declared path stays in

@@ -124,6 +124,13 @@ pub enum InstallError {
         #[source]
         source: rattler_cache::package_cache::PackageCacheError,
     },
+    #[error("Failed to download package `{package}`")]
+    Download {
+        package: String,
+        // Boxed: a `Url` and a reason would make every `InstallError` large.
+        #[source]
+        source: Box<crate::download::DownloadError>,
+    },
     #[error("Package `{package}` is refused: `{entry}` {reason}")]
     Check {
         package: String,
