@@ -139,6 +139,12 @@ pub enum InstallError {
     },
     #[error("rattler wrote no conda metadata for `{0}`")]
     MissingMetadata(String),
+    #[error("Failed to lock the package cache `{}`", path.display())]
+    CacheLock {
+        path: PathBuf,
+        #[source]
+        source: rattler_cache::package_cache::PackageCacheError,
+    },
 }
 
 /// Installs `records` into `<root><prefix>` for the records' platform.
@@ -160,6 +166,23 @@ pub async fn install(
     .await
 }
 
+/// Takes rattler's whole-cache lock, which its installer holds while linking: builds in other
+/// processes sharing the cache must not extract a package while this one does, or while
+/// this one links from it (rattler leaves that coordination to the lock's holders).
+async fn lock_cache(
+    cache: &PackageCache,
+    cache_dir: &Path,
+    platform: rattler_conda_types::Subdir,
+) -> Result<rattler_cache::package_cache::CacheGlobalLock, InstallError> {
+    cache
+        .acquire_global_lock()
+        .await
+        .map_err(|source| InstallError::CacheLock {
+            path: package_cache_dir(cache_dir, platform),
+            source,
+        })
+}
+
 /// Fetches and checks `records` into the package cache without installing them: what
 /// matrix builds do one variant after another before building them at once, so no two
 /// builds of one process fetch the same package at the same time.
@@ -171,12 +194,14 @@ pub async fn fetch_only(
     let client = crate::http::client()?;
     let (events_tx, mut events_rx) = tokio::sync::mpsc::unbounded_channel();
     let cache = PackageCache::new(package_cache_dir(options.cache_dir, platform));
+    let cache_lock = lock_cache(&cache, options.cache_dir, platform).await?;
     progress::forward_until_done(
         fetch::fetch_and_check(records, &cache, options.cache_dir, &client, events_tx),
         &mut events_rx,
         &crate::build::Silent,
     )
     .await?;
+    drop(cache_lock);
     Ok(())
 }
 
@@ -206,6 +231,8 @@ pub async fn install_reporting(
     let client = crate::http::client()?;
     let (events_tx, mut events_rx) = tokio::sync::mpsc::unbounded_channel();
     let cache = PackageCache::new(package_cache_dir(options.cache_dir, platform));
+    // The installer takes the same lock for linking; it must not be held here then.
+    let cache_lock = lock_cache(&cache, options.cache_dir, platform).await?;
     progress::forward_until_done(
         fetch::fetch_and_check(
             records,
@@ -218,6 +245,7 @@ pub async fn install_reporting(
         reporter,
     )
     .await?;
+    drop(cache_lock);
     let installing = Installer::new()
         .with_download_client(client)
         .with_target_platform(platform)
