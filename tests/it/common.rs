@@ -197,20 +197,7 @@ impl LayoutView {
 
     /// `(packages annotation, digest)` for every layer, bottom first.
     pub fn layers(&self) -> Vec<(String, String)> {
-        self.manifest()["layers"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|l| {
-                (
-                    l["annotations"]["dev.imgbuild.layer.packages"]
-                        .as_str()
-                        .unwrap_or("")
-                        .to_string(),
-                    l["digest"].as_str().unwrap().to_string(),
-                )
-            })
-            .collect()
+        layers_of(&self.manifest())
     }
 
     /// Every blob file name, sorted.
@@ -225,6 +212,24 @@ impl LayoutView {
 }
 
 /// The `Env` of an image config, `KEY=value` each.
+/// (packages annotation, digest) of each layer of `manifest`, bottom first.
+pub fn layers_of(manifest: &Value) -> Vec<(String, String)> {
+    manifest["layers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| {
+            (
+                l["annotations"]["dev.imgbuild.layer.packages"]
+                    .as_str()
+                    .unwrap_or("")
+                    .to_string(),
+                l["digest"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect()
+}
+
 pub fn env_of(config: &Value) -> Vec<&str> {
     config["config"]["Env"]
         .as_array()

@@ -184,21 +184,7 @@ fn two_platform_image_is_an_index_whose_layers_hold_each_platforms_binaries() {
 
     // The noarch package is the same layer, one blob, in both platform images.
     let layers_of = |entry: &Value| -> Vec<(String, String)> {
-        let manifest = layout.json_blob(entry["digest"].as_str().unwrap());
-        manifest["layers"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|l| {
-                (
-                    l["annotations"]["dev.imgbuild.layer.packages"]
-                        .as_str()
-                        .unwrap_or("")
-                        .to_string(),
-                    l["digest"].as_str().unwrap().to_string(),
-                )
-            })
-            .collect()
+        crate::common::layers_of(&layout.json_blob(entry["digest"].as_str().unwrap()))
     };
     let (amd64, arm64) = (layers_of(&manifests[0]), layers_of(&manifests[1]));
     let greeting = |layers: &[(String, String)]| {
