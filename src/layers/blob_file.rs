@@ -1,0 +1,305 @@
+//! A layer blob on its way to disk.
+//!
+//! On Linux the blob is written with `O_DIRECT`, from a page-aligned buffer, past the page
+//! cache: a build writes gigabytes of blobs that nothing reads soon, and putting them into the
+//! page cache first costs CPU (on our build machines 2–3 s of system time per GB when the
+//! cache must evict to make room, against 0.3 s direct) and evicts the package cache the next
+//! build wants. The last, partial block is padded to the alignment and the file truncated to
+//! its real length. Where `O_DIRECT` is refused (tmpfs, some overlay or network file systems,
+//! other systems) the blob is written through the page cache, with writeback started every
+//! 8 MiB so the closing `fsync` waits for the tail only. Either way the bytes are the same,
+//! and the file is synced before it is renamed into place.
+
+use std::{
+    fs::File,
+    io::{self, BufWriter, Write},
+    path::Path,
+};
+
+/// Direct writes go out in pieces of this size (a multiple of any block size).
+const DIRECT_CHUNK: usize = 4 << 20;
+/// `O_DIRECT` buffers, offsets and lengths are aligned to this (4 KiB covers 512-byte and
+/// 4 KiB logical blocks).
+const ALIGN: usize = 4096;
+/// Buffer between the compressor and a page-cache blob file.
+const WRITE_BUFFER: usize = 1 << 20;
+
+/// The file a blob is written to; [`BlobFile::finish`] flushes and syncs it.
+pub struct BlobFile(Mode);
+
+enum Mode {
+    Direct(Direct),
+    Buffered(BufWriter<Writeback>),
+}
+
+impl BlobFile {
+    /// Opens the (empty) file at `path` for writing, directly where the system allows.
+    pub fn create(path: &Path) -> io::Result<BlobFile> {
+        Self::create_with(path, true)
+    }
+
+    fn create_with(path: &Path, try_direct: bool) -> io::Result<BlobFile> {
+        if try_direct && let Some(file) = open_direct(path) {
+            return Ok(BlobFile(Mode::Direct(Direct::new(file))));
+        }
+        let file = std::fs::OpenOptions::new().write(true).open(path)?;
+        Ok(BlobFile(Mode::Buffered(buffered(file))))
+    }
+
+    /// Whether the blob goes past the page cache.
+    pub fn is_direct(&self) -> bool {
+        matches!(self.0, Mode::Direct(_))
+    }
+
+    /// Writes what is buffered and syncs the file.
+    pub fn finish(self) -> io::Result<()> {
+        let file = match self.0 {
+            Mode::Direct(direct) => direct.finish()?,
+            Mode::Buffered(buffered) => buffered.into_inner().map_err(|e| e.into_error())?.file,
+        };
+        file.sync_all()
+    }
+}
+
+impl Write for BlobFile {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        match &mut self.0 {
+            Mode::Direct(direct) => match direct.write(buf) {
+                Err(err) if direct.written == 0 && err.raw_os_error() == Some(libc::EINVAL) => {
+                    // The file system took the flag at open but refuses direct writes:
+                    // nothing is written yet, so go on through the page cache.
+                    let pending = direct.pending().to_vec();
+                    let file = direct.take_file()?;
+                    clear_direct(&file)?;
+                    let mut writer = buffered(file);
+                    writer.write_all(&pending)?;
+                    self.0 = Mode::Buffered(writer);
+                    Ok(buf.len())
+                }
+                other => other,
+            },
+            Mode::Buffered(writer) => writer.write(buf),
+        }
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        // Only `finish` ends the file: a direct write of a partial block would misalign it.
+        Ok(())
+    }
+}
+
+#[cfg(target_os = "linux")]
+fn open_direct(path: &Path) -> Option<File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .write(true)
+        .custom_flags(libc::O_DIRECT)
+        .open(path)
+        .ok()
+}
+
+#[cfg(not(target_os = "linux"))]
+fn open_direct(_path: &Path) -> Option<File> {
+    None
+}
+
+#[cfg(target_os = "linux")]
+fn clear_direct(file: &File) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: fcntl on a descriptor we own, reading and then setting its status flags.
+    let flags = unsafe { libc::fcntl(file.as_raw_fd(), libc::F_GETFL) };
+    if flags < 0
+        || unsafe { libc::fcntl(file.as_raw_fd(), libc::F_SETFL, flags & !libc::O_DIRECT) } < 0
+    {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+#[cfg(not(target_os = "linux"))]
+fn clear_direct(_file: &File) -> io::Result<()> {
+    Ok(())
+}
+
+fn buffered(file: File) -> BufWriter<Writeback> {
+    BufWriter::with_capacity(WRITE_BUFFER, Writeback::new(file))
+}
+
+/// Direct writes from an aligned buffer.
+struct Direct {
+    file: Option<File>,
+    /// `DIRECT_CHUNK + ALIGN` bytes, of which `start..start + DIRECT_CHUNK` is aligned.
+    memory: Vec<u8>,
+    start: usize,
+    len: usize,
+    /// Bytes of the blob written to the file so far.
+    written: u64,
+}
+
+impl Direct {
+    fn new(file: File) -> Self {
+        let memory = vec![0u8; DIRECT_CHUNK + ALIGN];
+        let start = memory.as_ptr().align_offset(ALIGN);
+        Self {
+            file: Some(file),
+            memory,
+            start,
+            len: 0,
+            written: 0,
+        }
+    }
+
+    fn pending(&self) -> &[u8] {
+        &self.memory[self.start..self.start + self.len]
+    }
+
+    fn take_file(&mut self) -> io::Result<File> {
+        self.file
+            .take()
+            .ok_or_else(|| io::Error::other("the blob file is already closed"))
+    }
+
+    /// Writes the first `len` buffered bytes, a multiple of [`ALIGN`], to the file.
+    fn write_out(&mut self, len: usize) -> io::Result<()> {
+        let file = self
+            .file
+            .as_mut()
+            .ok_or_else(|| io::Error::other("the blob file is already closed"))?;
+        file.write_all(&self.memory[self.start..self.start + len])?;
+        self.written += len as u64;
+        Ok(())
+    }
+
+    /// Pads the last block to the alignment, writes it, and cuts the file to the blob's
+    /// real length.
+    fn finish(mut self) -> io::Result<File> {
+        let real = self.written + self.len as u64;
+        if self.len > 0 {
+            let padded = self.len.div_ceil(ALIGN) * ALIGN;
+            self.memory[self.start + self.len..self.start + padded].fill(0);
+            self.write_out(padded)?;
+        }
+        let file = self.take_file()?;
+        file.set_len(real)?;
+        Ok(file)
+    }
+}
+
+impl Write for Direct {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        let take = (DIRECT_CHUNK - self.len).min(buf.len());
+        self.memory[self.start + self.len..self.start + self.len + take]
+            .copy_from_slice(&buf[..take]);
+        self.len += take;
+        if self.len == DIRECT_CHUNK {
+            self.write_out(DIRECT_CHUNK)?;
+            self.len = 0;
+        }
+        Ok(take)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Blob bytes written between two starts of writeback.
+const WRITEBACK_STEP: u64 = 8 << 20;
+
+/// A blob file that asks the kernel to start writing its pages to disk every
+/// [`WRITEBACK_STEP`] bytes (Linux `sync_file_range(SYNC_FILE_RANGE_WRITE)`, which does not
+/// wait). The `fsync` that ends every blob then waits for the last few megabytes instead of
+/// the whole blob, and the disk works while the CPUs compress: as git's batched fsync does.
+struct Writeback {
+    file: File,
+    written: u64,
+    started: u64,
+}
+
+impl Writeback {
+    fn new(file: File) -> Self {
+        Self {
+            file,
+            written: 0,
+            started: 0,
+        }
+    }
+
+    #[cfg(target_os = "linux")]
+    fn start_writeback(&mut self) {
+        use std::os::fd::AsRawFd;
+        let (Ok(offset), Ok(len)) = (
+            libc::off64_t::try_from(self.started),
+            libc::off64_t::try_from(self.written - self.started),
+        ) else {
+            return;
+        };
+        // SAFETY: a valid open descriptor and a range of it; the call only schedules I/O.
+        // A failure costs nothing but the head start: the final fsync still syncs it all.
+        unsafe {
+            libc::sync_file_range(
+                self.file.as_raw_fd(),
+                offset,
+                len,
+                libc::SYNC_FILE_RANGE_WRITE,
+            );
+        }
+        self.started = self.written;
+    }
+
+    #[cfg(not(target_os = "linux"))]
+    fn start_writeback(&mut self) {}
+}
+
+impl Write for Writeback {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        let n = self.file.write(buf)?;
+        self.written += n as u64;
+        if self.written - self.started >= WRITEBACK_STEP {
+            self.start_writeback();
+        }
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.file.flush()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Sizes around the chunk and the alignment, written direct (where this machine's
+    /// temp dir allows it) and through the page cache: the file holds exactly the bytes.
+    #[test]
+    fn the_file_holds_exactly_the_bytes_written() {
+        let dir = tempfile::tempdir().unwrap();
+        for try_direct in [true, false] {
+            for size in [
+                0,
+                1,
+                ALIGN - 1,
+                ALIGN,
+                ALIGN + 1,
+                DIRECT_CHUNK,
+                DIRECT_CHUNK + 12_345,
+            ] {
+                let bytes: Vec<u8> = (0..size).map(|i| (i * 7 % 251) as u8).collect();
+                let path = dir.path().join(format!("blob-{size}-{try_direct}"));
+                File::create(&path).unwrap();
+                let mut file = BlobFile::create_with(&path, try_direct).unwrap();
+                assert!(try_direct || !file.is_direct());
+                // Odd write sizes, as the compressor's members have.
+                for piece in bytes.chunks(100_003) {
+                    file.write_all(piece).unwrap();
+                }
+                file.finish().unwrap();
+                assert!(
+                    std::fs::read(&path).unwrap() == bytes,
+                    "{size} bytes, direct tried: {try_direct}"
+                );
+            }
+        }
+    }
+}
