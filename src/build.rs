@@ -214,6 +214,12 @@ struct PreparedPlatform {
 }
 
 impl Prepared {
+    /// What `value` gives for each platform that has one, `,`-joined in platform order.
+    fn joined<'a>(&'a self, value: impl Fn(&'a PreparedPlatform) -> Option<&'a str>) -> String {
+        let values: Vec<&str> = self.platforms.iter().filter_map(value).collect();
+        values.join(",")
+    }
+
     /// What a lock must hold for this recipe: each platform's target and base.
     fn wanted(&self) -> Vec<(Target, LockedBase)> {
         self.platforms
@@ -480,19 +486,9 @@ pub async fn build(
     }
 
     // Same inputs as the image already there: nothing to install, nothing to compress.
-    let base_manifests: Vec<&str> = prepared
-        .platforms
-        .iter()
-        .filter_map(|p| p.base.as_ref().map(|b| b.manifest_digest.as_str()))
-        .collect();
-    let base_manifests = base_manifests.join(",");
-    // Every platform's embedded executable, in platform order.
-    let smoke_exes: Vec<&str> = prepared
-        .platforms
-        .iter()
-        .filter_map(|p| p.smoke.as_ref().map(|s| s.digest.as_str()))
-        .collect();
-    let smoke_exes = smoke_exes.join(",");
+    // Each platform's base and embedded executable, in platform order.
+    let base_manifests = prepared.joined(|p| p.base.as_ref().map(|b| b.manifest_digest.as_str()));
+    let smoke_exes = prepared.joined(|p| p.smoke.as_ref().map(|s| s.digest.as_str()));
     let inputs_key = BuildInputs {
         recipe_path: &settings.recipe_path,
         lock_path: &recipe.lock_path(),

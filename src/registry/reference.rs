@@ -25,7 +25,21 @@ pub struct ReferenceError {
     pub reason: &'static str,
 }
 
+/// Whether the first component of a reference is a registry rather than part of a Docker
+/// Hub name: it has a `.` or `:`, or is `localhost`.
+fn is_registry_host(first: &str) -> bool {
+    first.contains(['.', ':']) || first == "localhost"
+}
+
 impl Reference {
+    /// Whether `reference` names its registry (`registry.example/x`, `127.0.0.1:5000/x`)
+    /// instead of leaving it to be Docker Hub.
+    pub fn names_registry(reference: &str) -> bool {
+        reference
+            .split_once('/')
+            .is_some_and(|(first, _)| is_registry_host(first))
+    }
+
     /// Parses `reference` the way Docker does: a first component with a `.` or `:`, or
     /// `localhost`, is a registry; otherwise the registry is Docker Hub, where one-part names
     /// live under `library/`.
@@ -51,9 +65,7 @@ impl Reference {
             None => (reference, None),
         };
         let (registry, path) = match rest.split_once('/') {
-            Some((first, path)) if first.contains(['.', ':']) || first == "localhost" => {
-                (first.to_string(), path)
-            }
+            Some((first, path)) if is_registry_host(first) => (first.to_string(), path),
             _ => (DOCKER_HUB.to_string(), rest),
         };
         // A tag is after the last `:` of the last path component.

@@ -47,12 +47,8 @@ impl<'a> ImageSource<'a> {
         let (layout, tag) = split_reference(image);
         let dir = Path::new(layout);
         if !dir.is_dir()
+            && Reference::names_registry(image)
             && let Ok(reference) = Reference::parse(image)
-            && image
-                .split('/')
-                .next()
-                .is_some_and(|first| first.contains(['.', ':']) || first == "localhost")
-            && image.contains('/')
         {
             return ImageSource::Registry(reference);
         }
