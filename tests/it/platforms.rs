@@ -30,14 +30,9 @@ const EM_AARCH64: u16 = 0xB7;
 fn platforms_channel() -> &'static Path {
     static CHANNEL: OnceLock<PathBuf> = OnceLock::new();
     CHANNEL.get_or_init(|| {
-        let dir = tempfile::Builder::new()
-            .prefix("imgbuild-test-platforms-")
-            .tempdir()
-            .expect("temp dir")
-            .keep();
-        write_platforms_channel(&dir, &test_cache_dir())
-            .unwrap_or_else(|e| panic!("writing the platforms channel: {e:#}"));
-        dir
+        crate::support::kept_channel_dir("platforms-channel", |dir| {
+            write_platforms_channel(dir, &test_cache_dir())
+        })
     })
 }
 
@@ -187,22 +182,21 @@ fn two_platform_image_is_an_index_whose_layers_hold_each_platforms_binaries() {
         crate::common::layers_of(&layout.json_blob(entry["digest"].as_str().unwrap()))
     };
     let (amd64, arm64) = (layers_of(&manifests[0]), layers_of(&manifests[1]));
-    let greeting = |layers: &[(String, String)]| {
+    let layer_with = |layers: &[(String, String)], package: &str| {
         layers
             .iter()
-            .find(|(packages, _)| packages.contains("greeting"))
+            .find(|(packages, _)| packages.contains(package))
             .map(|(_, digest)| digest.clone())
-            .expect("a layer with greeting")
+            .unwrap_or_else(|| panic!("a layer with {package}"))
     };
-    assert_eq!(greeting(&amd64), greeting(&arm64));
-    let speedups = |layers: &[(String, String)]| {
-        layers
-            .iter()
-            .find(|(packages, _)| packages.contains("speedups"))
-            .map(|(_, digest)| digest.clone())
-            .expect("a layer with speedups")
-    };
-    assert_ne!(speedups(&amd64), speedups(&arm64));
+    assert_eq!(
+        layer_with(&amd64, "greeting"),
+        layer_with(&arm64, "greeting")
+    );
+    assert_ne!(
+        layer_with(&amd64, "speedups"),
+        layer_with(&arm64, "speedups")
+    );
 
     // One lock holds both platforms.
     let lock = fs_err::read_to_string(project.lock_path()).unwrap();

@@ -69,18 +69,7 @@ fn without_a_driver_smoke_says_so_with_exit_code_3() {
         run.stdout
     );
 
-    let run = project.run(&["smoke", "images/cudaimg:latest", "--json"]);
-    assert_eq!(run.code, 3);
-    let report: serde_json::Value = serde_json::from_str(&run.stdout).unwrap();
-    assert_eq!(report["verdict"], "no-device");
-    assert_eq!(report["image_cuda"], "11.8.89");
-    assert!(
-        report["libraries"]
-            .as_array()
-            .unwrap()
-            .contains(&serde_json::json!("opt/conda/lib/libcudart.so.11.0")),
-        "{report}"
-    );
+    no_device_report(&project.run(&["smoke", "images/cudaimg:latest", "--json"]));
 
     // An image that is not there is an input error.
     let run = project.run(&["smoke", "images/none"]);
@@ -104,19 +93,8 @@ fn an_image_in_a_registry_is_pulled_and_smoke_tested() {
     // Gone locally: only the registry has it.
     fs_err::remove_dir_all(project.path().join("images/cudaimg")).unwrap();
 
-    let run = project.run(&["smoke", &reference, "--insecure", "--json"]);
-    assert_eq!(run.code, 3, "{}{}", run.stdout, run.stderr);
-    let report: serde_json::Value = serde_json::from_str(&run.stdout).unwrap();
+    let report = no_device_report(&project.run(&["smoke", &reference, "--insecure", "--json"]));
     assert_eq!(report["image"], reference.as_str());
-    assert_eq!(report["verdict"], "no-device");
-    assert_eq!(report["image_cuda"], "11.8.89");
-    assert!(
-        report["libraries"]
-            .as_array()
-            .unwrap()
-            .contains(&serde_json::json!("opt/conda/lib/libcudart.so.11.0")),
-        "{report}"
-    );
 
     // A registry that is not there is a pull error (exit 1), not a missing layout.
     let dead = format!("127.0.0.1:{}/ml/cudaimg:v1", crate::registry::free_port());
@@ -135,4 +113,22 @@ fn skipped_with_a_driver() -> bool {
         );
     }
     driver
+}
+
+/// The `--json` report of a smoke run of the CUDA 11.8 test image on a machine without a
+/// driver: exit 3, the image's CUDA version and its cudart read from the layers.
+#[track_caller]
+fn no_device_report(run: &crate::common::Run) -> serde_json::Value {
+    assert_eq!(run.code, 3, "{}{}", run.stdout, run.stderr);
+    let report: serde_json::Value = serde_json::from_str(&run.stdout).unwrap();
+    assert_eq!(report["verdict"], "no-device");
+    assert_eq!(report["image_cuda"], "11.8.89");
+    assert!(
+        report["libraries"]
+            .as_array()
+            .unwrap()
+            .contains(&serde_json::json!("opt/conda/lib/libcudart.so.11.0")),
+        "{report}"
+    );
+    report
 }

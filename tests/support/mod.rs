@@ -30,15 +30,22 @@ pub fn test_cache_dir() -> PathBuf {
 pub fn shared_channel() -> &'static Path {
     static CHANNEL: OnceLock<PathBuf> = OnceLock::new();
     CHANNEL.get_or_init(|| {
-        let dir = tempfile::Builder::new()
-            .prefix(&format!("imgbuild-test-channel-{}-", std::process::id()))
-            .tempdir()
-            .expect("creating a temp dir for the test channel")
-            .keep();
-        channel::write_test_channel(&dir, &test_cache_dir())
-            .unwrap_or_else(|e| panic!("writing the test channel to {}: {e:#}", dir.display()));
-        dir
+        kept_channel_dir("channel", |dir| {
+            channel::write_test_channel(dir, &test_cache_dir())
+        })
     })
+}
+
+/// A fresh directory under the system temp dir, filled by `write`, never removed (see
+/// [`shared_channel`]).
+pub fn kept_channel_dir(name: &str, write: impl FnOnce(&Path) -> anyhow::Result<()>) -> PathBuf {
+    let dir = tempfile::Builder::new()
+        .prefix(&format!("imgbuild-test-{name}-{}-", std::process::id()))
+        .tempdir()
+        .unwrap_or_else(|e| panic!("creating a temp dir for the {name}: {e}"))
+        .keep();
+    write(&dir).unwrap_or_else(|e| panic!("writing the {name} to {}: {e:#}", dir.display()));
+    dir
 }
 
 /// A second channel holding only `cuda-nvrtc` 11.8.89 from NVIDIA's wheel (see
@@ -47,18 +54,13 @@ pub fn shared_channel() -> &'static Path {
 pub fn nvrtc_channel() -> &'static Path {
     static CHANNEL: OnceLock<PathBuf> = OnceLock::new();
     CHANNEL.get_or_init(|| {
-        let dir = tempfile::Builder::new()
-            .prefix(&format!("imgbuild-test-nvrtc-{}-", std::process::id()))
-            .tempdir()
-            .expect("creating a temp dir for the NVRTC channel")
-            .keep();
-        let linux64 = dir.join("linux-64");
-        fs_err::create_dir_all(&linux64).unwrap();
-        fs_err::create_dir_all(dir.join("noarch")).unwrap();
-        channel::write_cuda_nvrtc_11_8(&test_cache_dir(), &linux64)
-            .and_then(|()| channel::index_channel(&dir))
-            .unwrap_or_else(|e| panic!("writing the NVRTC channel to {}: {e:#}", dir.display()));
-        dir
+        kept_channel_dir("nvrtc-channel", |dir| {
+            let linux64 = dir.join("linux-64");
+            fs_err::create_dir_all(&linux64)?;
+            fs_err::create_dir_all(dir.join("noarch"))?;
+            channel::write_cuda_nvrtc_11_8(&test_cache_dir(), &linux64)?;
+            channel::index_channel(dir)
+        })
     })
 }
 
