@@ -48,14 +48,16 @@ fn downloads(project: &Project) -> PathBuf {
     project.cache.join("downloads")
 }
 
-/// Nothing is left in `<cache>/downloads` after a build: no partial file, no archive.
+/// Nothing is left in `<cache>/downloads` after a build (no partial file, no archive), and
+/// the image is the one a clean download makes.
 #[track_caller]
-fn assert_downloads_empty(project: &Project) {
+fn assert_finished_cleanly(project: &Project, run: &crate::common::Run, server: &RangeServer) {
     let left: Vec<_> = fs_err::read_dir(downloads(project))
         .unwrap()
         .map(|e| e.unwrap().file_name())
         .collect();
     assert!(left.is_empty(), "left in downloads: {left:?}");
+    assert_eq!(run.digest(), clean_digest(server), "the same image");
 }
 
 fn write_partial(project: &Project, sha256: &str, bytes: &[u8]) -> PathBuf {
@@ -110,8 +112,7 @@ fn a_download_dropped_mid_body_resumes_with_range() {
         assert_eq!(of.len(), 2, "{of:#?}");
         assert!(of[0].dropped && of[1].status == 206, "{of:#?}");
     }
-    assert_downloads_empty(&project);
-    assert_eq!(run.digest(), clean_digest(&server), "the same image");
+    assert_finished_cleanly(&project, &run, &server);
 }
 
 #[test]
@@ -136,8 +137,7 @@ fn a_partial_file_left_by_a_killed_run_is_continued() {
     assert_eq!(requests[0].if_range, None);
     assert_eq!(requests[0].status, 206);
     assert_eq!(requests[0].sent, archive.len() - half);
-    assert_downloads_empty(&project);
-    assert_eq!(run.digest(), clean_digest(&server), "the same image");
+    assert_finished_cleanly(&project, &run, &server);
 }
 
 #[test]
@@ -163,8 +163,7 @@ fn a_partial_file_with_wrong_bytes_is_deleted_and_downloaded_again() {
     assert_eq!(requests[1].range, None);
     assert_eq!(requests[1].status, 200);
     assert_eq!(requests[1].sent, archive.len());
-    assert_downloads_empty(&project);
-    assert_eq!(run.digest(), clean_digest(&server), "the same image");
+    assert_finished_cleanly(&project, &run, &server);
 }
 
 #[test]
@@ -186,8 +185,7 @@ fn a_server_ignoring_range_still_works() {
     // The whole file again, written from the first byte.
     assert_eq!(requests[1].status, 200);
     assert_eq!(requests[1].sent, archive.len());
-    assert_downloads_empty(&project);
-    assert_eq!(run.digest(), clean_digest(&server), "the same image");
+    assert_finished_cleanly(&project, &run, &server);
 }
 
 /// A fresh download that does not match the record is the server's file: no retry, the
@@ -284,6 +282,5 @@ fn a_build_killed_mid_download_is_continued_by_the_next_build() {
     );
     assert_eq!(requests[0].status, 206);
     assert_eq!(requests[0].sent, archive.len() - half);
-    assert_downloads_empty(&project);
-    assert_eq!(run.digest(), clean_digest(&server), "the same image");
+    assert_finished_cleanly(&project, &run, &server);
 }
