@@ -29,16 +29,14 @@ impl Staging {
         fs_err::create_dir_all(parent)?;
         sweep(parent);
         loop {
-            let temp = tempfile::Builder::new()
-                .prefix(".new-")
-                .rand_bytes(12)
-                .tempfile_in(parent)?;
+            let temp = temporary_lock_file(parent)?;
             temp.as_file().lock()?;
             let stem = temp
                 .path()
                 .file_name()
                 .and_then(|n| n.to_str())
                 .and_then(|n| n.strip_prefix(".new-"))
+                .and_then(|n| n.strip_suffix(".lock"))
                 .expect("named by us")
                 .to_string();
             let dir = parent.join(format!("build-{stem}"));
@@ -97,6 +95,16 @@ impl Drop for Staging {
     }
 }
 
+/// A lock file under the temporary name that [`sweep`] recognises as a dead build's when
+/// nobody holds it.
+fn temporary_lock_file(parent: &Path) -> std::io::Result<tempfile::NamedTempFile> {
+    tempfile::Builder::new()
+        .prefix(".new-")
+        .suffix(".lock")
+        .rand_bytes(12)
+        .tempfile_in(parent)
+}
+
 /// Removes the trees of dead builds; anything it cannot remove is left for the next sweep.
 pub fn sweep(parent: &Path) {
     let Ok(entries) = std::fs::read_dir(parent) else {
@@ -152,6 +160,12 @@ mod tests {
         fs_err::write(parent.path().join("build-dead.lock"), "").unwrap();
         // An older imgbuild's tree, with no lock file.
         fs_err::create_dir(parent.path().join("build-old")).unwrap();
+        // A build killed before its lock file got its real name.
+        temporary_lock_file(parent.path())
+            .unwrap()
+            .into_temp_path()
+            .keep()
+            .unwrap();
 
         let other = Staging::create(parent.path()).unwrap();
         assert!(live.dir().join("file").exists(), "a live tree is kept");
