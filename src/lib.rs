@@ -17,6 +17,7 @@ pub mod k8s;
 pub mod layers;
 pub mod lock;
 pub mod oci;
+pub mod pypi;
 pub mod rebuild;
 pub mod recipe;
 pub mod registry;

@@ -1,0 +1,122 @@
+//! Wheels in the cache: `<cache>/wheels/<sha256>.whl`, named after their content, written
+//! only once checked. A wheel is downloaded once for every image and platform that uses it.
+
+use std::{
+    io::Read,
+    path::{Path, PathBuf},
+};
+
+use rattler_digest::Sha256Hash;
+use rattler_networking::LazyClient;
+use sha2::{Digest, Sha256};
+use url::Url;
+
+use crate::download::{DownloadError, Expected, download_resumable};
+
+#[derive(Debug, thiserror::Error)]
+pub enum FetchError {
+    #[error("Failed to download `{file}`")]
+    Download {
+        file: String,
+        #[source]
+        source: Box<DownloadError>,
+    },
+    #[error("`{file}` does not match its pinned sha256: expected {expected}, got {actual}")]
+    Mismatch {
+        file: String,
+        expected: String,
+        actual: String,
+    },
+    #[error("Failed to store `{}` in the wheel cache", path.display())]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// The sha256 of a file, read in pieces.
+pub fn sha256_file(path: &Path) -> std::io::Result<Sha256Hash> {
+    let mut file = fs_err::File::open(path)?;
+    let mut hasher = Sha256::new();
+    let mut buffer = vec![0u8; 1 << 20];
+    loop {
+        let n = file.read(&mut buffer)?;
+        if n == 0 {
+            break;
+        }
+        hasher.update(&buffer[..n]);
+    }
+    let mut hash = Sha256Hash::default();
+    hash.copy_from_slice(&hasher.finalize());
+    Ok(hash)
+}
+
+fn cached_path(cache_dir: &Path, sha256: &Sha256Hash) -> PathBuf {
+    cache_dir
+        .join("wheels")
+        .join(format!("{}.whl", hex::encode(sha256)))
+}
+
+/// The wheel at `url` in the cache, downloaded (or copied, for `file://`) when missing, and
+/// its sha256: `sha256` when given (and then checked), else computed.
+pub async fn fetch_wheel(
+    client: &LazyClient,
+    cache_dir: &Path,
+    url: &Url,
+    file: &str,
+    sha256: Option<Sha256Hash>,
+) -> Result<(PathBuf, Sha256Hash), FetchError> {
+    if let Some(sha256) = &sha256 {
+        let path = cached_path(cache_dir, sha256);
+        if path.is_file() {
+            return Ok((path, *sha256));
+        }
+    }
+    let io = |path: &Path| {
+        let path = path.to_path_buf();
+        move |source| FetchError::Io { path, source }
+    };
+    let wheels = cache_dir.join("wheels");
+    fs_err::create_dir_all(&wheels).map_err(io(&wheels))?;
+    let fetched: tempfile::TempPath = if url.scheme() == "file" {
+        let source = url.to_file_path().map_err(|()| FetchError::Io {
+            path: PathBuf::from(url.path()),
+            source: std::io::Error::other("not a local path"),
+        })?;
+        let temp = tempfile::NamedTempFile::new_in(&wheels).map_err(io(&wheels))?;
+        fs_err::copy(&source, temp.path()).map_err(io(&source))?;
+        temp.into_temp_path()
+    } else {
+        download_resumable(
+            client,
+            url,
+            &cache_dir.join("downloads"),
+            file,
+            Expected { sha256, size: None },
+            &(),
+        )
+        .await
+        .map_err(|source| FetchError::Download {
+            file: file.to_string(),
+            source: Box::new(source),
+        })?
+    };
+    let actual = sha256_file(&fetched).map_err(io(&fetched))?;
+    if let Some(expected) = sha256
+        && expected != actual
+    {
+        return Err(FetchError::Mismatch {
+            file: file.to_string(),
+            expected: hex::encode(expected),
+            actual: hex::encode(actual),
+        });
+    }
+    let path = cached_path(cache_dir, &actual);
+    // Another build may have put the same bytes there meanwhile: either copy is right.
+    fetched.persist(&path).map_err(|e| FetchError::Io {
+        path: path.clone(),
+        source: e.error,
+    })?;
+    Ok((path, actual))
+}

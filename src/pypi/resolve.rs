@@ -1,0 +1,655 @@
+//! Resolving the `[pypi]` requirements with PubGrub, for the image's Python and platform.
+//!
+//! Every version considered is one with a wheel the target accepts (its tags, its
+//! `Requires-Python`); a project that offers only source distributions is refused by name,
+//! since building one would run the project's code on the build host. Distributions the
+//! conda environment provides stand as their one conda version, with no dependencies of
+//! their own (conda's solver already met those). Extras are packages of their own
+//! (`name[extra]`), pinned to their base package's version, as uv models them.
+
+use std::{
+    cell::RefCell,
+    collections::{BTreeMap, HashMap},
+    fmt,
+    io::Read,
+    path::Path,
+    rc::Rc,
+    str::FromStr,
+};
+
+use pep440_rs::{Version, VersionSpecifiers};
+use pep508_rs::{
+    ExtraName, MarkerEnvironment, MarkerEnvironmentBuilder, PackageName, Requirement, VersionOrUrl,
+};
+use pubgrub::{
+    DefaultStringReporter, Dependencies, DependencyProvider, PackageResolutionStatistics,
+    PubGrubError, Ranges, Reporter,
+};
+use rattler_digest::Sha256Hash;
+use rattler_networking::LazyClient;
+use url::Url;
+
+use super::{
+    conda::Provided,
+    fetch::{FetchError, fetch_wheel},
+    index::{DistFile, IndexError, Sources, find_links_files, project_files},
+    metadata::CoreMetadata,
+    ranges::specifiers_ranges,
+    tags::{SupportedTags, WheelName, WheelTarget, sdist_version},
+};
+
+/// The image's Python environment as PEP 508 markers see it, and the wheel tags it takes.
+#[derive(Debug, Clone)]
+pub struct PythonTarget {
+    pub wheel: WheelTarget,
+    pub markers: MarkerEnvironment,
+}
+
+impl PythonTarget {
+    pub fn new(wheel: WheelTarget) -> PythonTarget {
+        let full = wheel.python.full.to_string();
+        let short = wheel.python.short();
+        let markers = MarkerEnvironment::try_from(MarkerEnvironmentBuilder {
+            implementation_name: "cpython",
+            implementation_version: &full,
+            os_name: "posix",
+            platform_machine: wheel.machine().unwrap_or(""),
+            platform_python_implementation: "CPython",
+            platform_release: "",
+            platform_system: "Linux",
+            platform_version: "",
+            python_full_version: &full,
+            python_version: &short,
+            sys_platform: "linux",
+        })
+        .expect("a parsed version prints as a valid version");
+        PythonTarget { wheel, markers }
+    }
+
+    /// Does the requirement apply to this target (with `extras` asked for)?
+    pub fn applies(&self, requirement: &Requirement, extras: &[ExtraName]) -> bool {
+        requirement.evaluate_markers(&self.markers, extras)
+    }
+
+    /// Does a `Requires-Python` allow this target's Python?
+    pub fn python_allowed(&self, requires: &VersionSpecifiers) -> bool {
+        requires.contains(&self.wheel.python.full)
+    }
+}
+
+/// A wheel the resolution picked, with what the lock records about it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResolvedWheel {
+    pub name: PackageName,
+    pub version: Version,
+    pub filename: String,
+    pub url: Url,
+    pub sha256: Sha256Hash,
+    /// The index it came from; `None` for a `find-links` file.
+    pub index: Option<Url>,
+    pub requires_dist: Vec<Requirement>,
+    pub requires_python: Option<VersionSpecifiers>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ResolveError {
+    #[error(
+        "`{package}` has no wheel for this image, only source distributions ({files}); imgbuild installs wheels only, since building a source distribution would run its code on the build host: pin a version that has a wheel, or build the wheel yourself and add it with `find-links`"
+    )]
+    SdistOnly { package: String, files: String },
+    #[error(
+        "`{package}` has no wheel the image can use (Python {python}, {platform}, {glibc}); it offers: {files}"
+    )]
+    NoCompatibleWheel {
+        package: String,
+        python: String,
+        platform: String,
+        glibc: String,
+        files: String,
+    },
+    #[error("`{package}` was not found on {sources}")]
+    NotFound { package: String, sources: String },
+    #[error(transparent)]
+    Index(#[from] IndexError),
+    #[error(transparent)]
+    Fetch(#[from] FetchError),
+    #[error("The core metadata of `{file}` {reason}")]
+    Metadata { file: String, reason: String },
+    #[error("The PyPI requirements cannot be met:\n{0}")]
+    NoSolution(String),
+    #[error(
+        "`{0}` is a direct URL requirement; only index and find-links requirements are supported"
+    )]
+    UrlRequirement(String),
+}
+
+/// A node of the resolution.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Node {
+    Root,
+    Package(PackageName),
+    Extra(PackageName, ExtraName),
+}
+
+impl fmt::Display for Node {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Node::Root => f.write_str("the recipe's [pypi] dependencies"),
+            Node::Package(name) => write!(f, "{name}"),
+            Node::Extra(name, extra) => write!(f, "{name}[{extra}]"),
+        }
+    }
+}
+
+/// A version with its best wheel.
+#[derive(Debug, Clone)]
+struct Candidate {
+    version: Version,
+    file: DistFile,
+    index: Option<Url>,
+}
+
+/// What a project offers this target.
+#[derive(Debug, Default)]
+struct Project {
+    /// Newest first.
+    candidates: Vec<Candidate>,
+    /// Source distributions, by version, for the refusal message.
+    sdists: Vec<(Version, String)>,
+    /// Wheels the target cannot use.
+    other_wheels: Vec<String>,
+    found: bool,
+}
+
+struct Provider<'a> {
+    handle: tokio::runtime::Handle,
+    client: LazyClient,
+    cache_dir: &'a Path,
+    sources: &'a Sources,
+    target: &'a PythonTarget,
+    tags: SupportedTags,
+    provided: &'a BTreeMap<PackageName, Provided>,
+    requirements: &'a [Requirement],
+    projects: RefCell<HashMap<PackageName, Rc<Project>>>,
+    metadata: RefCell<HashMap<(PackageName, Version), Rc<CoreMetadata>>>,
+    find_links: RefCell<Option<Rc<Vec<DistFile>>>>,
+}
+
+impl Provider<'_> {
+    fn find_links(&self) -> Result<Rc<Vec<DistFile>>, ResolveError> {
+        if let Some(files) = self.find_links.borrow().as_ref() {
+            return Ok(files.clone());
+        }
+        let mut files = Vec::new();
+        for location in &self.sources.find_links {
+            files.extend(
+                self.handle
+                    .block_on(find_links_files(&self.client, location))?,
+            );
+        }
+        let files = Rc::new(files);
+        *self.find_links.borrow_mut() = Some(files.clone());
+        Ok(files)
+    }
+
+    fn project(&self, name: &PackageName) -> Result<Rc<Project>, ResolveError> {
+        if let Some(project) = self.projects.borrow().get(name) {
+            return Ok(project.clone());
+        }
+        let mut files: Vec<(DistFile, Option<Url>)> = self
+            .find_links()?
+            .iter()
+            .filter(|f| file_project(&f.filename).as_ref() == Some(name))
+            .map(|f| (f.clone(), None))
+            .collect();
+        let mut found = !files.is_empty();
+        // The first index that knows the project answers for it.
+        for index in &self.sources.indexes {
+            if let Some(listed) = self
+                .handle
+                .block_on(project_files(&self.client, index, name))?
+            {
+                found = true;
+                files.extend(listed.into_iter().map(|f| (f, Some(index.clone()))));
+                break;
+            }
+        }
+        let mut project = Project {
+            found,
+            ..Project::default()
+        };
+        // version → (rank, file name, file) of its best wheel
+        let mut best: BTreeMap<Version, (usize, String, Candidate)> = BTreeMap::new();
+        for (file, index) in files {
+            if let Some(wheel) = WheelName::parse(&file.filename) {
+                if &wheel.name != name {
+                    continue;
+                }
+                let python_ok = file
+                    .requires_python
+                    .as_deref()
+                    .and_then(|r| VersionSpecifiers::from_str(r).ok())
+                    .is_none_or(|r| self.target.python_allowed(&r));
+                let rank = self.tags.rank(&wheel).filter(|_| python_ok);
+                let Some(rank) = rank else {
+                    project.other_wheels.push(file.filename.clone());
+                    continue;
+                };
+                if file.yanked {
+                    continue;
+                }
+                let key = (rank, file.filename.clone());
+                let better = best
+                    .get(&wheel.version)
+                    .is_none_or(|(r, f, _)| key < (*r, f.clone()));
+                if better {
+                    best.insert(
+                        wheel.version.clone(),
+                        (
+                            rank,
+                            file.filename.clone(),
+                            Candidate {
+                                version: wheel.version,
+                                file,
+                                index,
+                            },
+                        ),
+                    );
+                }
+            } else if let Some((_, version)) = sdist_version(&file.filename) {
+                project.sdists.push((version, file.filename.clone()));
+            }
+        }
+        project.candidates = best.into_values().rev().map(|(_, _, c)| c).collect();
+        let project = Rc::new(project);
+        self.projects
+            .borrow_mut()
+            .insert(name.clone(), project.clone());
+        Ok(project)
+    }
+
+    fn core_metadata(
+        &self,
+        name: &PackageName,
+        candidate: &Candidate,
+    ) -> Result<Rc<CoreMetadata>, ResolveError> {
+        let key = (name.clone(), candidate.version.clone());
+        if let Some(metadata) = self.metadata.borrow().get(&key) {
+            return Ok(metadata.clone());
+        }
+        let file = &candidate.file;
+        let metadata_error = |reason: String| ResolveError::Metadata {
+            file: file.filename.clone(),
+            reason,
+        };
+        let text = match &file.metadata {
+            // PEP 658: the metadata alone, not the whole wheel.
+            Some(sha256) if file.url.scheme() != "file" => {
+                let url = Url::parse(&format!("{}.metadata", file.url))
+                    .map_err(|e| metadata_error(e.to_string()))?;
+                let bytes = self
+                    .handle
+                    .block_on(async {
+                        self.client
+                            .client()
+                            .get(url.clone())
+                            .send()
+                            .await
+                            .map_err(|e| crate::http::error_chain(&e))?
+                            .error_for_status()
+                            .map_err(|e| crate::http::error_chain(&e))?
+                            .bytes()
+                            .await
+                            .map_err(|e| crate::http::error_chain(&e))
+                    })
+                    .map_err(|reason| {
+                        metadata_error(format!("could not be fetched from `{url}`: {reason}"))
+                    })?;
+                if let Some(expected) = sha256 {
+                    let actual =
+                        rattler_digest::compute_bytes_digest::<rattler_digest::Sha256>(&bytes);
+                    if actual.as_slice() != expected.as_slice() {
+                        return Err(metadata_error(format!(
+                            "at `{url}` does not match the sha256 the index gives"
+                        )));
+                    }
+                }
+                String::from_utf8(bytes.to_vec())
+                    .map_err(|_| metadata_error("is not UTF-8".to_string()))?
+            }
+            _ => {
+                let (path, _) = self.handle.block_on(fetch_wheel(
+                    &self.client,
+                    self.cache_dir,
+                    &file.url,
+                    &file.filename,
+                    file.sha256,
+                ))?;
+                wheel_metadata(&path).map_err(metadata_error)?
+            }
+        };
+        let metadata = CoreMetadata::parse(&text).map_err(|e| metadata_error(e.to_string()))?;
+        if &metadata.name != name || metadata.version != candidate.version {
+            return Err(metadata_error(format!(
+                "names {} {}, not {name} {}",
+                metadata.name, metadata.version, candidate.version
+            )));
+        }
+        let metadata = Rc::new(metadata);
+        self.metadata.borrow_mut().insert(key, metadata.clone());
+        Ok(metadata)
+    }
+
+    fn candidate(&self, name: &PackageName, version: &Version) -> Option<Candidate> {
+        let projects = self.projects.borrow();
+        projects
+            .get(name)?
+            .candidates
+            .iter()
+            .find(|c| &c.version == version)
+            .cloned()
+    }
+
+    /// The dependencies that `requirements` add, under `extras`.
+    fn constraints(
+        &self,
+        requirements: &[Requirement],
+        extras: &[ExtraName],
+    ) -> Result<Vec<(Node, Ranges<Version>)>, ResolveError> {
+        let mut constraints = Vec::new();
+        for requirement in requirements {
+            if !self.target.applies(requirement, extras) {
+                continue;
+            }
+            let range = match &requirement.version_or_url {
+                None => Ranges::full(),
+                Some(VersionOrUrl::VersionSpecifier(specifiers)) => specifiers_ranges(specifiers),
+                Some(VersionOrUrl::Url(_)) => {
+                    return Err(ResolveError::UrlRequirement(requirement.to_string()));
+                }
+            };
+            constraints.push((Node::Package(requirement.name.clone()), range.clone()));
+            for extra in &requirement.extras {
+                // Extras of a conda-provided package are conda's to meet.
+                if !self.provided.contains_key(&requirement.name) {
+                    constraints.push((
+                        Node::Extra(requirement.name.clone(), extra.clone()),
+                        range.clone(),
+                    ));
+                }
+            }
+        }
+        Ok(constraints)
+    }
+}
+
+/// The project a distribution file belongs to.
+fn file_project(filename: &str) -> Option<PackageName> {
+    WheelName::parse(filename)
+        .map(|w| w.name)
+        .or_else(|| sdist_version(filename).map(|(name, _)| name))
+}
+
+/// `*.dist-info/METADATA` of a wheel file.
+pub fn wheel_metadata(path: &Path) -> Result<String, String> {
+    let file = fs_err::File::open(path).map_err(|e| e.to_string())?;
+    let mut archive = zip::ZipArchive::new(file).map_err(|e| format!("is not a zip file: {e}"))?;
+    let names: Vec<String> = archive
+        .file_names()
+        .filter_map(Result::ok)
+        .map(|n| n.into_owned())
+        .collect();
+    let name = names
+        .into_iter()
+        .find(|n| {
+            n.strip_suffix("/METADATA")
+                .is_some_and(|dir| dir.ends_with(".dist-info") && !dir.contains('/'))
+        })
+        .ok_or_else(|| "is missing: the wheel has no `*.dist-info/METADATA`".to_string())?;
+    let mut text = String::new();
+    archive
+        .by_name(&name)
+        .map_err(|e| e.to_string())?
+        .read_to_string(&mut text)
+        .map_err(|e| format!("cannot be read: {e}"))?;
+    Ok(text)
+}
+
+impl DependencyProvider for Provider<'_> {
+    type P = Node;
+    type V = Version;
+    type VS = Ranges<Version>;
+    type M = String;
+    type Priority = u32;
+    type Err = ResolveError;
+
+    fn prioritize(
+        &self,
+        _package: &Node,
+        _range: &Ranges<Version>,
+        statistics: &PackageResolutionStatistics,
+    ) -> u32 {
+        // Packages that conflict often are decided first, as uv does.
+        statistics.conflict_count()
+    }
+
+    fn choose_version(
+        &self,
+        node: &Node,
+        range: &Ranges<Version>,
+    ) -> Result<Option<Version>, ResolveError> {
+        let name = match node {
+            Node::Root => return Ok(Some(Version::new([0]))),
+            Node::Package(name) | Node::Extra(name, _) => name,
+        };
+        if let Some(provided) = self.provided.get(name) {
+            return Ok(range
+                .contains(&provided.version)
+                .then(|| provided.version.clone()));
+        }
+        let project = self.project(name)?;
+        let in_range: Vec<&Candidate> = project
+            .candidates
+            .iter()
+            .filter(|c| range.contains(&c.version))
+            .collect();
+        // Pre-releases only when nothing else fits, as pip does.
+        let chosen = in_range
+            .iter()
+            .find(|c| !c.version.any_prerelease())
+            .or_else(|| in_range.first());
+        if let Some(chosen) = chosen {
+            return Ok(Some(chosen.version.clone()));
+        }
+        if !project.found {
+            return Err(ResolveError::NotFound {
+                package: name.to_string(),
+                sources: self.describe_sources(),
+            });
+        }
+        let sdists: Vec<&str> = project
+            .sdists
+            .iter()
+            .filter(|(v, _)| range.contains(v))
+            .map(|(_, f)| f.as_str())
+            .collect();
+        if !sdists.is_empty() {
+            return Err(ResolveError::SdistOnly {
+                package: name.to_string(),
+                files: sdists.join(", "),
+            });
+        }
+        if project.candidates.is_empty() && !project.other_wheels.is_empty() {
+            let wheel = &self.target.wheel;
+            return Err(ResolveError::NoCompatibleWheel {
+                package: name.to_string(),
+                python: wheel.python.to_string(),
+                platform: wheel.platform.to_string(),
+                glibc: wheel
+                    .glibc
+                    .map_or("no glibc".to_string(), |(a, b)| format!("glibc {a}.{b}")),
+                files: project.other_wheels.join(", "),
+            });
+        }
+        Ok(None)
+    }
+
+    fn get_dependencies(
+        &self,
+        node: &Node,
+        version: &Version,
+    ) -> Result<Dependencies<Node, Ranges<Version>, String>, ResolveError> {
+        let (name, extra) = match node {
+            Node::Root => {
+                return Ok(Dependencies::Available(
+                    self.constraints(self.requirements, &[])?
+                        .into_iter()
+                        .collect(),
+                ));
+            }
+            Node::Package(name) => (name, None),
+            Node::Extra(name, extra) => (name, Some(extra)),
+        };
+        if self.provided.contains_key(name) {
+            return Ok(Dependencies::Available(Vec::new().into_iter().collect()));
+        }
+        let candidate = self
+            .candidate(name, version)
+            .expect("versions are chosen from the project's candidates");
+        let metadata = self.core_metadata(name, &candidate)?;
+        if let Some(requires) = &metadata.requires_python
+            && !self.target.python_allowed(requires)
+        {
+            return Ok(Dependencies::Unavailable(format!(
+                "it requires Python {requires}"
+            )));
+        }
+        let mut constraints = match extra {
+            None => self.constraints(&metadata.requires_dist, &[])?,
+            Some(extra) => {
+                // `name[extra]` is `name` at the same version plus the extra's requirements.
+                let mut constraints = vec![(
+                    Node::Package(name.clone()),
+                    Ranges::singleton(version.clone()),
+                )];
+                constraints.extend(
+                    self.constraints(&metadata.requires_dist, std::slice::from_ref(extra))?,
+                );
+                constraints
+            }
+        };
+        constraints.retain(|(n, _)| !matches!(n, Node::Package(p) if p == name && extra.is_none()));
+        Ok(Dependencies::Available(constraints.into_iter().collect()))
+    }
+}
+
+impl Provider<'_> {
+    fn describe_sources(&self) -> String {
+        let mut places: Vec<String> = self
+            .sources
+            .indexes
+            .iter()
+            .map(|u| format!("`{u}`"))
+            .collect();
+        places.extend(self.sources.find_links.iter().map(|f| match f {
+            super::index::FindLinks::Directory(p) => format!("`{}`", p.display()),
+            super::index::FindLinks::Page(u) => format!("`{u}`"),
+        }));
+        places.join(", ")
+    }
+}
+
+/// What a resolution needs.
+pub struct ResolveInput<'a> {
+    pub requirements: &'a [Requirement],
+    pub sources: &'a Sources,
+    pub target: &'a PythonTarget,
+    pub provided: &'a BTreeMap<PackageName, Provided>,
+    pub cache_dir: &'a Path,
+}
+
+/// Resolves `input.requirements`; wheels sorted by name. Runs the solver on a blocking
+/// thread (it is synchronous; index requests run on the caller's runtime).
+pub async fn resolve(input: ResolveInput<'_>) -> Result<Vec<ResolvedWheel>, ResolveError> {
+    let client = crate::http::client().map_err(|e| {
+        ResolveError::Index(IndexError::Fetch {
+            url: input
+                .sources
+                .indexes
+                .first()
+                .cloned()
+                .unwrap_or_else(|| Url::parse("https://pypi.org/simple").expect("valid")),
+            reason: e.to_string(),
+        })
+    })?;
+    let handle = tokio::runtime::Handle::current();
+    let provider = Provider {
+        handle,
+        client,
+        cache_dir: input.cache_dir,
+        sources: input.sources,
+        target: input.target,
+        tags: input.target.wheel.supported_tags(),
+        provided: input.provided,
+        requirements: input.requirements,
+        projects: RefCell::default(),
+        metadata: RefCell::default(),
+        find_links: RefCell::default(),
+    };
+    // The solver blocks on index requests; `block_in_place` lets the runtime carry on.
+    let solution =
+        tokio::task::block_in_place(|| pubgrub::resolve(&provider, Node::Root, Version::new([0])));
+    let solution = match solution {
+        Ok(solution) => solution,
+        Err(PubGrubError::NoSolution(mut tree)) => {
+            tree.collapse_no_versions();
+            return Err(ResolveError::NoSolution(DefaultStringReporter::report(
+                &tree,
+            )));
+        }
+        Err(PubGrubError::ErrorChoosingVersion { source, .. })
+        | Err(PubGrubError::ErrorRetrievingDependencies { source, .. })
+        | Err(PubGrubError::ErrorInShouldCancel(source)) => return Err(source),
+    };
+    let mut wheels = Vec::new();
+    for (node, version) in solution {
+        let Node::Package(name) = node else {
+            continue;
+        };
+        if provider.provided.contains_key(&name) {
+            continue;
+        }
+        let candidate = provider
+            .candidate(&name, &version)
+            .expect("chosen from the candidates");
+        let metadata = provider.core_metadata(&name, &candidate)?;
+        let sha256 = match candidate.file.sha256 {
+            Some(sha256) => sha256,
+            // An index without hashes, a find-links directory: the lock pins what was read.
+            None => {
+                tokio::task::block_in_place(|| {
+                    provider.handle.block_on(fetch_wheel(
+                        &provider.client,
+                        input.cache_dir,
+                        &candidate.file.url,
+                        &candidate.file.filename,
+                        None,
+                    ))
+                })?
+                .1
+            }
+        };
+        wheels.push(ResolvedWheel {
+            name,
+            version,
+            filename: candidate.file.filename.clone(),
+            url: candidate.file.url.clone(),
+            sha256,
+            index: candidate.index.clone(),
+            requires_dist: metadata.requires_dist.clone(),
+            requires_python: metadata.requires_python.clone(),
+        });
+    }
+    wheels.sort_by(|a, b| a.name.cmp(&b.name));
+    Ok(wheels)
+}
