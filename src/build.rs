@@ -139,6 +139,8 @@ pub enum BuildError {
     #[error(transparent)]
     Base(#[from] BaseError),
     #[error(transparent)]
+    Pypi(#[from] crate::pypi::PypiError),
+    #[error(transparent)]
     Glibc(#[from] GlibcError),
     #[error(transparent)]
     Pull(#[from] PullError),
@@ -363,7 +365,7 @@ async fn obtain_lock(
             // Each platform is solved on its own, for its own virtual packages.
             let mut platforms = Vec::with_capacity(prepared.platforms.len());
             for platform in &prepared.platforms {
-                let records: Vec<RepoDataRecord> = resolve(
+                let mut records: Vec<RepoDataRecord> = resolve(
                     &recipe.channels,
                     &recipe.specs,
                     &platform.target,
@@ -373,10 +375,24 @@ async fn obtain_lock(
                     },
                 )
                 .await?;
+                // PyPI after conda: its Python, and what conda already provides, decide it.
+                let wheels = match &recipe.pypi {
+                    Some(pypi) => {
+                        crate::pypi::lock_platform(
+                            pypi,
+                            &platform.target,
+                            &mut records,
+                            &settings.cache_dir,
+                        )
+                        .await?
+                    }
+                    None => Vec::new(),
+                };
                 platforms.push(PlatformLock {
                     target: platform.target.clone(),
                     base: platform.locked_base.clone(),
                     records,
+                    wheels,
                 });
             }
             let lock = Lock {
@@ -386,6 +402,7 @@ async fn obtain_lock(
                     .map(|c| c.base_url.to_string())
                     .collect(),
                 platforms,
+                pypi: recipe.pypi.as_ref().map(|p| p.sources.clone()),
             };
             let recipe_file = recipe.path.file_name().map_or_else(
                 || recipe.path.display().to_string(),
@@ -586,6 +603,27 @@ pub async fn build(
             name: recipe.name.clone(),
             source,
         })?;
+        let mut staged = staged;
+        if !locked.wheels.is_empty() {
+            let owned = crate::install::ownership(&staged.packages)
+                .into_iter()
+                .map(|(path, owner)| (path.to_string(), staged.packages[owner].dist_name()))
+                .collect();
+            staged.wheels = crate::pypi::install_platform(
+                &locked.wheels,
+                recipe
+                    .pypi
+                    .as_ref()
+                    .map_or(&[][..], |p| p.requirements.as_slice()),
+                &locked.records,
+                &locked.target,
+                &staged.prefix_dir(),
+                &recipe.prefix,
+                &settings.cache_dir,
+                owned,
+            )
+            .await?;
+        }
         install_reporter.platform_done();
         let mut activation = activation(
             &staged.prefix_dir(),

@@ -2,9 +2,11 @@
 //! `environment.yml`.
 //!
 //! The environment file is read with rattler's [`EnvironmentYaml`], so match specs are
-//! parsed exactly as conda reads them. What a recipe cannot express yet (the `pip:` section,
-//! other package managers' sections, the `prefix`) is kept in a comment block of the recipe
-//! and returned as notes for the CLI to report, never dropped silently.
+//! parsed exactly as conda reads them. The `pip:` section becomes `[pypi]`: requirements,
+//! `--index-url`, `--extra-index-url` and `--find-links`. What a recipe cannot express (pip's
+//! other options, `-r`/`-e` lines, other package managers' sections, the `prefix`) is kept in
+//! a comment block of the recipe and returned as notes for the CLI to report, never dropped
+//! silently.
 
 use std::path::{Path, PathBuf};
 
@@ -185,9 +187,24 @@ pub fn from_environment_yaml(
 
     let mut dependencies = Vec::new();
     let mut kept: Vec<(String, Vec<String>)> = Vec::new();
+    let mut pypi: Option<PipSection> = None;
     for dependency in &environment.dependencies {
         match dependency {
             MatchSpecOrSubSection::MatchSpec(spec) => dependencies.push(spec.to_string()),
+            MatchSpecOrSubSection::SubSection(section, specs) if section == "pip" => {
+                let (section, left) = pip_section(specs);
+                if !left.is_empty() {
+                    notes.push(format!(
+                        "{} of the `pip:` section cannot be expressed in a recipe (`-r`/`-e` lines, direct URLs, other pip options); kept as a comment in the recipe",
+                        match left.len() {
+                            1 => "1 line".to_string(),
+                            n => format!("{n} lines"),
+                        }
+                    ));
+                    kept.push(("pip".to_string(), left));
+                }
+                pypi = Some(section);
+            }
             MatchSpecOrSubSection::SubSection(section, specs) => {
                 let count = match specs.len() {
                     1 => "1 package".to_string(),
@@ -241,11 +258,35 @@ pub fn from_environment_yaml(
         text.push_str(&format!("    {},\n", quote(dependency)));
     }
     text.push_str("]\n");
+    if let Some(pypi) = &pypi {
+        text.push_str(&format!(
+            "\n# The `pip:` section of {file_name}: wheels resolved for the image's Python.\n[pypi]\n"
+        ));
+        if let Some(index) = &pypi.index_url {
+            text.push_str(&format!("index-url = {}\n", quote(index)));
+        }
+        let list = |key: &str, values: &[String]| {
+            if values.is_empty() {
+                return String::new();
+            }
+            let items: Vec<String> = values
+                .iter()
+                .map(|v| format!("    {},\n", quote(v)))
+                .collect();
+            format!("{key} = [\n{}]\n", items.concat())
+        };
+        text.push_str(&list("extra-index-urls", &pypi.extra_index_urls));
+        text.push_str(&list("find-links", &pypi.find_links));
+        text.push_str(&list("dependencies", &pypi.dependencies));
+        if pypi.dependencies.is_empty() {
+            text.push_str("dependencies = []\n");
+        }
+    }
     for (section, specs) in &kept {
         text.push_str(&format!(
-            "\n# Not yet supported: the `{section}:` dependencies of {file_name}. imgbuild installs\n\
-             # conda packages only; these are kept here so nothing is lost. Look for conda\n\
-             # packages of the same projects (often the same name on conda-forge).\n\
+            "\n# Not yet supported: these `{section}:` lines of {file_name}. imgbuild installs\n\
+             # conda packages and PyPI wheels from indexes; these are kept here so nothing is\n\
+             # lost.\n\
              # {section} = [\n"
         ));
         for spec in specs {
@@ -262,6 +303,49 @@ pub fn from_environment_yaml(
         },
     )?;
     Ok(InitRecipe { text, notes })
+}
+
+/// The `[pypi]` section made from an environment file's `pip:` lines.
+#[derive(Debug, Default)]
+struct PipSection {
+    index_url: Option<String>,
+    extra_index_urls: Vec<String>,
+    find_links: Vec<String>,
+    dependencies: Vec<String>,
+}
+
+/// Splits `pip:` lines (requirements-file syntax) into what `[pypi]` expresses and what it
+/// does not.
+fn pip_section(lines: &[String]) -> (PipSection, Vec<String>) {
+    let mut section = PipSection::default();
+    let mut left = Vec::new();
+    for line in lines {
+        let line = line.trim();
+        let option = |names: &[&str]| {
+            names.iter().find_map(|name| {
+                let rest = line.strip_prefix(name)?;
+                let value = rest.strip_prefix('=').unwrap_or(rest).trim();
+                (!value.is_empty() && (rest.starts_with([' ', '=']) || name.len() == 2))
+                    .then(|| value.to_string())
+            })
+        };
+        if let Some(url) = option(&["--index-url", "-i"]) {
+            section.index_url = Some(url);
+        } else if let Some(url) = option(&["--extra-index-url"]) {
+            section.extra_index_urls.push(url);
+        } else if let Some(location) = option(&["--find-links", "-f"]) {
+            section.find_links.push(location);
+        } else if !line.starts_with('-')
+            && line
+                .parse::<pep508_rs::Requirement>()
+                .is_ok_and(|r| !matches!(r.version_or_url, Some(pep508_rs::VersionOrUrl::Url(_))))
+        {
+            section.dependencies.push(line.to_string());
+        } else {
+            left.push(line.to_string());
+        }
+    }
+    (section, left)
 }
 
 /// Writes `text` to `path`, refusing to replace an existing file.
@@ -336,6 +420,9 @@ dependencies:
   - pip:
       - requests==2.31.0
       - --extra-index-url https://example.org/simple
+      - -f ./wheels
+      - -r requirements.txt
+      - torch @ https://download.pytorch.org/whl/torch-2.1.0.whl
 variables:
   OMP_NUM_THREADS: '4'
 ";
@@ -352,9 +439,23 @@ variables:
         let specs: Vec<String> = recipe.specs.iter().map(|s| s.to_string()).collect();
         assert_eq!(specs, ["python 3.11.*", "numpy >=1.26,<2", "pip"]);
         assert_eq!(recipe.env["OMP_NUM_THREADS"], "4");
+        let pypi = recipe
+            .pypi
+            .as_ref()
+            .expect("the pip: section becomes [pypi]");
+        let requirements: Vec<String> = pypi.requirements.iter().map(|r| r.to_string()).collect();
+        assert_eq!(requirements, ["requests==2.31.0"]);
+        let indexes: Vec<&str> = pypi.sources.indexes.iter().map(|u| u.as_str()).collect();
+        assert_eq!(
+            indexes,
+            ["https://pypi.org/simple", "https://example.org/simple"]
+        );
+        assert_eq!(pypi.sources.find_links.len(), 1);
+        // What [pypi] cannot say is kept, not dropped.
         assert!(
-            made.text
-                .contains("# pip = [\n#     \"requests==2.31.0\",\n#     \"--extra-index-url https://example.org/simple\",\n# ]"),
+            made.text.contains(
+                "# pip = [\n#     \"-r requirements.txt\",\n#     \"torch @ https://download.pytorch.org/whl/torch-2.1.0.whl\",\n# ]"
+            ),
             "{}",
             made.text
         );
@@ -362,7 +463,9 @@ variables:
         assert!(
             made.notes
                 .iter()
-                .any(|n| n.contains("`pip:` section (2 packages) is not yet supported"))
+                .any(|n| n.contains("2 lines of the `pip:` section cannot be expressed")),
+            "{:?}",
+            made.notes
         );
         assert!(made.notes.iter().any(|n| n.contains("prefix: /home/me")));
     }

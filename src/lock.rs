@@ -14,11 +14,16 @@ use rattler_conda_types::{
     GenericVirtualPackage, MatchSpec, Matches, PackageName, ParseStrictness, RepoDataRecord, Subdir,
 };
 use rattler_lock::{
-    CondaPackageData, DEFAULT_ENVIRONMENT_NAME, LockFile, ParseCondaLockError, PlatformData,
-    PlatformName,
+    CondaPackageData, DEFAULT_ENVIRONMENT_NAME, FindLinksUrlOrPath, LockFile, PackageHashes,
+    ParseCondaLockError, PlatformData, PlatformName, PypiDistributionData, PypiIndexes, UrlOrPath,
+    Verbatim,
 };
 
-use crate::{recipe::Recipe, resolve::Target};
+use crate::{
+    pypi::{FindLinks, ResolvedWheel, Sources},
+    recipe::Recipe,
+    resolve::Target,
+};
 
 const BASE_MARKER: &str = "# imgbuild-base: ";
 
@@ -47,6 +52,8 @@ pub struct Lock {
     /// One solved environment per platform, in the lock file's order; never empty, no
     /// platform twice.
     pub platforms: Vec<PlatformLock>,
+    /// Where the PyPI wheels were resolved from; `None` for a recipe without `[pypi]`.
+    pub pypi: Option<Sources>,
 }
 
 /// The environment of one platform.
@@ -56,6 +63,8 @@ pub struct PlatformLock {
     pub base: LockedBase,
     /// Packages sorted by name.
     pub records: Vec<RepoDataRecord>,
+    /// PyPI wheels sorted by name, installed after the conda packages.
+    pub wheels: Vec<ResolvedWheel>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -110,6 +119,8 @@ pub enum Staleness {
         dependency: String,
     },
     Unrequested(String),
+    /// The `[pypi]` part no longer matches the recipe.
+    Pypi(String),
     /// A reason that holds for one platform of a multi-platform lock.
     OnPlatform {
         platform: String,
@@ -155,6 +166,7 @@ impl fmt::Display for Staleness {
                 f,
                 "locked package `{package}` is no longer needed by the recipe's dependencies"
             ),
+            Staleness::Pypi(reason) => f.write_str(reason),
             Staleness::OnPlatform { platform, reason } => write!(f, "{platform}: {reason}"),
         }
     }
@@ -238,6 +250,11 @@ impl Lock {
                     record.package_record.name.as_normalized()
                 )));
             }
+            let mut wheels = Vec::new();
+            for package in environment.pypi_packages(platform).into_iter().flatten() {
+                wheels.push(locked_wheel(package).map_err(|reason| shape(&reason))?);
+            }
+            wheels.sort_by(|a, b| a.name.cmp(&b.name));
             platforms.push(PlatformLock {
                 target: Target {
                     platform: subdir,
@@ -245,6 +262,7 @@ impl Lock {
                 },
                 base,
                 records,
+                wheels,
             });
         }
         if platforms.is_empty() {
@@ -254,6 +272,17 @@ impl Lock {
         // whatever follows the lock's order (messages, the lock written back) is the same
         // every time.
         platforms.sort_by(|a, b| a.target.platform.as_str().cmp(b.target.platform.as_str()));
+        let pypi = environment.pypi_indexes().map(|indexes| Sources {
+            indexes: indexes.indexes.clone(),
+            find_links: indexes
+                .find_links
+                .iter()
+                .map(|f| match f {
+                    FindLinksUrlOrPath::Path(path) => FindLinks::Directory(path.clone()),
+                    FindLinksUrlOrPath::Url(url) => FindLinks::Page(url.clone()),
+                })
+                .collect(),
+        });
         Ok(Lock {
             channels: environment
                 .channels()
@@ -261,6 +290,7 @@ impl Lock {
                 .map(|c| c.url.clone())
                 .collect(),
             platforms,
+            pypi,
         })
     }
 
@@ -327,6 +357,22 @@ impl Lock {
             )
             .map_err(|e| LockError::Build(Box::new(e)))?
             .with_channels(DEFAULT_ENVIRONMENT_NAME, self.channels.iter().cloned());
+        if let Some(sources) = &self.pypi {
+            builder.set_pypi_indexes(
+                DEFAULT_ENVIRONMENT_NAME,
+                PypiIndexes {
+                    indexes: sources.indexes.clone(),
+                    find_links: sources
+                        .find_links
+                        .iter()
+                        .map(|f| match f {
+                            FindLinks::Directory(path) => FindLinksUrlOrPath::Path(path.clone()),
+                            FindLinks::Page(url) => FindLinksUrlOrPath::Url(url.clone()),
+                        })
+                        .collect(),
+                },
+            );
+        }
         for platform in &self.platforms {
             let name = PlatformName::from(&platform.target.platform);
             for record in &platform.records {
@@ -336,6 +382,11 @@ impl Lock {
                         name.as_str(),
                         CondaPackageData::from(record.clone()),
                     )
+                    .map_err(|e| LockError::Build(Box::new(e)))?;
+            }
+            for wheel in &platform.wheels {
+                builder
+                    .add_pypi_package(DEFAULT_ENVIRONMENT_NAME, name.as_str(), wheel_data(wheel))
                     .map_err(|e| LockError::Build(Box::new(e)))?;
             }
         }
@@ -419,7 +470,8 @@ impl Lock {
                     Ok(())
                 })
                 .and_then(|()| locked.check_base(base))
-                .and_then(|()| locked.check_closure(&recipe.specs, &target.virtual_packages));
+                .and_then(|()| locked.check_closure(&recipe.specs, &target.virtual_packages))
+                .and_then(|()| locked.check_pypi(recipe.pypi.as_ref(), self.pypi.as_ref()));
             match result {
                 Err(reason @ Staleness::Channels { .. }) => return Err(reason),
                 Err(reason) if multi => {
@@ -433,6 +485,53 @@ impl Lock {
         }
         Ok(())
     }
+}
+
+/// A locked wheel as rattler_lock stores it.
+fn wheel_data(wheel: &ResolvedWheel) -> rattler_lock::PypiPackageData {
+    PypiDistributionData {
+        name: wheel.name.clone(),
+        version: wheel.version.clone(),
+        location: Verbatim::new(UrlOrPath::Url(wheel.url.clone())),
+        index_url: wheel.index.clone(),
+        hash: Some(PackageHashes::Sha256(wheel.sha256)),
+        requires_dist: wheel.requires_dist.clone(),
+        requires_python: wheel.requires_python.clone(),
+    }
+    .into()
+}
+
+/// A lock's PyPI entry as imgbuild uses it: a wheel by URL, pinned by sha256.
+fn locked_wheel(package: &rattler_lock::PypiPackageData) -> Result<ResolvedWheel, String> {
+    let name = package.name();
+    let wheel = package
+        .as_wheel()
+        .ok_or_else(|| format!("PyPI package `{name}` is a source tree, not a wheel"))?;
+    let url = wheel
+        .location
+        .as_url()
+        .cloned()
+        .ok_or_else(|| format!("PyPI package `{name}` is located by a path, not a URL"))?;
+    let sha256 = match &wheel.hash {
+        Some(PackageHashes::Sha256(sha) | PackageHashes::Md5Sha256(_, sha)) => *sha,
+        _ => return Err(format!("PyPI package `{name}` has no sha256")),
+    };
+    let filename = url
+        .path_segments()
+        .and_then(|mut s| s.next_back())
+        .filter(|f| f.ends_with(".whl"))
+        .ok_or_else(|| format!("PyPI package `{name}` is not a wheel URL: `{url}`"))?
+        .to_string();
+    Ok(ResolvedWheel {
+        name: name.clone(),
+        version: wheel.version.clone(),
+        filename,
+        url,
+        sha256,
+        index: wheel.index_url.clone(),
+        requires_dist: wheel.requires_dist.clone(),
+        requires_python: wheel.requires_python.clone(),
+    })
 }
 
 /// The `# imgbuild-base:` header, read.
@@ -479,6 +578,104 @@ impl PlatformLock {
                 locked: self.base.to_string(),
                 wanted: base.to_string(),
             });
+        }
+        Ok(())
+    }
+
+    /// The locked wheels were resolved from the recipe's indexes, meet its PyPI
+    /// requirements with their dependencies (on this platform's Python, with what the conda
+    /// packages provide), and are all needed.
+    fn check_pypi(
+        &self,
+        wanted: Option<&crate::pypi::PypiRecipe>,
+        locked: Option<&Sources>,
+    ) -> Result<(), Staleness> {
+        let stale = |reason: String| Err(Staleness::Pypi(reason));
+        let wanted = match (wanted, locked) {
+            (None, None) => return Ok(()),
+            (None, Some(_)) => return stale("the recipe no longer has a `[pypi]` section".into()),
+            (Some(_), None) => return stale("the recipe has a new `[pypi]` section".into()),
+            (Some(wanted), Some(locked)) => {
+                if &wanted.sources != locked {
+                    return stale(format!(
+                        "the PyPI sources changed: locked {}, the recipe has {}",
+                        locked, wanted.sources
+                    ));
+                }
+                wanted
+            }
+        };
+        if self.wheels.is_empty() && wanted.requirements.is_empty() {
+            return Ok(());
+        }
+        let python = crate::pypi::python_target(&self.target, &self.records)
+            .map_err(|e| Staleness::Pypi(e.to_string()))?;
+        let provided = crate::pypi::conda::provided(&self.records);
+        let by_name: HashMap<&pep508_rs::PackageName, &ResolvedWheel> =
+            self.wheels.iter().map(|w| (&w.name, w)).collect();
+        let mut reached: BTreeSet<&pep508_rs::PackageName> = BTreeSet::new();
+        // (requirement, extras it is evaluated with, who asked)
+        let mut queue: Vec<(&pep508_rs::Requirement, Vec<pep508_rs::ExtraName>, String)> = wanted
+            .requirements
+            .iter()
+            .map(|r| (r, Vec::new(), "the recipe".to_string()))
+            .collect();
+        let mut visited_extras: BTreeSet<(String, String)> = BTreeSet::new();
+        while let Some((requirement, extras, asker)) = queue.pop() {
+            if !python.applies(requirement, &extras) {
+                continue;
+            }
+            let version = match (
+                provided.get(&requirement.name),
+                by_name.get(&requirement.name),
+            ) {
+                (Some(conda), _) => conda.version.clone(),
+                (None, Some(wheel)) => wheel.version.clone(),
+                (None, None) => {
+                    return stale(format!(
+                        "{asker} needs the PyPI package `{requirement}`, which is not locked"
+                    ));
+                }
+            };
+            let satisfied = match &requirement.version_or_url {
+                Some(pep508_rs::VersionOrUrl::VersionSpecifier(specifiers)) => {
+                    crate::pypi::ranges::specifiers_ranges(specifiers).contains(&version)
+                }
+                _ => true,
+            };
+            if !satisfied {
+                return stale(format!(
+                    "{asker} needs `{requirement}`, but {} {version} is locked",
+                    requirement.name
+                ));
+            }
+            let Some(wheel) = by_name.get(&requirement.name) else {
+                continue; // conda's own dependencies are conda's to meet
+            };
+            let fresh = reached.insert(&wheel.name);
+            let mut new_extras = Vec::new();
+            for extra in &requirement.extras {
+                if visited_extras.insert((wheel.name.to_string(), extra.to_string())) {
+                    new_extras.push(extra.clone());
+                }
+            }
+            let asker = format!("locked PyPI package `{} {}`", wheel.name, wheel.version);
+            for dependency in &wheel.requires_dist {
+                if fresh && python.applies(dependency, &[]) {
+                    queue.push((dependency, Vec::new(), asker.clone()));
+                }
+                for extra in &new_extras {
+                    if python.applies(dependency, std::slice::from_ref(extra)) {
+                        queue.push((dependency, vec![extra.clone()], asker.clone()));
+                    }
+                }
+            }
+        }
+        if let Some(extra) = self.wheels.iter().find(|w| !reached.contains(&w.name)) {
+            return stale(format!(
+                "locked PyPI package `{}` is no longer needed by the recipe's `[pypi]` dependencies",
+                extra.name
+            ));
         }
         Ok(())
     }
@@ -605,12 +802,14 @@ mod tests {
                 record("app", platform.as_str(), sha),
                 record("lib", "noarch", 9),
             ],
+            wheels: Vec::new(),
         }
     }
 
     fn two_platform_lock(recipe: &Recipe) -> Lock {
         Lock {
             channels: vec!["file:///ch/".to_string()],
+            pypi: None,
             platforms: vec![
                 platform_lock(
                     recipe,
@@ -671,6 +870,7 @@ mod tests {
         let recipe = recipe("\"linux-aarch64\"");
         let lock = Lock {
             channels: vec!["file:///ch/".to_string()],
+            pypi: None,
             platforms: vec![platform_lock(
                 &recipe,
                 Subdir::LinuxAarch64,

@@ -264,6 +264,18 @@ pub fn verify(dir: &Path, lock: Option<&Path>) -> Result<VerifyReport, VerifyErr
     Ok(report)
 }
 
+/// `pypi:NAME-VERSION` with NAME normalized, for a wheel's layer label.
+fn normalized_wheel_label(label: &str) -> Option<String> {
+    let stem = label.strip_prefix(crate::layers::plan::WHEEL_LABEL_PREFIX)?;
+    let (name, version) = stem.rsplit_once('-')?;
+    let name = pep508_rs::PackageName::new(name.to_string()).ok()?;
+    let version: pep440_rs::Version = version.parse().ok()?;
+    Some(format!(
+        "{}{name}-{version}",
+        crate::layers::plan::WHEEL_LABEL_PREFIX
+    ))
+}
+
 /// What one platform image of a layout holds, as its manifest and layers say.
 struct ImageContents {
     digest: String,
@@ -309,13 +321,29 @@ fn check_against_lock(images: &[ImageContents], lock_path: &Path) -> Result<(), 
                 format!("{platform} ({}): {message}", image.digest)
             }
         };
-        let locked_names: BTreeSet<String> = locked.records.iter().map(dist_name).collect();
-        if let Some(missing) = locked_names.difference(&image.packages).next() {
+        let mut locked_names: BTreeSet<String> = locked.records.iter().map(dist_name).collect();
+        locked_names.extend(locked.wheels.iter().map(|w| {
+            format!(
+                "{}{}-{}",
+                crate::layers::plan::WHEEL_LABEL_PREFIX,
+                w.name,
+                w.version
+            )
+        }));
+        // A wheel's layer names its `.dist-info` stem (`python_dateutil-2.9.0.post0`):
+        // compared by normalized name and version.
+        let image_packages: BTreeSet<String> = image
+            .packages
+            .iter()
+            .map(|p| normalized_wheel_label(p).unwrap_or_else(|| p.clone()))
+            .collect();
+
+        if let Some(missing) = locked_names.difference(&image_packages).next() {
             return Err(mismatch(on(format!(
                 "locked package `{missing}` is in no layer"
             ))));
         }
-        if let Some(extra) = image.packages.difference(&locked_names).next() {
+        if let Some(extra) = image_packages.difference(&locked_names).next() {
             return Err(mismatch(on(format!(
                 "the image holds `{extra}`, which the lock does not"
             ))));

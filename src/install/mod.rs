@@ -85,6 +85,8 @@ pub struct StagedPrefix {
     pub prefix: String,
     /// Packages in the order of the lock (by name).
     pub packages: Vec<StagedPackage>,
+    /// PyPI wheels installed after the packages, by name.
+    pub wheels: Vec<crate::pypi::StagedWheel>,
 }
 
 impl StagedPrefix {
@@ -218,6 +220,7 @@ pub async fn install_reporting(
         root: root.to_path_buf(),
         prefix: prefix.to_string(),
         packages: Vec::new(),
+        wheels: Vec::new(),
     };
     let prefix_dir = staged.prefix_dir();
     fs_err::create_dir_all(&prefix_dir).map_err(|source| InstallError::Staging {

@@ -12,7 +12,8 @@
 //! of the packages' `conda-meta/*.json` records. A record names its package archive by
 //! sha256 and lists each file's sha256 (after prefix replacement), and the in-image prefix
 //! is part of every path, so equal keys mean equal tars without reading the 2 GB of
-//! libraries again. Layers that hold no package record (the image's own files) are not
+//! libraries again. A wheel's layer is keyed the same way by its installed `RECORD`. Layers
+//! that hold no package record (the image's own files) are not
 //! cached: they are small and their bytes come from the build, not from packages.
 
 use std::path::{Path, PathBuf};
@@ -133,7 +134,14 @@ pub fn layer_key(
     let records: Vec<String> = layer
         .packages
         .iter()
-        .map(|package| format!("/conda-meta/{package}.json"))
+        .map(|package| {
+            // A wheel's RECORD lists every installed file with its sha256, as a conda-meta
+            // record does.
+            match package.strip_prefix(super::plan::WHEEL_LABEL_PREFIX) {
+                Some(dist) => format!("/{dist}.dist-info/RECORD"),
+                None => format!("/conda-meta/{package}.json"),
+            }
+        })
         .collect();
     let mut found = 0;
     let mut hasher = Sha256::new();

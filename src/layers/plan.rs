@@ -82,9 +82,11 @@ pub fn plan_layers(
     base_layers: usize,
     image_mtime: u64,
 ) -> Result<LayerPlan, PlanError> {
+    // Conda packages and wheels each need a shared layer when they do not all fit alone.
+    let kinds = usize::from(!staged.packages.is_empty()) + usize::from(!staged.wheels.is_empty());
     let slots = (budget as usize)
         .checked_sub(base_layers + 1)
-        .filter(|slots| *slots >= 1 || staged.packages.is_empty())
+        .filter(|slots| *slots >= kinds.max(1) || kinds == 0)
         .ok_or(PlanError::BudgetTooSmall {
             budget,
             base_layers,
@@ -100,63 +102,96 @@ pub fn plan_layers(
         package_paths[*owner].push(full(path));
     }
     let prefix_dir = staged.prefix_dir();
-    let sizes: Vec<u64> = package_paths
-        .iter()
-        .map(|paths| paths.iter().map(|p| file_size(&staged.root.join(p))).sum())
+    let size_of =
+        |paths: &[String]| -> u64 { paths.iter().map(|p| file_size(&staged.root.join(p))).sum() };
+
+    // Conda packages from most shared to most specific, then wheels (which depend on the
+    // conda environment, never the other way round), CUDA runtime wheels first.
+    let mut units: Vec<Unit> = dependency_order(staged)
+        .into_iter()
+        .map(|index| {
+            let package = &staged.packages[index];
+            Unit {
+                name: package.dist_name(),
+                paths: package_paths[index].clone(),
+                size: size_of(&package_paths[index]),
+                mtime: package_mtime(package),
+                wheel: false,
+            }
+        })
         .collect();
-
-    let order = dependency_order(staged);
-
-    let mut layers = Vec::new();
-    let single = |index: usize| {
-        let package = &staged.packages[index];
-        PlannedLayer {
-            name: package.dist_name(),
-            packages: vec![package.dist_name()],
-            paths: package_paths[index].clone(),
-            mtime: package_mtime(package),
-            size: sizes[index],
-        }
-    };
-    if order.len() <= slots {
-        layers.extend(order.iter().map(|&i| single(i)));
-    } else {
-        // The largest packages keep a layer each; the rest share the last package layer.
-        let mut by_size = order.clone();
-        by_size.sort_by(|a, b| sizes[*b].cmp(&sizes[*a]).then(a.cmp(b)));
-        let alone: BTreeSet<usize> = by_size.iter().take(slots - 1).copied().collect();
-        layers.extend(
-            order
-                .iter()
-                .filter(|i| alone.contains(i))
-                .map(|&i| single(i)),
-        );
-        let grouped: Vec<usize> = order
-            .iter()
-            .filter(|i| !alone.contains(i))
-            .copied()
-            .collect();
-        let mut paths: Vec<String> = grouped
-            .iter()
-            .flat_map(|&i| package_paths[i].iter().cloned())
-            .collect();
-        paths.sort();
-        let packages: Vec<String> = grouped
-            .iter()
-            .map(|&i| staged.packages[i].dist_name())
-            .collect();
-        layers.push(PlannedLayer {
-            name: format!("{} small packages", grouped.len()),
-            mtime: grouped
-                .iter()
-                .map(|&i| package_mtime(&staged.packages[i]))
-                .max()
-                .unwrap_or(0),
-            size: grouped.iter().map(|&i| sizes[i]).sum(),
-            packages,
+    let mut wheels: Vec<&crate::pypi::StagedWheel> = staged.wheels.iter().collect();
+    wheels.sort_by(|a, b| {
+        (!is_cuda_runtime(a.name.as_ref()), &a.name)
+            .cmp(&(!is_cuda_runtime(b.name.as_ref()), &b.name))
+    });
+    units.extend(wheels.into_iter().map(|wheel| {
+        let paths: Vec<String> = wheel.files.iter().map(|f| full(f)).collect();
+        Unit {
+            name: wheel_label(&wheel.dist_name),
+            size: size_of(&paths),
             paths,
-        });
+            mtime: wheel.mtime,
+            wheel: true,
+        }
+    }));
+
+    let single = |unit: &Unit| PlannedLayer {
+        name: unit.name.clone(),
+        packages: vec![unit.name.clone()],
+        paths: unit.paths.clone(),
+        mtime: unit.mtime,
+        size: unit.size,
+    };
+    let mut layers = Vec::new();
+    if units.len() <= slots {
+        layers.extend(units.iter().map(single));
+    } else {
+        // The largest keep a layer each; the rest of each kind share one.
+        let mut by_size: Vec<usize> = (0..units.len()).collect();
+        by_size.sort_by(|a, b| units[*b].size.cmp(&units[*a].size).then(a.cmp(b)));
+        let alone: BTreeSet<usize> = by_size.iter().take(slots - kinds).copied().collect();
+        for wheel in [false, true] {
+            let kind: Vec<usize> = (0..units.len())
+                .filter(|&i| units[i].wheel == wheel)
+                .collect();
+            layers.extend(
+                kind.iter()
+                    .filter(|i| alone.contains(i))
+                    .map(|&i| single(&units[i])),
+            );
+            let grouped: Vec<&Unit> = kind
+                .iter()
+                .filter(|i| !alone.contains(i))
+                .map(|&i| &units[i])
+                .collect();
+            if grouped.is_empty() {
+                continue;
+            }
+            let mut paths: Vec<String> = grouped
+                .iter()
+                .flat_map(|u| u.paths.iter().cloned())
+                .collect();
+            paths.sort();
+            layers.push(PlannedLayer {
+                name: format!(
+                    "{} small {}",
+                    grouped.len(),
+                    if wheel { "wheels" } else { "packages" }
+                ),
+                mtime: grouped.iter().map(|u| u.mtime).max().unwrap_or(0),
+                size: grouped.iter().map(|u| u.size).sum(),
+                packages: grouped.iter().map(|u| u.name.clone()).collect(),
+                paths,
+            });
+        }
     }
+    let owned_by_wheels: BTreeSet<&str> = staged
+        .wheels
+        .iter()
+        .flat_map(|w| w.files.iter().map(String::as_str))
+        .collect();
+    let owned = |rel: &str| owners.contains_key(rel) || owned_by_wheels.contains(rel);
 
     // The image's own files: everything under the prefix no package owns.
     let mut own = Vec::new();
@@ -180,7 +215,7 @@ pub fn plan_layers(
                     path: entry.path().to_path_buf(),
                 })?
                 .to_string();
-            if owners.contains_key(rel.as_str()) {
+            if owned(rel.as_str()) {
                 continue;
             }
             let is_dir = entry.file_type().is_dir();
@@ -209,6 +244,24 @@ pub fn plan_layers(
     });
     Ok(LayerPlan { layers })
 }
+
+/// A package's layer contents before the budget groups any.
+struct Unit {
+    name: String,
+    paths: Vec<String>,
+    size: u64,
+    mtime: u64,
+    wheel: bool,
+}
+
+/// The name a wheel has in layer annotations and history: `pypi:` and its `.dist-info`
+/// directory's stem (`pypi:python_dateutil-2.9.0.post0`), which also finds its `RECORD`.
+pub fn wheel_label(dist_name: &str) -> String {
+    format!("{WHEEL_LABEL_PREFIX}{dist_name}")
+}
+
+/// What [`wheel_label`] puts before a wheel's name.
+pub const WHEEL_LABEL_PREFIX: &str = "pypi:";
 
 fn file_size(path: &Path) -> u64 {
     std::fs::symlink_metadata(path)
@@ -352,6 +405,7 @@ mod tests {
             root: root.to_path_buf(),
             prefix: "/opt/conda".into(),
             packages,
+            wheels: Vec::new(),
         }
     }
 

@@ -159,7 +159,29 @@ pub fn write_image(layout: &Layout, inputs: &ImageInputs<'_>) -> Result<WrittenI
         } else if layer.packages.is_empty() {
             "imgbuild: image files".to_string()
         } else {
-            format!("imgbuild: conda {}", layer.packages.join(" "))
+            let (wheels, conda): (Vec<&String>, Vec<&String>) = layer
+                .packages
+                .iter()
+                .partition(|p| p.starts_with(crate::layers::plan::WHEEL_LABEL_PREFIX));
+            let mut parts = Vec::new();
+            if !conda.is_empty() {
+                parts.push(format!(
+                    "conda {}",
+                    conda
+                        .iter()
+                        .map(|s| s.as_str())
+                        .collect::<Vec<_>>()
+                        .join(" ")
+                ));
+            }
+            if !wheels.is_empty() {
+                let names: Vec<&str> = wheels
+                    .iter()
+                    .map(|w| &w[crate::layers::plan::WHEEL_LABEL_PREFIX.len()..])
+                    .collect();
+                parts.push(format!("pypi {}", names.join(" ")));
+            }
+            format!("imgbuild: {}", parts.join("; "))
         };
         history.push(
             HistoryBuilder::default()

@@ -30,10 +30,21 @@ pub struct DistFile {
 /// Where distributions are looked up: indexes in order (the first that knows a project
 /// answers for it, so a later index can never shadow a project of an earlier one), plus
 /// `find-links` locations whose files join every answer.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Sources {
     pub indexes: Vec<Url>,
     pub find_links: Vec<FindLinks>,
+}
+
+impl std::fmt::Display for Sources {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut places: Vec<String> = self.indexes.iter().map(|u| format!("`{u}`")).collect();
+        places.extend(self.find_links.iter().map(|l| match l {
+            FindLinks::Directory(path) => format!("`{}`", path.display()),
+            FindLinks::Page(url) => format!("`{url}`"),
+        }));
+        f.write_str(&places.join(", "))
+    }
 }
 
 /// A `find-links` location.

@@ -464,7 +464,7 @@ impl DependencyProvider for Provider<'_> {
         if !project.found {
             return Err(ResolveError::NotFound {
                 package: name.to_string(),
-                sources: self.describe_sources(),
+                sources: self.sources.to_string(),
             });
         }
         let sdists: Vec<&str> = project
@@ -540,22 +540,6 @@ impl DependencyProvider for Provider<'_> {
         };
         constraints.retain(|(n, _)| !matches!(n, Node::Package(p) if p == name && extra.is_none()));
         Ok(Dependencies::Available(constraints.into_iter().collect()))
-    }
-}
-
-impl Provider<'_> {
-    fn describe_sources(&self) -> String {
-        let mut places: Vec<String> = self
-            .sources
-            .indexes
-            .iter()
-            .map(|u| format!("`{u}`"))
-            .collect();
-        places.extend(self.sources.find_links.iter().map(|f| match f {
-            super::index::FindLinks::Directory(p) => format!("`{}`", p.display()),
-            super::index::FindLinks::Page(u) => format!("`{u}`"),
-        }));
-        places.join(", ")
     }
 }
 

@@ -124,6 +124,8 @@ pub struct Recipe {
     pub variant: Option<String>,
     /// `[smoke] embed`: the image carries the `imgbuild-smoke` executable.
     pub embed_smoke: bool,
+    /// `[pypi]`: wheels installed into the environment; `None` without the section.
+    pub pypi: Option<crate::pypi::PypiRecipe>,
 }
 
 impl Recipe {
@@ -341,6 +343,7 @@ impl Checker {
         }
 
         let cuda = file.cuda.as_ref().map(|cuda| self.cuda(cuda)).transpose()?;
+        let pypi = file.pypi.as_ref().map(|pypi| self.pypi(pypi)).transpose()?;
         let mut specs = specs;
         if let Some(cuda) = cuda.as_ref().filter(|c| c.compat) {
             // NVIDIA's forward-compatibility libraries for this runtime (conda-forge and
@@ -419,6 +422,7 @@ impl Checker {
             compression,
             variant: None,
             embed_smoke: file.smoke.embed,
+            pypi,
         })
     }
 
@@ -483,6 +487,80 @@ impl Checker {
         Ok(Base::OciLayout {
             path: recipe_dir(&self.path).join(path),
             tag: tag.to_string(),
+        })
+    }
+
+    fn pypi(
+        &self,
+        pypi: &super::schema::PypiSection,
+    ) -> Result<crate::pypi::PypiRecipe, RecipeError> {
+        let requirements = pypi
+            .dependencies
+            .iter()
+            .map(|dep| {
+                let requirement =
+                    pep508_rs::Requirement::from_str(dep.get_ref()).map_err(|err| {
+                        self.error(
+                            dep,
+                            format!("invalid PyPI requirement `{}`: {err}", dep.get_ref()),
+                        )
+                    })?;
+                if matches!(
+                    requirement.version_or_url,
+                    Some(pep508_rs::VersionOrUrl::Url(_))
+                ) {
+                    return Err(self.error(
+                        dep,
+                        "direct URL requirements are not supported: put the wheel in a `find-links` directory and require it by name",
+                    ));
+                }
+                Ok(requirement)
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let index_url = |value: &Spanned<String>| {
+            let url = Url::parse(value.get_ref().trim_end_matches('/')).map_err(|err| {
+                self.error(
+                    value,
+                    format!("invalid index URL `{}`: {err}", value.get_ref()),
+                )
+            })?;
+            if !matches!(url.scheme(), "http" | "https") {
+                return Err(self.error(
+                    value,
+                    "an index URL must be `http://` or `https://`; use `find-links` for a local directory of wheels",
+                ));
+            }
+            Ok(url)
+        };
+        let mut indexes = vec![match &pypi.index_url {
+            Some(url) => index_url(url)?,
+            None => Url::parse(crate::pypi::DEFAULT_INDEX_URL).expect("a valid URL"),
+        }];
+        for url in &pypi.extra_index_urls {
+            indexes.push(index_url(url)?);
+        }
+        let find_links = pypi
+            .find_links
+            .iter()
+            .map(|location| {
+                let parsed =
+                    crate::pypi::FindLinks::from_str(location.get_ref()).map_err(|reason| {
+                        self.error(location, format!("invalid `find-links` entry: {reason}"))
+                    })?;
+                Ok(match parsed {
+                    crate::pypi::FindLinks::Directory(dir) if dir.is_relative() => {
+                        crate::pypi::FindLinks::Directory(recipe_dir(&self.path).join(dir))
+                    }
+                    other => other,
+                })
+            })
+            .collect::<Result<Vec<_>, RecipeError>>()?;
+        Ok(crate::pypi::PypiRecipe {
+            requirements,
+            sources: crate::pypi::Sources {
+                indexes,
+                find_links,
+            },
         })
     }
 

@@ -23,6 +23,8 @@ pub(crate) struct RecipeFile {
     /// Optional: the in-image GPU smoke test.
     #[serde(default)]
     pub smoke: SmokeSection,
+    /// Optional: PyPI wheels installed into the conda environment.
+    pub pypi: Option<PypiSection>,
     /// Optional: build variants, `key = ["value", …]`; read by [`super::matrix`] before
     /// the recipe is parsed, so here only its presence is kept.
     #[allow(dead_code)]
@@ -64,6 +66,22 @@ pub(crate) struct CondaSection {
     /// Match specs, e.g. `python=3.9`.
     #[serde(default)]
     pub dependencies: Vec<Spanned<String>>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub(crate) struct PypiSection {
+    /// PEP 508 requirements, e.g. `requests>=2.31`.
+    #[serde(default)]
+    pub dependencies: Vec<Spanned<String>>,
+    /// Optional: the index asked first; default `https://pypi.org/simple`.
+    pub index_url: Option<Spanned<String>>,
+    /// Optional: more indexes, asked in order for projects the earlier ones do not have.
+    #[serde(default)]
+    pub extra_index_urls: Vec<Spanned<String>>,
+    /// Optional: directories (relative to the recipe) or HTML pages of wheels.
+    #[serde(default)]
+    pub find_links: Vec<Spanned<String>>,
 }
 
 #[derive(Debug, Deserialize)]
