@@ -178,10 +178,8 @@ pub fn host_debian_suite() -> anyhow::Result<String> {
 }
 
 /// Creates an OCI image layout at `dir`, tag `latest`, holding only the Debian `suite`'s
-/// `packages` (bullseye's `libc6` is glibc 2.31) and what they depend on, unpacked by
-/// `mmdebstrap --variant=extract` from deb.debian.org (no maintainer script runs), plus `/tmp`
-/// (mode 1777). The rootfs tar is kept in `cache_dir`, so the network is needed once per suite
-/// and package list.
+/// `packages` (bullseye's `libc6` is glibc 2.31) and what they depend on (see
+/// [`debian_rootfs_tar`]), plus `/tmp` (mode 1777).
 pub fn debian_base_layout(
     dir: &Path,
     cache_dir: &Path,
@@ -189,14 +187,47 @@ pub fn debian_base_layout(
     packages: &[&str],
 ) -> anyhow::Result<()> {
     ensure!(
-        have("mmdebstrap") && have("umoci"),
-        "mmdebstrap and umoci are required (tests/install-deps.sh installs them)"
+        have("umoci"),
+        "umoci is required (tests/install-deps.sh installs it)"
     );
+    let rootfs_tar = debian_rootfs_tar(cache_dir, suite, packages)?;
+    let created_by = format!("imgbuild tests: {suite} {}", packages.join(" "));
+    umoci_image(dir, &created_by, None, |rootfs| {
+        let status = Command::new("tar")
+            .arg("-xf")
+            .arg(&rootfs_tar)
+            .arg("-C")
+            .arg(rootfs)
+            .status()
+            .context("running tar")?;
+        ensure!(
+            status.success(),
+            "unpacking {} failed",
+            rootfs_tar.display()
+        );
+        fs_err::create_dir_all(rootfs.join("tmp"))?;
+        Ok(())
+    })
+}
+
+/// The rootfs tar of the Debian `suite`'s `packages` and what they depend on, unpacked by
+/// `mmdebstrap --variant=extract` from deb.debian.org (no maintainer script runs). It is kept
+/// in `cache_dir`, so the network is needed once per suite and package list; other helpers
+/// take files from it (the PyPI tests' Python interpreter).
+pub fn debian_rootfs_tar(
+    cache_dir: &Path,
+    suite: &str,
+    packages: &[&str],
+) -> anyhow::Result<PathBuf> {
     let rootfs_tar = cache_dir.join(format!("{suite}-{}.tar", packages.join("+")));
     // Tests of this process wait for one download.
     static DOWNLOAD: std::sync::Mutex<()> = std::sync::Mutex::new(());
     let _one = DOWNLOAD.lock().unwrap_or_else(|e| e.into_inner());
     if !rootfs_tar.is_file() {
+        ensure!(
+            have("mmdebstrap"),
+            "mmdebstrap is required (tests/install-deps.sh installs it)"
+        );
         // mmdebstrap picks the output format from the extension: keep `.tar`. A name of
         // this process's own, renamed into place, so concurrent tests never see half a tar.
         let partial = rootfs_tar.with_extension(format!("partial-{}.tar", std::process::id()));
@@ -215,21 +246,5 @@ pub fn debian_base_layout(
         ensure!(status.success(), "mmdebstrap {suite} failed: {status}");
         fs_err::rename(&partial, &rootfs_tar)?;
     }
-    let created_by = format!("imgbuild tests: {suite} {}", packages.join(" "));
-    umoci_image(dir, &created_by, None, |rootfs| {
-        let status = Command::new("tar")
-            .arg("-xf")
-            .arg(&rootfs_tar)
-            .arg("-C")
-            .arg(rootfs)
-            .status()
-            .context("running tar")?;
-        ensure!(
-            status.success(),
-            "unpacking {} failed",
-            rootfs_tar.display()
-        );
-        fs_err::create_dir_all(rootfs.join("tmp"))?;
-        Ok(())
-    })
+    Ok(rootfs_tar)
 }

@@ -336,8 +336,8 @@ pub fn write_wheel_library_package(
     out: &Path,
     name: &str,
     version: &str,
-    files: &[(&str, &'static str)],
-    links: &[(&'static str, &'static str)],
+    files: &[(&str, &str)],
+    links: &[(&str, &str)],
 ) -> anyhow::Result<()> {
     let mut zip = zip::ZipArchive::new(fs_err::File::open(wheel)?)
         .with_context(|| format!("opening {}", wheel.display()))?;
@@ -348,10 +348,10 @@ pub fn write_wheel_library_package(
             .with_context(|| format!("{member} in {}", wheel.display()))?
             .read_to_end(&mut bytes)?;
         ensure!(bytes.starts_with(b"\x7fELF"), "{member} is not an ELF file");
-        entries.push(executable(path, bytes));
+        entries.push(executable(*path, bytes));
     }
     for (path, target) in links {
-        entries.push(link(path, target));
+        entries.push(link(*path, *target));
     }
     let mut index = linux64_index(name, version, &["__glibc >=2.17"]);
     index["license"] = "NVIDIA End User License Agreement".into();
@@ -397,7 +397,8 @@ where
     })
 }
 
-fn sha256_hex(bytes: &[u8]) -> String {
+/// The hex sha256 of `bytes`.
+pub fn sha256_hex(bytes: &[u8]) -> String {
     hex::encode(Sha256::digest(bytes))
 }
 
@@ -561,32 +562,42 @@ fn check_repodata(channel_dir: &Path) -> anyhow::Result<()> {
 // Package writer
 
 /// One entry of a package's payload (everything outside `info/`).
-enum Entry {
+pub enum Entry {
     File {
-        path: &'static str,
+        path: String,
         bytes: Vec<u8>,
         executable: bool,
         /// `Some("text" | "binary")` when the file contains [`PLACEHOLDER`] and must be patched.
         file_mode: Option<&'static str>,
     },
     Symlink {
-        path: &'static str,
-        target: &'static str,
+        path: String,
+        target: String,
     },
 }
 
-fn file(path: &'static str, bytes: impl Into<Vec<u8>>) -> Entry {
+impl Entry {
+    fn path(&self) -> &str {
+        match self {
+            Entry::File { path, .. } | Entry::Symlink { path, .. } => path,
+        }
+    }
+}
+
+/// A plain (mode 0644) payload file.
+pub fn file(path: impl Into<String>, bytes: impl Into<Vec<u8>>) -> Entry {
     Entry::File {
-        path,
+        path: path.into(),
         bytes: bytes.into(),
         executable: false,
         file_mode: None,
     }
 }
 
-fn executable(path: &'static str, bytes: impl Into<Vec<u8>>) -> Entry {
+/// An executable (mode 0755) payload file.
+pub fn executable(path: impl Into<String>, bytes: impl Into<Vec<u8>>) -> Entry {
     Entry::File {
-        path,
+        path: path.into(),
         bytes: bytes.into(),
         executable: true,
         file_mode: None,
@@ -610,15 +621,19 @@ fn patched(entry: Entry, mode: &'static str) -> Entry {
     }
 }
 
-fn link(path: &'static str, target: &'static str) -> Entry {
-    Entry::Symlink { path, target }
+/// A symlink in the payload; `target` must resolve to a payload file.
+pub fn link(path: impl Into<String>, target: impl Into<String>) -> Entry {
+    Entry::Symlink {
+        path: path.into(),
+        target: target.into(),
+    }
 }
 
 /// Writes a package to `out` (`.conda` or `.tar.bz2`, from the file name): lays the payload out
 /// in a staging directory, writes `info/index.json`, `info/paths.json`, `info/files` and an
 /// optional `info/link.json`, checks rattler parses them, and archives everything with the fixed
 /// [`TIMESTAMP`].
-fn write_package(
+pub fn write_package(
     out: &Path,
     index: serde_json::Value,
     entries: &[Entry],
@@ -627,12 +642,10 @@ fn write_package(
     let staging = tempfile::tempdir()?;
     let base = staging.path();
     let mut paths = Vec::new();
-    let mut payload: Vec<&'static str> = Vec::new();
+    let mut payload: Vec<&str> = Vec::new();
 
     for entry in entries {
-        let (rel, abs) = match entry {
-            Entry::File { path, .. } | Entry::Symlink { path, .. } => (*path, base.join(path)),
-        };
+        let (rel, abs) = (entry.path(), base.join(entry.path()));
         fs_err::create_dir_all(abs.parent().expect("payload paths have a parent"))?;
         match entry {
             Entry::File {
@@ -655,9 +668,7 @@ fn write_package(
 
     // paths.json, in path order like conda-build writes it.
     let mut by_path: Vec<&Entry> = entries.iter().collect();
-    by_path.sort_by_key(|e| match e {
-        Entry::File { path, .. } | Entry::Symlink { path, .. } => *path,
-    });
+    by_path.sort_by(|a, b| a.path().cmp(b.path()));
     let mut records = Vec::new();
     for entry in by_path {
         records.push(match entry {
@@ -771,7 +782,8 @@ fn contains(haystack: &[u8], needle: &[u8]) -> bool {
     haystack.windows(needle.len()).any(|w| w == needle)
 }
 
-fn linux64_index(name: &str, version: &str, depends: &[&str]) -> serde_json::Value {
+/// The `index.json` of a linux-64 package, build `h0_0`, built at [`TIMESTAMP`].
+pub fn linux64_index(name: &str, version: &str, depends: &[&str]) -> serde_json::Value {
     serde_json::json!({
         "arch": "x86_64",
         "build": "h0_0",

@@ -7,6 +7,7 @@
 pub mod base;
 pub mod channel;
 pub mod hostile;
+pub mod pypi;
 
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
