@@ -93,8 +93,11 @@ struct JsonFile {
     requires_python: Option<String>,
     #[serde(default)]
     yanked: serde_json::Value,
-    #[serde(rename = "core-metadata", alias = "dist-info-metadata", default)]
+    // PyPI sends both names (PEP 714 renamed the field); either says the same.
+    #[serde(rename = "core-metadata", default)]
     core_metadata: serde_json::Value,
+    #[serde(rename = "dist-info-metadata", default)]
+    dist_info_metadata: serde_json::Value,
 }
 
 fn sha256_of(hex: &str) -> Option<Sha256Hash> {
@@ -130,7 +133,8 @@ fn parse_json(body: &str, base: &Url) -> Result<Vec<DistFile>, String> {
                     file.yanked,
                     serde_json::Value::Bool(false) | serde_json::Value::Null
                 ),
-                metadata: json_metadata(&file.core_metadata),
+                metadata: json_metadata(&file.core_metadata)
+                    .or_else(|| json_metadata(&file.dist_info_metadata)),
                 url,
                 filename: file.filename,
             })
@@ -382,7 +386,7 @@ mod tests {
         let sha = "b".repeat(64);
         let json = format!(
             r#"{{"meta":{{"api-version":"1.1"}},"name":"six","files":[
-              {{"filename":"six-1.16.0-py2.py3-none-any.whl","url":"../../files/six-1.16.0-py2.py3-none-any.whl","hashes":{{"sha256":"{sha}"}},"requires-python":">=2.7","core-metadata":true,"yanked":false}},
+              {{"filename":"six-1.16.0-py2.py3-none-any.whl","url":"../../files/six-1.16.0-py2.py3-none-any.whl","hashes":{{"sha256":"{sha}"}},"requires-python":">=2.7","core-metadata":true,"dist-info-metadata":true,"yanked":false}},
               {{"filename":"six-1.0.tar.gz","url":"https://cdn.example/six-1.0.tar.gz","hashes":{{}},"yanked":"broken"}}]}}"#
         );
         let files = parse_json(&json, &base()).unwrap();

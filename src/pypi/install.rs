@@ -42,7 +42,7 @@ pub struct StagedWheel {
 pub enum WheelInstallError {
     #[error("Wheel `{wheel}` is refused: {reason}")]
     Invalid { wheel: String, reason: String },
-    #[error("Wheel `{wheel}`: `{path}` is already installed by `{owner}`")]
+    #[error("Wheel `{wheel}`: `{path}` is already installed, with other contents, by `{owner}`")]
     Conflict {
         wheel: String,
         path: String,
@@ -362,13 +362,6 @@ pub fn install_wheel(
                 "`{destination_text}` is in the wheel twice"
             )));
         }
-        if let Some(owner) = owned.get(&destination_text) {
-            return Err(WheelInstallError::Conflict {
-                wheel: wheel_file.to_string(),
-                path: destination_text,
-                owner: owner.clone(),
-            });
-        }
         let bytes = if script && bytes.starts_with(b"#!python") {
             let end = bytes
                 .iter()
@@ -381,7 +374,22 @@ pub fn install_wheel(
             bytes
         };
         let mode = if executable || script { 0o755 } else { 0o644 };
-        write_file(&prefix_dir.join(&destination), &bytes, mode).map_err(io(&destination))?;
+        if let Some(owner) = owned.get(&destination_text) {
+            // Namespace packages: NVIDIA's wheels all ship the same empty
+            // `nvidia/__init__.py`. The same bytes are the same file (and stay in each
+            // wheel's layer, so every layer stands alone); different bytes would make the
+            // environment depend on install order.
+            let existing = fs_err::read(prefix_dir.join(&destination)).map_err(io(&destination))?;
+            if existing != bytes {
+                return Err(WheelInstallError::Conflict {
+                    wheel: wheel_file.to_string(),
+                    path: destination_text,
+                    owner: owner.clone(),
+                });
+            }
+        } else {
+            write_file(&prefix_dir.join(&destination), &bytes, mode).map_err(io(&destination))?;
+        }
         installed.insert(
             destination_text,
             (urlsafe_sha256(&bytes), bytes.len() as u64),
@@ -445,7 +453,7 @@ pub fn install_wheel(
     files.sort();
     let label = format!("pypi {dist_name}");
     for file in &files {
-        owned.insert(file.clone(), label.clone());
+        owned.entry(file.clone()).or_insert_with(|| label.clone());
     }
     Ok(StagedWheel {
         name: name.name,

@@ -25,6 +25,7 @@ mod lock;
 mod matrix;
 mod platforms;
 mod progress;
+mod pypi;
 mod pypi_index;
 mod range_server;
 mod recipes;

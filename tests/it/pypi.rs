@@ -1,0 +1,333 @@
+//! `[pypi]` (issue 9): wheels from a local PEP 503/691 index (real wheels from PyPI, pinned
+//! by sha256), resolved for the image's Python (the venv `python` 3.9.2 conda package over
+//! Debian bullseye's python3.9), locked beside the conda packages, installed into the
+//! environment's site-packages and layered above the conda packages.
+
+use std::path::Path;
+
+use serde_json::Value;
+
+use crate::{
+    common::{LayoutView, Project, is_root, run_bundle_output, unpack, validate_layout},
+    support::{
+        channel::{CUDA_RUNTIME_11_8, NVRTC_11_8, tiny_recipe},
+        pypi::{
+            DATEUTIL_2_9_0_POST0, PYFLAKES_3_4_0, SIX_1_16_0, SimpleIndex, bullseye_python_base,
+            pinned_dists, pypi_channel, write_sdist,
+        },
+        test_cache_dir,
+    },
+};
+
+/// A project on the bullseye-python base whose conda environment is `conda` from the PyPI
+/// test channel and whose `[pypi]` section asks `pypi` from `index`.
+fn project(name: &str, conda: &[&str], pypi: &[&str], index: &SimpleIndex) -> Project {
+    let project = Project::new();
+    bullseye_python_base(&project.path().join("base"), &test_cache_dir()).unwrap();
+    let quote = |s: &str| serde_json::to_string(s).unwrap();
+    let pypi: Vec<String> = pypi.iter().map(|r| quote(r)).collect();
+    let recipe = tiny_recipe(pypi_channel(), name, conda)
+        .replace("base = \"scratch\"", "base = \"oci:../base\"")
+        + &format!(
+            "\n[pypi]\nindex-url = {}\ndependencies = [{}]\n",
+            quote(&index.url()),
+            pypi.join(", ")
+        );
+    project.write_recipe(&recipe);
+    project
+}
+
+fn index_of(wheels: &[crate::support::channel::PinnedWheel]) -> SimpleIndex {
+    SimpleIndex::serve(&pinned_dists(wheels).unwrap()).unwrap()
+}
+
+/// The PyPI packages of the lock: `(name, version, url)`.
+fn locked_wheels(project: &Project) -> Vec<(String, String, String)> {
+    let lock = fs_err::read_to_string(project.lock_path()).unwrap();
+    let yaml: serde_yaml::Value = serde_yaml::from_str(
+        &lock
+            .lines()
+            .filter(|l| !l.starts_with('#'))
+            .collect::<Vec<_>>()
+            .join("\n"),
+    )
+    .unwrap();
+    yaml["packages"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .filter_map(|p| {
+            let url = p["pypi"].as_str()?;
+            assert!(
+                p["sha256"].as_str().is_some_and(|s| s.len() == 64),
+                "every wheel is pinned by sha256: {p:?}"
+            );
+            Some((
+                p["name"].as_str().unwrap().to_string(),
+                p["version"].as_str().unwrap().to_string(),
+                url.to_string(),
+            ))
+        })
+        .collect()
+}
+
+/// The layer annotations `dev.imgbuild.layer.packages`, bottom first (base layers: none).
+fn layer_packages(layout: &LayoutView) -> Vec<String> {
+    layout.manifest()["layers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|l| l["annotations"]["dev.imgbuild.layer.packages"].as_str())
+        .map(str::to_string)
+        .collect()
+}
+
+/// Runs `args` in the image under runc; `None` when runc cannot run here.
+fn run_in_image(project: &Project, image: &str, args: &[&str]) -> Option<(i32, String, String)> {
+    if !is_root() {
+        eprintln!("skipped running the image: runc needs root here");
+        return None;
+    }
+    let bundle = project.path().join(format!("bundle-{}", args.len()));
+    unpack(
+        &project.path().join("images").join(image),
+        "latest",
+        &bundle,
+    );
+    let output = run_bundle_output(&bundle, image, Some(args));
+    Some((
+        output.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    ))
+}
+
+#[test]
+fn six_from_a_local_index_is_locked_installed_and_imported_in_the_image() {
+    let index = index_of(&[SIX_1_16_0, PYFLAKES_3_4_0]);
+    let project = project("pysix", &["python"], &["six", "pyflakes==3.4.*"], &index);
+    project.build(&[]).success();
+
+    // Locked by URL and sha256 in the same lock as the conda packages.
+    let wheels = locked_wheels(&project);
+    let names: Vec<&str> = wheels
+        .iter()
+        .map(|(n, v, _)| (n.as_str(), v.as_str()))
+        .map(|(n, _)| n)
+        .collect();
+    assert_eq!(names, ["pyflakes", "six"], "{wheels:?}");
+    assert!(
+        wheels
+            .iter()
+            .all(|(_, _, url)| url.starts_with(&index.base_url().to_string()))
+    );
+    let lock = fs_err::read_to_string(project.lock_path()).unwrap();
+    assert!(
+        lock.contains("pypi-indexes") || lock.contains("indexes:"),
+        "{lock}"
+    );
+
+    let layout = LayoutView::new(project.path().join("images/pysix"));
+    validate_layout(project.path().join("images/pysix").to_str().unwrap());
+    // Each wheel its own layer, above the conda packages, below the image's own files.
+    let packages = layer_packages(&layout);
+    let first_wheel = packages
+        .iter()
+        .position(|p| p.starts_with("pypi:"))
+        .unwrap();
+    assert!(
+        packages[..first_wheel].iter().all(|p| !p.contains("pypi:")),
+        "{packages:?}"
+    );
+    assert_eq!(
+        &packages[first_wheel..],
+        ["pypi:pyflakes-3.4.0", "pypi:six-1.16.0"],
+        "{packages:?}"
+    );
+    let history: Vec<String> = layout.config()["history"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|h| h["created_by"].as_str().map(str::to_string))
+        .collect();
+    assert!(
+        history.iter().any(|h| h == "imgbuild: pypi six-1.16.0"),
+        "{history:?}"
+    );
+
+    project
+        .run(&["verify", "images/pysix", "--recipe", "recipes/image.toml"])
+        .success();
+
+    let Some((code, stdout, stderr)) = run_in_image(
+        &project,
+        "pysix",
+        &[
+            "/opt/conda/bin/python",
+            "-c",
+            "import six, importlib.metadata as m; d = m.distribution('six'); \
+             print(six.__version__, six.__file__, d.read_text('INSTALLER').strip(), len(d.files), d.read_text('REQUESTED') is not None)",
+        ],
+    ) else {
+        return;
+    };
+    assert_eq!(code, 0, "{stdout}{stderr}");
+    assert_eq!(
+        stdout.trim(),
+        "1.16.0 /opt/conda/lib/python3.9/site-packages/six.py imgbuild 8 True",
+        "{stderr}"
+    );
+    // The console script runs with the in-image Python.
+    let rootfs = project.path().join("bundle-3/rootfs");
+    let script = fs_err::read_to_string(rootfs.join("opt/conda/bin/pyflakes")).unwrap();
+    assert!(
+        script.starts_with("#!/opt/conda/bin/python3.9\n"),
+        "{script}"
+    );
+    let (code, stdout, stderr) =
+        run_in_image(&project, "pysix", &["/opt/conda/bin/pyflakes", "--version"]).unwrap();
+    assert_eq!(code, 0, "{stdout}{stderr}");
+    assert!(stdout.starts_with("3.4.0 "), "{stdout}");
+}
+
+#[test]
+fn a_distribution_conda_provides_is_not_installed_again_from_pypi() {
+    let index = index_of(&[SIX_1_16_0, DATEUTIL_2_9_0_POST0]);
+    // conda's six and python-dateutil's `six >=1.5`, plus an explicit `six` from PyPI.
+    let project = project(
+        "pyonce",
+        &["python", "six"],
+        &["python-dateutil==2.9.0.post0", "six>=1.10"],
+        &index,
+    );
+    project.build(&[]).success();
+
+    let wheels = locked_wheels(&project);
+    assert_eq!(
+        wheels
+            .iter()
+            .map(|(n, v, _)| format!("{n} {v}"))
+            .collect::<Vec<_>>(),
+        ["python-dateutil 2.9.0.post0"]
+    );
+    // The conda record says what it provides, as pixi writes it.
+    let lock = fs_err::read_to_string(project.lock_path()).unwrap();
+    assert!(lock.contains("pkg:pypi/six@1.16.0"), "{lock}");
+    // six's wheel was never fetched; the dateutil wheel once at most.
+    assert_eq!(index.downloads(SIX_1_16_0.file_name), 0);
+
+    let layout = LayoutView::new(project.path().join("images/pyonce"));
+    let packages = layer_packages(&layout);
+    assert!(
+        !packages.iter().any(|p| p.contains("pypi:six")),
+        "{packages:?}"
+    );
+    assert!(
+        packages
+            .iter()
+            .any(|p| p == "pypi:python_dateutil-2.9.0.post0"),
+        "{packages:?}"
+    );
+
+    // A rebuild from the lock is a no-op, and another project building the same lock
+    // elsewhere gets the same image.
+    let digest = layout.manifest_digest();
+    let again = Project::new();
+    bullseye_python_base(&again.path().join("base"), &test_cache_dir()).unwrap();
+    again.write_recipe(&fs_err::read_to_string(project.recipe_path()).unwrap());
+    fs_err::copy(project.lock_path(), again.lock_path()).unwrap();
+    again.build(&["--locked"]).success();
+    assert_eq!(
+        LayoutView::new(again.path().join("images/pyonce")).manifest_digest(),
+        digest
+    );
+
+    let Some((code, stdout, stderr)) = run_in_image(
+        &project,
+        "pyonce",
+        &[
+            "/opt/conda/bin/python",
+            "-c",
+            "import importlib.metadata as m, dateutil.parser as p; \
+             print(sorted((d.metadata['Name'], d.read_text('INSTALLER').strip()) for d in m.distributions()), p.parse('2024-01-02').year)",
+        ],
+    ) else {
+        return;
+    };
+    assert_eq!(code, 0, "{stdout}{stderr}");
+    assert_eq!(
+        stdout.trim(),
+        "[('python-dateutil', 'imgbuild'), ('six', 'conda')] 2024"
+    );
+}
+
+#[test]
+fn a_requirement_with_only_a_source_distribution_is_refused_by_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let sdist = write_sdist(dir.path(), "sdist-only", "1.0").unwrap();
+    let mut dists = pinned_dists(&[SIX_1_16_0]).unwrap();
+    dists.push((sdist, "sdist-only".to_string()));
+    let index = SimpleIndex::serve(&dists).unwrap();
+    let project = project("pysdist", &["python"], &["six", "sdist-only"], &index);
+    let run = project.build(&[]);
+    run.assert_failure_naming(
+        1,
+        &[
+            "`sdist-only` has no wheel for this image, only source distributions (sdist_only-1.0.tar.gz)",
+            "run its code on the build host",
+        ],
+    );
+    project.assert_no_image();
+    assert!(!project.lock_path().exists(), "no lock for a failed solve");
+    assert_eq!(
+        index.downloads("sdist_only-1.0.tar.gz"),
+        0,
+        "never downloaded"
+    );
+}
+
+#[test]
+fn nvidia_runtime_wheels_get_their_own_layers_and_smoke_finds_their_libraries() {
+    let index = index_of(&[CUDA_RUNTIME_11_8, NVRTC_11_8]);
+    let project = project(
+        "pycuda",
+        &["python"],
+        &[
+            "nvidia-cuda-runtime-cu11==11.8.89",
+            "nvidia-cuda-nvrtc-cu11==11.8.89",
+        ],
+        &index,
+    );
+    project.build(&[]).success();
+    let layout = LayoutView::new(project.path().join("images/pycuda"));
+    let packages = layer_packages(&layout);
+    let wheel_layers: Vec<&String> = packages.iter().filter(|p| p.starts_with("pypi:")).collect();
+    assert_eq!(
+        wheel_layers,
+        [
+            "pypi:nvidia_cuda_nvrtc_cu11-11.8.89",
+            "pypi:nvidia_cuda_runtime_cu11-11.8.89"
+        ],
+        "one layer each: {packages:?}"
+    );
+
+    let run = project.run(&["smoke", "images/pycuda", "--json"]);
+    if Path::new("/proc/driver/nvidia/version").exists() {
+        eprintln!("a driver is present: the no-driver expectation does not apply");
+        return;
+    }
+    assert_eq!(run.code, 3, "{}{}", run.stdout, run.stderr);
+    let report: Value = serde_json::from_str(&run.stdout).unwrap();
+    let libraries: Vec<&str> = report["libraries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    for wanted in [
+        "opt/conda/lib/python3.9/site-packages/nvidia/cuda_runtime/lib/libcudart.so.11.0",
+        "opt/conda/lib/python3.9/site-packages/nvidia/cuda_nvrtc/lib/libnvrtc.so.11.2",
+    ] {
+        assert!(libraries.contains(&wanted), "{wanted} in {libraries:?}");
+    }
+}
