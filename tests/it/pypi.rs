@@ -331,3 +331,113 @@ fn nvidia_runtime_wheels_get_their_own_layers_and_smoke_finds_their_libraries() 
         assert!(libraries.contains(&wanted), "{wanted} in {libraries:?}");
     }
 }
+
+/// A channel holding `python` 3.9.2 for linux-64 and linux-aarch64 with no files: enough to
+/// solve and lock, since nothing of the target runs at build time.
+fn two_platform_python_channel(dir: &Path) {
+    use crate::support::channel::{file, index_channel, linux64_index, write_package};
+    for (subdir, arch) in [("linux-64", "x86_64"), ("linux-aarch64", "aarch64")] {
+        let out = dir.join(subdir);
+        fs_err::create_dir_all(&out).unwrap();
+        let mut index = linux64_index("python", "3.9.2", &["__glibc >=2.17"]);
+        index["subdir"] = subdir.into();
+        index["arch"] = arch.into();
+        write_package(
+            &out.join("python-3.9.2-h0_0.conda"),
+            index,
+            &[file(
+                "lib/python3.9/site-packages/README.txt",
+                "site-packages\n",
+            )],
+            None,
+        )
+        .unwrap();
+    }
+    fs_err::create_dir_all(dir.join("noarch")).unwrap();
+    index_channel(dir).unwrap();
+}
+
+/// The bytes of `path` in the first layer of `manifest` that has it.
+fn file_in_layers(layout: &LayoutView, manifest: &Value, path: &str) -> Vec<u8> {
+    use std::io::Read;
+    for layer in manifest["layers"].as_array().unwrap() {
+        let blob = layout.blob(layer["digest"].as_str().unwrap());
+        let mut archive = tar::Archive::new(flate2::read::MultiGzDecoder::new(&blob[..]));
+        for entry in archive.entries().unwrap() {
+            let mut entry = entry.unwrap();
+            if entry.path().unwrap().to_str() == Some(path) {
+                let mut bytes = Vec::new();
+                entry.read_to_end(&mut bytes).unwrap();
+                return bytes;
+            }
+        }
+    }
+    panic!("{path} is in no layer");
+}
+
+#[test]
+fn an_x86_64_host_locks_and_installs_the_aarch64_wheel_for_the_arm64_image() {
+    use crate::support::pypi::{MARKUPSAFE_CP39_AARCH64, MARKUPSAFE_CP39_X86_64};
+    let index = index_of(&[MARKUPSAFE_CP39_X86_64, MARKUPSAFE_CP39_AARCH64]);
+    let project = Project::new();
+    let channel = project.path().join("channel");
+    two_platform_python_channel(&channel);
+    let recipe = tiny_recipe(&channel, "pyarm", &["python"]).replace(
+        "platforms = [\"linux-64\"]",
+        "platforms = [\"linux-64\", \"linux-aarch64\"]\nglibc = \"2.28\"",
+    ) + &format!(
+        "\n[pypi]\nindex-url = \"{}\"\ndependencies = [\"markupsafe==2.1.5\"]\n",
+        index.url()
+    );
+    project.write_recipe(&recipe);
+    project.build(&[]).success();
+
+    // One lock, each platform pinned to its own wheel.
+    let mut urls: Vec<String> = locked_wheels(&project)
+        .into_iter()
+        .map(|(_, _, u)| u)
+        .collect();
+    urls.sort();
+    assert_eq!(urls.len(), 2, "{urls:?}");
+    assert!(
+        urls[0].ends_with(MARKUPSAFE_CP39_AARCH64.file_name),
+        "{urls:?}"
+    );
+    assert!(
+        urls[1].ends_with(MARKUPSAFE_CP39_X86_64.file_name),
+        "{urls:?}"
+    );
+
+    // Each platform's image holds the extension built for its CPU.
+    let layout = LayoutView::new(project.path().join("images/pyarm"));
+    let top = layout.index();
+    let platform_index = layout.json_blob(top["manifests"][0]["digest"].as_str().unwrap());
+    let so =
+        "opt/conda/lib/python3.9/site-packages/markupsafe/_speedups.cpython-39-{}-linux-gnu.so";
+    for (entry, (arch, machine)) in platform_index["manifests"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .zip([("x86_64", 0x3Eu16), ("aarch64", 0xB7)])
+    {
+        let manifest = layout.json_blob(entry["digest"].as_str().unwrap());
+        let bytes = file_in_layers(&layout, &manifest, &so.replace("{}", arch));
+        assert_eq!(&bytes[..4], b"\x7fELF");
+        assert_eq!(
+            u16::from_le_bytes([bytes[18], bytes[19]]),
+            machine,
+            "{arch}"
+        );
+    }
+    project
+        .run(&["verify", "images/pyarm", "--recipe", "recipes/image.toml"])
+        .success();
+
+    // Changing the PyPI requirements makes the lock stale, and `--locked` says why.
+    project
+        .write_recipe(&recipe.replace("\"markupsafe==2.1.5\"", "\"markupsafe==2.1.5\", \"six\""));
+    project.build(&["--locked"]).assert_failure_naming(
+        1,
+        &["the recipe needs the PyPI package `six`, which is not locked"],
+    );
+}
