@@ -37,6 +37,12 @@ use crate::{
     smoke::embed::{self, EmbedError, SmokeExecutable, SmokeExecutables},
 };
 
+impl From<crate::pypi::PypiError> for BuildError {
+    fn from(err: crate::pypi::PypiError) -> Self {
+        BuildError::Pypi(Box::new(err))
+    }
+}
+
 /// How to treat an existing lock file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum LockMode {
@@ -138,8 +144,9 @@ pub enum BuildError {
     Recipe(#[from] RecipeError),
     #[error(transparent)]
     Base(#[from] BaseError),
+    // Boxed: resolver errors carry URLs and reasons.
     #[error(transparent)]
-    Pypi(#[from] crate::pypi::PypiError),
+    Pypi(Box<crate::pypi::PypiError>),
     #[error(transparent)]
     Glibc(#[from] GlibcError),
     #[error(transparent)]
@@ -610,13 +617,11 @@ pub async fn build(
                 .map(|(path, owner)| (path.to_string(), staged.packages[owner].dist_name()))
                 .collect();
             staged.wheels = crate::pypi::install_platform(
-                &locked.wheels,
+                locked,
                 recipe
                     .pypi
                     .as_ref()
                     .map_or(&[][..], |p| p.requirements.as_slice()),
-                &locked.records,
-                &locked.target,
                 &staged.prefix_dir(),
                 &recipe.prefix,
                 &settings.cache_dir,

@@ -231,6 +231,30 @@ fn packages(lock: &Lock) -> Vec<Package<'_>> {
         .collect()
 }
 
+/// The PyPI wheels of every platform, each once (a pure wheel locked for two platforms is
+/// one file), by name.
+fn wheels(lock: &Lock) -> Vec<&crate::pypi::ResolvedWheel> {
+    let mut seen = BTreeSet::new();
+    let mut wheels: Vec<&crate::pypi::ResolvedWheel> = lock
+        .platforms
+        .iter()
+        .flat_map(|p| p.wheels.iter())
+        .filter(|w| seen.insert(w.url.as_str()))
+        .collect();
+    wheels.sort_by(|a, b| (&a.name, &a.filename).cmp(&(&b.name, &b.filename)));
+    wheels
+}
+
+/// The package URL of a wheel (purl spec, type `pypi`): `pkg:pypi/NAME@VERSION?file_name=F`.
+fn wheel_purl(wheel: &crate::pypi::ResolvedWheel) -> String {
+    format!(
+        "pkg:pypi/{}@{}?file_name={}",
+        percent_encode(wheel.name.as_ref()),
+        percent_encode(&wheel.version.to_string()),
+        percent_encode(&wheel.filename)
+    )
+}
+
 /// The package URL of a conda package (purl spec, type `conda`):
 /// `pkg:conda/NAME@VERSION?build=BUILD&channel=URL&subdir=SUBDIR&type=tar.bz2|conda`.
 /// Qualifiers are sorted by key, as the spec's canonical form asks.
@@ -298,8 +322,16 @@ fn spdx_id_part(text: &str) -> String {
 /// location; a package from a local channel (`file://`) has none, and its URL stays in the
 /// purl's channel and the package's source information.
 fn download_location(url: &url::Url) -> String {
+    // SPDX's download-location pattern takes a domain name with a 2–5 letter top-level
+    // domain; an address (`127.0.0.1`, a mirror on `localhost`) is not a location it
+    // accepts, so it is NOASSERTION there (the URL stays in `sourceInfo`).
+    let named_host = matches!(url.host(), Some(url::Host::Domain(domain))
+    if domain.contains('.')
+        && domain.rsplit('.').next().is_some_and(|tld| {
+            (2..=5).contains(&tld.len()) && tld.chars().all(|c| c.is_ascii_alphabetic())
+        }));
     match url.scheme() {
-        "http" | "https" | "ftp" => url.to_string(),
+        "http" | "https" | "ftp" if named_host => url.to_string(),
         _ => "NOASSERTION".to_string(),
     }
 }
@@ -333,6 +365,11 @@ fn content_digest(lock: &Lock, subject: &SbomSubject) -> [u8; 32] {
         if let Some(sha256) = record.package_record.sha256 {
             hasher.update(sha256);
         }
+    }
+    for wheel in wheels(lock) {
+        hasher.update(wheel.url.as_str().as_bytes());
+        hasher.update([0]);
+        hasher.update(wheel.sha256);
     }
     hasher.finalize().into()
 }
@@ -534,6 +571,38 @@ pub fn spdx(lock: &Lock, subject: &SbomSubject) -> Value {
             "relatedSpdxElement": id,
         }));
     }
+    for wheel in wheels(lock) {
+        let sha256 = hex::encode(wheel.sha256);
+        let id = format!(
+            "SPDXRef-Package-pypi-{}-{}",
+            spdx_id_part(wheel.name.as_ref()),
+            &sha256[..8]
+        );
+        spdx_packages.push(json!({
+            "SPDXID": id,
+            "name": wheel.name.to_string(),
+            "versionInfo": wheel.version.to_string(),
+            "packageFileName": wheel.filename,
+            "downloadLocation": download_location(&wheel.url),
+            "filesAnalyzed": false,
+            "primaryPackagePurpose": "LIBRARY",
+            "checksums": [{"algorithm": "SHA256", "checksumValue": sha256}],
+            "licenseConcluded": "NOASSERTION",
+            "licenseDeclared": "NOASSERTION",
+            "copyrightText": "NOASSERTION",
+            "sourceInfo": format!("PyPI wheel {} from {}", wheel.filename, wheel.url),
+            "externalRefs": [{
+                "referenceCategory": "PACKAGE-MANAGER",
+                "referenceType": "purl",
+                "referenceLocator": wheel_purl(wheel),
+            }],
+        }));
+        relationships.push(json!({
+            "spdxElementId": image_id,
+            "relationshipType": "CONTAINS",
+            "relatedSpdxElement": id,
+        }));
+    }
     let ids: std::collections::BTreeMap<&str, String> = packages
         .iter()
         .map(|p| (p.name.as_str(), package_spdx_id(p)))
@@ -640,6 +709,20 @@ pub fn cyclonedx(lock: &Lock, subject: &SbomSubject) -> Value {
         }
         components.push(component);
         image_depends.push(package.purl.clone());
+    }
+    for wheel in wheels(lock) {
+        let purl = wheel_purl(wheel);
+        components.push(json!({
+            "type": "library",
+            "bom-ref": purl,
+            "name": wheel.name.to_string(),
+            "version": wheel.version.to_string(),
+            "purl": purl,
+            "hashes": [{"alg": "SHA-256", "content": hex::encode(wheel.sha256)}],
+            "externalReferences": [{"type": "distribution", "url": wheel.url.as_str()}],
+            "properties": [{"name": "pypi:file_name", "value": wheel.filename}],
+        }));
+        image_depends.push(purl);
     }
     let purls: std::collections::BTreeMap<&str, &str> = packages
         .iter()

@@ -191,7 +191,7 @@ fn parse_html(body: &str, base: &Url) -> Result<Vec<DistFile>, String> {
         let Some(filename) = url
             .path_segments()
             .and_then(|mut s| s.next_back())
-            .map(|s| percent_decode(s))
+            .map(percent_decode)
             .filter(|s| !s.is_empty())
         else {
             continue;

@@ -124,22 +124,20 @@ pub async fn lock_platform(
     .await?)
 }
 
-/// Installs the locked wheels of one platform into `prefix_dir` (the staging path of
-/// `prefix`), after the conda packages whose files are `owned`.
+/// Installs the locked wheels of one platform (`locked`) into `prefix_dir` (the staging path
+/// of `prefix`), after the conda packages whose files are `owned`.
 pub async fn install_platform(
-    wheels: &[ResolvedWheel],
+    locked: &crate::lock::PlatformLock,
     requested: &[Requirement],
-    records: &[RepoDataRecord],
-    target: &Target,
     prefix_dir: &Path,
     prefix: &str,
     cache_dir: &Path,
     mut owned: BTreeMap<String, String>,
 ) -> Result<Vec<StagedWheel>, PypiError> {
-    if wheels.is_empty() {
+    if locked.wheels.is_empty() {
         return Ok(Vec::new());
     }
-    let python = python_target(target, records)?;
+    let python = python_target(&locked.target, &locked.records)?;
     let scheme = install::Scheme::conda(prefix, &python.wheel.python.short());
     let client = crate::http::client().map_err(|e| {
         PypiError::Fetch(fetch::FetchError::Io {
@@ -148,8 +146,8 @@ pub async fn install_platform(
         })
     })?;
     let requested: Vec<&PackageName> = requested.iter().map(|r| &r.name).collect();
-    let mut staged = Vec::with_capacity(wheels.len());
-    for wheel in wheels {
+    let mut staged = Vec::with_capacity(locked.wheels.len());
+    for wheel in &locked.wheels {
         let (path, _) = fetch::fetch_wheel(
             &client,
             cache_dir,

@@ -109,10 +109,11 @@ pub enum ResolveError {
     },
     #[error("`{package}` was not found on {sources}")]
     NotFound { package: String, sources: String },
+    // Boxed: a URL and a reason would make every resolver result large.
     #[error(transparent)]
-    Index(#[from] IndexError),
+    Index(Box<IndexError>),
     #[error(transparent)]
-    Fetch(#[from] FetchError),
+    Fetch(Box<FetchError>),
     #[error("The core metadata of `{file}` {reason}")]
     Metadata { file: String, reason: String },
     #[error("The PyPI requirements cannot be met:\n{0}")]
@@ -121,6 +122,18 @@ pub enum ResolveError {
         "`{0}` is a direct URL requirement; only index and find-links requirements are supported"
     )]
     UrlRequirement(String),
+}
+
+impl From<IndexError> for ResolveError {
+    fn from(err: IndexError) -> Self {
+        ResolveError::Index(Box::new(err))
+    }
+}
+
+impl From<FetchError> for ResolveError {
+    fn from(err: FetchError) -> Self {
+        ResolveError::Fetch(Box::new(err))
+    }
 }
 
 /// A node of the resolution.
@@ -556,7 +569,7 @@ pub struct ResolveInput<'a> {
 /// thread (it is synchronous; index requests run on the caller's runtime).
 pub async fn resolve(input: ResolveInput<'_>) -> Result<Vec<ResolvedWheel>, ResolveError> {
     let client = crate::http::client().map_err(|e| {
-        ResolveError::Index(IndexError::Fetch {
+        ResolveError::from(IndexError::Fetch {
             url: input
                 .sources
                 .indexes
@@ -581,19 +594,23 @@ pub async fn resolve(input: ResolveInput<'_>) -> Result<Vec<ResolvedWheel>, Reso
         find_links: RefCell::default(),
     };
     // The solver blocks on index requests; `block_in_place` lets the runtime carry on.
-    let solution =
-        tokio::task::block_in_place(|| pubgrub::resolve(&provider, Node::Root, Version::new([0])));
+    // The error is boxed: PubGrub's derivation tree makes it large.
+    let solution = tokio::task::block_in_place(|| {
+        pubgrub::resolve(&provider, Node::Root, Version::new([0])).map_err(Box::new)
+    });
     let solution = match solution {
         Ok(solution) => solution,
-        Err(PubGrubError::NoSolution(mut tree)) => {
-            tree.collapse_no_versions();
-            return Err(ResolveError::NoSolution(DefaultStringReporter::report(
-                &tree,
-            )));
-        }
-        Err(PubGrubError::ErrorChoosingVersion { source, .. })
-        | Err(PubGrubError::ErrorRetrievingDependencies { source, .. })
-        | Err(PubGrubError::ErrorInShouldCancel(source)) => return Err(source),
+        Err(err) => match *err {
+            PubGrubError::NoSolution(mut tree) => {
+                tree.collapse_no_versions();
+                return Err(ResolveError::NoSolution(DefaultStringReporter::report(
+                    &tree,
+                )));
+            }
+            PubGrubError::ErrorChoosingVersion { source, .. }
+            | PubGrubError::ErrorRetrievingDependencies { source, .. }
+            | PubGrubError::ErrorInShouldCancel(source) => return Err(source),
+        },
     };
     let mut wheels = Vec::new();
     for (node, version) in solution {

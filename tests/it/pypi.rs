@@ -158,6 +158,19 @@ fn six_from_a_local_index_is_locked_installed_and_imported_in_the_image() {
     project
         .run(&["verify", "images/pysix", "--recipe", "recipes/image.toml"])
         .success();
+    // Both SBOMs list the wheels with their purl and sha256.
+    for sbom in ["images/pysix.spdx.json", "images/pysix.cdx.json"] {
+        let text = fs_err::read_to_string(project.path().join(sbom)).unwrap();
+        assert!(
+            text.contains("pkg:pypi/six@1.16.0?file_name=six-1.16.0-py2.py3-none-any.whl"),
+            "{sbom}"
+        );
+        assert!(text.contains(SIX_1_16_0.sha256), "{sbom}");
+    }
+    crate::sbom::validate_sboms(
+        &project.path().join("images/pysix.spdx.json"),
+        &project.path().join("images/pysix.cdx.json"),
+    );
 
     let Some((code, stdout, stderr)) = run_in_image(
         &project,

@@ -46,6 +46,25 @@ fn spdx_schema() -> PathBuf {
 }
 
 /// Each locked package as (name, version, build, sha256, file name, channel).
+/// Real validators: the SPDX 2.3 JSON schema, the SPDX project's own validator (licence
+/// expressions, ids, relationships, URIs), and the CycloneDX 1.5 schema.
+pub(crate) fn validate_sboms(spdx: &Path, cdx: &Path) {
+    let (spdx_arg, cdx_arg) = (spdx.to_str().unwrap(), cdx.to_str().unwrap());
+    validate(
+        &venv_tool("check-jsonschema"),
+        &["--schemafile", spdx_schema().to_str().unwrap(), spdx_arg],
+    );
+    validate(&venv_tool("pyspdxtools"), &["-i", spdx_arg]);
+    validate(
+        &venv_tool("check-jsonschema"),
+        &[
+            "--schemafile",
+            cyclonedx_schema().to_str().unwrap(),
+            cdx_arg,
+        ],
+    );
+}
+
 fn locked(lock: &Path) -> BTreeMap<String, (String, String, String, String, String)> {
     let lock = imgbuild::lock::Lock::read(lock).unwrap().unwrap();
     lock.all_records()
@@ -87,23 +106,8 @@ fn build_writes_valid_spdx_and_cyclonedx_listing_exactly_the_lock() {
     image_on_busybox(&project);
     let spdx_path = project.path().join("images/sbomimg.spdx.json");
     let cdx_path = project.path().join("images/sbomimg.cdx.json");
-    let (spdx_arg, cdx_arg) = (spdx_path.to_str().unwrap(), cdx_path.to_str().unwrap());
 
-    // Real validators: the SPDX 2.3 JSON schema, the SPDX project's own validator (licence
-    // expressions, ids, relationships, URIs), and the CycloneDX 1.5 schema.
-    validate(
-        &venv_tool("check-jsonschema"),
-        &["--schemafile", spdx_schema().to_str().unwrap(), spdx_arg],
-    );
-    validate(&venv_tool("pyspdxtools"), &["-i", spdx_arg]);
-    validate(
-        &venv_tool("check-jsonschema"),
-        &[
-            "--schemafile",
-            cyclonedx_schema().to_str().unwrap(),
-            cdx_arg,
-        ],
-    );
+    validate_sboms(&spdx_path, &cdx_path);
 
     // Exactly the packages of the lock, each with version, build, sha256 and purl.
     let lock = locked(&project.lock_path());
