@@ -502,7 +502,13 @@ impl Checker {
                     pep508_rs::Requirement::from_str(dep.get_ref()).map_err(|err| {
                         self.error(
                             dep,
-                            format!("invalid PyPI requirement `{}`: {err}", dep.get_ref()),
+                            // pep508_rs draws its own caret on further lines; ours
+                            // points into the recipe.
+                            format!(
+                                "invalid PyPI requirement `{}`: {}",
+                                dep.get_ref(),
+                                err.to_string().lines().next().unwrap_or_default()
+                            ),
                         )
                     })?;
                 if matches!(

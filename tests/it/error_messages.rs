@@ -200,3 +200,39 @@ fn unsatisfiable_spec() {
         &tiny_recipe(shared_channel(), "x", &["hello >=5"]),
     );
 }
+
+#[test]
+fn unknown_pypi_key() {
+    snapshot(
+        "unknown_pypi_key",
+        &image(
+            "\n[pypi]\ndependencies = [\"six\"]\nextra-index-url = \"https://example.org/simple\"\n",
+        ),
+    );
+}
+
+#[test]
+fn invalid_pypi_requirement() {
+    snapshot(
+        "invalid_pypi_requirement",
+        &image("\n[pypi]\ndependencies = [\"six\", \"requests >>= 2\"]\n"),
+    );
+}
+
+#[test]
+fn pypi_direct_url_requirement() {
+    snapshot(
+        "pypi_direct_url_requirement",
+        &image(
+            "\n[pypi]\ndependencies = [\"torch @ https://download.pytorch.org/whl/torch-2.1.0.whl\"]\n",
+        ),
+    );
+}
+
+#[test]
+fn pypi_index_url_that_is_a_path() {
+    snapshot(
+        "pypi_index_url_that_is_a_path",
+        &image("\n[pypi]\nindex-url = \"file:///srv/wheels\"\ndependencies = [\"six\"]\n"),
+    );
+}

@@ -40,8 +40,9 @@ fn the_starter_recipe_parses_and_is_never_written_over() {
 }
 
 /// An environment.yml as people write them (conda's docs style): a name, channels, pinned
-/// versions, and a `pip:` section. The channel is the test channel, by URL.
-fn environment_yml() -> String {
+/// versions, and a `pip:` section. The channel is the test channel, by URL; the pip index is
+/// `index` (a local PEP 503/691 index).
+fn environment_yml(index: &str) -> String {
     let channel = url::Url::from_file_path(shared_channel()).unwrap();
     format!(
         "\
@@ -55,7 +56,8 @@ dependencies:
   - pyhello
   - cuda-cudart=11.8
   - pip:
-    - requests==2.31.0
+    - --index-url {index}
+    - six==1.16.0
     - -e ./src
 variables:
   HELLO_MODE: production
@@ -66,7 +68,15 @@ variables:
 #[test]
 fn an_environment_yml_becomes_a_recipe_that_builds() {
     let project = Project::new();
-    fs_err::write(project.path().join("environment.yml"), environment_yml()).unwrap();
+    let index = crate::support::pypi::SimpleIndex::serve(
+        &crate::support::pypi::pinned_dists(&[crate::support::pypi::SIX_1_16_0]).unwrap(),
+    )
+    .unwrap();
+    fs_err::write(
+        project.path().join("environment.yml"),
+        environment_yml(&index.url()),
+    )
+    .unwrap();
     fs_err::create_dir_all(project.path().join("recipes")).unwrap();
     let run = project
         .run(&[
@@ -77,16 +87,24 @@ fn an_environment_yml_becomes_a_recipe_that_builds() {
             "recipes/hello-service.toml",
         ])
         .success();
-    // The pip section is reported, and kept in the recipe.
+    // The pip section becomes [pypi]; the editable line it cannot express is reported and
+    // kept in the recipe.
     assert!(
         run.stderr
-            .contains("warning: the `pip:` section (2 packages) is not yet supported"),
+            .contains("warning: 1 line of the `pip:` section cannot be expressed in a recipe"),
         "{}",
         run.stderr
     );
     let text = fs_err::read_to_string(project.path().join("recipes/hello-service.toml")).unwrap();
     assert!(
-        text.contains("#     \"requests==2.31.0\",\n#     \"-e ./src\",\n"),
+        text.contains(&format!(
+            "[pypi]\nindex-url = \"{}\"\ndependencies = [\n    \"six==1.16.0\",\n]\n",
+            index.url()
+        )),
+        "{text}"
+    );
+    assert!(
+        text.contains("# pip = [\n#     \"-e ./src\",\n# ]"),
         "{text}"
     );
 
@@ -130,6 +148,7 @@ fn an_environment_yml_becomes_a_recipe_that_builds() {
         "hello-1.0-h0_0",
         "pyhello-1.0-pyh0_0",
         "cuda-cudart-11.8.89-h0_0",
+        "pypi:six-1.16.0",
     ] {
         assert!(packages.contains(&expected), "{expected} in {packages:?}");
     }
