@@ -482,3 +482,85 @@ mod tests {
         assert!(err.to_string().contains("the base has 9 layers"), "{err}");
     }
 }
+
+#[cfg(test)]
+mod wheel_tests {
+    use std::path::Path;
+
+    use super::*;
+    use crate::pypi::StagedWheel;
+
+    /// A prefix with one conda-less environment's wheels of the given sizes.
+    fn with_wheels(root: &Path, wheels: &[(&str, usize)]) -> StagedPrefix {
+        let prefix = root.join("opt/conda");
+        let site = "lib/python3.9/site-packages";
+        let wheels = wheels
+            .iter()
+            .map(|(name, size)| {
+                let file = format!("{site}/{name}/data.bin");
+                let record = format!("{site}/{name}-1.0.dist-info/RECORD");
+                for (path, bytes) in [(&file, *size), (&record, 10)] {
+                    fs_err::create_dir_all(prefix.join(path).parent().unwrap()).unwrap();
+                    fs_err::write(prefix.join(path), vec![0u8; bytes]).unwrap();
+                }
+                StagedWheel {
+                    name: pep508_rs::PackageName::new(name.to_string()).unwrap(),
+                    version: "1.0".parse().unwrap(),
+                    dist_name: format!("{name}-1.0"),
+                    files: vec![file, record],
+                    mtime: 1_700_000_000,
+                }
+            })
+            .collect();
+        StagedPrefix {
+            root: root.to_path_buf(),
+            prefix: "/opt/conda".into(),
+            packages: Vec::new(),
+            wheels,
+        }
+    }
+
+    #[test]
+    fn wheels_get_a_layer_each_cuda_first_and_over_budget_the_small_ones_share() {
+        let dir = tempfile::tempdir().unwrap();
+        let wheels = [
+            ("six", 30),
+            ("torch", 5_000),
+            ("nvidia_cudnn_cu11", 3_000),
+            ("idna", 20),
+            ("numpy", 900),
+        ];
+        let staged = with_wheels(dir.path(), &wheels);
+        let names = |plan: &LayerPlan| -> Vec<String> {
+            plan.layers.iter().map(|l| l.name.clone()).collect()
+        };
+        let plan = plan_layers(&staged, 60, 0, 0).unwrap();
+        assert_eq!(
+            names(&plan),
+            [
+                "pypi:nvidia_cudnn_cu11-1.0",
+                "pypi:idna-1.0",
+                "pypi:numpy-1.0",
+                "pypi:six-1.0",
+                "pypi:torch-1.0",
+                "image"
+            ]
+        );
+        assert_eq!(plan.layers[4].mtime, 1_700_000_000);
+        // 5 layers in all, 1 for the image: torch, cuDNN and numpy alone, the rest share.
+        let plan = plan_layers(&staged, 5, 0, 0).unwrap();
+        assert_eq!(
+            names(&plan),
+            [
+                "pypi:nvidia_cudnn_cu11-1.0",
+                "pypi:numpy-1.0",
+                "pypi:torch-1.0",
+                "2 small wheels",
+                "image"
+            ]
+        );
+        assert_eq!(plan.layers[3].packages, ["pypi:idna-1.0", "pypi:six-1.0"]);
+        // The image's own layer holds none of the wheels' files.
+        assert_eq!(plan.layers[4].paths, ["opt/conda"]);
+    }
+}
