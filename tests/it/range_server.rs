@@ -179,11 +179,11 @@ fn handle(
     let body = match fs_err::read(&file) {
         Ok(body) if !path.contains("..") && file.is_file() => body,
         _ => {
+            shared.log.lock().unwrap().push(logged);
             write!(
                 out,
                 "HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
             )?;
-            shared.log.lock().unwrap().push(logged);
             return out.flush();
         }
     };
@@ -205,11 +205,11 @@ fn handle(
     let (status, extra, part) = match start {
         Some(n) if n >= len => {
             logged.status = 416;
+            shared.log.lock().unwrap().push(logged);
             write!(
                 out,
                 "HTTP/1.1 416 Range Not Satisfiable\r\nContent-Range: bytes */{len}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
             )?;
-            shared.log.lock().unwrap().push(logged);
             return out.flush();
         }
         Some(n) => (
@@ -220,8 +220,9 @@ fn handle(
         None => ("200 OK", String::new(), &body[..]),
     };
     logged.status = status[..3].parse().unwrap();
-    write!(
-        out,
+    // Every request is logged before its last byte goes out: the client may act on the
+    // answer (and the test read the log) the moment it has it.
+    let head = format!(
         "HTTP/1.1 {status}\r\nContent-Length: {}\r\nContent-Type: application/octet-stream\r\nETag: {etag}\r\nAccept-Ranges: {}\r\n{extra}Connection: close\r\n\r\n",
         part.len(),
         if ranges == Ranges::Ignore {
@@ -229,31 +230,36 @@ fn handle(
         } else {
             "bytes"
         },
-    )?;
-    if method != "HEAD" {
-        let first = is_archive(&path) && shared.seen.lock().unwrap().insert(path.clone());
-        let drop = match drops {
-            Drops::Never => false,
-            Drops::First | Drops::StallFirst => first,
-            Drops::Always => is_archive(&path),
-        };
-        if drop {
-            let half = part.len() / 2;
-            out.write_all(&part[..half])?;
-            out.flush()?;
-            logged.sent = half;
-            logged.dropped = true;
-            shared.log.lock().unwrap().push(logged);
-            // A stalled connection stays open, silent, until the server stops.
-            while drops == Drops::StallFirst && !stop.load(Ordering::Relaxed) {
-                std::thread::sleep(std::time::Duration::from_millis(10));
-            }
-            // Dropping the stream closes the connection with the body half sent.
-            return Ok(());
-        }
-        out.write_all(part)?;
-        logged.sent = part.len();
+    );
+    if method == "HEAD" {
+        shared.log.lock().unwrap().push(logged);
+        out.write_all(head.as_bytes())?;
+        return out.flush();
     }
+    let first = is_archive(&path) && shared.seen.lock().unwrap().insert(path.clone());
+    let drop = match drops {
+        Drops::Never => false,
+        Drops::First | Drops::StallFirst => first,
+        Drops::Always => is_archive(&path),
+    };
+    if drop {
+        let half = part.len() / 2;
+        logged.sent = half;
+        logged.dropped = true;
+        shared.log.lock().unwrap().push(logged);
+        out.write_all(head.as_bytes())?;
+        out.write_all(&part[..half])?;
+        out.flush()?;
+        // A stalled connection stays open, silent, until the server stops.
+        while drops == Drops::StallFirst && !stop.load(Ordering::Relaxed) {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        // Dropping the stream closes the connection with the body half sent.
+        return Ok(());
+    }
+    logged.sent = part.len();
     shared.log.lock().unwrap().push(logged);
+    out.write_all(head.as_bytes())?;
+    out.write_all(part)?;
     out.flush()
 }
