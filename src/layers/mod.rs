@@ -2,6 +2,7 @@
 //! blobs ([`write`]), each a deterministic tar ([`tar`]) through a deterministic parallel
 //! compressor ([`compress`]), reused across builds through the layer cache ([`cache`]).
 
+mod blob_file;
 pub mod cache;
 pub mod compress;
 pub mod plan;

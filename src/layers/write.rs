@@ -5,7 +5,7 @@
 //! not written.
 
 use std::{
-    io::{BufWriter, Write},
+    io::Write,
     path::{Path, PathBuf},
     sync::{
         Mutex,
@@ -16,14 +16,12 @@ use std::{
 use sha2::{Digest, Sha256};
 
 use super::{
+    blob_file::BlobFile,
     cache::{LayerCache, layer_key},
     compress::{CompressPool, Compression},
     plan::{LayerPlan, PlannedLayer},
     tar::{TarError, entries, write_entries},
 };
-
-/// Buffer between the compressor and the blob file.
-const WRITE_BUFFER: usize = 1 << 20;
 
 /// A layer written to the blob store.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -54,73 +52,6 @@ pub enum WriteError {
         #[source]
         source: std::io::Error,
     },
-}
-
-/// Blob bytes written between two starts of writeback.
-const WRITEBACK_STEP: u64 = 8 << 20;
-
-/// A blob file that asks the kernel to start writing its pages to disk every
-/// [`WRITEBACK_STEP`] bytes (Linux `sync_file_range(SYNC_FILE_RANGE_WRITE)`, which does not
-/// wait). The `fsync` that ends every blob then waits for the last few megabytes instead of
-/// the whole blob, and the disk works while the CPUs compress: as git's batched fsync does.
-struct Writeback {
-    file: std::fs::File,
-    written: u64,
-    started: u64,
-}
-
-impl Writeback {
-    fn new(file: std::fs::File) -> Self {
-        Self {
-            file,
-            written: 0,
-            started: 0,
-        }
-    }
-
-    fn into_inner(self) -> std::fs::File {
-        self.file
-    }
-
-    #[cfg(target_os = "linux")]
-    fn start_writeback(&mut self) {
-        use std::os::fd::AsRawFd;
-        let (Ok(offset), Ok(len)) = (
-            libc::off64_t::try_from(self.started),
-            libc::off64_t::try_from(self.written - self.started),
-        ) else {
-            return;
-        };
-        // SAFETY: a valid open descriptor and a range of it; the call only schedules I/O.
-        // A failure costs nothing but the head start: the final fsync still syncs it all.
-        unsafe {
-            libc::sync_file_range(
-                self.file.as_raw_fd(),
-                offset,
-                len,
-                libc::SYNC_FILE_RANGE_WRITE,
-            );
-        }
-        self.started = self.written;
-    }
-
-    #[cfg(not(target_os = "linux"))]
-    fn start_writeback(&mut self) {}
-}
-
-impl Write for Writeback {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        let n = self.file.write(buf)?;
-        self.written += n as u64;
-        if self.written - self.started >= WRITEBACK_STEP {
-            self.start_writeback();
-        }
-        Ok(n)
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        self.file.flush()
-    }
 }
 
 /// A writer that hashes and counts what passes through it.
@@ -230,9 +161,17 @@ impl LayerWriter<'_> {
             .prefix(".layer-")
             .tempfile_in(self.blobs_dir)
             .map_err(|e| blob_err(self.blobs_dir, e))?;
-        let file = temp.reopen().map_err(|e| blob_err(temp.path(), e))?;
-        let compressed =
-            HashingWriter::new(BufWriter::with_capacity(WRITE_BUFFER, Writeback::new(file)));
+        let file = BlobFile::create(temp.path()).map_err(|e| blob_err(temp.path(), e))?;
+        tracing::debug!(
+            "layer `{}`: blob written {}",
+            layer.name,
+            if file.is_direct() {
+                "direct (O_DIRECT)"
+            } else {
+                "through the page cache"
+            }
+        );
+        let compressed = HashingWriter::new(file);
         let compressor = self
             .pool
             .writer(self.compression, compressed)
@@ -241,13 +180,8 @@ impl LayerWriter<'_> {
             .map_err(tar_err)?;
         let (compressor, diff_id, tar_size) = tar_out.finish();
         let compressed = compressor.finish().map_err(|e| blob_err(temp.path(), e))?;
-        let (buffered, digest, size) = compressed.finish();
-        let file = buffered
-            .into_inner()
-            .map_err(|e| blob_err(temp.path(), e.into_error()))?
-            .into_inner();
-        file.sync_all().map_err(|e| blob_err(temp.path(), e))?;
-        drop(file);
+        let (file, digest, size) = compressed.finish();
+        file.finish().map_err(|e| blob_err(temp.path(), e))?;
 
         let target = self.blobs_dir.join(digest.trim_start_matches("sha256:"));
         crate::fs::set_mode(temp.path(), 0o644).map_err(|e| blob_err(temp.path(), e))?;
