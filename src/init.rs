@@ -262,7 +262,9 @@ pub fn from_environment_yaml(
         text.push_str(&format!(
             "\n# The `pip:` section of {file_name}: wheels resolved for the image's Python.\n[pypi]\n"
         ));
-        if let Some(index) = &pypi.index_url {
+        if pypi.no_index {
+            text.push_str("no-index = true\n");
+        } else if let Some(index) = &pypi.index_url {
             text.push_str(&format!("index-url = {}\n", quote(index)));
         }
         let list = |key: &str, values: &[String]| {
@@ -275,7 +277,9 @@ pub fn from_environment_yaml(
                 .collect();
             format!("{key} = [\n{}]\n", items.concat())
         };
-        text.push_str(&list("extra-index-urls", &pypi.extra_index_urls));
+        if !pypi.no_index {
+            text.push_str(&list("extra-index-urls", &pypi.extra_index_urls));
+        }
         text.push_str(&list("find-links", &pypi.find_links));
         text.push_str(&list("dependencies", &pypi.dependencies));
         if pypi.dependencies.is_empty() {
@@ -308,6 +312,7 @@ pub fn from_environment_yaml(
 /// The `[pypi]` section made from an environment file's `pip:` lines.
 #[derive(Debug, Default)]
 struct PipSection {
+    no_index: bool,
     index_url: Option<String>,
     extra_index_urls: Vec<String>,
     find_links: Vec<String>,
@@ -329,7 +334,9 @@ fn pip_section(lines: &[String]) -> (PipSection, Vec<String>) {
                     .then(|| value.to_string())
             })
         };
-        if let Some(url) = option(&["--index-url", "-i"]) {
+        if line == "--no-index" {
+            section.no_index = true;
+        } else if let Some(url) = option(&["--index-url", "-i"]) {
             section.index_url = Some(url);
         } else if let Some(url) = option(&["--extra-index-url"]) {
             section.extra_index_urls.push(url);

@@ -201,6 +201,7 @@ impl Lock {
         let bases = parse_bases(base.trim()).ok_or_else(|| {
             shape("the `# imgbuild-base:` header is not `scratch`, a digest, or `PLATFORM=scratch|digest` pairs")
         })?;
+        let lock_dir = path.parent().unwrap_or(Path::new("."));
         let lock =
             LockFile::from_str_with_base_directory(text, path.parent()).map_err(|source| {
                 LockError::Parse {
@@ -252,7 +253,7 @@ impl Lock {
             }
             let mut wheels = Vec::new();
             for package in environment.pypi_packages(platform).into_iter().flatten() {
-                wheels.push(locked_wheel(package).map_err(|reason| shape(&reason))?);
+                wheels.push(locked_wheel(package, lock_dir).map_err(|reason| shape(&reason))?);
             }
             wheels.sort_by(|a, b| a.name.cmp(&b.name));
             platforms.push(PlatformLock {
@@ -278,7 +279,10 @@ impl Lock {
                 .find_links
                 .iter()
                 .map(|f| match f {
-                    FindLinksUrlOrPath::Path(path) => FindLinks::Directory(path.clone()),
+                    FindLinksUrlOrPath::Path(path) => {
+                        let path = lock_dir.join(path);
+                        FindLinks::Directory(std::path::absolute(&path).unwrap_or(path))
+                    }
                     FindLinksUrlOrPath::Url(url) => FindLinks::Page(url.clone()),
                 })
                 .collect(),
@@ -342,8 +346,9 @@ impl Lock {
             .join(" ")
     }
 
-    /// Renders the lock file text.
-    pub fn render(&self, recipe_file: &str) -> Result<String, LockError> {
+    /// Renders the lock file text; local wheels and find-links directories are written
+    /// relative to `lock_dir`, so the lock works wherever the project is.
+    pub fn render(&self, recipe_file: &str, lock_dir: &Path) -> Result<String, LockError> {
         let mut builder = LockFile::builder()
             .with_platforms(
                 self.platforms
@@ -366,7 +371,9 @@ impl Lock {
                         .find_links
                         .iter()
                         .map(|f| match f {
-                            FindLinks::Directory(path) => FindLinksUrlOrPath::Path(path.clone()),
+                            FindLinks::Directory(path) => {
+                                FindLinksUrlOrPath::Path(relative_to(path, lock_dir))
+                            }
                             FindLinks::Page(url) => FindLinksUrlOrPath::Url(url.clone()),
                         })
                         .collect(),
@@ -386,7 +393,11 @@ impl Lock {
             }
             for wheel in &platform.wheels {
                 builder
-                    .add_pypi_package(DEFAULT_ENVIRONMENT_NAME, name.as_str(), wheel_data(wheel))
+                    .add_pypi_package(
+                        DEFAULT_ENVIRONMENT_NAME,
+                        name.as_str(),
+                        wheel_data(wheel, lock_dir),
+                    )
                     .map_err(|e| LockError::Build(Box::new(e)))?;
             }
         }
@@ -407,7 +418,7 @@ impl Lock {
 
     /// Writes the lock atomically: a reader sees the old or the new file, never half of one.
     pub fn write(&self, path: &Path, recipe_file: &str) -> Result<(), LockError> {
-        let text = self.render(recipe_file)?;
+        let text = self.render(recipe_file, path.parent().unwrap_or(Path::new(".")))?;
         crate::fs::write_atomic(path, text.as_bytes()).map_err(|source| LockError::Write {
             path: path.to_path_buf(),
             source,
@@ -487,12 +498,47 @@ impl Lock {
     }
 }
 
-/// A locked wheel as rattler_lock stores it.
-fn wheel_data(wheel: &ResolvedWheel) -> rattler_lock::PypiPackageData {
+/// `path` relative to `base` when both are absolute (`../wheels`), else as it is.
+fn relative_to(path: &Path, base: &Path) -> PathBuf {
+    let (Ok(path), Ok(base)) = (std::path::absolute(path), std::path::absolute(base)) else {
+        return path.to_path_buf();
+    };
+    let common = path
+        .components()
+        .zip(base.components())
+        .take_while(|(a, b)| a == b)
+        .count();
+    if common == 0 {
+        return path;
+    }
+    let mut relative = PathBuf::new();
+    for _ in base.components().skip(common) {
+        relative.push("..");
+    }
+    relative.extend(path.components().skip(common));
+    if relative.as_os_str().is_empty() {
+        relative.push(".");
+    }
+    relative
+}
+
+/// A locked wheel as rattler_lock stores it: by URL, or for a local file by its path
+/// relative to the lock.
+fn wheel_data(wheel: &ResolvedWheel, lock_dir: &Path) -> rattler_lock::PypiPackageData {
+    let location = match wheel.url.to_file_path() {
+        Ok(path) if wheel.url.scheme() == "file" => {
+            let relative = relative_to(&path, lock_dir);
+            match relative.to_str() {
+                Some(text) => UrlOrPath::Path(text.replace('\\', "/").into()),
+                None => UrlOrPath::Url(wheel.url.clone()),
+            }
+        }
+        _ => UrlOrPath::Url(wheel.url.clone()),
+    };
     PypiDistributionData {
         name: wheel.name.clone(),
         version: wheel.version.clone(),
-        location: Verbatim::new(UrlOrPath::Url(wheel.url.clone())),
+        location: Verbatim::new(location),
         index_url: wheel.index.clone(),
         hash: Some(PackageHashes::Sha256(wheel.sha256)),
         requires_dist: wheel.requires_dist.clone(),
@@ -501,17 +547,29 @@ fn wheel_data(wheel: &ResolvedWheel) -> rattler_lock::PypiPackageData {
     .into()
 }
 
-/// A lock's PyPI entry as imgbuild uses it: a wheel by URL, pinned by sha256.
-fn locked_wheel(package: &rattler_lock::PypiPackageData) -> Result<ResolvedWheel, String> {
+/// A lock's PyPI entry as imgbuild uses it: a wheel by URL (a path is relative to
+/// `lock_dir`), pinned by sha256.
+fn locked_wheel(
+    package: &rattler_lock::PypiPackageData,
+    lock_dir: &Path,
+) -> Result<ResolvedWheel, String> {
     let name = package.name();
     let wheel = package
         .as_wheel()
         .ok_or_else(|| format!("PyPI package `{name}` is a source tree, not a wheel"))?;
-    let url = wheel
-        .location
-        .as_url()
-        .cloned()
-        .ok_or_else(|| format!("PyPI package `{name}` is located by a path, not a URL"))?;
+    let url = match &*wheel.location {
+        UrlOrPath::Url(url) => url.clone(),
+        UrlOrPath::Path(path) => {
+            let path = lock_dir.join(path.as_str());
+            let path = std::path::absolute(&path).unwrap_or(path);
+            url::Url::from_file_path(&path).map_err(|()| {
+                format!(
+                    "PyPI package `{name}` has a path that is not a file: `{}`",
+                    path.display()
+                )
+            })?
+        }
+    };
     let sha256 = match &wheel.hash {
         Some(PackageHashes::Sha256(sha) | PackageHashes::Md5Sha256(_, sha)) => *sha,
         _ => return Err(format!("PyPI package `{name}` has no sha256")),
@@ -838,7 +896,7 @@ mod tests {
     fn a_two_platform_lock_reads_back_with_each_platforms_base() {
         let recipe = recipe("\"linux-64\", \"linux-aarch64\"");
         let lock = two_platform_lock(&recipe);
-        let text = lock.render("x.toml").unwrap();
+        let text = lock.render("x.toml", Path::new("/work/recipes")).unwrap();
         assert!(
             text.contains(&format!(
                 "# imgbuild-base: linux-64=sha256:{} linux-aarch64=sha256:{}\n",
@@ -878,7 +936,7 @@ mod tests {
                 2,
             )],
         };
-        let text = lock.render("x.toml").unwrap();
+        let text = lock.render("x.toml", Path::new("/work/recipes")).unwrap();
         assert!(text.contains("\n# imgbuild-base: scratch\n"), "{text}");
         let read = Lock::parse(&text, Path::new("/work/recipes/x.lock")).unwrap();
         assert_eq!(read.common_base(), Some(&LockedBase::Scratch));

@@ -538,12 +538,30 @@ impl Checker {
             }
             Ok(url)
         };
-        let mut indexes = vec![match &pypi.index_url {
-            Some(url) => index_url(url)?,
-            None => Url::parse(crate::pypi::DEFAULT_INDEX_URL).expect("a valid URL"),
-        }];
-        for url in &pypi.extra_index_urls {
-            indexes.push(index_url(url)?);
+        let no_index = pypi.no_index.as_ref().is_some_and(|n| *n.get_ref());
+        let mut indexes = Vec::new();
+        if no_index {
+            if let Some(url) = pypi.index_url.as_ref().or(pypi.extra_index_urls.first()) {
+                return Err(self.error(
+                    url,
+                    "`no-index = true` asks no index: remove this URL or `no-index`",
+                ));
+            }
+            if pypi.find_links.is_empty() {
+                let flag = pypi.no_index.as_ref().expect("set");
+                return Err(self.error(
+                    flag,
+                    "`no-index = true` needs `find-links`: with neither, no wheel can be found",
+                ));
+            }
+        } else {
+            indexes.push(match &pypi.index_url {
+                Some(url) => index_url(url)?,
+                None => Url::parse(crate::pypi::DEFAULT_INDEX_URL).expect("a valid URL"),
+            });
+            for url in &pypi.extra_index_urls {
+                indexes.push(index_url(url)?);
+            }
         }
         let find_links = pypi
             .find_links

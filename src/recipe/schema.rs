@@ -82,6 +82,9 @@ pub(crate) struct PypiSection {
     /// Optional: directories (relative to the recipe) or HTML pages of wheels.
     #[serde(default)]
     pub find_links: Vec<Spanned<String>>,
+    /// Optional: ask no index, only `find-links` (pip's `--no-index`).
+    #[serde(default)]
+    pub no_index: Option<Spanned<bool>>,
 }
 
 #[derive(Debug, Deserialize)]

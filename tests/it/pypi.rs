@@ -454,3 +454,60 @@ fn an_x86_64_host_locks_and_installs_the_aarch64_wheel_for_the_arm64_image() {
         &["the recipe needs the PyPI package `six`, which is not locked"],
     );
 }
+
+#[test]
+fn a_directory_of_wheels_is_enough_with_no_index() {
+    let project = Project::new();
+    let wheels = project.path().join("recipes/wheels");
+    fs_err::create_dir_all(&wheels).unwrap();
+    for (path, _) in pinned_dists(&[SIX_1_16_0, DATEUTIL_2_9_0_POST0]).unwrap() {
+        fs_err::copy(&path, wheels.join(path.file_name().unwrap())).unwrap();
+    }
+    let recipe = tiny_recipe(pypi_channel(), "pywheels", &["python"])
+        + "\n[pypi]\nno-index = true\nfind-links = [\"wheels\"]\ndependencies = [\"python-dateutil\"]\n";
+    project.write_recipe(&recipe);
+    project.build(&[]).success();
+    let locked: Vec<String> = locked_wheels(&project)
+        .into_iter()
+        .map(|(name, version, location)| {
+            // Relative to the lock, so the project can move.
+            assert!(location.starts_with("wheels/"), "{location}");
+            format!("{name} {version}")
+        })
+        .collect();
+    assert_eq!(locked, ["python-dateutil 2.9.0.post0", "six 1.16.0"]);
+    let layout = LayoutView::new(project.path().join("images/pywheels"));
+    let packages = layer_packages(&layout);
+    assert!(
+        packages.contains(&"pypi:six-1.16.0".to_string()),
+        "{packages:?}"
+    );
+
+    // The project copied elsewhere builds from its lock to the same image.
+    let moved = Project::new();
+    let copy = |from: &Path, to: &Path| {
+        fs_err::create_dir_all(to).unwrap();
+        for entry in fs_err::read_dir(from).unwrap() {
+            let entry = entry.unwrap();
+            if entry.file_type().unwrap().is_file() {
+                fs_err::copy(entry.path(), to.join(entry.file_name())).unwrap();
+            }
+        }
+    };
+    copy(
+        &project.path().join("recipes"),
+        &moved.path().join("recipes"),
+    );
+    copy(&wheels, &moved.path().join("recipes/wheels"));
+    moved.build(&["--locked"]).success();
+    assert_eq!(
+        LayoutView::new(moved.path().join("images/pywheels")).manifest_digest(),
+        layout.manifest_digest()
+    );
+
+    // Without the directory, or with an index as well, the recipe says what is wrong.
+    project.write_recipe(&recipe.replace("find-links = [\"wheels\"]\n", ""));
+    project
+        .build(&[])
+        .assert_failure_naming(1, &["`no-index = true` needs `find-links`"]);
+}
