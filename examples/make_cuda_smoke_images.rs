@@ -9,6 +9,10 @@
 //!   `nvidia-cuda-nvrtc-cu11`) and 13.2.86 (`nvidia-cuda-runtime`, `nvidia-cuda-nvrtc`),
 //!   each wheel pinned by sha256.
 //! * `OUT_DIR/smoke-cuda118.toml`, `OUT_DIR/smoke-cuda132.toml`: recipes for the two images.
+//! * `OUT_DIR/wheels`: the same four wheels as they are, and `OUT_DIR/smoke-pypi-cuda118.toml`,
+//!   `OUT_DIR/smoke-pypi-cuda132.toml`: the same CUDA images with the wheels installed by
+//!   `[pypi]` (no index, `find-links = ["wheels"]`) into a conda environment whose `python`
+//!   3.9.2 is a metadata-only package of the channel.
 
 #![allow(clippy::print_stdout, clippy::print_stderr)] // a command-line example prints its result
 
@@ -89,8 +93,60 @@ fn main() -> anyhow::Result<()> {
         ],
         &[("lib/libnvrtc.so", "libnvrtc.so.13")],
     )?;
+    // The Python the wheels are resolved for; the smoke test runs none of it.
+    channel::write_package(
+        &linux64.join("python-3.9.2-h0_0.conda"),
+        channel::linux64_index("python", "3.9.2", &["__glibc >=2.17"]),
+        &[channel::file(
+            "lib/python3.9/site-packages/README.txt",
+            "site-packages\n",
+        )],
+        None,
+    )?;
     fs_err::create_dir_all(channel_dir.join("noarch"))?;
     channel::index_channel(&channel_dir)?;
+
+    let wheels = out.join("wheels");
+    fs_err::create_dir_all(&wheels)?;
+    for wheel in [
+        channel::CUDA_RUNTIME_11_8,
+        channel::NVRTC_11_8,
+        RUNTIME_13_2,
+        NVRTC_13_2,
+    ] {
+        fs_err::copy(
+            channel::fetch_wheel(&cache, &wheel)?,
+            wheels.join(wheel.file_name),
+        )?;
+    }
+    for (name, cuda, min_driver, runtime, nvrtc) in [
+        (
+            "smoke-pypi-cuda118",
+            "11.8",
+            "520.61.05",
+            "nvidia-cuda-runtime-cu11==11.8.89",
+            "nvidia-cuda-nvrtc-cu11==11.8.89",
+        ),
+        (
+            "smoke-pypi-cuda132",
+            "13.2",
+            "580.65.06",
+            "nvidia-cuda-runtime==13.2.86",
+            "nvidia-cuda-nvrtc==13.2.86",
+        ),
+    ] {
+        fs_err::write(
+            out.join(format!("{name}.toml")),
+            format!(
+                "[image]\nname = \"{name}\"\n\n[cuda]\nversion = \"{cuda}\"\nmin-driver = \"{min_driver}\"\n\n\
+                 [conda]\nchannels = [\"{}\"]\ndependencies = [\"python 3.9.*\"]\n\n\
+                 [pypi]\nno-index = true\nfind-links = [\"wheels\"]\ndependencies = [\"{runtime}\", \"{nvrtc}\"]\n",
+                url::Url::from_directory_path(&channel_dir)
+                    .expect("absolute")
+                    .as_str()
+            ),
+        )?;
+    }
 
     fs_err::write(
         out.join("smoke-cuda118.toml"),
@@ -116,7 +172,7 @@ fn main() -> anyhow::Result<()> {
     )?;
     println!("channel: {}", channel_dir.display());
     println!(
-        "recipes: {0}/smoke-cuda118.toml {0}/smoke-cuda132.toml",
+        "recipes: {0}/smoke-cuda118.toml {0}/smoke-cuda132.toml {0}/smoke-pypi-cuda118.toml {0}/smoke-pypi-cuda132.toml",
         out.display()
     );
     Ok(())
