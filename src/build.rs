@@ -144,6 +144,10 @@ pub enum BuildError {
     Recipe(#[from] RecipeError),
     #[error(transparent)]
     Base(#[from] BaseError),
+    #[error(
+        "The PyPI requirements must be resolved (`{}` is missing or out of date), which asks their package index: not possible with `--offline`; run `imgbuild lock` online once, or use `no-index = true` with local `find-links`", path.display()
+    )]
+    PypiOffline { path: PathBuf },
     // Boxed: resolver errors carry URLs and reasons.
     #[error(transparent)]
     Pypi(Box<crate::pypi::PypiError>),
@@ -340,7 +344,7 @@ async fn obtain_lock(
             reason,
         }),
         (LockMode::Locked | LockMode::Reuse, Some(lock), None) => {
-            let packages = lock.all_records().count();
+            let packages = lock.package_count();
             Ok((
                 lock,
                 LockReport {
@@ -369,6 +373,14 @@ async fn obtain_lock(
                     recipe.platforms
                 ),
             );
+            if settings.offline
+                && let Some(pypi) = &recipe.pypi
+                && pypi.sources.needs_network()
+            {
+                return Err(BuildError::PypiOffline {
+                    path: lock_path.clone(),
+                });
+            }
             // Each platform is solved on its own, for its own virtual packages.
             let mut platforms = Vec::with_capacity(prepared.platforms.len());
             for platform in &prepared.platforms {
@@ -423,7 +435,7 @@ async fn obtain_lock(
             let lock = Lock::read(&lock_path)?.ok_or_else(|| BuildError::LockMissing {
                 path: lock_path.clone(),
             })?;
-            let packages = lock.all_records().count();
+            let packages = lock.package_count();
             Ok((
                 lock,
                 LockReport {
@@ -465,6 +477,7 @@ pub async fn lock_and_fetch(settings: &BuildSettings) -> Result<(), BuildError> 
             name: prepared.recipe.name.clone(),
             source,
         })?;
+        crate::pypi::fetch_locked(&platform.wheels, &settings.cache_dir).await?;
     }
     Ok(())
 }
@@ -569,12 +582,18 @@ pub async fn build(
         })?;
 
     let started = Instant::now();
-    let mut detail = format!("{} packages", lock.all_records().count());
+    let mut detail = format!("{} packages", lock.package_count());
     if recipe.platforms.is_multi() {
         let each: Vec<String> = lock
             .platforms
             .iter()
-            .map(|p| format!("{} for {}", p.records.len(), p.target.platform))
+            .map(|p| {
+                format!(
+                    "{} for {}",
+                    p.records.len() + p.wheels.len(),
+                    p.target.platform
+                )
+            })
             .collect();
         detail = format!("{detail}: {}", each.join(", "));
     }

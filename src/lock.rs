@@ -305,6 +305,14 @@ impl Lock {
             .find(|p| p.target.platform == platform)
     }
 
+    /// How many packages the lock pins, conda packages and wheels, over all platforms.
+    pub fn package_count(&self) -> usize {
+        self.platforms
+            .iter()
+            .map(|p| p.records.len() + p.wheels.len())
+            .sum()
+    }
+
     /// Every locked package of every platform.
     pub fn all_records(&self) -> impl Iterator<Item = &RepoDataRecord> {
         self.platforms.iter().flat_map(|p| p.records.iter())

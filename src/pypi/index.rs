@@ -36,6 +36,17 @@ pub struct Sources {
     pub find_links: Vec<FindLinks>,
 }
 
+impl Sources {
+    /// Resolving from these asks a server (an index or a find-links page).
+    pub fn needs_network(&self) -> bool {
+        !self.indexes.is_empty()
+            || self
+                .find_links
+                .iter()
+                .any(|f| matches!(f, FindLinks::Page(url) if url.scheme() != "file"))
+    }
+}
+
 impl std::fmt::Display for Sources {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let mut places: Vec<String> = self.indexes.iter().map(|u| format!("`{u}`")).collect();

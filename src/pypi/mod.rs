@@ -124,6 +124,31 @@ pub async fn lock_platform(
     .await?)
 }
 
+/// Fetches the locked wheels into the cache (checked by sha256), without installing them:
+/// a matrix build's first step, so variants building at once do not fetch the same wheel.
+pub async fn fetch_locked(wheels: &[ResolvedWheel], cache_dir: &Path) -> Result<(), PypiError> {
+    if wheels.is_empty() {
+        return Ok(());
+    }
+    let client = crate::http::client().map_err(|e| {
+        PypiError::Fetch(fetch::FetchError::Io {
+            path: cache_dir.to_path_buf(),
+            source: std::io::Error::other(e.to_string()),
+        })
+    })?;
+    for wheel in wheels {
+        fetch::fetch_wheel(
+            &client,
+            cache_dir,
+            &wheel.url,
+            &wheel.filename,
+            Some(wheel.sha256),
+        )
+        .await?;
+    }
+    Ok(())
+}
+
 /// Installs the locked wheels of one platform (`locked`) into `prefix_dir` (the staging path
 /// of `prefix`), after the conda packages whose files are `owned`.
 pub async fn install_platform(

@@ -89,6 +89,13 @@ pub fn specifier_ranges(specifier: &VersionSpecifier) -> Ranges<Version> {
     }
 }
 
+/// Does `range` pin exactly `version` (`==V` or `===V`)?
+pub fn is_pin(range: &Ranges<Version>, version: &Version) -> bool {
+    range.as_singleton() == Some(version)
+        || after_locals(version)
+            .is_some_and(|next| *range == Ranges::between(version.clone(), next))
+}
+
 /// All specifiers of a requirement: their intersection; no specifier is every version.
 pub fn specifiers_ranges(specifiers: &VersionSpecifiers) -> Ranges<Version> {
     specifiers.iter().fold(Ranges::full(), |all, one| {
@@ -101,6 +108,17 @@ mod tests {
     use std::str::FromStr;
 
     use super::*;
+
+    #[test]
+    fn pins_are_told_from_ranges() {
+        let v = |t: &str| Version::from_str(t).unwrap();
+        let ranges = |t: &str| specifiers_ranges(&VersionSpecifiers::from_str(t).unwrap());
+        assert!(is_pin(&ranges("==1.0"), &v("1.0")));
+        assert!(is_pin(&ranges("===1.0"), &v("1.0")));
+        assert!(is_pin(&ranges("==1.0,>=0.5"), &v("1.0")));
+        assert!(!is_pin(&ranges(">=1.0"), &v("1.0")));
+        assert!(!is_pin(&ranges("==1.*"), &v("1.0")));
+    }
 
     /// The set agrees with pep440_rs's own matching on every probe version.
     #[test]

@@ -107,6 +107,10 @@ pub enum ResolveError {
         glibc: String,
         files: String,
     },
+    #[error(
+        "`{package}` has no version that fits but {version}, which its index marks yanked; pin it with `=={version}` to use it anyway (PEP 592)"
+    )]
+    Yanked { package: String, version: String },
     #[error("`{package}` was not found on {sources}")]
     NotFound { package: String, sources: String },
     // Boxed: a URL and a reason would make every resolver result large.
@@ -231,8 +235,8 @@ impl Provider<'_> {
             found,
             ..Project::default()
         };
-        // version → (rank, file name, file) of its best wheel
-        let mut best: BTreeMap<Version, (usize, String, Candidate)> = BTreeMap::new();
+        // version → (yanked, rank, file name, file) of its best wheel
+        let mut best: BTreeMap<Version, (bool, usize, String, Candidate)> = BTreeMap::new();
         for (file, index) in files {
             if let Some(wheel) = WheelName::parse(&file.filename) {
                 if &wheel.name != name {
@@ -248,17 +252,16 @@ impl Provider<'_> {
                     project.other_wheels.push(file.filename.clone());
                     continue;
                 };
-                if file.yanked {
-                    continue;
-                }
-                let key = (rank, file.filename.clone());
+                // A version's unyanked wheels come before its yanked ones.
+                let key = (file.yanked, rank, file.filename.clone());
                 let better = best
                     .get(&wheel.version)
-                    .is_none_or(|(r, f, _)| key < (*r, f.clone()));
+                    .is_none_or(|(y, r, f, _)| key < (*y, *r, f.clone()));
                 if better {
                     best.insert(
                         wheel.version.clone(),
                         (
+                            file.yanked,
                             rank,
                             file.filename.clone(),
                             Candidate {
@@ -273,7 +276,7 @@ impl Provider<'_> {
                 project.sdists.push((version, file.filename.clone()));
             }
         }
-        project.candidates = best.into_values().rev().map(|(_, _, c)| c).collect();
+        project.candidates = best.into_values().rev().map(|(_, _, _, c)| c).collect();
         let project = Rc::new(project);
         self.projects
             .borrow_mut()
@@ -461,10 +464,12 @@ impl DependencyProvider for Provider<'_> {
                 .then(|| provided.version.clone()));
         }
         let project = self.project(name)?;
+        // PEP 592: a yanked file is taken only when pinned to exactly its version.
         let in_range: Vec<&Candidate> = project
             .candidates
             .iter()
             .filter(|c| range.contains(&c.version))
+            .filter(|c| !c.file.yanked || super::ranges::is_pin(range, &c.version))
             .collect();
         // Pre-releases only when nothing else fits, as pip does.
         let chosen = in_range
@@ -478,6 +483,16 @@ impl DependencyProvider for Provider<'_> {
             return Err(ResolveError::NotFound {
                 package: name.to_string(),
                 sources: self.sources.to_string(),
+            });
+        }
+        if let Some(yanked) = project
+            .candidates
+            .iter()
+            .find(|c| c.file.yanked && range.contains(&c.version))
+        {
+            return Err(ResolveError::Yanked {
+                package: name.to_string(),
+                version: yanked.version.to_string(),
             });
         }
         let sdists: Vec<&str> = project

@@ -511,3 +511,72 @@ fn a_directory_of_wheels_is_enough_with_no_index() {
         .build(&[])
         .assert_failure_naming(1, &["`no-index = true` needs `find-links`"]);
 }
+
+#[test]
+fn a_yanked_wheel_on_a_find_links_page_is_taken_only_when_pinned() {
+    // An HTML page of links (pip's `--find-links URL`) marking its one six wheel yanked.
+    let project = Project::new();
+    let site = project.path().join("site");
+    fs_err::create_dir_all(&site).unwrap();
+    let (wheel, _) = pinned_dists(&[SIX_1_16_0]).unwrap().remove(0);
+    fs_err::copy(&wheel, site.join(SIX_1_16_0.file_name)).unwrap();
+    fs_err::write(
+        site.join("links.html"),
+        format!(
+            "<html><body><a href=\"{0}#sha256={1}\" data-yanked=\"a broken build\">{0}</a></body></html>",
+            SIX_1_16_0.file_name, SIX_1_16_0.sha256
+        ),
+    )
+    .unwrap();
+    let server = crate::common::FileServer::serve(site);
+    let recipe = |requirement: &str| {
+        tiny_recipe(pypi_channel(), "pyyanked", &["python"])
+            + &format!(
+                "\n[pypi]\nno-index = true\nfind-links = [\"{}/links.html\"]\ndependencies = [\"{requirement}\"]\n",
+                server.url.trim_end_matches('/')
+            )
+    };
+    project.write_recipe(&recipe("six"));
+    project.build(&[]).assert_failure_naming(
+        1,
+        &["`six` has no version that fits but 1.16.0, which its index marks yanked; pin it with `==1.16.0`"],
+    );
+    project.assert_no_image();
+
+    project.write_recipe(&recipe("six==1.16.0"));
+    project.build(&[]).success();
+    let locked = locked_wheels(&project);
+    assert_eq!(locked.len(), 1);
+    assert!(locked[0].2.ends_with(SIX_1_16_0.file_name), "{locked:?}");
+}
+
+#[test]
+fn offline_builds_need_a_lock_for_their_pypi_part() {
+    let index = index_of(&[SIX_1_16_0]);
+    let project = project("pyoffline", &["python"], &["six"], &index);
+    project.build(&[]).success();
+    let served = index.log().len();
+
+    // From its lock, an offline rebuild needs nothing from the index.
+    fs_err::remove_dir_all(project.path().join("images")).unwrap();
+    project.build(&["--offline"]).success();
+    assert_eq!(index.log().len(), served, "nothing asked of the index");
+
+    // Without it, the PyPI part cannot be resolved offline, and the build says so.
+    fs_err::remove_file(project.lock_path()).unwrap();
+    fs_err::remove_dir_all(project.path().join("images")).unwrap();
+    project.build(&["--offline"]).assert_failure_naming(
+        1,
+        &[
+            "must be resolved",
+            "not possible with `--offline`",
+            "run `imgbuild lock` online once",
+        ],
+    );
+    assert_eq!(index.log().len(), served);
+    project.assert_no_image();
+    assert!(
+        !project.lock_path().exists(),
+        "no lock from a failed offline solve"
+    );
+}
