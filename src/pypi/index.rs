@@ -229,6 +229,17 @@ fn percent_decode(text: &str) -> String {
         .unwrap_or_else(|| text.to_string())
 }
 
+/// A project page's files: PEP 691 JSON when `json`, else PEP 503 HTML (also the form of a
+/// find-links page), with links resolved against `base`. Public for the fuzz target
+/// (`fuzz/fuzz_targets/pypi_inputs.rs`).
+pub fn parse_page(body: &str, json: bool, base: &Url) -> Result<Vec<DistFile>, String> {
+    if json {
+        parse_json(body, base)
+    } else {
+        parse_html(body, base)
+    }
+}
+
 /// The files of `project` on the index at `index` (`https://pypi.org/simple`); `None` when
 /// the index does not know the project.
 pub async fn project_files(
