@@ -151,7 +151,7 @@ pub enum Node {
 impl fmt::Display for Node {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Node::Root => f.write_str("the recipe's [pypi] dependencies"),
+            Node::Root => f.write_str("the recipe's [pypi] section"),
             Node::Package(name) => write!(f, "{name}"),
             Node::Extra(name, extra) => write!(f, "{name}[{extra}]"),
         }
@@ -616,11 +616,23 @@ pub async fn resolve(input: ResolveInput<'_>) -> Result<Vec<ResolvedWheel>, Reso
     let solution = match solution {
         Ok(solution) => solution,
         Err(err) => match *err {
-            PubGrubError::NoSolution(mut tree) => {
-                tree.collapse_no_versions();
-                return Err(ResolveError::NoSolution(DefaultStringReporter::report(
-                    &tree,
-                )));
+            PubGrubError::NoSolution(tree) => {
+                // The root is a node with the made-up version 0: never shown.
+                let root = Node::Root.to_string();
+                let mut report = DefaultStringReporter::report(&tree)
+                    .replace(&format!("{root} 0 "), &format!("{root} "))
+                    .replace(&format!("{root} 0,"), &format!("{root},"));
+                // PubGrub knows a conda-provided distribution only as its one version: say
+                // where that version comes from.
+                for (name, conda) in input.provided {
+                    if tree.packages().contains(&Node::Package(name.clone())) {
+                        report.push_str(&format!(
+                            "\nnote: {name} {} is provided by the conda package {}; a PyPI requirement on {name} must accept that version (or change the conda dependency)",
+                            conda.version, conda.package
+                        ));
+                    }
+                }
+                return Err(ResolveError::NoSolution(report));
             }
             PubGrubError::ErrorChoosingVersion { source, .. }
             | PubGrubError::ErrorRetrievingDependencies { source, .. }

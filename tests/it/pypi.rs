@@ -580,3 +580,20 @@ fn offline_builds_need_a_lock_for_their_pypi_part() {
         "no lock from a failed offline solve"
     );
 }
+
+#[test]
+fn a_pypi_requirement_conda_cannot_meet_is_explained_with_the_conda_package() {
+    let index = index_of(&[SIX_1_16_0]);
+    let project = project("pyclash", &["python", "six"], &["six>=1.17"], &index);
+    let run = project.build(&[]);
+    run.assert_failure_naming(
+        1,
+        &[
+            "The PyPI requirements cannot be met",
+            "there is no version of six in >=1.17",
+            "note: six 1.16.0 is provided by the conda package six-1.16.0-py39_0",
+        ],
+    );
+    project.assert_no_image();
+    assert_eq!(index.downloads(SIX_1_16_0.file_name), 0);
+}
