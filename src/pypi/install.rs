@@ -24,6 +24,9 @@ use pep440_rs::Version;
 use pep508_rs::PackageName;
 use sha2::{Digest, Sha256};
 
+/// The most a wheel's own metadata file (`WHEEL`, `RECORD`, `entry_points.txt`) may hold.
+const METADATA_LIMIT: u64 = 64 << 20;
+
 /// A wheel installed in the staging tree.
 #[derive(Debug, Clone)]
 pub struct StagedWheel {
@@ -226,11 +229,16 @@ pub fn install_wheel(
                 member: &str|
      -> Result<Option<Vec<u8>>, WheelInstallError> {
         match archive.by_name(member) {
-            Ok(mut entry) => {
+            Ok(entry) => {
+                // Metadata files are small; a huge one is a zip bomb, not metadata.
                 let mut bytes = Vec::new();
                 entry
+                    .take(METADATA_LIMIT + 1)
                     .read_to_end(&mut bytes)
                     .map_err(|e| invalid(format!("`{member}` cannot be read: {e}")))?;
+                if bytes.len() as u64 > METADATA_LIMIT {
+                    return Err(invalid(format!("`{member}` is larger than 64 MiB")));
+                }
                 Ok(Some(bytes))
             }
             Err(zip::result::ZipError::FileNotFound) => Ok(None),
@@ -302,27 +310,13 @@ pub fn install_wheel(
             newest_mtime = newest_mtime.max(stamp.timestamp().as_second().max(0) as u64);
         }
         let executable = entry.unix_mode().is_some_and(|m| m & 0o111 != 0);
-        let mut bytes = Vec::with_capacity(entry.size() as usize);
-        entry
-            .read_to_end(&mut bytes)
-            .map_err(|e| invalid(format!("`{member}` cannot be read: {e}")))?;
-        drop(entry);
-        let hash = urlsafe_sha256(&bytes);
-        match record.get(&member) {
+        let (expected_hash, expected_size) = match record.get(&member) {
             Some(RecordEntry {
-                hash: Some(expected),
+                hash: Some(hash),
                 size,
-            }) => {
-                if *expected != hash || size.is_some_and(|s| s != bytes.len() as u64) {
-                    return Err(invalid(format!(
-                        "`{member}` does not match its RECORD entry (sha256 or size)"
-                    )));
-                }
-            }
-            _ => {
-                return Err(invalid(format!("`{member}` has no sha256 in RECORD")));
-            }
-        }
+            }) => (hash.clone(), *size),
+            _ => return Err(invalid(format!("`{member}` has no sha256 in RECORD"))),
+        };
         // Where the file goes, relative to the prefix.
         let mut script = false;
         let destination: PathBuf = match relative.strip_prefix(data_dir.trim_end_matches('/')) {
@@ -353,6 +347,9 @@ pub fn install_wheel(
             }
             Err(_) => Path::new(&scheme.site_packages).join(&relative),
         };
+        if destination.components().count() == 0 {
+            return Err(invalid(format!("`{member}` names no file")));
+        }
         let destination_text = destination
             .to_str()
             .ok_or_else(|| invalid(format!("`{member}` is not UTF-8")))?
@@ -362,25 +359,47 @@ pub fn install_wheel(
                 "`{destination_text}` is in the wheel twice"
             )));
         }
-        let bytes = if script && bytes.starts_with(b"#!python") {
-            let end = bytes
-                .iter()
-                .position(|b| *b == b'\n')
-                .unwrap_or(bytes.len());
-            let mut rewritten = format!("#!{}", scheme.python).into_bytes();
-            rewritten.extend_from_slice(&bytes[end..]);
-            rewritten
-        } else {
-            bytes
-        };
+
+        // Streamed into a temporary file beside its destination (a 1 GB library is never
+        // in memory), hashed as it comes, and checked against RECORD before it is moved
+        // into place; a file larger than RECORD says is refused as soon as it is.
+        let target = prefix_dir.join(&destination);
+        let parent = target.parent().expect("a file under the prefix");
+        fs_err::create_dir_all(parent).map_err(io(&destination))?;
+        let mut temp = tempfile::NamedTempFile::new_in(parent).map_err(io(&destination))?;
+        let copied = copy_checked(
+            &mut entry,
+            temp.as_file_mut(),
+            expected_size,
+            (script).then_some(scheme.python.as_str()),
+        )
+        .map_err(|e| match e {
+            CopyError::Read(e) => invalid(format!("`{member}` cannot be read: {e}")),
+            CopyError::TooLarge => {
+                invalid(format!("`{member}` is larger than its RECORD entry says"))
+            }
+            CopyError::Write(e) => WheelInstallError::Io {
+                wheel: wheel_file.to_string(),
+                path: destination.clone(),
+                source: e,
+            },
+        })?;
+        drop(entry);
+        if copied.original_hash != expected_hash
+            || expected_size.is_some_and(|s| s != copied.original_size)
+        {
+            return Err(invalid(format!(
+                "`{member}` does not match its RECORD entry (sha256 or size)"
+            )));
+        }
         let mode = if executable || script { 0o755 } else { 0o644 };
         if let Some(owner) = owned.get(&destination_text) {
             // Namespace packages: NVIDIA's wheels all ship the same empty
             // `nvidia/__init__.py`. The same bytes are the same file (and stay in each
             // wheel's layer, so every layer stands alone); different bytes would make the
             // environment depend on install order.
-            let existing = fs_err::read(prefix_dir.join(&destination)).map_err(io(&destination))?;
-            if existing != bytes {
+            let existing = hash_file(&target).map_err(io(&destination))?;
+            if existing != copied.installed_hash {
                 return Err(WheelInstallError::Conflict {
                     wheel: wheel_file.to_string(),
                     path: destination_text,
@@ -388,11 +407,16 @@ pub fn install_wheel(
                 });
             }
         } else {
-            write_file(&prefix_dir.join(&destination), &bytes, mode).map_err(io(&destination))?;
+            use std::os::unix::fs::PermissionsExt;
+            temp.as_file()
+                .set_permissions(std::fs::Permissions::from_mode(mode))
+                .map_err(io(&destination))?;
+            temp.persist(&target)
+                .map_err(|e| io(&destination)(e.error))?;
         }
         installed.insert(
             destination_text,
-            (urlsafe_sha256(&bytes), bytes.len() as u64),
+            (copied.installed_hash, copied.installed_size),
         );
     }
 
@@ -464,6 +488,90 @@ pub fn install_wheel(
     })
 }
 
+/// What [`copy_checked`] copied: the hash and size of the wheel's bytes (for RECORD) and
+/// of the file as installed (a rewritten shebang differs).
+struct Copied {
+    original_hash: String,
+    original_size: u64,
+    installed_hash: String,
+    installed_size: u64,
+}
+
+enum CopyError {
+    Read(std::io::Error),
+    Write(std::io::Error),
+    TooLarge,
+}
+
+/// Copies `from` to `to` in pieces, hashing both sides. With `python`, a first line
+/// `#!python…` becomes `#!<python>`.
+fn copy_checked(
+    from: &mut impl Read,
+    to: &mut impl Write,
+    limit: Option<u64>,
+    python: Option<&str>,
+) -> Result<Copied, CopyError> {
+    use std::io::BufRead;
+    let mut reader = std::io::BufReader::with_capacity(1 << 16, from);
+    let mut original = Sha256::new();
+    let mut installed = Sha256::new();
+    let (mut original_size, mut installed_size) = (0u64, 0u64);
+    let mut put = |bytes: &[u8], rewritten: Option<&[u8]>| -> Result<(), CopyError> {
+        original.update(bytes);
+        original_size += bytes.len() as u64;
+        if limit.is_some_and(|limit| original_size > limit) {
+            return Err(CopyError::TooLarge);
+        }
+        let out = rewritten.unwrap_or(bytes);
+        installed.update(out);
+        installed_size += out.len() as u64;
+        to.write_all(out).map_err(CopyError::Write)
+    };
+    if let Some(python) = python {
+        // The first line, at most 4 KiB of it.
+        let mut head = Vec::new();
+        (&mut reader)
+            .take(4096)
+            .read_until(b'\n', &mut head)
+            .map_err(CopyError::Read)?;
+        if head.starts_with(b"#!python") {
+            let newline = if head.ends_with(b"\n") { "\n" } else { "" };
+            let rewritten = format!("#!{python}{newline}");
+            put(&head, Some(rewritten.as_bytes()))?;
+        } else {
+            put(&head, None)?;
+        }
+    }
+    loop {
+        let chunk = reader.fill_buf().map_err(CopyError::Read)?;
+        if chunk.is_empty() {
+            break;
+        }
+        let len = chunk.len();
+        put(chunk, None)?;
+        reader.consume(len);
+    }
+    let encode =
+        |hasher: Sha256| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(hasher.finalize());
+    Ok(Copied {
+        original_hash: encode(original),
+        original_size,
+        installed_hash: encode(installed),
+        installed_size,
+    })
+}
+
+/// The RECORD-style hash (urlsafe base64 sha256) of a file, read in pieces.
+fn hash_file(path: &Path) -> std::io::Result<String> {
+    let mut file = fs_err::File::open(path)?;
+    let copied =
+        copy_checked(&mut file, &mut std::io::sink(), None, None).map_err(|e| match e {
+            CopyError::Read(e) | CopyError::Write(e) => e,
+            CopyError::TooLarge => std::io::Error::other("too large"),
+        })?;
+    Ok(copied.installed_hash)
+}
+
 fn csv_field(text: &str) -> String {
     if text.contains([',', '"', '\n']) {
         format!("\"{}\"", text.replace('"', "\"\""))
@@ -513,6 +621,208 @@ mod tests {
         let script = entry_point_script("/opt/conda/bin/python3.9", "a.b", "c.d");
         assert!(script.starts_with("#!/opt/conda/bin/python3.9\n"));
         assert!(script.contains("from a.b import c\n") && script.contains("sys.exit(c.d())"));
+    }
+
+    /// A wheel `demo-1.0` holding `files`, with a RECORD that lists them truthfully except
+    /// for the entries of `record_lies` (path, line).
+    fn wheel(dir: &Path, files: &[(&str, &[u8])], record_lies: &[(&str, &str)]) -> PathBuf {
+        use zip::write::SimpleFileOptions;
+        let path = dir.join("demo-1.0-py3-none-any.whl");
+        let mut zip = zip::ZipWriter::new(std::fs::File::create(&path).unwrap());
+        let options = SimpleFileOptions::default().unix_permissions(0o644);
+        let mut record = String::new();
+        let mut all: Vec<(&str, &[u8])> = files.to_vec();
+        all.push((
+            "demo-1.0.dist-info/WHEEL",
+            b"Wheel-Version: 1.0\nRoot-Is-Purelib: true\n",
+        ));
+        all.push((
+            "demo-1.0.dist-info/METADATA",
+            b"Metadata-Version: 2.1\nName: demo\nVersion: 1.0\n",
+        ));
+        for (name, bytes) in &all {
+            zip.start_file(*name, options).unwrap();
+            zip.write_all(bytes).unwrap();
+            match record_lies.iter().find(|(n, _)| n == name) {
+                Some((_, line)) => record.push_str(&format!("{line}\n")),
+                None => record.push_str(&format!(
+                    "{name},sha256={},{}\n",
+                    urlsafe_sha256(bytes),
+                    bytes.len()
+                )),
+            }
+        }
+        record.push_str("demo-1.0.dist-info/RECORD,,\n");
+        zip.start_file("demo-1.0.dist-info/RECORD", options)
+            .unwrap();
+        zip.write_all(record.as_bytes()).unwrap();
+        zip.finish().unwrap();
+        path
+    }
+
+    fn install(
+        dir: &Path,
+        wheel: &Path,
+        owned: &mut BTreeMap<String, String>,
+    ) -> Result<StagedWheel, WheelInstallError> {
+        let prefix = dir.join("prefix");
+        fs_err::create_dir_all(&prefix).unwrap();
+        install_wheel(
+            wheel,
+            "demo-1.0-py3-none-any.whl",
+            &prefix,
+            &Scheme::conda("/opt/conda", "3.9"),
+            true,
+            owned,
+        )
+    }
+
+    #[test]
+    fn a_wheel_installs_with_its_scripts_entry_points_and_a_true_record() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = wheel(
+            dir.path(),
+            &[
+                ("demo/__init__.py", b"x = 1\n"),
+                (
+                    "demo-1.0.data/scripts/demo-tool",
+                    b"#!python\nprint('hi')\n",
+                ),
+                ("demo-1.0.data/data/share/demo.txt", b"data\n"),
+                (
+                    "demo-1.0.dist-info/entry_points.txt",
+                    b"[console_scripts]\ndemo = demo:main\n",
+                ),
+            ],
+            &[],
+        );
+        let staged = install(dir.path(), &path, &mut BTreeMap::new()).unwrap();
+        let prefix = dir.path().join("prefix");
+        let site = "lib/python3.9/site-packages";
+        assert_eq!(
+            fs_err::read_to_string(prefix.join("bin/demo-tool")).unwrap(),
+            "#!/opt/conda/bin/python3.9\nprint('hi')\n"
+        );
+        assert!(
+            fs_err::read_to_string(prefix.join("bin/demo"))
+                .unwrap()
+                .contains("from demo import main")
+        );
+        assert_eq!(
+            fs_err::read_to_string(prefix.join("share/demo.txt")).unwrap(),
+            "data\n"
+        );
+        assert_eq!(
+            fs_err::read_to_string(prefix.join(format!("{site}/demo-1.0.dist-info/INSTALLER")))
+                .unwrap(),
+            "imgbuild\n"
+        );
+        // RECORD lists what is installed, with the rewritten script's own hash.
+        let record =
+            fs_err::read_to_string(prefix.join(format!("{site}/demo-1.0.dist-info/RECORD")))
+                .unwrap();
+        let script = fs_err::read(prefix.join("bin/demo-tool")).unwrap();
+        assert!(
+            record.contains(&format!(
+                "../../../bin/demo-tool,sha256={},{}",
+                urlsafe_sha256(&script),
+                script.len()
+            )),
+            "{record}"
+        );
+        assert!(record.contains("demo-1.0.dist-info/REQUESTED,"), "{record}");
+        assert!(staged.files.contains(&"bin/demo".to_string()));
+        assert!(staged.files.contains(&format!("{site}/demo/__init__.py")));
+    }
+
+    #[test]
+    fn a_file_that_does_not_match_record_is_refused_and_leaves_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let lie = format!("demo/__init__.py,sha256={},6", urlsafe_sha256(b"other\n"));
+        let path = wheel(
+            dir.path(),
+            &[("demo/__init__.py", b"x = 1\n")],
+            &[("demo/__init__.py", &lie)],
+        );
+        let err = install(dir.path(), &path, &mut BTreeMap::new()).unwrap_err();
+        assert!(
+            err.to_string().contains("does not match its RECORD entry"),
+            "{err}"
+        );
+        let left: Vec<_> = walkdir::WalkDir::new(dir.path().join("prefix"))
+            .into_iter()
+            .filter_map(Result::ok)
+            .filter(|e| e.file_type().is_file())
+            .collect();
+        assert!(left.is_empty(), "{left:?}");
+    }
+
+    #[test]
+    fn a_file_larger_than_record_says_is_refused_while_it_is_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let big = vec![b'a'; 1 << 20];
+        let lie = format!("demo/big.bin,sha256={},10", urlsafe_sha256(&big[..10]));
+        let path = wheel(
+            dir.path(),
+            &[("demo/big.bin", &big)],
+            &[("demo/big.bin", &lie)],
+        );
+        let err = install(dir.path(), &path, &mut BTreeMap::new()).unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("larger than its RECORD entry says"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_path_out_of_the_wheel_or_a_file_without_a_hash_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = wheel(
+            dir.path(),
+            &[("demo/x.py", b"")],
+            &[("demo/x.py", "demo/x.py,,")],
+        );
+        let err = install(dir.path(), &path, &mut BTreeMap::new()).unwrap_err();
+        assert!(err.to_string().contains("has no sha256 in RECORD"), "{err}");
+        let path = wheel(dir.path(), &[("../escape.py", b"")], &[]);
+        let err = install(dir.path(), &path, &mut BTreeMap::new()).unwrap_err();
+        assert!(
+            err.to_string().contains("is not a path inside the wheel"),
+            "{err}"
+        );
+        assert!(!dir.path().join("escape.py").exists());
+    }
+
+    #[test]
+    fn a_file_another_package_installed_is_shared_only_when_identical() {
+        let dir = tempfile::tempdir().unwrap();
+        let site = "lib/python3.9/site-packages";
+        let shared = dir.path().join(format!("prefix/{site}/demo/__init__.py"));
+        fs_err::create_dir_all(shared.parent().unwrap()).unwrap();
+        let mut owned = BTreeMap::from([(
+            format!("{site}/demo/__init__.py"),
+            "pypi other-1".to_string(),
+        )]);
+        fs_err::write(&shared, "").unwrap();
+        let path = wheel(dir.path(), &[("demo/__init__.py", b"")], &[]);
+        install(dir.path(), &path, &mut owned).unwrap();
+        assert_eq!(owned[&format!("{site}/demo/__init__.py")], "pypi other-1");
+
+        fs_err::remove_dir_all(dir.path().join(format!("prefix/{site}/demo-1.0.dist-info")))
+            .unwrap();
+        let path = wheel(dir.path(), &[("demo/__init__.py", b"different\n")], &[]);
+        let err = install(dir.path(), &path, &mut owned).unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("already installed, with other contents, by `pypi other-1`"),
+            "{err}"
+        );
+        assert_eq!(
+            fs_err::read_to_string(&shared).unwrap(),
+            "",
+            "the first file is kept"
+        );
     }
 
     #[test]

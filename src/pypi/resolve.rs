@@ -422,12 +422,18 @@ pub fn wheel_metadata(path: &Path) -> Result<String, String> {
                 .is_some_and(|dir| dir.ends_with(".dist-info") && !dir.contains('/'))
         })
         .ok_or_else(|| "is missing: the wheel has no `*.dist-info/METADATA`".to_string())?;
+    // Metadata is small; a huge one is a zip bomb, not metadata.
+    const LIMIT: u64 = 64 << 20;
     let mut text = String::new();
     archive
         .by_name(&name)
         .map_err(|e| e.to_string())?
+        .take(LIMIT + 1)
         .read_to_string(&mut text)
         .map_err(|e| format!("cannot be read: {e}"))?;
+    if text.len() as u64 > LIMIT {
+        return Err("is larger than 64 MiB".to_string());
+    }
     Ok(text)
 }
 
