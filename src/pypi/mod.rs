@@ -124,11 +124,19 @@ pub async fn lock_platform(
     .await?)
 }
 
-/// Fetches the locked wheels into the cache (checked by sha256), without installing them:
-/// a matrix build's first step, so variants building at once do not fetch the same wheel.
-pub async fn fetch_locked(wheels: &[ResolvedWheel], cache_dir: &Path) -> Result<(), PypiError> {
+/// Wheels downloaded at once: enough to fill a link with NVIDIA's many mid-sized wheels,
+/// few enough not to trip an index's rate limits (pip downloads one at a time, uv 50).
+const PARALLEL_DOWNLOADS: usize = 4;
+
+/// Fetches the locked wheels into the cache (checked by sha256), several at once, without
+/// installing them; returns each wheel's cached path, in the order given.
+pub async fn fetch_locked(
+    wheels: &[ResolvedWheel],
+    cache_dir: &Path,
+) -> Result<Vec<std::path::PathBuf>, PypiError> {
+    use futures::{StreamExt, TryStreamExt};
     if wheels.is_empty() {
-        return Ok(());
+        return Ok(Vec::new());
     }
     let client = crate::http::client().map_err(|e| {
         PypiError::Fetch(fetch::FetchError::Io {
@@ -136,17 +144,25 @@ pub async fn fetch_locked(wheels: &[ResolvedWheel], cache_dir: &Path) -> Result<
             source: std::io::Error::other(e.to_string()),
         })
     })?;
-    for wheel in wheels {
-        fetch::fetch_wheel(
-            &client,
-            cache_dir,
-            &wheel.url,
-            &wheel.filename,
-            Some(wheel.sha256),
-        )
-        .await?;
-    }
-    Ok(())
+    futures::stream::iter(wheels)
+        .map(|wheel| {
+            let client = &client;
+            async move {
+                fetch::fetch_wheel(
+                    client,
+                    cache_dir,
+                    &wheel.url,
+                    &wheel.filename,
+                    Some(wheel.sha256),
+                )
+                .await
+                .map(|(path, _)| path)
+            }
+        })
+        .buffered(PARALLEL_DOWNLOADS)
+        .map_err(PypiError::from)
+        .try_collect()
+        .await
 }
 
 /// Installs the locked wheels of one platform (`locked`) into `prefix_dir` (the staging path
@@ -164,23 +180,10 @@ pub async fn install_platform(
     }
     let python = python_target(&locked.target, &locked.records)?;
     let scheme = install::Scheme::conda(prefix, &python.wheel.python.short());
-    let client = crate::http::client().map_err(|e| {
-        PypiError::Fetch(fetch::FetchError::Io {
-            path: cache_dir.to_path_buf(),
-            source: std::io::Error::other(e.to_string()),
-        })
-    })?;
+    let paths = fetch_locked(&locked.wheels, cache_dir).await?;
     let requested: Vec<&PackageName> = requested.iter().map(|r| &r.name).collect();
     let mut staged = Vec::with_capacity(locked.wheels.len());
-    for wheel in &locked.wheels {
-        let (path, _) = fetch::fetch_wheel(
-            &client,
-            cache_dir,
-            &wheel.url,
-            &wheel.filename,
-            Some(wheel.sha256),
-        )
-        .await?;
+    for (wheel, path) in locked.wheels.iter().zip(paths) {
         staged.push(install::install_wheel(
             &path,
             &wheel.filename,
