@@ -666,7 +666,16 @@ pub async fn build(
             }
             let settings = crate::cuda::image_settings(
                 cuda,
-                solved_cuda(&locked.records).as_ref(),
+                solved_cuda(&locked.records)
+                    .or_else(|| {
+                        crate::cuda::solved_cuda_from_wheels(
+                            locked
+                                .wheels
+                                .iter()
+                                .map(|w| (w.name.as_ref(), w.version.to_string())),
+                        )
+                    })
+                    .as_ref(),
                 &recipe.prefix,
             );
             activation.variables.extend(settings.env);

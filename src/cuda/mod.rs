@@ -30,16 +30,35 @@ pub fn solved_cuda(records: &[RepoDataRecord]) -> Option<SolvedCuda> {
         let record = records
             .iter()
             .find(|r| r.package_record.name.as_normalized() == *name)?;
-        let full_version = record.package_record.version.to_string();
+        SolvedCuda::from_version(&record.package_record.version.to_string())
+    })
+}
+
+/// The CUDA runtime installed from PyPI wheels, for an environment whose conda packages
+/// hold none: NVIDIA's `nvidia-cuda-runtime-cu11`/`-cu12` or `nvidia-cuda-runtime` (CUDA 13),
+/// versioned like the toolkit (`11.8.89`). `wheels` are (normalized name, version).
+pub fn solved_cuda_from_wheels<'a>(
+    mut wheels: impl Iterator<Item = (&'a str, String)>,
+) -> Option<SolvedCuda> {
+    wheels.find_map(|(name, version)| {
+        let rest = name.strip_prefix("nvidia-cuda-runtime")?;
+        (rest.is_empty() || rest.starts_with("-cu"))
+            .then(|| SolvedCuda::from_version(&version))
+            .flatten()
+    })
+}
+
+impl SolvedCuda {
+    fn from_version(full_version: &str) -> Option<SolvedCuda> {
         let mut parts = full_version.split('.');
         let version = format!("{}.{}", parts.next()?, parts.next().unwrap_or("0"))
             .parse()
             .ok()?;
         Some(SolvedCuda {
-            full_version,
+            full_version: full_version.to_string(),
             version,
         })
-    })
+    }
 }
 
 /// Environment variables and annotations a CUDA image carries, the way NVIDIA's images do.
@@ -94,6 +113,29 @@ pub fn image_settings(target: &CudaTarget, solved: Option<&SolvedCuda>, prefix: 
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn the_runtime_of_nvidias_wheels_is_the_solved_cuda() {
+        let wheels = |list: &[(&'static str, &str)]| {
+            list.iter()
+                .map(|(n, v)| (*n, v.to_string()))
+                .collect::<Vec<_>>()
+                .into_iter()
+        };
+        let solved = solved_cuda_from_wheels(wheels(&[
+            ("nvidia-cuda-nvrtc-cu11", "11.8.89"),
+            ("nvidia-cuda-runtime-cu11", "11.8.89"),
+        ]))
+        .unwrap();
+        assert_eq!(solved.full_version, "11.8.89");
+        assert_eq!(solved.version.to_string(), "11.8");
+        let solved =
+            solved_cuda_from_wheels(wheels(&[("nvidia-cuda-runtime", "13.2.86")])).unwrap();
+        assert_eq!(solved.version.to_string(), "13.2");
+        assert!(solved_cuda_from_wheels(wheels(&[("nvidia-cuda-runtime-extra", "1.0")])).is_none());
+        assert!(solved_cuda_from_wheels(wheels(&[("six", "1.16.0")])).is_none());
+    }
+
     use super::*;
     use compat::Support;
 

@@ -311,6 +311,10 @@ fn nvidia_runtime_wheels_get_their_own_layers_and_smoke_finds_their_libraries() 
         ],
         &index,
     );
+    let recipe = fs_err::read_to_string(project.recipe_path()).unwrap();
+    project.write_recipe(&format!(
+        "{recipe}\n[cuda]\nversion = \"11.8\"\nmin-driver = \"520.61.05\"\n"
+    ));
     project.build(&[]).success();
     let layout = LayoutView::new(project.path().join("images/pycuda"));
     let packages = layer_packages(&layout);
@@ -323,6 +327,11 @@ fn nvidia_runtime_wheels_get_their_own_layers_and_smoke_finds_their_libraries() 
         ],
         "one layer each: {packages:?}"
     );
+
+    // The image config names the runtime the wheels installed, as for conda's cudart.
+    let config = layout.config();
+    let env = crate::common::env_of(&config);
+    assert!(env.contains(&"CUDA_VERSION=11.8.89"), "{env:?}");
 
     let run = project.run(&["smoke", "images/pycuda", "--json"]);
     if Path::new("/proc/driver/nvidia/version").exists() {
