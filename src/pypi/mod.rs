@@ -101,6 +101,9 @@ pub async fn lock_platform(
     records: &mut [RepoDataRecord],
     cache_dir: &Path,
 ) -> Result<Vec<ResolvedWheel>, PypiError> {
+    if pypi.requirements.is_empty() {
+        return Ok(Vec::new());
+    }
     let python_target = python_target(target, records)?;
     crate::install::fetch_only(
         records,
