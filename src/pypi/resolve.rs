@@ -190,9 +190,61 @@ struct Provider<'a> {
     projects: RefCell<HashMap<PackageName, Rc<Project>>>,
     metadata: RefCell<HashMap<(PackageName, Version), Rc<CoreMetadata>>>,
     find_links: RefCell<Option<Rc<Vec<DistFile>>>>,
+    /// Page requests started ahead of the solver, by project.
+    prefetched: RefCell<HashMap<PackageName, PrefetchTask>>,
 }
 
+type PrefetchTask = tokio::task::JoinHandle<Result<Option<(Url, Vec<DistFile>)>, IndexError>>;
+
+/// The project pages of `name`: the first of `indexes` that knows it answers for it (a later
+/// index can never shadow a project of an earlier one).
+async fn index_pages(
+    client: LazyClient,
+    indexes: Vec<Url>,
+    name: PackageName,
+) -> Result<Option<(Url, Vec<DistFile>)>, IndexError> {
+    for index in indexes {
+        if let Some(listed) = project_files(&client, &index, &name).await? {
+            return Ok(Some((index, listed)));
+        }
+    }
+    Ok(None)
+}
+
+/// Project pages asked for at most at once ahead of the solver.
+const PREFETCH: usize = 8;
+
 impl Provider<'_> {
+    /// Starts fetching the pages of the projects in `nodes`, which the solver will ask for
+    /// next, a few at a time on the runtime: a tree of 50 projects then costs a few round
+    /// trips instead of 50.
+    fn prefetch(&self, nodes: &[(Node, Ranges<Version>)]) {
+        if self.sources.indexes.is_empty() {
+            return;
+        }
+        let mut prefetched = self.prefetched.borrow_mut();
+        for (node, _) in nodes {
+            let (Node::Package(name) | Node::Extra(name, _)) = node else {
+                continue;
+            };
+            if prefetched.len() >= PREFETCH {
+                break;
+            }
+            if self.provided.contains_key(name)
+                || self.projects.borrow().contains_key(name)
+                || prefetched.contains_key(name)
+            {
+                continue;
+            }
+            let task = self.handle.spawn(index_pages(
+                self.client.clone(),
+                self.sources.indexes.clone(),
+                name.clone(),
+            ));
+            prefetched.insert(name.clone(), task);
+        }
+    }
+
     fn find_links(&self) -> Result<Rc<Vec<DistFile>>, ResolveError> {
         if let Some(files) = self.find_links.borrow().as_ref() {
             return Ok(files.clone());
@@ -220,16 +272,23 @@ impl Provider<'_> {
             .map(|f| (f.clone(), None))
             .collect();
         let mut found = !files.is_empty();
-        // The first index that knows the project answers for it.
-        for index in &self.sources.indexes {
-            if let Some(listed) = self
-                .handle
-                .block_on(project_files(&self.client, index, name))?
-            {
-                found = true;
-                files.extend(listed.into_iter().map(|f| (f, Some(index.clone()))));
-                break;
-            }
+        let pending = self.prefetched.borrow_mut().remove(name);
+        let listed = match pending {
+            Some(task) => self.handle.block_on(task).map_err(|e| {
+                ResolveError::from(IndexError::Fetch {
+                    url: self.sources.indexes[0].clone(),
+                    reason: format!("the request task failed: {e}"),
+                })
+            })??,
+            None => self.handle.block_on(index_pages(
+                self.client.clone(),
+                self.sources.indexes.clone(),
+                name.clone(),
+            ))?,
+        };
+        if let Some((index, listed)) = listed {
+            found = true;
+            files.extend(listed.into_iter().map(|f| (f, Some(index.clone()))));
         }
         let mut project = Project {
             found,
@@ -535,11 +594,9 @@ impl DependencyProvider for Provider<'_> {
     ) -> Result<Dependencies<Node, Ranges<Version>, String>, ResolveError> {
         let (name, extra) = match node {
             Node::Root => {
-                return Ok(Dependencies::Available(
-                    self.constraints(self.requirements, &[])?
-                        .into_iter()
-                        .collect(),
-                ));
+                let constraints = self.constraints(self.requirements, &[])?;
+                self.prefetch(&constraints);
+                return Ok(Dependencies::Available(constraints.into_iter().collect()));
             }
             Node::Package(name) => (name, None),
             Node::Extra(name, extra) => (name, Some(extra)),
@@ -573,6 +630,7 @@ impl DependencyProvider for Provider<'_> {
             }
         };
         constraints.retain(|(n, _)| !matches!(n, Node::Package(p) if p == name && extra.is_none()));
+        self.prefetch(&constraints);
         Ok(Dependencies::Available(constraints.into_iter().collect()))
     }
 }
@@ -613,6 +671,7 @@ pub async fn resolve(input: ResolveInput<'_>) -> Result<Vec<ResolvedWheel>, Reso
         projects: RefCell::default(),
         metadata: RefCell::default(),
         find_links: RefCell::default(),
+        prefetched: RefCell::default(),
     };
     // The solver blocks on index requests; `block_in_place` lets the runtime carry on.
     // The error is boxed: PubGrub's derivation tree makes it large.
