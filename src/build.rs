@@ -614,7 +614,7 @@ pub async fn build(
         } else {
             staging.dir().join("rootfs")
         };
-        let staged = install_reporting(
+        let mut staged = install_reporting(
             &locked.records,
             platform.platform,
             &root,
@@ -629,7 +629,6 @@ pub async fn build(
             name: recipe.name.clone(),
             source,
         })?;
-        let mut staged = staged;
         if !locked.wheels.is_empty() {
             let owned = crate::install::ownership(&staged.packages)
                 .into_iter()

@@ -219,16 +219,22 @@ impl Direct {
         };
         let full = std::mem::replace(&mut self.current, next);
         self.current.len = 0;
+        self.send(full, len)?;
+        self.handed += len as u64;
+        Ok(())
+    }
+
+    /// Gives `len` bytes of `buffer` to the writer thread; its error if it has stopped.
+    fn send(&mut self, buffer: Aligned, len: usize) -> io::Result<()> {
         let sent = self
             .to_writer
             .as_ref()
-            .map(|tx| tx.send((full, len)).is_ok())
-            .unwrap_or(false);
-        if !sent {
-            return Err(self.join().err().unwrap_or_else(stopped));
+            .is_some_and(|tx| tx.send((buffer, len)).is_ok());
+        if sent {
+            Ok(())
+        } else {
+            Err(self.join().err().unwrap_or_else(stopped))
         }
-        self.handed += len as u64;
-        Ok(())
     }
 
     /// Pads the last block to the alignment, writes it, waits for the writer, and cuts the
@@ -245,14 +251,7 @@ impl Direct {
                     len: 0,
                 },
             );
-            let sent = self
-                .to_writer
-                .as_ref()
-                .map(|tx| tx.send((last, padded)).is_ok())
-                .unwrap_or(false);
-            if !sent {
-                return Err(self.join().err().unwrap_or_else(stopped));
-            }
+            self.send(last, padded)?;
         }
         let file = self.join()?;
         file.set_len(real)?;

@@ -1,14 +1,10 @@
 //! Wheels in the cache: `<cache>/wheels/<sha256>.whl`, named after their content, written
 //! only once checked. A wheel is downloaded once for every image and platform that uses it.
 
-use std::{
-    io::Read,
-    path::{Path, PathBuf},
-};
+use std::path::{Path, PathBuf};
 
 use rattler_digest::Sha256Hash;
 use rattler_networking::LazyClient;
-use sha2::{Digest, Sha256};
 use url::Url;
 
 use crate::download::{DownloadError, Expected, download_resumable};
@@ -33,23 +29,6 @@ pub enum FetchError {
         #[source]
         source: std::io::Error,
     },
-}
-
-/// The sha256 of a file, read in pieces.
-pub fn sha256_file(path: &Path) -> std::io::Result<Sha256Hash> {
-    let mut file = fs_err::File::open(path)?;
-    let mut hasher = Sha256::new();
-    let mut buffer = vec![0u8; 1 << 20];
-    loop {
-        let n = file.read(&mut buffer)?;
-        if n == 0 {
-            break;
-        }
-        hasher.update(&buffer[..n]);
-    }
-    let mut hash = Sha256Hash::default();
-    hash.copy_from_slice(&hasher.finalize());
-    Ok(hash)
 }
 
 fn cached_path(cache_dir: &Path, sha256: &Sha256Hash) -> PathBuf {
@@ -102,7 +81,8 @@ pub async fn fetch_wheel(
             source: Box::new(source),
         })?
     };
-    let actual = sha256_file(&fetched).map_err(io(&fetched))?;
+    let actual = rattler_digest::compute_file_digest::<rattler_digest::Sha256>(&fetched)
+        .map_err(io(&fetched))?;
     if let Some(expected) = sha256
         && expected != actual
     {

@@ -254,6 +254,37 @@ pub async fn project_files(
         normalized(project)
     );
     url.set_path(&path);
+    let Some(page) = get_page(client, &url, ACCEPT).await? else {
+        return Ok(None);
+    };
+    let parsed = if page.json {
+        parse_json(&page.body, &page.base).map_err(|reason| (reason, "PEP 691 JSON"))
+    } else {
+        parse_html(&page.body, &page.base).map_err(|reason| (reason, "PEP 503 HTML"))
+    };
+    parsed
+        .map(Some)
+        .map_err(|(reason, format)| IndexError::Parse {
+            url: page.base,
+            format,
+            reason,
+        })
+}
+
+/// A page as fetched: where it ended up after redirects (links are relative to that), its
+/// text, and whether the server answered with PEP 691 JSON.
+struct Page {
+    base: Url,
+    body: String,
+    json: bool,
+}
+
+/// GETs `url` asking for `accept`; `None` when the server has no such page (404).
+async fn get_page(
+    client: &LazyClient,
+    url: &Url,
+    accept: &str,
+) -> Result<Option<Page>, IndexError> {
     let fetch_error = |reason: String| IndexError::Fetch {
         url: url.clone(),
         reason,
@@ -261,7 +292,7 @@ pub async fn project_files(
     let response = client
         .client()
         .get(url.clone())
-        .header(reqwest::header::ACCEPT, ACCEPT)
+        .header(reqwest::header::ACCEPT, accept)
         .send()
         .await
         .map_err(|e| fetch_error(crate::http::error_chain(&e)))?;
@@ -272,7 +303,7 @@ pub async fn project_files(
         return Err(fetch_error(format!("HTTP {}", response.status())));
     }
     let base = response.url().clone();
-    let is_json = response
+    let json = response
         .headers()
         .get(reqwest::header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
@@ -281,18 +312,7 @@ pub async fn project_files(
         .text()
         .await
         .map_err(|e| fetch_error(crate::http::error_chain(&e)))?;
-    let parsed = if is_json {
-        parse_json(&body, &base).map_err(|reason| (reason, "PEP 691 JSON"))
-    } else {
-        parse_html(&body, &base).map_err(|reason| (reason, "PEP 503 HTML"))
-    };
-    parsed
-        .map(Some)
-        .map_err(|(reason, format)| IndexError::Parse {
-            url: base,
-            format,
-            reason,
-        })
+    Ok(Some(Page { base, body, json }))
 }
 
 /// Every file in a `find-links` location (not only `project`'s: the caller filters by the
@@ -330,25 +350,15 @@ pub async fn find_links_files(
             Ok(files)
         }
         FindLinks::Page(url) => {
-            let fetch_error = |reason: String| IndexError::Fetch {
-                url: url.clone(),
-                reason,
-            };
-            let response = client
-                .client()
-                .get(url.clone())
-                .send()
-                .await
-                .map_err(|e| fetch_error(crate::http::error_chain(&e)))?
-                .error_for_status()
-                .map_err(|e| fetch_error(crate::http::error_chain(&e)))?;
-            let base = response.url().clone();
-            let body = response
-                .text()
-                .await
-                .map_err(|e| fetch_error(crate::http::error_chain(&e)))?;
-            parse_html(&body, &base).map_err(|reason| IndexError::Parse {
-                url: base,
+            let page =
+                get_page(client, url, "text/html")
+                    .await?
+                    .ok_or_else(|| IndexError::Fetch {
+                        url: url.clone(),
+                        reason: format!("HTTP {}", reqwest::StatusCode::NOT_FOUND),
+                    })?;
+            parse_html(&page.body, &page.base).map_err(|reason| IndexError::Parse {
+                url: page.base,
                 format: "HTML",
                 reason,
             })

@@ -204,11 +204,7 @@ pub fn install_wheel(
         zip::ZipArchive::new(file).map_err(|e| invalid(format!("it is not a zip file: {e}")))?;
 
     // The one top-level `*.dist-info` directory whose name matches the wheel.
-    let names: Vec<String> = archive
-        .file_names()
-        .filter_map(Result::ok)
-        .map(|n| n.into_owned())
-        .collect();
+    let names = member_names(&archive);
     let dist_info = names
         .iter()
         .filter_map(|n| n.split('/').next())
@@ -561,15 +557,19 @@ fn copy_checked(
     })
 }
 
-/// The RECORD-style hash (urlsafe base64 sha256) of a file, read in pieces.
+/// The RECORD-style hash (urlsafe base64 sha256) of a file.
 fn hash_file(path: &Path) -> std::io::Result<String> {
-    let mut file = fs_err::File::open(path)?;
-    let copied =
-        copy_checked(&mut file, &mut std::io::sink(), None, None).map_err(|e| match e {
-            CopyError::Read(e) | CopyError::Write(e) => e,
-            CopyError::TooLarge => std::io::Error::other("too large"),
-        })?;
-    Ok(copied.installed_hash)
+    let digest = rattler_digest::compute_file_digest::<rattler_digest::Sha256>(path)?;
+    Ok(base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(digest))
+}
+
+/// Every member name of a wheel that is valid UTF-8.
+pub(super) fn member_names(archive: &zip::ZipArchive<fs_err::File>) -> Vec<String> {
+    archive
+        .file_names()
+        .filter_map(Result::ok)
+        .map(|n| n.into_owned())
+        .collect()
 }
 
 fn csv_field(text: &str) -> String {

@@ -51,6 +51,8 @@ pub enum PypiError {
     )]
     NoPython { platform: String },
     #[error(transparent)]
+    Http(#[from] crate::http::HttpError),
+    #[error(transparent)]
     Resolve(#[from] resolve::ResolveError),
     #[error(transparent)]
     Fetch(#[from] fetch::FetchError),
@@ -141,12 +143,7 @@ pub async fn fetch_locked(
     if wheels.is_empty() {
         return Ok(Vec::new());
     }
-    let client = crate::http::client().map_err(|e| {
-        PypiError::Fetch(fetch::FetchError::Io {
-            path: cache_dir.to_path_buf(),
-            source: std::io::Error::other(e.to_string()),
-        })
-    })?;
+    let client = crate::http::client()?;
     futures::stream::iter(wheels)
         .map(|wheel| {
             let client = &client;

@@ -115,6 +115,8 @@ pub enum ResolveError {
     NotFound { package: String, sources: String },
     // Boxed: a URL and a reason would make every resolver result large.
     #[error(transparent)]
+    Http(#[from] crate::http::HttpError),
+    #[error(transparent)]
     Index(Box<IndexError>),
     #[error(transparent)]
     Fetch(Box<FetchError>),
@@ -469,12 +471,7 @@ fn file_project(filename: &str) -> Option<PackageName> {
 pub fn wheel_metadata(path: &Path) -> Result<String, String> {
     let file = fs_err::File::open(path).map_err(|e| e.to_string())?;
     let mut archive = zip::ZipArchive::new(file).map_err(|e| format!("is not a zip file: {e}"))?;
-    let names: Vec<String> = archive
-        .file_names()
-        .filter_map(Result::ok)
-        .map(|n| n.into_owned())
-        .collect();
-    let name = names
+    let name = super::install::member_names(&archive)
         .into_iter()
         .find(|n| {
             n.strip_suffix("/METADATA")
@@ -647,17 +644,7 @@ pub struct ResolveInput<'a> {
 /// Resolves `input.requirements`; wheels sorted by name. Runs the solver on a blocking
 /// thread (it is synchronous; index requests run on the caller's runtime).
 pub async fn resolve(input: ResolveInput<'_>) -> Result<Vec<ResolvedWheel>, ResolveError> {
-    let client = crate::http::client().map_err(|e| {
-        ResolveError::from(IndexError::Fetch {
-            url: input
-                .sources
-                .indexes
-                .first()
-                .cloned()
-                .unwrap_or_else(|| Url::parse("https://pypi.org/simple").expect("valid")),
-            reason: e.to_string(),
-        })
-    })?;
+    let client = crate::http::client()?;
     let handle = tokio::runtime::Handle::current();
     let provider = Provider {
         handle,
