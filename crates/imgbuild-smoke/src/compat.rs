@@ -139,6 +139,12 @@ pub const RELEASE_MINIMUM_DRIVER: &[(CudaVersion, &str)] = &[
     (CudaVersion::new(12, 8), "570.26"),
     (CudaVersion::new(12, 9), "575.51.03"),
     (CudaVersion::new(13, 0), "580.65.06"),
+    // Table 3 of the 13.1, 13.2 and 13.3 release notes (docs.nvidia.com/cuda/archive/13.x.0/
+    // cuda-toolkit-release-notes). A 13.1+ runtime on an R580 driver runs only through
+    // minor-version compatibility: its PTX is too new for that driver to JIT.
+    (CudaVersion::new(13, 1), "590.44.01"),
+    (CudaVersion::new(13, 2), "595.45.04"),
+    (CudaVersion::new(13, 3), "610.43.02"),
 ];
 
 /// Minor-version compatibility: the oldest driver any runtime of a major version runs on.
@@ -270,8 +276,14 @@ mod tests {
             support(v("13.0"), &d("575.51.03")),
             Support::Unsupported { needs: d("580") }
         );
+        // 13.1 and 13.2 on the R580 driver of the H200 we test on: minor-version
+        // compatibility only (their PTX is newer than the driver), as the device showed.
+        assert_eq!(support(v("13.1"), &d("580.65.06")), Support::MinorVersion);
+        assert_eq!(support(v("13.2"), &d("580.159.04")), Support::MinorVersion);
+        assert_eq!(support(v("13.2"), &d("595.45.04")), Support::Full);
         // A release newer than the table is held to at least the newest known minimum.
-        assert_eq!(support(v("13.1"), &d("580.65.06")), Support::Full);
+        assert_eq!(support(v("13.9"), &d("610.43.02")), Support::Full);
+        assert_eq!(support(v("13.9"), &d("595.58.03")), Support::MinorVersion);
     }
 
     #[test]
@@ -287,6 +299,10 @@ mod tests {
         assert_eq!(
             driver_cuda_version(&d("580.159.04")),
             Some(CudaVersion::new(13, 0))
+        );
+        assert_eq!(
+            driver_cuda_version(&d("595.71.05")),
+            Some(CudaVersion::new(13, 2))
         );
         assert_eq!(driver_cuda_version(&d("440.33")), None);
         assert_eq!(CudaVersion::from_driver_api(13000), CudaVersion::new(13, 0));
