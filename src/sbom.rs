@@ -18,7 +18,7 @@ use sha2::{Digest, Sha256};
 
 use crate::{
     lock::{Lock, LockError, LockedBase},
-    recipe::{Base, Recipe, RecipeError, RecipeOptions},
+    recipe::{Base, OciPlatform, Recipe, RecipeError, RecipeOptions},
 };
 
 /// What the SBOM describes besides the lock's packages.
@@ -406,9 +406,14 @@ fn tool() -> String {
 /// reference, pinned by digest, with its repository (registry bases) and tag as qualifiers.
 /// `oci:../images/base:latest` → `pkg:oci/base@sha256%3A…?tag=latest`;
 /// `docker.io/library/ubuntu:22.04` → `pkg:oci/ubuntu@sha256%3A…?repository_url=docker.io/library/ubuntu&tag=22.04`.
-fn base_purl(reference: Option<&str>, digest: &str) -> String {
+fn base_purl(reference: Option<&str>, digest: &str, arch: Option<&str>) -> String {
+    // Qualifiers in the purl spec's canonical (sorted) order: arch, repository_url, tag.
+    let mut qualifiers = Vec::new();
+    if let Some(arch) = arch {
+        qualifiers.push(("arch", arch));
+    }
     let Some(reference) = reference else {
-        return oci_purl("base", digest, &[]);
+        return oci_purl("base", digest, &qualifiers);
     };
     let (local, reference) = match reference.strip_prefix("oci:") {
         Some(path) => (true, path),
@@ -427,7 +432,6 @@ fn base_purl(reference: Option<&str>, digest: &str) -> String {
         .filter(|n| !n.is_empty() && *n != "." && *n != "..")
         .unwrap_or("base")
         .to_lowercase();
-    let mut qualifiers = Vec::new();
     if !local {
         qualifiers.push(("repository_url", path));
     }
@@ -448,6 +452,56 @@ fn oci_purl(name: &str, digest: &str, qualifiers: &[(&str, &str)]) -> String {
         let _ = write!(purl, "{separator}{key}={}", percent_encode(value));
     }
     purl
+}
+
+/// A base image the SBOM lists: the one base of every platform, or, when the platforms'
+/// bases differ (a multi-platform base), each platform's own manifest.
+struct BaseEntry {
+    /// `Base`, or `Base-linux-aarch64` for one platform's.
+    id: String,
+    name: String,
+    digest: String,
+    purl: String,
+    description: String,
+}
+
+fn base_entries(lock: &Lock, subject: &SbomSubject) -> Vec<BaseEntry> {
+    let name = subject.base_reference.as_deref().unwrap_or("base");
+    if let Some(base) = lock.common_base() {
+        return match base {
+            LockedBase::Scratch => Vec::new(),
+            LockedBase::Digest(digest) => vec![BaseEntry {
+                id: "Base".into(),
+                name: name.into(),
+                digest: digest.clone(),
+                purl: base_purl(subject.base_reference.as_deref(), digest, None),
+                description: "The base image, pinned by manifest digest in the lock".into(),
+            }],
+        };
+    }
+    lock.platforms
+        .iter()
+        .filter_map(|platform| {
+            let LockedBase::Digest(digest) = &platform.base else {
+                return None;
+            };
+            let subdir = platform.target.platform;
+            let oci = OciPlatform::of(subdir)?;
+            Some(BaseEntry {
+                id: format!("Base-{subdir}"),
+                name: format!("{name} ({oci})"),
+                digest: digest.clone(),
+                purl: base_purl(
+                    subject.base_reference.as_deref(),
+                    digest,
+                    Some(oci.architecture),
+                ),
+                description: format!(
+                    "The base image's {oci} manifest, pinned by digest in the lock"
+                ),
+            })
+        })
+        .collect()
 }
 
 /// The SPDX 2.3 document: the image as the described package, every conda package it
@@ -488,33 +542,33 @@ pub fn spdx(lock: &Lock, subject: &SbomSubject) -> Value {
     }
     spdx_packages.push(image);
 
-    if let Some(LockedBase::Digest(base_digest)) = lock.common_base() {
-        let mut base = json!({
-            "SPDXID": "SPDXRef-Base",
-            "name": subject.base_reference.as_deref().unwrap_or("base"),
-            "versionInfo": base_digest,
+    for base in base_entries(lock, subject) {
+        let id = format!("SPDXRef-{}", base.id);
+        spdx_packages.push(json!({
+            "SPDXID": id,
+            "name": base.name,
+            "versionInfo": base.digest,
             "downloadLocation": "NOASSERTION",
             "filesAnalyzed": false,
             "primaryPackagePurpose": "CONTAINER",
             "checksums": [{
                 "algorithm": "SHA256",
-                "checksumValue": base_digest.trim_start_matches("sha256:"),
+                "checksumValue": base.digest.trim_start_matches("sha256:"),
             }],
             "externalRefs": [{
                 "referenceCategory": "PACKAGE-MANAGER",
                 "referenceType": "purl",
-                "referenceLocator": base_purl(subject.base_reference.as_deref(), base_digest),
+                "referenceLocator": base.purl,
             }],
             "licenseConcluded": "NOASSERTION",
             "licenseDeclared": "NOASSERTION",
             "copyrightText": "NOASSERTION",
-        });
-        base["comment"] = json!("The base image, pinned by manifest digest in the lock");
-        spdx_packages.push(base);
+            "comment": base.description,
+        }));
         relationships.push(json!({
             "spdxElementId": image_id,
             "relationshipType": "DESCENDANT_OF",
-            "relatedSpdxElement": "SPDXRef-Base",
+            "relatedSpdxElement": id,
         }));
     }
 
@@ -664,18 +718,17 @@ pub fn cyclonedx(lock: &Lock, subject: &SbomSubject) -> Value {
 
     let mut components = Vec::new();
     let mut image_depends = Vec::new();
-    if let Some(LockedBase::Digest(base_digest)) = lock.common_base() {
-        let purl = base_purl(subject.base_reference.as_deref(), base_digest);
+    for base in base_entries(lock, subject) {
         components.push(json!({
             "type": "container",
-            "bom-ref": purl,
-            "name": subject.base_reference.as_deref().unwrap_or("base"),
-            "version": base_digest,
-            "purl": purl,
-            "hashes": [{"alg": "SHA-256", "content": base_digest.trim_start_matches("sha256:")}],
-            "description": "The base image, pinned by manifest digest in the lock",
+            "bom-ref": base.purl,
+            "name": base.name,
+            "version": base.digest,
+            "purl": base.purl,
+            "hashes": [{"alg": "SHA-256", "content": base.digest.trim_start_matches("sha256:")}],
+            "description": base.description,
         }));
-        image_depends.push(purl);
+        image_depends.push(base.purl);
     }
     for package in &packages {
         let record = package.record;
@@ -814,17 +867,25 @@ mod tests {
     fn base_purls() {
         let digest = "sha256:abc";
         assert_eq!(
-            base_purl(Some("oci:../images/base:v1"), digest),
+            base_purl(Some("oci:../images/base:v1"), digest, None),
             "pkg:oci/base@sha256%3Aabc?tag=v1"
         );
         assert_eq!(
-            base_purl(Some("docker.io/library/ubuntu:22.04"), digest),
+            base_purl(Some("docker.io/library/ubuntu:22.04"), digest, None),
             "pkg:oci/ubuntu@sha256%3Aabc?repository_url=docker.io/library/ubuntu&tag=22.04"
         );
         assert_eq!(
-            base_purl(Some("ghcr.io/org/cuda@sha256:abc"), digest),
+            base_purl(Some("ghcr.io/org/cuda@sha256:abc"), digest, None),
             "pkg:oci/cuda@sha256%3Aabc?repository_url=ghcr.io/org/cuda"
         );
-        assert_eq!(base_purl(None, digest), "pkg:oci/base@sha256%3Aabc");
+        assert_eq!(base_purl(None, digest, None), "pkg:oci/base@sha256%3Aabc");
+        assert_eq!(
+            base_purl(
+                Some("docker.io/library/ubuntu:22.04"),
+                digest,
+                Some("arm64")
+            ),
+            "pkg:oci/ubuntu@sha256%3Aabc?arch=arm64&repository_url=docker.io/library/ubuntu&tag=22.04"
+        );
     }
 }

@@ -5,7 +5,7 @@ use std::{fmt::Write, process::ExitCode};
 use clap::Args;
 
 use super::{fail, human_bytes};
-use crate::inspect::{ImageDiff, ImageSummary, describe_layer, diff, inspect, inspect_platform};
+use crate::inspect::{ImageDiff, ImageSummary, describe_layer, diff, inspect_platform};
 
 /// `--platform`: an OCI platform or a conda subdir that maps to one.
 pub(super) fn parse_platform(text: &str) -> Result<rattler_conda_types::Subdir, String> {
@@ -23,7 +23,8 @@ Examples:
 pub(super) const DIFF_EXAMPLES: &str = "\
 Examples:
   imgbuild diff images/app-old images/app          # what a rebuild changed
-  imgbuild diff images/a:v1 images/a:v2 --json | jq .changed";
+  imgbuild diff images/a:v1 images/a:v2 --json | jq .changed
+  imgbuild diff images/multi:v1 images/multi:v2 --platform linux/arm64";
 
 #[derive(Debug, Args)]
 pub struct InspectArgs {
@@ -44,6 +45,10 @@ pub struct DiffArgs {
     pub from: String,
     /// The image to compare to
     pub to: String,
+    /// Of multi-platform images, the platform to compare (both must have it): `linux/arm64`,
+    /// `arm64` or a conda subdir; default: this machine's, else each image's first
+    #[arg(long, value_parser = parse_platform)]
+    pub platform: Option<rattler_conda_types::Subdir>,
     /// Print the differences as one JSON object
     #[arg(long)]
     pub json: bool,
@@ -68,7 +73,10 @@ pub(super) fn run_inspect(args: &InspectArgs) -> ExitCode {
 
 #[allow(clippy::print_stdout)]
 pub(super) fn run_diff(args: &DiffArgs) -> ExitCode {
-    let (from, to) = match (inspect(&args.from), inspect(&args.to)) {
+    let (from, to) = match (
+        inspect_platform(&args.from, args.platform),
+        inspect_platform(&args.to, args.platform),
+    ) {
         (Ok(from), Ok(to)) => (from, to),
         (Err(err), _) | (_, Err(err)) => return fail(&err, 1),
     };

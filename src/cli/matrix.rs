@@ -3,6 +3,8 @@
 
 use std::{collections::BTreeMap, path::PathBuf, process::ExitCode};
 
+use rattler_conda_types::Subdir;
+
 use serde_json::json;
 
 use super::{fail, human_bytes, progress};
@@ -48,19 +50,31 @@ pub fn sharing(variants: &[Vec<(String, u64)>]) -> Sharing {
     }
 }
 
-/// The layer blobs of a built variant, base layers included, from its layout.
+/// The layer blobs of a built variant, base layers included, from its layout: of every
+/// platform image of a multi-platform variant (a blob two of its platforms hold, such as a
+/// noarch package's, counts once for the variant).
 fn layers_of(report: &BuildReport) -> Result<Vec<(String, u64)>, crate::inspect::InspectError> {
     let tag = report
         .tags
         .first()
         .cloned()
         .unwrap_or_else(|| "latest".into());
-    let summary = crate::inspect::inspect(&format!("{}:{tag}", report.layout_dir.display()))?;
-    Ok(summary
-        .layers
-        .iter()
-        .map(|layer| (layer.digest.clone(), layer.size))
-        .collect())
+    let image = format!("{}:{tag}", report.layout_dir.display());
+    let platforms: Vec<Option<Subdir>> = match report.platforms.as_slice() {
+        [] | [_] => vec![None],
+        many => many.iter().map(|(subdir, _)| Some(*subdir)).collect(),
+    };
+    let mut layers = Vec::new();
+    for platform in platforms {
+        let summary = crate::inspect::inspect_platform(&image, platform)?;
+        layers.extend(
+            summary
+                .layers
+                .into_iter()
+                .map(|layer| (layer.digest, layer.size)),
+        );
+    }
+    Ok(layers)
 }
 
 #[allow(clippy::print_stdout, clippy::print_stderr)]

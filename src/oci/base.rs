@@ -70,11 +70,13 @@ pub enum BaseError {
     },
     #[error("Base image `{reference}` is in a registry and must be pulled")]
     Remote { reference: String },
-    #[error("Base image `{reference}` has no manifest for {os}/{architecture}")]
+    #[error("Image `{reference}` has no manifest for {os}/{architecture}; it has {available}")]
     NoPlatform {
         reference: String,
         os: String,
         architecture: String,
+        /// The platforms the index lists ([`index_platforms`]).
+        available: String,
     },
     #[error("Base image `{reference}` is for {found}, the recipe builds for {wanted}")]
     WrongPlatform {
@@ -205,6 +207,7 @@ fn open_layout(dir: &Path, tag: &str, platform: Subdir) -> Result<BaseImage, Bas
                 reference: reference.clone(),
                 os: "linux".into(),
                 architecture: architecture.into(),
+                available: index_platforms(&nested),
             })?;
     }
     if !is_manifest(descriptor.media_type()) {
@@ -263,6 +266,29 @@ pub fn platform_manifest<'a>(
                 && (variant.is_none() || p.variant().is_none() || p.variant().as_deref() == variant)
         })
     })
+}
+
+/// The platforms an index lists, for messages: `linux/amd64, linux/arm64/v8`. Entries
+/// without a platform, or for `unknown/unknown` (the attestations buildx adds), are left out.
+pub fn index_platforms(index: &ImageIndex) -> String {
+    let platforms: Vec<String> = index
+        .manifests()
+        .iter()
+        .filter_map(|d| d.platform().as_ref())
+        .filter(|p| p.os().to_string() != "unknown")
+        .map(|p| {
+            let mut text = format!("{}/{}", p.os(), p.architecture());
+            if let Some(variant) = p.variant() {
+                text = format!("{text}/{variant}");
+            }
+            text
+        })
+        .collect();
+    if platforms.is_empty() {
+        "no platform manifests".into()
+    } else {
+        platforms.join(", ")
+    }
 }
 
 fn is_index(media_type: &MediaType) -> bool {

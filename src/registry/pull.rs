@@ -9,7 +9,7 @@ use oci_spec::image::{ImageConfiguration, ImageIndex, ImageManifest};
 use reqwest::{Method, StatusCode, header};
 
 use super::client::{Body, RegistryError, RepositoryClient};
-use crate::oci::base::{BaseImage, oci_layer_media_type, platform_manifest};
+use crate::oci::base::{BaseImage, index_platforms, oci_layer_media_type, platform_manifest};
 
 const ACCEPT: &str = "application/vnd.oci.image.index.v1+json, \
 application/vnd.oci.image.manifest.v1+json, \
@@ -24,10 +24,12 @@ pub enum PullError {
         #[source]
         source: Box<RegistryError>,
     },
-    #[error("Base image `{reference}` has no manifest for linux/{architecture}")]
+    #[error("Image `{reference}` has no manifest for linux/{architecture}; it has {available}")]
     NoPlatform {
         reference: String,
         architecture: String,
+        /// The platforms of the index, or the one image's (`linux/arm64`).
+        available: String,
     },
     #[error("Base image `{reference}` sent {what} that is not valid")]
     Invalid { reference: String, what: String },
@@ -137,6 +139,7 @@ pub async fn pull_base(
             PullError::NoPlatform {
                 reference: shown.clone(),
                 architecture: architecture.to_string(),
+                available: index_platforms(&index),
             }
         })?;
         digest = chosen.digest().to_string();
@@ -197,6 +200,7 @@ pub async fn pull_base(
         return Err(PullError::NoPlatform {
             reference: shown.clone(),
             architecture: architecture.to_string(),
+            available: format!("{}/{}", config.os(), config.architecture()),
         });
     }
     let layers = manifest

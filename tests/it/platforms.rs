@@ -548,7 +548,10 @@ fn inspect_describes_each_platform_and_k8s_pins_the_index() {
     assert!(text.contains(&format!("index        {digest}")), "{text}");
     project
         .run(&["inspect", "images/multi", "--platform", "linux/s390x"])
-        .assert_failure_naming(1, &["no manifest for linux/s390x"]);
+        .assert_failure_naming(
+            1,
+            &["no manifest for linux/s390x; it has linux/amd64, linux/arm64/v8"],
+        );
     project
         .run(&["inspect", "images/multi", "--platform", "windows/amd64"])
         .assert_failure_naming(2, &["not a Linux platform"]);
@@ -646,6 +649,49 @@ fn a_base_that_is_an_index_gives_each_platform_its_own_manifest() {
         project
             .run(&["verify", "images/onbase", "--recipe", "recipes/image.toml"])
             .success();
+        // The SBOMs list the base of each platform (the bases differ): its manifest digest,
+        // and a purl with the architecture.
+        let (spdx_path, cdx_path) = (
+            project.path().join("images/onbase.spdx.json"),
+            project.path().join("images/onbase.cdx.json"),
+        );
+        crate::sbom::validate_sboms(&spdx_path, &cdx_path);
+        let spdx: Value =
+            serde_json::from_str(&fs_err::read_to_string(&spdx_path).unwrap()).unwrap();
+        let cdx: Value = serde_json::from_str(&fs_err::read_to_string(&cdx_path).unwrap()).unwrap();
+        for (base_child, (subdir, arch)) in base_children
+            .iter()
+            .zip([("linux-64", "amd64"), ("linux-aarch64", "arm64")])
+        {
+            let base_digest = base_child["digest"].as_str().unwrap();
+            let id = format!("SPDXRef-Base-{subdir}");
+            let package = spdx["packages"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|p| p["SPDXID"] == id.as_str())
+                .unwrap_or_else(|| panic!("{id} in {spdx}"));
+            assert_eq!(package["versionInfo"], base_digest);
+            let purl = package["externalRefs"][0]["referenceLocator"]
+                .as_str()
+                .unwrap();
+            assert!(purl.contains(&format!("?arch={arch}")), "{purl}");
+            assert!(
+                spdx["relationships"].as_array().unwrap().iter().any(|r| {
+                    r["relationshipType"] == "DESCENDANT_OF"
+                        && r["relatedSpdxElement"] == id.as_str()
+                }),
+                "{spdx}"
+            );
+            let component = cdx["components"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|c| c["purl"] == purl)
+                .unwrap_or_else(|| panic!("{purl} in {cdx}"));
+            assert_eq!(component["version"], base_digest);
+            assert_eq!(component["type"], "container");
+        }
         let mut again = vec!["--locked"];
         again.extend_from_slice(&extra);
         assert_eq!(project.build(&again).success().digest(), digest);
@@ -732,4 +778,113 @@ fn each_platform_embeds_the_smoke_executable_built_for_it() {
         assert_eq!(elf_machine(&bytes), machine);
         assert!(bytes == fs_err::read(exe).unwrap());
     }
+}
+
+#[test]
+fn a_matrix_of_two_platform_images_counts_the_layers_of_every_platform() {
+    // Two variants that differ only in their config: every layer of both platforms is in
+    // both variants, and the summary must count the arm64 layers as well as the amd64 ones.
+    let project = Project::new();
+    let text = recipe(&["linux-64", "linux-aarch64"]).replacen(
+        "\n\n[conda]",
+        "\nenv = { MODE = \"{{mode}}\" }\n\n[conda]",
+        1,
+    ) + "\n[matrix]\nmode = [\"train\", \"serve\"]\n";
+    project.write_recipe(&text);
+    let run = project.build(&["--json"]).success();
+    let summary: Value = run
+        .stdout
+        .lines()
+        .map(|line| serde_json::from_str::<Value>(line).unwrap())
+        .find(|event| event["event"] == "matrix")
+        .expect("a matrix summary event");
+
+    // Each variant's distinct layer blobs over both platform manifests, from its layout.
+    let mut holders: std::collections::BTreeMap<String, (u64, usize)> = Default::default();
+    for variant in ["modeserve", "modetrain"] {
+        let layout = LayoutView::new(project.path().join(format!("images/multi-{variant}")));
+        let index = platform_index(&layout);
+        let mut blobs = std::collections::BTreeMap::new();
+        for entry in index["manifests"].as_array().unwrap() {
+            let manifest = layout.json_blob(entry["digest"].as_str().unwrap());
+            for layer in manifest["layers"].as_array().unwrap() {
+                blobs.insert(
+                    layer["digest"].as_str().unwrap().to_string(),
+                    layer["size"].as_u64().unwrap(),
+                );
+            }
+        }
+        for (digest, size) in blobs {
+            holders.entry(digest).or_insert((size, 0)).1 += 1;
+        }
+    }
+    let total: u64 = holders.values().map(|(size, _)| size).sum();
+    let shared: Vec<u64> = holders
+        .values()
+        .filter(|(_, n)| *n == 2)
+        .map(|(size, _)| *size)
+        .collect();
+    // The speedups layer of each architecture is its own blob: at least three in all.
+    assert!(holders.len() >= 3, "{holders:?}");
+    assert_eq!(summary["layers"], holders.len(), "{summary}");
+    assert_eq!(summary["bytes"], total, "{summary}");
+    assert_eq!(summary["shared_layers"], shared.len(), "{summary}");
+    assert_eq!(
+        summary["shared_bytes"],
+        shared.iter().sum::<u64>(),
+        "{summary}"
+    );
+
+    // `diff --platform` compares the arm64 images of the two variants: same packages, every
+    // layer shared, the manifests the indexes list for arm64.
+    let arm64_manifest = |variant: &str| -> String {
+        let layout = LayoutView::new(project.path().join(format!("images/multi-{variant}")));
+        let index = platform_index(&layout);
+        index["manifests"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|m| m["platform"]["architecture"] == "arm64")
+            .unwrap()["digest"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    let diff = project
+        .run(&[
+            "diff",
+            "images/multi-modetrain",
+            "images/multi-modeserve",
+            "--platform",
+            "linux/arm64",
+            "--json",
+        ])
+        .success();
+    let diff: Value = serde_json::from_str(&diff.stdout).unwrap();
+    assert_eq!(diff["from"]["manifest_digest"], arm64_manifest("modetrain"));
+    assert_eq!(diff["to"]["manifest_digest"], arm64_manifest("modeserve"));
+    assert_eq!(diff["added"], serde_json::json!([]), "{diff}");
+    assert_eq!(diff["changed"], serde_json::json!([]), "{diff}");
+    assert_eq!(diff["new_bytes"], 0, "{diff}");
+    assert!(
+        diff["shared_layers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|l| l["holds"].as_str().unwrap().starts_with("speedups")),
+        "{diff}"
+    );
+    // A platform neither image has is an error naming the platforms they have.
+    project
+        .run(&[
+            "diff",
+            "images/multi-modetrain",
+            "images/multi-modeserve",
+            "--platform",
+            "linux/ppc64le",
+        ])
+        .assert_failure_naming(
+            1,
+            &["no manifest for linux/ppc64le; it has linux/amd64, linux/arm64/v8"],
+        );
 }
