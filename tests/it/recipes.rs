@@ -2,7 +2,7 @@
 
 use std::path::Path;
 
-use imgbuild::recipe::{Recipe, RecipeOptions};
+use imgbuild::recipe::{Recipe, RecipeOptions, matrix};
 
 #[test]
 fn every_shipped_recipe_is_valid() {
@@ -11,14 +11,32 @@ fn every_shipped_recipe_is_valid() {
     for entry in fs_err::read_dir(&dir).unwrap() {
         let path = entry.unwrap().path();
         if path.extension().is_some_and(|e| e == "toml") {
-            let recipe =
-                Recipe::load(&path, &RecipeOptions::default()).unwrap_or_else(|e| panic!("{e}"));
-            assert_eq!(
-                path.file_stem().unwrap().to_str().unwrap(),
-                recipe.name,
-                "a recipe's file is named after its image"
-            );
-            names.push(recipe.name);
+            let stem = path.file_stem().unwrap().to_str().unwrap().to_string();
+            let text = fs_err::read_to_string(&path).unwrap();
+            let variants = matrix::variants(&text, &path).unwrap();
+            if variants.is_empty() {
+                let recipe = Recipe::load(&path, &RecipeOptions::default())
+                    .unwrap_or_else(|e| panic!("{e}"));
+                assert_eq!(
+                    stem, recipe.name,
+                    "a recipe's file is named after its image"
+                );
+            }
+            // A matrix recipe: every variant is a valid recipe named after the file and the
+            // variant, with a tag of its own.
+            let mut tags = std::collections::BTreeSet::new();
+            for variant in &variants {
+                let options = RecipeOptions {
+                    variant: Some(variant.clone()),
+                    ..RecipeOptions::default()
+                };
+                let recipe = Recipe::load(&path, &options).unwrap_or_else(|e| panic!("{e}"));
+                assert_eq!(recipe.name, format!("{stem}-{}", variant.suffix()));
+                for tag in &recipe.tags {
+                    assert!(tags.insert(tag.clone()), "{stem}: tag {tag} twice");
+                }
+            }
+            names.push(stem);
         }
     }
     names.sort();
@@ -31,7 +49,8 @@ fn every_shipped_recipe_is_valid() {
             "py39-torch21",
             "torch-cpu",
             "torch-cpu-multiarch",
-            "torch-cuda12"
+            "torch-cuda12",
+            "torch21-matrix"
         ]
     );
     // Every recipe is documented in recipes/README.md.

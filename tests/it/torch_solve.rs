@@ -1,10 +1,11 @@
 //! `recipes/py39-torch21.toml` solved against the real pytorch channel index of October 2023
 //! (`../shared/fixtures/conda-real/repodata/pytorch-2023-10/linux-64/repodata.json`): the
-//! solve must pick pytorch 2.1.0's `py3.9_cuda11.8…` build.
+//! solve must pick pytorch 2.1.0's `py3.9_cuda11.8…` build. Each variant of
+//! `recipes/torch21-matrix.toml` (Python 3.9/3.10 × CUDA 11.8/12.1) must pick its own.
 //!
 //! Only the pytorch channel is real. What the solution needs from elsewhere is stubbed with
 //! metadata-only records (no package files; a solve reads repodata only): the nvidia
-//! channel's CUDA 11.8 libraries that `pytorch-cuda 11.8` asks for, conda-forge's python,
+//! channel's CUDA 11.8 and 12.1 libraries that `pytorch-cuda` asks for, conda-forge's python,
 //! numpy, BLAS/MKL, OpenMP, the pure-python dependencies and ffmpeg's libraries, and
 //! `pytorch-mutex`, which lives in pytorch's `noarch` subdir (not part of the fixture).
 
@@ -41,6 +42,20 @@ const NVIDIA: &[Stub] = &[
     ("libcusparse", "11.7.5.86", "0", &[]),
     ("libnpp", "11.8.0.86", "0", &[]),
     ("libnvjpeg", "11.9.0.86", "0", &[]),
+    // What `pytorch-cuda 12.1` (build ha16c6d3_5) depends on, at NVIDIA's CUDA 12.1 versions.
+    ("cuda-cudart", "12.1.105", "0", &[]),
+    ("cuda-cupti", "12.1.105", "0", &[]),
+    ("cuda-libraries", "12.1.0", "0", &[]),
+    ("cuda-nvrtc", "12.1.105", "0", &[]),
+    ("cuda-nvtx", "12.1.105", "0", &[]),
+    ("cuda-runtime", "12.1.0", "0", &["cuda-libraries >=12.1.0"]),
+    ("libcublas", "12.1.0.26", "0", &[]),
+    ("libcufft", "11.0.2.4", "0", &[]),
+    ("libcusolver", "11.4.4.55", "0", &[]),
+    ("libcusparse", "12.0.2.55", "0", &[]),
+    ("libnpp", "12.0.2.50", "0", &[]),
+    ("libnvjitlink", "12.1.105", "0", &[]),
+    ("libnvjpeg", "12.1.0.39", "0", &[]),
 ];
 
 const CONDA_FORGE: &[Stub] = &[
@@ -51,6 +66,24 @@ const CONDA_FORGE: &[Stub] = &[
         "1.26.0",
         "py39h474f0d3_0",
         &["python >=3.9,<3.10.0a0"],
+    ),
+    (
+        "numpy",
+        "1.26.0",
+        "py310hb13e2d6_0",
+        &["python >=3.10,<3.11.0a0"],
+    ),
+    (
+        "pyyaml",
+        "6.0.1",
+        "py310h2372a71_1",
+        &["python >=3.10,<3.11.0a0"],
+    ),
+    (
+        "pillow",
+        "10.0.1",
+        "py310h29da1c1_1",
+        &["python >=3.10,<3.11.0a0"],
     ),
     ("blas", "1.0", "mkl", &["mkl"]),
     (
@@ -280,6 +313,111 @@ async fn py39_torch21_picks_the_cuda_11_8_build_from_the_real_pytorch_index() {
         "15.0.7"
     );
     assert_eq!(find("blas").package_record.build.as_str(), "mkl");
+}
+
+/// `recipes/torch21-matrix.toml`: each of its four variants (Python 3.9 and 3.10 × CUDA 11.8
+/// and 12.1) solves, against the same real index, to the pytorch build of its Python and CUDA,
+/// with the matching torchvision and NVIDIA runtime, and a `__cuda` of its own CUDA.
+#[tokio::test(flavor = "multi_thread")]
+async fn torch21_matrix_solves_each_variant_to_its_python_and_cuda_build() {
+    let root = tempfile::tempdir().unwrap();
+    write_channels(root.path());
+    let alias = url::Url::from_directory_path(root.path()).unwrap();
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("recipes/torch21-matrix.toml");
+    let text = fs_err::read_to_string(&path).unwrap();
+    let variants = imgbuild::recipe::matrix::variants(&text, &path).unwrap();
+    let names: Vec<String> = variants.iter().map(|v| v.suffix()).collect();
+    assert_eq!(
+        names,
+        [
+            "cuda11.8-python3.9",
+            "cuda11.8-python3.10",
+            "cuda12.1-python3.9",
+            "cuda12.1-python3.10"
+        ]
+    );
+    let cache = root.path().join("cache");
+    for variant in variants {
+        let value = |key: &str| {
+            variant
+                .values
+                .iter()
+                .find(|(k, _)| k == key)
+                .map(|(_, v)| v.clone())
+                .unwrap()
+        };
+        let (python, cuda) = (value("python"), value("cuda"));
+        let recipe = Recipe::load(
+            &path,
+            &RecipeOptions {
+                channel_alias: alias.clone(),
+                variant: Some(variant.clone()),
+            },
+        )
+        .unwrap();
+        assert_eq!(recipe.tags, [format!("py{python}-cuda{cuda}")]);
+        let target = Target::for_recipe(&recipe, recipe.platforms.as_slice()[0], None);
+        // The solver's `__cuda` is the variant's CUDA: its release driver is the default
+        // min-driver.
+        let virtual_cuda = target
+            .virtual_packages
+            .iter()
+            .find(|p| p.name.as_normalized() == "__cuda")
+            .unwrap();
+        assert_eq!(virtual_cuda.version.to_string(), cuda);
+        let records = resolve(
+            &recipe.channels,
+            &recipe.specs,
+            &target,
+            &ResolveOptions {
+                cache_dir: &cache,
+                offline: false,
+            },
+        )
+        .await
+        .unwrap_or_else(|e| panic!("{}: {}", variant.suffix(), imgbuild_error_chain(&e)));
+        let find = |name: &str| {
+            records
+                .iter()
+                .find(|r| r.package_record.name.as_normalized() == name)
+                .unwrap_or_else(|| panic!("`{name}` is not in the {} solution", variant.suffix()))
+        };
+        let pytorch = find("pytorch");
+        assert_eq!(pytorch.package_record.version.to_string(), "2.1.0");
+        assert!(
+            pytorch
+                .package_record
+                .build
+                .as_str()
+                .starts_with(&format!("py{python}_cuda{cuda}_")),
+            "{}: pytorch build {}",
+            variant.suffix(),
+            pytorch.package_record.build
+        );
+        let short = |v: &str| v.replace('.', "");
+        assert_eq!(
+            find("torchvision").package_record.build.as_str(),
+            format!("py{}_cu{}", short(&python), short(&cuda))
+        );
+        assert!(
+            find("cuda-cudart")
+                .package_record
+                .version
+                .to_string()
+                .starts_with(&format!("{cuda}.")),
+            "{}",
+            variant.suffix()
+        );
+        assert!(
+            find("python")
+                .package_record
+                .version
+                .to_string()
+                .starts_with(&format!("{python}.")),
+            "{}",
+            variant.suffix()
+        );
+    }
 }
 
 fn imgbuild_error_chain(err: &(dyn std::error::Error + 'static)) -> String {
