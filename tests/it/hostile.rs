@@ -64,16 +64,18 @@ impl Corpus {
 fn corpus() -> &'static Corpus {
     static CORPUS: OnceLock<Corpus> = OnceLock::new();
     CORPUS.get_or_init(|| {
-        // Never removed: other tests of this process may still be reading it (see
+        // Kept while this process runs: other tests of it may still be reading it (see
         // `shared_channel`).
-        let root = tempfile::Builder::new()
-            .prefix("imgbuild-hostile-")
-            .tempdir()
-            .unwrap()
-            .keep();
-        let corpus = Corpus { root };
-        write_channel(&corpus);
-        corpus
+        let mut corpus = None;
+        crate::support::kept_channel_dir("h", |root| {
+            let written = Corpus {
+                root: root.to_path_buf(),
+            };
+            write_channel(&written);
+            corpus = Some(written);
+            Ok(())
+        });
+        corpus.expect("written")
     })
 }
 

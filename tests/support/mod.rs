@@ -26,8 +26,9 @@ pub fn test_cache_dir() -> PathBuf {
 /// The test channel (see [`channel::write_test_channel`]), built once per test process and
 /// shared by every test in it. Treat it as read-only: copy it before adding packages.
 ///
-/// It lives in a fresh directory under the system temp dir that is deliberately never removed:
-/// statics are not dropped, and tests may still be reading it while the process exits.
+/// It lives in a fresh directory under the system temp dir that this process never removes:
+/// statics are not dropped, and tests may still be reading it while the process exits. The
+/// next test process removes it (see [`kept_channel_dir`]).
 pub fn shared_channel() -> &'static Path {
     static CHANNEL: OnceLock<PathBuf> = OnceLock::new();
     CHANNEL.get_or_init(|| {
@@ -37,11 +38,16 @@ pub fn shared_channel() -> &'static Path {
     })
 }
 
-/// A fresh directory under the system temp dir, filled by `write`, never removed (see
-/// [`shared_channel`]).
+/// The prefix of every kept directory: `imgbuild-t<pid>-<name>-<random>`. Short, because the
+/// hostile-package tests write this path into 100-byte tar name fields.
+const KEPT_PREFIX: &str = "imgbuild-t";
+
+/// A fresh directory under the system temp dir, filled by `write`, not removed by this test
+/// process (see [`shared_channel`]); the next test process removes it once this one has exited.
 pub fn kept_channel_dir(name: &str, write: impl FnOnce(&Path) -> anyhow::Result<()>) -> PathBuf {
+    remove_dirs_of_exited_test_processes();
     let dir = tempfile::Builder::new()
-        .prefix(&format!("imgbuild-test-{name}-{}-", std::process::id()))
+        .prefix(&format!("{KEPT_PREFIX}{}-{name}-", std::process::id()))
         .tempdir()
         .unwrap_or_else(|e| panic!("creating a temp dir for the {name}: {e}"))
         .keep();
@@ -49,9 +55,34 @@ pub fn kept_channel_dir(name: &str, write: impl FnOnce(&Path) -> anyhow::Result<
     dir
 }
 
+/// Removes the kept directories of test processes that are no longer running (their pid has
+/// no `/proc` entry). A directory of a running process, or one whose name holds no pid, stays.
+fn remove_dirs_of_exited_test_processes() {
+    static ONCE: OnceLock<()> = OnceLock::new();
+    ONCE.get_or_init(|| {
+        let Ok(entries) = fs_err::read_dir(std::env::temp_dir()) else {
+            return;
+        };
+        for entry in entries.flatten() {
+            let name = entry.file_name();
+            let Some(rest) = name.to_str().and_then(|n| n.strip_prefix(KEPT_PREFIX)) else {
+                continue;
+            };
+            let pid = rest.split('-').next().and_then(|p| p.parse::<u32>().ok());
+            if let Some(pid) = pid
+                && pid != std::process::id()
+                && !Path::new("/proc").join(pid.to_string()).exists()
+            {
+                // Another process may be sweeping too: losing that race is fine.
+                let _ = fs_err::remove_dir_all(entry.path());
+            }
+        }
+    });
+}
+
 /// A second channel holding only `cuda-nvrtc` 11.8.89 from NVIDIA's wheel (see
 /// [`channel::write_cuda_nvrtc_11_8`]), built once per test process, for recipes that list it
-/// after [`shared_channel`]. Read-only, never removed, like the shared channel.
+/// after [`shared_channel`]. Read-only and kept, like the shared channel.
 pub fn nvrtc_channel() -> &'static Path {
     static CHANNEL: OnceLock<PathBuf> = OnceLock::new();
     CHANNEL.get_or_init(|| {
