@@ -11,7 +11,7 @@ use rattler_shell::{activation::Activator, shell};
 use url::Url;
 
 use crate::{
-    cuda::{compat::Support, solved_cuda},
+    cuda::{RuntimeMismatch, compat::Support},
     install::{InstallError, InstallOptions, install_reporting},
     layers::{
         BuiltLayer,
@@ -191,6 +191,8 @@ pub enum BuildError {
     Sbom(#[from] crate::sbom::SbomError),
     #[error(transparent)]
     Smoke(#[from] EmbedError),
+    #[error(transparent)]
+    CudaRuntime(#[from] Box<RuntimeMismatch>),
 }
 
 impl BuildError {
@@ -344,6 +346,7 @@ async fn obtain_lock(
             reason,
         }),
         (LockMode::Locked | LockMode::Reuse, Some(lock), None) => {
+            check_cuda_runtimes(recipe, &lock.platforms, reporter)?;
             let packages = lock.package_count();
             Ok((
                 lock,
@@ -414,6 +417,8 @@ async fn obtain_lock(
                     wheels,
                 });
             }
+            // Before the lock is written: a runtime the image cannot run leaves no lock.
+            check_cuda_runtimes(recipe, &platforms, reporter)?;
             let lock = Lock {
                 channels: recipe
                     .channels
@@ -446,6 +451,29 @@ async fn obtain_lock(
             ))
         }
     }
+}
+
+/// The CUDA runtime each platform solved to, against the recipe's `[cuda]` (see
+/// [`crate::cuda::check_runtime`]): one the image cannot run on its `min-driver` is an error,
+/// one that differs but runs is a warning (said once for all platforms).
+fn check_cuda_runtimes(
+    recipe: &Recipe,
+    platforms: &[PlatformLock],
+    reporter: &dyn Reporter,
+) -> Result<(), BuildError> {
+    let Some(cuda) = &recipe.cuda else {
+        return Ok(());
+    };
+    let mut warnings = std::collections::BTreeSet::new();
+    for runtime in platforms.iter().filter_map(crate::cuda::locked_runtime) {
+        if let Some(warning) = crate::cuda::check_runtime(cuda, &runtime).map_err(Box::new)? {
+            warnings.insert(warning);
+        }
+    }
+    for warning in warnings {
+        reporter.on_warning(&warning);
+    }
+    Ok(())
 }
 
 /// Solves the recipe and writes its lock (always re-solving with [`LockMode::Refresh`]).
@@ -665,16 +693,7 @@ pub async fn build(
             }
             let settings = crate::cuda::image_settings(
                 cuda,
-                solved_cuda(&locked.records)
-                    .or_else(|| {
-                        crate::cuda::solved_cuda_from_wheels(
-                            locked
-                                .wheels
-                                .iter()
-                                .map(|w| (w.name.as_ref(), w.version.to_string())),
-                        )
-                    })
-                    .as_ref(),
+                crate::cuda::locked_runtime(locked).as_ref(),
                 &recipe.prefix,
             );
             activation.variables.extend(settings.env);

@@ -19,6 +19,8 @@ const RUNTIME_PACKAGES: &[&str] = &["cuda-cudart", "cuda-version", "cudatoolkit"
 /// The CUDA runtime of a solved environment.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SolvedCuda {
+    /// The package or wheel that holds it (`cuda-cudart`, `nvidia-cuda-runtime-cu11`).
+    pub package: String,
     /// The full version as the package has it (`11.8.89`).
     pub full_version: String,
     pub version: CudaVersion,
@@ -30,8 +32,57 @@ pub fn solved_cuda(records: &[RepoDataRecord]) -> Option<SolvedCuda> {
         let record = records
             .iter()
             .find(|r| r.package_record.name.as_normalized() == *name)?;
-        SolvedCuda::from_version(&record.package_record.version.to_string())
+        SolvedCuda::from_version(name, &record.package_record.version.to_string())
     })
+}
+
+/// The CUDA runtime of a locked platform: its conda packages', else NVIDIA's runtime wheel's.
+pub fn locked_runtime(platform: &crate::lock::PlatformLock) -> Option<SolvedCuda> {
+    solved_cuda(&platform.records).or_else(|| {
+        solved_cuda_from_wheels(
+            platform
+                .wheels
+                .iter()
+                .map(|w| (w.name.as_ref(), w.version.to_string())),
+        )
+    })
+}
+
+/// The solved runtime cannot run on the recipe's `min-driver`: what `[cuda]` promises the
+/// image needs is not what it holds.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "The environment's CUDA runtime is {} ({} {}), not the recipe's `[cuda] version` {}, and CUDA {} cannot run on `min-driver` {}: it needs driver {needs} or newer. Pin the runtime to CUDA {} in the dependencies, or raise `[cuda] version` and `min-driver`",
+    solved.version, solved.package, solved.full_version, wanted, solved.version, min_driver, wanted
+)]
+pub struct RuntimeMismatch {
+    pub solved: SolvedCuda,
+    pub wanted: CudaVersion,
+    pub min_driver: compat::DriverVersion,
+    pub needs: compat::DriverVersion,
+}
+
+/// Checks the solved runtime against the recipe's `[cuda]`: an error when it cannot run on
+/// `min-driver` (without `compat`), a warning when it differs from `version` but runs.
+pub fn check_runtime(
+    target: &CudaTarget,
+    solved: &SolvedCuda,
+) -> Result<Option<String>, RuntimeMismatch> {
+    if solved.version == target.version {
+        return Ok(None);
+    }
+    match compat::support(solved.version, &target.min_driver) {
+        compat::Support::Unsupported { needs } if !target.compat => Err(RuntimeMismatch {
+            solved: solved.clone(),
+            wanted: target.version,
+            min_driver: target.min_driver.clone(),
+            needs,
+        }),
+        _ => Ok(Some(format!(
+            "the environment's CUDA runtime is {} ({} {}), not the recipe's `[cuda] version` {}; the image config follows the runtime",
+            solved.version, solved.package, solved.full_version, target.version
+        ))),
+    }
 }
 
 /// The CUDA runtime installed from PyPI wheels, for an environment whose conda packages
@@ -43,18 +94,19 @@ pub fn solved_cuda_from_wheels<'a>(
     wheels.find_map(|(name, version)| {
         let rest = name.strip_prefix("nvidia-cuda-runtime")?;
         (rest.is_empty() || rest.starts_with("-cu"))
-            .then(|| SolvedCuda::from_version(&version))
+            .then(|| SolvedCuda::from_version(name, &version))
             .flatten()
     })
 }
 
 impl SolvedCuda {
-    fn from_version(full_version: &str) -> Option<SolvedCuda> {
+    fn from_version(package: &str, full_version: &str) -> Option<SolvedCuda> {
         let mut parts = full_version.split('.');
         let version = format!("{}.{}", parts.next()?, parts.next().unwrap_or("0"))
             .parse()
             .ok()?;
         Some(SolvedCuda {
+            package: package.to_string(),
             full_version: full_version.to_string(),
             version,
         })
@@ -153,6 +205,7 @@ mod tests {
     #[test]
     fn settings_like_nvidia_images() {
         let solved = SolvedCuda {
+            package: "cuda-cudart".into(),
             full_version: "11.8.89".into(),
             version: "11.8".parse().unwrap(),
         };
@@ -177,6 +230,41 @@ mod tests {
             "520.61.05"
         );
         assert_eq!(image.annotations["dev.imgbuild.cuda.version"], "11.8");
+    }
+
+    #[test]
+    fn a_runtime_other_than_the_recipes_is_refused_only_when_min_driver_cannot_run_it() {
+        let wheel =
+            |version: &str| SolvedCuda::from_version("nvidia-cuda-runtime-cu11", version).unwrap();
+        // The same CUDA: nothing to say.
+        assert_eq!(
+            check_runtime(&target("11.8", "520.61.05", false), &wheel("11.8.89")).unwrap(),
+            None
+        );
+        // 11.8 on 11.4's driver: minor-version compatibility, a warning.
+        let warning = check_runtime(&target("11.4", "470.42.01", false), &wheel("11.8.89"))
+            .unwrap()
+            .unwrap();
+        assert!(warning.contains("CUDA runtime is 11.8 (nvidia-cuda-runtime-cu11 11.8.89), not the recipe's `[cuda] version` 11.4"), "{warning}");
+        // 11.8 on 11.0's release driver, older than the 11.x floor: refused, naming the floor.
+        let err =
+            check_runtime(&target("11.0", "450.36.06", false), &wheel("11.8.89")).unwrap_err();
+        assert_eq!(err.needs.to_string(), "450.80.02");
+        assert!(
+            err.to_string()
+                .contains("cannot run on `min-driver` 450.36.06"),
+            "{err}"
+        );
+        // A 12.x runtime on an 11.8 recipe's driver: refused, naming 12.x's floor.
+        let err =
+            check_runtime(&target("11.8", "520.61.05", false), &wheel("12.1.105")).unwrap_err();
+        assert_eq!(err.needs.to_string(), "525.60.13");
+        // With NVIDIA's forward-compatibility libraries it may run: a warning only.
+        assert!(
+            check_runtime(&target("11.8", "520.61.05", true), &wheel("12.1.105"))
+                .unwrap()
+                .is_some()
+        );
     }
 
     #[test]

@@ -354,6 +354,54 @@ fn nvidia_runtime_wheels_get_their_own_layers_and_smoke_finds_their_libraries() 
     }
 }
 
+#[test]
+fn a_cuda_runtime_wheel_the_recipes_min_driver_cannot_run_is_refused_before_locking() {
+    let index = index_of(&[CUDA_RUNTIME_11_8]);
+    let project = project(
+        "pycuda",
+        &["python"],
+        &["nvidia-cuda-runtime-cu11==11.8.89"],
+        &index,
+    );
+    let recipe = fs_err::read_to_string(project.recipe_path()).unwrap();
+
+    // `[cuda] version = "11.0"` on its release driver 450.36.06, but the wheel is CUDA 11.8,
+    // which needs at least 11.x's minor-version floor 450.80.02.
+    project.write_recipe(&format!(
+        "{recipe}\n[cuda]\nversion = \"11.0\"\nmin-driver = \"450.36.06\"\n"
+    ));
+    project.build(&[]).assert_failure_naming(
+        1,
+        &[
+            "The environment's CUDA runtime is 11.8 (nvidia-cuda-runtime-cu11 11.8.89), not the recipe's `[cuda] version` 11.0",
+            "cannot run on `min-driver` 450.36.06: it needs driver 450.80.02 or newer",
+        ],
+    );
+    project.assert_no_image();
+    assert!(
+        !project.lock_path().exists(),
+        "no lock for a refused runtime"
+    );
+
+    // On 11.4's driver the 11.8 wheel runs through minor-version compatibility: built, with
+    // a warning, and the config follows the runtime.
+    project.write_recipe(&format!(
+        "{recipe}\n[cuda]\nversion = \"11.4\"\nmin-driver = \"470.42.01\"\n"
+    ));
+    let run = project.build(&[]).success();
+    assert!(
+        run.stderr.contains(
+            "the environment's CUDA runtime is 11.8 (nvidia-cuda-runtime-cu11 11.8.89), not the recipe's `[cuda] version` 11.4"
+        ),
+        "{}",
+        run.stderr
+    );
+    let config = LayoutView::new(project.path().join("images/pycuda")).config();
+    let env = crate::common::env_of(&config);
+    assert!(env.contains(&"CUDA_VERSION=11.8.89"), "{env:?}");
+    assert!(env.contains(&"NVIDIA_REQUIRE_CUDA=cuda>=11.4"), "{env:?}");
+}
+
 /// A channel holding `python` 3.9.2 for linux-64 and linux-aarch64 with no files: enough to
 /// solve and lock, since nothing of the target runs at build time.
 fn two_platform_python_channel(dir: &Path) {
