@@ -466,7 +466,7 @@ fn check_cuda_runtimes(
     };
     let mut warnings = std::collections::BTreeSet::new();
     for runtime in platforms.iter().filter_map(crate::cuda::locked_runtime) {
-        if let Some(warning) = crate::cuda::check_runtime(cuda, &runtime).map_err(Box::new)? {
+        if let Some(warning) = crate::cuda::check_runtime(cuda, &runtime)? {
             warnings.insert(warning);
         }
     }

@@ -67,17 +67,19 @@ pub struct RuntimeMismatch {
 pub fn check_runtime(
     target: &CudaTarget,
     solved: &SolvedCuda,
-) -> Result<Option<String>, RuntimeMismatch> {
+) -> Result<Option<String>, Box<RuntimeMismatch>> {
     if solved.version == target.version {
         return Ok(None);
     }
     match compat::support(solved.version, &target.min_driver) {
-        compat::Support::Unsupported { needs } if !target.compat => Err(RuntimeMismatch {
-            solved: solved.clone(),
-            wanted: target.version,
-            min_driver: target.min_driver.clone(),
-            needs,
-        }),
+        compat::Support::Unsupported { needs } if !target.compat => {
+            Err(Box::new(RuntimeMismatch {
+                solved: solved.clone(),
+                wanted: target.version,
+                min_driver: target.min_driver.clone(),
+                needs,
+            }))
+        }
         _ => Ok(Some(format!(
             "the environment's CUDA runtime is {} ({} {}), not the recipe's `[cuda] version` {}; the image config follows the runtime",
             solved.version, solved.package, solved.full_version, target.version
