@@ -33,6 +33,11 @@ pub const DRIVER_MINOR_LABEL: &str = "nvidia.com/cuda.driver.minor";
 pub const DRIVER_REV_LABEL: &str = "nvidia.com/cuda.driver.rev";
 /// The extended resource NVIDIA's device plugin advertises.
 pub const GPU_RESOURCE: &str = "nvidia.com/gpu";
+/// The well-known node labels of the kubelet: a pod goes only to nodes that can run the
+/// image's platforms (a mixed amd64/arm64 cluster would otherwise start an amd64-only image on
+/// an arm64 node, to fail there with "exec format error" or a pull with no matching manifest).
+pub const OS_LABEL: &str = "kubernetes.io/os";
+pub const ARCH_LABEL: &str = "kubernetes.io/arch";
 /// The user a pod runs as when the image's own user is root or unset: conda prefixes are
 /// world-readable, so any unprivileged uid can run them.
 pub const DEFAULT_UID: i64 = 1000;
@@ -424,18 +429,18 @@ pub fn workload(
         ),
         None => None,
     };
-    let affinity = min_driver
-        .as_ref()
-        .filter(|_| gpus > 0)
-        .map(|driver| Affinity {
-            node_affinity: Some(NodeAffinity {
-                required_during_scheduling_ignored_during_execution: Some(NodeSelector {
-                    node_selector_terms: driver_terms(driver),
-                }),
-                ..Default::default()
+    let affinity = Affinity {
+        node_affinity: Some(NodeAffinity {
+            required_during_scheduling_ignored_during_execution: Some(NodeSelector {
+                node_selector_terms: node_terms(
+                    &architectures(image),
+                    min_driver.as_ref().filter(|_| gpus > 0),
+                ),
             }),
             ..Default::default()
-        });
+        }),
+        ..Default::default()
+    };
 
     let labels = labels(&name);
     let pod = PodSpec {
@@ -450,7 +455,7 @@ pub fn workload(
         runtime_class_name: options.runtime_class.clone(),
         image_pull_secrets: pull_secrets(&options.pull_secrets),
         security_context: Some(pod_security(uid, gid)),
-        affinity,
+        affinity: Some(affinity),
         ..Default::default()
     };
     let template = PodTemplateSpec {
@@ -493,6 +498,54 @@ pub fn workload(
             ..Default::default()
         })),
     })
+}
+
+/// The OCI architectures of the image: each platform's of a multi-platform image (a node of
+/// any of them pulls its own), else the one image's.
+fn architectures(image: &ImageSummary) -> Vec<String> {
+    if image.platforms.is_empty() {
+        return vec![image.architecture.clone()];
+    }
+    let mut arches: Vec<String> = image
+        .platforms
+        .iter()
+        .filter_map(|p| p.split('/').nth(1).map(str::to_string))
+        .collect();
+    arches.dedup();
+    arches
+}
+
+/// The pod's required node terms: Linux nodes of one of `arches`, and, for a GPU pod of an
+/// image with a minimum driver, a driver at least that ([`driver_terms`]; the platform
+/// requirements are ANDed into each of its ORed terms).
+pub fn node_terms(arches: &[String], driver: Option<&DriverVersion>) -> Vec<NodeSelectorTerm> {
+    let platform = [
+        NodeSelectorRequirement {
+            key: OS_LABEL.to_string(),
+            operator: "In".to_string(),
+            values: Some(vec!["linux".to_string()]),
+        },
+        NodeSelectorRequirement {
+            key: ARCH_LABEL.to_string(),
+            operator: "In".to_string(),
+            values: Some(arches.to_vec()),
+        },
+    ];
+    let Some(driver) = driver else {
+        return vec![NodeSelectorTerm {
+            match_expressions: Some(platform.to_vec()),
+            ..Default::default()
+        }];
+    };
+    driver_terms(driver)
+        .into_iter()
+        .map(|mut term| {
+            term.match_expressions
+                .get_or_insert_with(Vec::new)
+                .extend(platform.iter().cloned());
+            term
+        })
+        .collect()
 }
 
 /// Node selector terms (ORed; requirements within a term ANDed) matching nodes whose driver
@@ -667,6 +720,38 @@ mod tests {
                     .collect()
             })
             .collect()
+    }
+
+    #[test]
+    fn every_term_asks_for_linux_nodes_of_the_image_architectures() {
+        let arches = vec!["amd64".to_string(), "arm64".to_string()];
+        let platform = vec![
+            (
+                OS_LABEL.to_string(),
+                "In".to_string(),
+                vec!["linux".to_string()],
+            ),
+            (ARCH_LABEL.to_string(), "In".to_string(), arches.clone()),
+        ];
+        let of = |terms: Vec<NodeSelectorTerm>| -> Vec<Vec<(String, String, Vec<String>)>> {
+            terms
+                .into_iter()
+                .map(|t| {
+                    t.match_expressions
+                        .unwrap()
+                        .into_iter()
+                        .map(|r| (r.key, r.operator, r.values.unwrap()))
+                        .collect()
+                })
+                .collect()
+        };
+        assert_eq!(of(node_terms(&arches, None)), vec![platform.clone()]);
+        let with_driver = of(node_terms(&arches, Some(&"520.61.05".parse().unwrap())));
+        assert_eq!(with_driver.len(), 3);
+        for term in &with_driver {
+            assert_eq!(term[term.len() - 2..], platform[..], "{term:?}");
+        }
+        assert_eq!(with_driver[0][0].0, DRIVER_MAJOR_LABEL);
     }
 
     #[test]

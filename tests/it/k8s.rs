@@ -100,6 +100,19 @@ fn check_pod(pod: &Value, digest: &str, gpus: &str) {
         "nvidia.com/cuda.driver.rev"
     );
     assert_eq!(terms[2]["matchExpressions"][2]["values"][0], "4");
+    // Every term also asks for a Linux node of the image's architecture.
+    for term in terms.as_array().unwrap() {
+        let expressions = term["matchExpressions"].as_array().unwrap();
+        let platform = &expressions[expressions.len() - 2..];
+        assert_eq!(
+            platform,
+            [
+                serde_json::json!({"key": "kubernetes.io/os", "operator": "In", "values": ["linux"]}),
+                serde_json::json!({"key": "kubernetes.io/arch", "operator": "In", "values": ["amd64"]}),
+            ],
+            "{term}"
+        );
+    }
 }
 
 #[test]

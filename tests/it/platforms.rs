@@ -570,6 +570,24 @@ fn inspect_describes_each_platform_and_k8s_pins_the_index() {
         yaml.contains(&format!("image: registry.example/ml/multi@{digest}")),
         "{yaml}"
     );
+    // Nodes of either architecture may run it (and no others).
+    let job: serde_yaml::Value = serde_yaml::from_str(&yaml).unwrap();
+    let terms = &job["spec"]["template"]["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+        ["nodeSelectorTerms"];
+    let arch = terms[0]["matchExpressions"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .find(|e| e["key"].as_str() == Some("kubernetes.io/arch"))
+        .unwrap_or_else(|| panic!("an arch requirement in {yaml}"));
+    assert_eq!(arch["operator"].as_str(), Some("In"));
+    let values: Vec<&str> = arch["values"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap())
+        .collect();
+    assert_eq!(values, ["amd64", "arm64"]);
 }
 
 #[test]
