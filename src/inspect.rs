@@ -272,47 +272,61 @@ fn summarize(image: &str, opened: &BaseImage, manifest: &ImageManifest) -> Image
     }
 }
 
-/// Names what each layer holds. An imgbuild image is the base's layers, then package layers,
-/// then one layer of the image's own files; so the image-files layer is the last one, and
-/// the base's layers are those below the run of package layers under it. (A base that is
-/// itself an imgbuild image keeps its package annotations, and its packages are listed.)
-fn classify_layers(layers: &[Descriptor], built_by_imgbuild: bool) -> Vec<LayerSummary> {
-    let packages_of = |layer: &Descriptor| -> Vec<String> {
-        layer
-            .annotations()
-            .as_ref()
-            .and_then(|a| a.get(annotations::PACKAGES))
-            .map(|list| {
-                list.split(',')
-                    .filter(|p| !p.is_empty())
-                    .map(str::to_string)
-                    .collect()
-            })
-            .unwrap_or_default()
-    };
-    let is_smoke = |layer: &Descriptor| {
-        layer
-            .annotations()
-            .as_ref()
-            .is_some_and(|a| a.contains_key(annotations::SMOKE))
-    };
-    // The image-files layer is the last one below the smoke executable's, if any.
-    let image_files = layers.len() - usize::from(layers.last().is_some_and(is_smoke));
-    let mut own_start = layers.len();
-    if built_by_imgbuild && image_files > 0 {
-        own_start = image_files - 1;
-        while own_start > 0 && !packages_of(&layers[own_start - 1]).is_empty() {
-            own_start -= 1;
-        }
+fn layer_packages(layer: &Descriptor) -> Vec<String> {
+    layer
+        .annotations()
+        .as_ref()
+        .and_then(|a| a.get(annotations::PACKAGES))
+        .map(|list| {
+            list.split(',')
+                .filter(|p| !p.is_empty())
+                .map(str::to_string)
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn is_smoke_layer(layer: &Descriptor) -> bool {
+    layer
+        .annotations()
+        .as_ref()
+        .is_some_and(|a| a.contains_key(annotations::SMOKE))
+}
+
+/// Where the layers an imgbuild build added begin. An imgbuild image is the base's layers,
+/// then package layers, then one layer of the image's own files (then, with `[smoke] embed`,
+/// the smoke executable's); so its own layers are the run of package layers under the
+/// image-files layer. A base that is itself an imgbuild image ends in its own image-files (or
+/// smoke) layer, which has no packages, so the run stops there.
+pub(crate) fn own_layers_start(layers: &[Descriptor]) -> usize {
+    let image_files = layers.len() - usize::from(layers.last().is_some_and(is_smoke_layer));
+    if image_files == 0 {
+        return 0;
     }
+    let mut start = image_files - 1;
+    while start > 0 && !layer_packages(&layers[start - 1]).is_empty() {
+        start -= 1;
+    }
+    start
+}
+
+/// Names what each layer holds (see [`own_layers_start`]). A base that is itself an imgbuild
+/// image keeps its package annotations, and its packages are listed.
+fn classify_layers(layers: &[Descriptor], built_by_imgbuild: bool) -> Vec<LayerSummary> {
+    let image_files = layers.len() - usize::from(layers.last().is_some_and(is_smoke_layer));
+    let own_start = if built_by_imgbuild {
+        own_layers_start(layers)
+    } else {
+        layers.len()
+    };
     layers
         .iter()
         .enumerate()
         .map(|(position, layer)| {
-            let packages = packages_of(layer);
+            let packages = layer_packages(layer);
             let kind = if !packages.is_empty() {
                 LayerKind::Packages
-            } else if is_smoke(layer) {
+            } else if is_smoke_layer(layer) {
                 LayerKind::Smoke
             } else if built_by_imgbuild && position + 1 == image_files {
                 LayerKind::ImageFiles

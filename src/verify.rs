@@ -248,6 +248,11 @@ pub fn verify(dir: &Path, lock: Option<&Path>) -> Result<VerifyReport, VerifyErr
                 });
             }
             report.layers_checked += 1;
+        }
+        // The packages of the layers this image's build added: a base that is itself an
+        // imgbuild image keeps its package annotations, but its packages are not this lock's.
+        let own = crate::inspect::own_layers_start(manifest.layers());
+        for layer in &manifest.layers()[own..] {
             if let Some(list) = layer
                 .annotations()
                 .as_ref()
