@@ -9,7 +9,7 @@ use serde_json::json;
 
 use super::{fail, human_bytes, progress};
 use crate::{
-    build::{self, BuildReport, BuildSettings, Silent},
+    build::{self, BuildReport, BuildSettings, Reporter},
     recipe::matrix::Variant,
 };
 
@@ -47,6 +47,29 @@ pub fn sharing(variants: &[Vec<(String, u64)>]) -> Sharing {
         bytes: blobs.values().map(|(size, _)| size).sum(),
         shared_layers: shared.len(),
         shared_bytes: shared.iter().sum(),
+    }
+}
+
+/// A variant's reporter: its warnings, naming the variant (as `warning` events with
+/// `variant` under `--json`); not its stages, since the variants build at once. The lock and
+/// fetch pass before the builds reports nothing: every warning comes again from the build.
+struct VariantWarnings {
+    variant: String,
+    json: bool,
+}
+
+impl Reporter for VariantWarnings {
+    #[allow(clippy::print_stderr)]
+    fn on_warning(&self, message: &str) {
+        if self.json {
+            progress::emit(&json!({
+                "event": "warning",
+                "variant": self.variant,
+                "message": message,
+            }));
+        } else {
+            eprintln!("warning: {}: {message}", self.variant);
+        }
     }
 }
 
@@ -118,6 +141,10 @@ pub(super) async fn run_matrix(
                             jobs,
                             ..settings.clone()
                         };
+                        let reporter = VariantWarnings {
+                            variant: variant.suffix(),
+                            json,
+                        };
                         scope.spawn(move || {
                             let result = tokio::runtime::Builder::new_multi_thread()
                                 .worker_threads(1)
@@ -128,7 +155,7 @@ pub(super) async fn run_matrix(
                                     source,
                                 })
                                 .and_then(|runtime| {
-                                    runtime.block_on(build::build(&settings, &Silent))
+                                    runtime.block_on(build::build(&settings, &reporter))
                                 });
                             (variant, result)
                         })

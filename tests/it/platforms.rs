@@ -812,12 +812,29 @@ fn a_matrix_of_two_platform_images_counts_the_layers_of_every_platform() {
     ) + "\n[matrix]\nmode = [\"train\", \"serve\"]\n";
     project.write_recipe(&text);
     let run = project.build(&["--json"]).success();
-    let summary: Value = run
+    let events: Vec<Value> = run
         .stdout
         .lines()
         .map(|line| serde_json::from_str::<Value>(line).unwrap())
+        .collect();
+    let summary = events
+        .iter()
         .find(|event| event["event"] == "matrix")
-        .expect("a matrix summary event");
+        .expect("a matrix summary event")
+        .clone();
+    // Each variant's warnings reach the user, naming the variant: here, that the arm64
+    // image was installed without running any of its code.
+    for variant in ["modeserve", "modetrain"] {
+        assert!(
+            events.iter().any(|e| e["event"] == "warning"
+                && e["variant"] == variant
+                && e["message"]
+                    .as_str()
+                    .unwrap()
+                    .starts_with("linux-aarch64 is installed on a linux-64 build host")),
+            "a warning of {variant} in {events:?}"
+        );
+    }
 
     // Each variant's distinct layer blobs over both platform manifests, from its layout.
     let mut holders: std::collections::BTreeMap<String, (u64, usize)> = Default::default();
