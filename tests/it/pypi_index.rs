@@ -108,14 +108,19 @@ fn pip_downloads_six_through_html_and_json_pages() {
     }
 }
 
-#[test]
-fn pip_reads_metadata_from_the_wheel_when_the_index_serves_none() {
+/// An index of six 1.16.0 that serves no PEP 658 metadata files.
+fn six_index_without_metadata() -> SimpleIndex {
     let dists = pinned_dists(&[SIX_1_16_0]).unwrap();
-    let index = SimpleIndex::builder()
+    SimpleIndex::builder()
         .dists(&dists)
         .metadata(false)
         .serve()
-        .unwrap();
+        .unwrap()
+}
+
+#[test]
+fn pip_reads_metadata_from_the_wheel_when_the_index_serves_none() {
+    let index = six_index_without_metadata();
     let dest = tempfile::tempdir().unwrap();
     pip_download(&index, "six==1.16.0", dest.path());
     assert_eq!(
@@ -302,12 +307,7 @@ fn the_pages_carry_the_files_hashes_and_their_metadata() {
 
 #[test]
 fn without_metadata_the_pages_offer_none() {
-    let dists = pinned_dists(&[SIX_1_16_0]).unwrap();
-    let index = SimpleIndex::builder()
-        .dists(&dists)
-        .metadata(false)
-        .serve()
-        .unwrap();
+    let index = six_index_without_metadata();
     let html = index.get("/simple/six/", None).unwrap().text();
     assert!(html.contains(&format!("#sha256={}", SIX_1_16_0.sha256)));
     assert!(!html.contains("metadata"), "{html}");

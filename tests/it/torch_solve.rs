@@ -27,8 +27,8 @@ type Stub = (
     &'static [&'static str],
 );
 
-/// What `pytorch-cuda 11.8` (build h7e8668a_5) depends on, at the versions NVIDIA published
-/// for CUDA 11.8.
+/// What `pytorch-cuda 11.8` (build h7e8668a_5) and `12.1` (ha16c6d3_5) depend on, at the
+/// versions NVIDIA published for each CUDA.
 const NVIDIA: &[Stub] = &[
     ("cuda-cudart", "11.8.89", "0", &[]),
     ("cuda-cupti", "11.8.87", "0", &[]),
@@ -42,7 +42,7 @@ const NVIDIA: &[Stub] = &[
     ("libcusparse", "11.7.5.86", "0", &[]),
     ("libnpp", "11.8.0.86", "0", &[]),
     ("libnvjpeg", "11.9.0.86", "0", &[]),
-    // What `pytorch-cuda 12.1` (build ha16c6d3_5) depends on, at NVIDIA's CUDA 12.1 versions.
+    // CUDA 12.1.
     ("cuda-cudart", "12.1.105", "0", &[]),
     ("cuda-cupti", "12.1.105", "0", &[]),
     ("cuda-libraries", "12.1.0", "0", &[]),

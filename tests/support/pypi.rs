@@ -1017,37 +1017,19 @@ pub fn write_conda_python_dist(
 ) -> anyhow::Result<PathBuf> {
     let module = format!("{}.py", file_name_form(pypi_name));
     let source = format!("__version__ = \"{pypi_version}\"\n");
-    write_conda_python_dist_with(
-        linux64,
-        name,
-        version,
-        pypi_name,
-        pypi_version,
-        &[(&module, source.as_bytes())],
-    )
-}
-
-/// [`write_conda_python_dist`] with the given files (paths relative to site-packages) in place
-/// of the made-up module.
-pub fn write_conda_python_dist_with(
-    linux64: &Path,
-    name: &str,
-    version: &str,
-    pypi_name: &str,
-    pypi_version: &str,
-    modules: &[(&str, &[u8])],
-) -> anyhow::Result<PathBuf> {
     conda_python_dist(
         linux64,
         name,
         version,
         pypi_name,
         pypi_version,
-        modules,
+        &[(&module, source.as_bytes())],
         "Apache-2.0",
     )
 }
 
+/// [`write_conda_python_dist`] with the given files (paths relative to site-packages) in place
+/// of the made-up module, and the given licence.
 fn conda_python_dist(
     linux64: &Path,
     name: &str,
