@@ -1,0 +1,1 @@
+//! Issue 15: see the tests below.
