@@ -31,6 +31,14 @@ pub enum RecipeError {
         #[source]
         source: std::io::Error,
     },
+    #[error("Recipe `{}` is {kind}, not a regular file: give the path of a TOML recipe", path.display())]
+    NotAFile { path: PathBuf, kind: &'static str },
+    #[error(
+        "Recipe `{}` has {size} bytes; a recipe may have at most {} (1 MiB)",
+        path.display(),
+        super::MAX_RECIPE_BYTES
+    )]
+    TooLarge { path: PathBuf, size: u64 },
     /// The file is not valid TOML, has an unknown key, a wrong type or an invalid value.
     #[error("{}", render(path, message, span.as_ref()))]
     Invalid {
@@ -44,7 +52,9 @@ impl RecipeError {
     /// The short message without the location and snippet, for tests and `--json`.
     pub fn message(&self) -> String {
         match self {
-            RecipeError::Read { .. } => self.to_string(),
+            RecipeError::Read { .. }
+            | RecipeError::NotAFile { .. }
+            | RecipeError::TooLarge { .. } => self.to_string(),
             RecipeError::Invalid { message, .. } => message.clone(),
         }
     }
@@ -65,18 +75,24 @@ fn render(path: &std::path::Path, message: &str, span: Option<&SourceSpan>) -> S
         let end = span.range.end.min(span.text.len());
         let start = span.range.start.min(end);
         // Underline at most the rest of the first line.
-        span.text[start..end]
-            .lines()
-            .next()
-            .map_or(1, |s| s.chars().count().max(1))
+        span.text[start..end].lines().next().map_or(1, |s| {
+            s.chars()
+                .map(|c| shown(c).chars().count())
+                .sum::<usize>()
+                .max(1)
+        })
     };
     let gutter = line.to_string().len();
     let pad = " ".repeat(gutter);
     let lead: String = source_line
         .chars()
         .take(column - 1)
-        .map(|c| if c == '\t' { '\t' } else { ' ' })
+        .map(|c| match c {
+            '\t' => "\t".to_string(),
+            c => " ".repeat(shown(c).chars().count()),
+        })
         .collect();
+    let source_line: String = source_line.chars().map(shown).collect();
     let mut out = String::new();
     use fmt::Write;
     let _ = writeln!(out, "Invalid recipe: {message}");
@@ -86,6 +102,27 @@ fn render(path: &std::path::Path, message: &str, span: Option<&SourceSpan>) -> S
     let _ = write!(out, "{pad} | {lead}{}", "^".repeat(width));
     out.push_str(&help);
     out
+}
+
+/// A character that makes text read otherwise than it is: a control character other than
+/// TAB (newline, NUL, ESC, C1) or a bidirectional control (the "Trojan Source" characters,
+/// CVE-2021-42574), which reorder how a terminal shows the text around them.
+pub(crate) fn is_hidden(c: char) -> bool {
+    (c.is_control() && c != '\t')
+        || matches!(
+            c,
+            '\u{061c}' | '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}'
+        )
+}
+
+/// How a source character is shown in a snippet: a hidden one as `<U+202E>`, so the
+/// snippet reads as the file is and the terminal does not reorder it.
+pub(crate) fn shown(c: char) -> std::borrow::Cow<'static, str> {
+    if is_hidden(c) {
+        format!("<U+{:04X}>", u32::from(c)).into()
+    } else {
+        String::from(c).into()
+    }
 }
 
 #[cfg(test)]
@@ -119,5 +156,23 @@ mod tests {
             shown.ends_with("  | ^^^^\nhelp: did you mean `name`?"),
             "{shown}"
         );
+    }
+
+    #[test]
+    fn hidden_characters_are_shown_escaped_with_the_caret_under_them() {
+        // `a = "x<RLO>y"` with the caret under the string.
+        let text: std::sync::Arc<str> = "[image.env]\na = \"x\u{202e}y\"\n".into();
+        let err = RecipeError::Invalid {
+            path: "r.toml".into(),
+            message: "bad".into(),
+            span: Some(SourceSpan {
+                text,
+                range: 16..23,
+            }),
+        };
+        let shown = err.to_string();
+        assert!(!shown.contains('\u{202e}'), "{shown}");
+        assert!(shown.contains("2 | a = \"x<U+202E>y\"\n"), "{shown}");
+        assert!(shown.ends_with("  |     ^^^^^^^^^^^^"), "{shown}");
     }
 }

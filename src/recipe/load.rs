@@ -20,8 +20,8 @@ use crate::layers::Compression;
 use super::{Platforms, matrix::Variant};
 
 use super::{
-    DEFAULT_CHANNEL_ALIAS, DEFAULT_LAYER_BUDGET, DEFAULT_PREFIX,
-    error::{RecipeError, SourceSpan},
+    DEFAULT_CHANNEL_ALIAS, DEFAULT_LAYER_BUDGET, DEFAULT_PREFIX, MAX_RECIPE_BYTES,
+    error::{RecipeError, SourceSpan, is_hidden},
     schema::RecipeFile,
 };
 
@@ -131,10 +131,7 @@ pub struct Recipe {
 impl Recipe {
     /// Reads and validates a recipe file.
     pub fn load(path: &Path, options: &RecipeOptions) -> Result<Recipe, RecipeError> {
-        let text = fs_err::read_to_string(path).map_err(|source| RecipeError::Read {
-            path: path.to_path_buf(),
-            source,
-        })?;
+        let text = read_recipe_text(path)?;
         Self::from_str_at(&text, path, options)
     }
 
@@ -200,6 +197,71 @@ impl Recipe {
     }
 }
 
+/// Reads a recipe file's text. What is not a regular file (`/dev/zero`, a fifo, a
+/// directory) or is larger than [`MAX_RECIPE_BYTES`] is refused before it is read: it would
+/// otherwise be read until memory runs out, or forever.
+pub fn read_recipe_text(path: &Path) -> Result<String, RecipeError> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let read_error = |source| RecipeError::Read {
+        path: path.to_path_buf(),
+        source,
+    };
+    // Non-blocking: opening a fifo that has no writer would wait for one; with the flag it
+    // opens at once, and fstat refuses it. Reads of a regular file ignore the flag.
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)
+        .map_err(read_error)?;
+    let metadata = file.metadata().map_err(read_error)?;
+    if !metadata.is_file() {
+        return Err(RecipeError::NotAFile {
+            path: path.to_path_buf(),
+            kind: file_kind(&metadata.file_type()),
+        });
+    }
+    let too_large = |size| RecipeError::TooLarge {
+        path: path.to_path_buf(),
+        size,
+    };
+    if metadata.len() > MAX_RECIPE_BYTES {
+        return Err(too_large(metadata.len()));
+    }
+    // Bounded as well: the file may grow between fstat and read.
+    let mut bytes = Vec::new();
+    file.take(MAX_RECIPE_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(read_error)?;
+    if bytes.len() as u64 > MAX_RECIPE_BYTES {
+        return Err(too_large(bytes.len() as u64));
+    }
+    String::from_utf8(bytes).map_err(|_| {
+        read_error(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            "stream did not contain valid UTF-8",
+        ))
+    })
+}
+
+/// What a file that is not a regular file is, for the message that refuses it.
+fn file_kind(kind: &std::fs::FileType) -> &'static str {
+    use std::os::unix::fs::FileTypeExt;
+    if kind.is_dir() {
+        "a directory"
+    } else if kind.is_char_device() {
+        "a character device"
+    } else if kind.is_block_device() {
+        "a block device"
+    } else if kind.is_fifo() {
+        "a fifo"
+    } else if kind.is_socket() {
+        "a socket"
+    } else {
+        "a special file"
+    }
+}
+
 fn recipe_dir(path: &Path) -> PathBuf {
     let dir = path.parent().unwrap_or(Path::new(""));
     let dir = if dir.as_os_str().is_empty() {
@@ -250,20 +312,7 @@ impl Checker {
             Some(tags) if tags.get_ref().is_empty() => {
                 return Err(self.error(tags, "`tags` must name at least one tag"));
             }
-            Some(tags) => tags
-                .get_ref()
-                .iter()
-                .map(|tag| {
-                    if is_valid_tag(tag.get_ref()) {
-                        Ok(tag.get_ref().clone())
-                    } else {
-                        Err(self.error(
-                            tag,
-                            format!("invalid tag `{}`: expected up to 128 of `A-Za-z0-9_.-`, not starting with `.` or `-`", tag.get_ref()),
-                        ))
-                    }
-                })
-                .collect::<Result<_, _>>()?,
+            Some(tags) => self.tags(tags.get_ref())?,
         };
 
         let base = match &image.base {
@@ -357,21 +406,24 @@ impl Checker {
             );
         }
 
-        let workdir = match &image.workdir {
-            Some(dir) if !dir.get_ref().starts_with('/') => {
-                return Err(self.error(dir, "`workdir` must be an absolute path"));
-            }
-            other => other.as_ref().map(|d| d.get_ref().clone()),
-        };
-        let user = match &image.user {
-            Some(user) if user.get_ref().trim().is_empty() || user.get_ref().contains(' ') => {
-                return Err(self.error(
-                    user,
-                    "`user` must be `uid`, `uid:gid`, `name` or `name:group`",
-                ));
-            }
-            other => other.as_ref().map(|u| u.get_ref().clone()),
-        };
+        let workdir = image
+            .workdir
+            .as_ref()
+            .map(|dir| self.workdir(dir))
+            .transpose()?;
+        let user = image.user.as_ref().map(|u| self.user(u)).transpose()?;
+        let env = self.env(&image.env)?;
+        let labels = self.labels(&image.labels)?;
+        let entrypoint = image
+            .entrypoint
+            .as_ref()
+            .map(|args| self.command(args, "entrypoint"))
+            .transpose()?;
+        let cmd = image
+            .cmd
+            .as_ref()
+            .map(|args| self.command(args, "cmd"))
+            .transpose()?;
 
         let layer_budget = match &file.layers.max {
             None => DEFAULT_LAYER_BUDGET,
@@ -412,18 +464,40 @@ impl Checker {
             channel_names,
             specs,
             cuda,
-            env: image.env,
-            entrypoint: image.entrypoint,
-            cmd: image.cmd,
+            env,
+            entrypoint,
+            cmd,
             workdir,
             user,
-            labels: image.labels,
+            labels,
             layer_budget,
             compression,
             variant: None,
             embed_smoke: file.smoke.embed,
             pypi,
         })
+    }
+
+    fn tags(&self, tags: &[Spanned<String>]) -> Result<Vec<String>, RecipeError> {
+        let mut valid: Vec<String> = Vec::with_capacity(tags.len());
+        for tag in tags {
+            let raw = tag.get_ref();
+            if !is_valid_tag(raw) {
+                return Err(self.error(
+                    tag,
+                    format!(
+                        "invalid tag `{}`: expected up to 128 of `A-Za-z0-9_.-`, not starting with `.` or `-`",
+                        visible(raw)
+                    ),
+                ));
+            }
+            // `index.json` would name one image twice under the tag; a typo is likelier.
+            if valid.contains(raw) {
+                return Err(self.error(tag, format!("tag `{raw}` is listed twice")));
+            }
+            valid.push(raw.clone());
+        }
+        Ok(valid)
     }
 
     fn platforms(
@@ -644,7 +718,119 @@ impl Checker {
         })
     }
 
+    fn workdir(&self, dir: &Spanned<String>) -> Result<String, RecipeError> {
+        let raw = dir.get_ref();
+        self.visible_only(dir, "`workdir`")?;
+        if !raw.starts_with('/') {
+            return Err(self.error(dir, "`workdir` must be an absolute path"));
+        }
+        // The runtime resolves the working directory in the container's root; `..` in it
+        // says something other than where the process starts.
+        if raw.split('/').any(|part| part == "..") {
+            return Err(self.error(
+                dir,
+                format!("`workdir` `{raw}` contains `..`: write the directory it means"),
+            ));
+        }
+        Ok(raw.clone())
+    }
+
+    /// `uid`, `uid:gid`, `name` or `name:group` (a name or an ID on either side), as
+    /// runtimes read the OCI config's `User`.
+    fn user(&self, user: &Spanned<String>) -> Result<String, RecipeError> {
+        let raw = user.get_ref();
+        let (name, group) = match raw.split_once(':') {
+            Some((name, group)) => (name, Some(group)),
+            None => (raw.as_str(), None),
+        };
+        for part in std::iter::once(name).chain(group) {
+            match user_part(part) {
+                UserPart::Name | UserPart::Id => {}
+                UserPart::IdOutOfRange => {
+                    return Err(self.error(
+                        user,
+                        format!(
+                            "`user` ID `{part}` is outside 0..{MAX_ID} (the IDs Linux can give; 4294967295 means \"no ID\")"
+                        ),
+                    ));
+                }
+                UserPart::Invalid => {
+                    return Err(self.error(
+                        user,
+                        "`user` must be `uid`, `uid:gid`, `name` or `name:group`",
+                    ));
+                }
+            }
+        }
+        Ok(raw.clone())
+    }
+
+    /// `[image.env]`: every key non-empty and without `=`, nothing hidden in keys or values.
+    fn env(
+        &self,
+        env: &BTreeMap<Spanned<String>, Spanned<String>>,
+    ) -> Result<BTreeMap<String, String>, RecipeError> {
+        for (key, value) in env {
+            let name = key.get_ref();
+            if name.is_empty() {
+                return Err(self.error(key, "an `[image.env]` key must not be empty"));
+            }
+            self.visible_only(key, "the `[image.env]` key")?;
+            // The config holds `KEY=value`: a runtime would cut the key at its first `=`.
+            if name.contains('=') {
+                return Err(self.error(
+                    key,
+                    format!(
+                        "the `[image.env]` key `{name}` contains `=`, which ends a variable's name"
+                    ),
+                ));
+            }
+            self.visible_only(value, &format!("the value of `{name}` in `[image.env]`"))?;
+        }
+        Ok(plain(env))
+    }
+
+    /// `[image.labels]`: nothing hidden in keys or values.
+    fn labels(
+        &self,
+        labels: &BTreeMap<Spanned<String>, Spanned<String>>,
+    ) -> Result<BTreeMap<String, String>, RecipeError> {
+        for (key, value) in labels {
+            self.visible_only(key, "the `[image.labels]` key")?;
+            let name = key.get_ref();
+            self.visible_only(value, &format!("the value of `{name}` in `[image.labels]`"))?;
+        }
+        Ok(plain(labels))
+    }
+
+    /// `entrypoint` or `cmd`: no empty element (an empty path or argument is a value that
+    /// went missing, and an empty first element runs nothing).
+    fn command(&self, args: &[Spanned<String>], what: &str) -> Result<Vec<String>, RecipeError> {
+        if let Some(empty) = args.iter().find(|a| a.get_ref().is_empty()) {
+            return Err(self.error(empty, format!("an element of `{what}` must not be empty")));
+        }
+        Ok(args.iter().map(|a| a.get_ref().clone()).collect())
+    }
+
+    /// Refuses a value holding a control character (TAB and newline included) or a
+    /// bidirectional control: in an image config it breaks the consumers of `KEY=value`
+    /// lines, or shows a reviewer something other than what the image gets.
+    fn visible_only(&self, value: &Spanned<String>, what: &str) -> Result<(), RecipeError> {
+        match value.get_ref().chars().find(|c| forbidden(*c)) {
+            None => Ok(()),
+            Some(c) => Err(self.error(
+                value,
+                format!(
+                    "{what} `{}` contains {}; control and bidirectional characters are not allowed",
+                    visible(value.get_ref()),
+                    describe(c)
+                ),
+            )),
+        }
+    }
+
     fn prefix(&self, prefix: &Spanned<String>) -> Result<String, RecipeError> {
+        self.visible_only(prefix, "the prefix")?;
         let raw = prefix.get_ref();
         let trimmed = raw.trim_end_matches('/');
         let valid = trimmed.starts_with('/')
@@ -673,6 +859,75 @@ impl Checker {
             )
         })
     }
+}
+
+/// The largest user or group ID: Linux IDs are 32 bits and `(uid_t)-1` means "no ID".
+const MAX_ID: u64 = 4_294_967_294;
+
+/// What one side of `user` is.
+enum UserPart {
+    Id,
+    IdOutOfRange,
+    Name,
+    Invalid,
+}
+
+/// Digits are an ID; otherwise a name as `useradd` accepts it: `[a-z_][a-z0-9_-]*[$]?`.
+fn user_part(part: &str) -> UserPart {
+    if !part.is_empty() && part.bytes().all(|b| b.is_ascii_digit()) {
+        return match part.parse::<u64>() {
+            Ok(id) if id <= MAX_ID => UserPart::Id,
+            _ => UserPart::IdOutOfRange,
+        };
+    }
+    let body = part.strip_suffix('$').unwrap_or(part);
+    let mut chars = body.chars();
+    let valid = matches!(chars.next(), Some(c) if c.is_ascii_lowercase() || c == '_')
+        && chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || matches!(c, '_' | '-'));
+    if valid {
+        UserPart::Name
+    } else {
+        UserPart::Invalid
+    }
+}
+
+/// A character no value in an image config may hold: any control character (TAB too,
+/// which [`is_hidden`] lets through in a source line) or a bidirectional control.
+fn forbidden(c: char) -> bool {
+    c == '\t' || is_hidden(c)
+}
+
+/// `text` with its forbidden characters written as `<U+XXXX>`, safe to print.
+fn visible(text: &str) -> String {
+    text.chars()
+        .map(|c| {
+            if forbidden(c) {
+                format!("<U+{:04X}>", u32::from(c))
+            } else {
+                c.to_string()
+            }
+        })
+        .collect()
+}
+
+/// Names a forbidden character for a message.
+fn describe(c: char) -> String {
+    let code = format!("U+{:04X}", u32::from(c));
+    match c {
+        '\n' => format!("a newline ({code})"),
+        '\r' => format!("a carriage return ({code})"),
+        '\t' => format!("a TAB ({code})"),
+        '\0' => format!("a NUL ({code})"),
+        c if c.is_control() => format!("the control character {code}"),
+        _ => format!("the bidirectional control {code}"),
+    }
+}
+
+/// A checked map without its spans.
+fn plain(map: &BTreeMap<Spanned<String>, Spanned<String>>) -> BTreeMap<String, String> {
+    map.iter()
+        .map(|(k, v)| (k.get_ref().clone(), v.get_ref().clone()))
+        .collect()
 }
 
 /// OCI image names: lowercase alphanumerics with `.`, `_`, `-` separators.
@@ -938,5 +1193,132 @@ dependencies = ["python=3.9", "numpy >=1.20"]
             let err = parse(text).unwrap_err().to_string();
             assert!(err.contains(needle), "{text:?}: {err}");
         }
+    }
+
+    /// `[image]` with `name = "x"` and `rest`: the error's message and the `line:column`
+    /// of the value it points at.
+    fn refused(rest: &str) -> (String, String) {
+        let text = format!("[image]\nname = \"x\"\n{rest}");
+        match parse(&text).unwrap_err() {
+            RecipeError::Invalid {
+                message,
+                span: Some(span),
+                ..
+            } => {
+                let (line, column) = span.line_column();
+                (message, format!("{line}:{column}"))
+            }
+            other => panic!("{rest:?}: no span in {other}"),
+        }
+    }
+
+    #[test]
+    fn values_that_make_broken_images_are_refused_at_the_value() {
+        for (rest, needle, at) in [
+            ("[image.env]\n\"A=B\" = \"x\"\n", "contains `=`", "4:1"),
+            ("[image.env]\n\"\" = \"x\"\n", "must not be empty", "4:1"),
+            ("[image.env]\nA = \"x\\ny\"\n", "a newline (U+000A)", "4:5"),
+            ("[image.env]\nA = \"x\\ty\"\n", "a TAB (U+0009)", "4:5"),
+            ("[image.env]\nA = \"x\u{202e}y\"\n", "U+202E", "4:5"),
+            ("[image.env]\n\"A\\u2066\" = \"x\"\n", "U+2066", "4:1"),
+            ("[image.env]\nA = \"\\u200F\"\n", "U+200F", "4:5"),
+            ("[image.labels]\n\"a\\u2069\" = \"x\"\n", "U+2069", "4:1"),
+            ("[image.labels]\na = \"x\\u200e\"\n", "U+200E", "4:5"),
+            ("[image.labels]\na = \"x\\u001b[31m\"\n", "U+001B", "4:5"),
+            ("prefix = \"/opt/c\\u202Eonda\"\n", "U+202E", "3:10"),
+            ("prefix = \"/opt/con\\tda\"\n", "a TAB", "3:10"),
+            ("user = \"root:\"\n", "`user` must be", "3:8"),
+            ("user = \"Root\"\n", "`user` must be", "3:8"),
+            ("user = \"1000:1000:1\"\n", "`user` must be", "3:8"),
+            ("user = \"-x\"\n", "`user` must be", "3:8"),
+            ("user = \"a$b\"\n", "`user` must be", "3:8"),
+            ("user = \"4294967295\"\n", "outside 0..4294967294", "3:8"),
+            (
+                "user = \"0:99999999999999999999\"\n",
+                "outside 0..4294967294",
+                "3:8",
+            ),
+            (
+                "entrypoint = [\"/bin/sh\", \"\"]\n",
+                "`entrypoint` must not be empty",
+                "3:26",
+            ),
+            ("cmd = [\"\"]\n", "`cmd` must not be empty", "3:8"),
+            ("workdir = \"/srv/../etc\"\n", "contains `..`", "3:11"),
+            ("workdir = \"/srv/..\"\n", "contains `..`", "3:11"),
+            ("workdir = \"/srv\\nx\"\n", "a newline", "3:11"),
+            (
+                "tags = [\"a\", \"b\", \"a\"]\n",
+                "tag `a` is listed twice",
+                "3:19",
+            ),
+        ] {
+            let (message, place) = refused(rest);
+            assert!(message.contains(needle), "{rest:?}: {message}");
+            assert_eq!(place, at, "{rest:?}: {message}");
+            assert!(!message.chars().any(forbidden), "{rest:?}: {message:?}");
+        }
+    }
+
+    #[test]
+    fn users_ids_and_names_that_runtimes_read_are_kept() {
+        for user in [
+            "0",
+            "1000",
+            "1000:1000",
+            "4294967294:4294967294",
+            "root",
+            "nobody:nogroup",
+            "_apt",
+            "build-bot_2",
+            "machine$",
+            "jovyan:100",
+            "1000:users",
+        ] {
+            let text = format!("[image]\nname = \"x\"\nuser = \"{user}\"\n");
+            assert_eq!(parse(&text).unwrap().user.as_deref(), Some(user));
+        }
+    }
+
+    #[test]
+    fn plain_values_are_kept_as_written() {
+        let text = "[image]\nname = \"x\"\ntags = [\"a\", \"b\"]\nworkdir = \"/srv/a..b\"\n\
+                    entrypoint = []\ncmd = [\"-c\", \"echo 'a=b'\"]\n\
+                    [image.env]\nPATH_EXTRA = \"/x=y\"\n[image.labels]\n\"a.b\" = \"caf\u{e9}\"\n";
+        let recipe = parse(text).unwrap();
+        assert_eq!(recipe.tags, ["a", "b"]);
+        assert_eq!(recipe.workdir.as_deref(), Some("/srv/a..b"));
+        assert_eq!(recipe.entrypoint, Some(Vec::new()));
+        assert_eq!(recipe.cmd.unwrap()[1], "echo 'a=b'");
+        assert_eq!(recipe.env["PATH_EXTRA"], "/x=y");
+        assert_eq!(recipe.labels["a.b"], "caf\u{e9}");
+    }
+
+    #[test]
+    fn a_recipe_that_is_not_a_regular_file_or_too_large_is_refused_before_reading() {
+        let dir = tempfile::tempdir().unwrap();
+        let options = RecipeOptions::default();
+        let shown = |path: &Path| Recipe::load(path, &options).unwrap_err().to_string();
+        assert!(shown(dir.path()).contains("is a directory, not a regular file"));
+        assert!(
+            shown(Path::new("/dev/zero")).contains("is a character device, not a regular file")
+        );
+        let fifo = dir.path().join("fifo");
+        let c_path = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+        // SAFETY: a valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c_path.as_ptr(), 0o600) }, 0);
+        // Without a writer: opening must not wait for one.
+        assert!(shown(&fifo).contains("is a fifo, not a regular file"));
+        let big = dir.path().join("big.toml");
+        let mut text = MINIMAL.to_string();
+        text.push('#');
+        text.push_str(&"x".repeat(MAX_RECIPE_BYTES as usize - text.len()));
+        text.push('\n');
+        assert_eq!(text.len() as u64, MAX_RECIPE_BYTES + 1);
+        fs_err::write(&big, &text).unwrap();
+        assert!(shown(&big).contains("has 1048577 bytes; a recipe may have at most 1048576"));
+        // One byte less is read and parsed.
+        fs_err::write(&big, &text[1..]).unwrap();
+        Recipe::load(&big, &options).unwrap();
     }
 }

@@ -13,7 +13,9 @@ mod schema;
 pub mod suggest;
 
 pub use error::{RecipeError, SourceSpan};
-pub use load::{Base, CudaTarget, Recipe, RecipeOptions, is_valid_tag, oci_architecture};
+pub use load::{
+    Base, CudaTarget, Recipe, RecipeOptions, is_valid_tag, oci_architecture, read_recipe_text,
+};
 pub use platforms::{OciPlatform, Platforms};
 
 /// Where channel names such as `conda-forge` resolve when no alias is configured.
@@ -21,6 +23,10 @@ pub const DEFAULT_CHANNEL_ALIAS: &str = "https://conda.anaconda.org";
 
 /// The in-image prefix of the conda environment when the recipe does not name one.
 pub const DEFAULT_PREFIX: &str = "/opt/conda";
+
+/// The most bytes a recipe file may have. Recipes are a few kilobytes: anything near this
+/// is a mistake (or `/dev/zero`), refused before it is read into memory.
+pub const MAX_RECIPE_BYTES: u64 = 1 << 20;
 
 /// The default layer budget, base layers included. containerd and overlay2 stop near 127.
 pub const DEFAULT_LAYER_BUDGET: u32 = 60;

@@ -46,15 +46,16 @@ pub(crate) struct ImageSection {
     pub prefix: Option<Spanned<String>>,
     /// Optional: glibc version of the target (the `__glibc` virtual package).
     pub glibc: Option<Spanned<String>>,
-    /// Optional: extra environment variables, applied last.
+    /// Optional: extra environment variables, applied last. Keys and values keep their
+    /// spans: both are checked (no `=` in a key, no control characters).
     #[serde(default)]
-    pub env: BTreeMap<String, String>,
-    pub entrypoint: Option<Vec<String>>,
-    pub cmd: Option<Vec<String>>,
+    pub env: BTreeMap<Spanned<String>, Spanned<String>>,
+    pub entrypoint: Option<Vec<Spanned<String>>>,
+    pub cmd: Option<Vec<Spanned<String>>>,
     pub workdir: Option<Spanned<String>>,
     pub user: Option<Spanned<String>>,
     #[serde(default)]
-    pub labels: BTreeMap<String, String>,
+    pub labels: BTreeMap<Spanned<String>, Spanned<String>>,
 }
 
 #[derive(Debug, Default, Deserialize)]
