@@ -225,13 +225,21 @@ fn default_cache_dir() -> PathBuf {
         .join("imgbuild")
 }
 
+/// The latest `SOURCE_DATE_EPOCH` accepted: 9999-12-31T23:59:59Z, the last second an RFC 3339
+/// `created` time (four-digit year) can hold.
+const MAX_SOURCE_DATE_EPOCH: i64 = 253_402_300_799;
+
 fn source_date_epoch() -> Result<Option<i64>, String> {
     match std::env::var("SOURCE_DATE_EPOCH") {
-        Ok(value) if !value.trim().is_empty() => value
-            .trim()
-            .parse::<i64>()
-            .map(Some)
-            .map_err(|_| format!("SOURCE_DATE_EPOCH=`{value}` is not a number of seconds")),
+        Ok(value) if !value.trim().is_empty() => match value.trim().parse::<i64>() {
+            Ok(seconds @ 0..=MAX_SOURCE_DATE_EPOCH) => Ok(Some(seconds)),
+            Ok(_) => Err(format!(
+                "SOURCE_DATE_EPOCH=`{value}` is outside 0..{MAX_SOURCE_DATE_EPOCH} (1970-01-01 to 9999-12-31)"
+            )),
+            Err(_) => Err(format!(
+                "SOURCE_DATE_EPOCH=`{value}` is not a number of seconds"
+            )),
+        },
         _ => Ok(None),
     }
 }
@@ -371,7 +379,7 @@ async fn run(cli: Cli) -> ExitCode {
             );
             // A recipe with a `[matrix]` builds every variant (errors in the file itself are
             // left to the normal path, which reports them with their place).
-            let variants = fs_err::read_to_string(&args.recipe)
+            let variants = crate::recipe::read_recipe_text(&args.recipe)
                 .ok()
                 .map(|text| crate::recipe::matrix::variants(&text, &args.recipe));
             match variants {
