@@ -24,7 +24,7 @@ use std::{
 use sha2::{Digest, Sha256};
 
 /// Bumped whenever the checks behind a marker change, so older markers no longer count.
-const VERSION: &str = "imgbuild-checked 1";
+const VERSION: &str = "imgbuild-checked 2";
 
 /// The marker of the archive with sha256 `archive_sha256`.
 pub fn marker_path(cache_dir: &Path, archive_sha256: &str) -> PathBuf {

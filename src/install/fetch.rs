@@ -25,21 +25,21 @@ use super::{
     scan::{self, ArchiveKind},
 };
 
-/// Fetches and checks every record, eight at a time.
+/// Fetches and checks every record, eight at a time; returns the extracted copy of each, in
+/// the order of `records`.
 pub(super) async fn fetch_and_check(
     records: &[RepoDataRecord],
-    cache: &PackageCache,
+    (cache, pkgs): (&PackageCache, &Path),
     cache_dir: &Path,
     client: &LazyClient,
     events: tokio::sync::mpsc::UnboundedSender<progress::Event>,
-) -> Result<(), InstallError> {
+) -> Result<Vec<PathBuf>, InstallError> {
     use futures::{StreamExt, TryStreamExt};
     futures::stream::iter(records)
-        .map(|record| fetch_one(record, cache, cache_dir, client, events.clone()))
-        .buffer_unordered(8)
-        .try_collect::<Vec<()>>()
-        .await?;
-    Ok(())
+        .map(|record| fetch_one(record, (cache, pkgs), cache_dir, client, events.clone()))
+        .buffered(8)
+        .try_collect()
+        .await
 }
 
 /// Where an archive comes from.
@@ -67,8 +67,8 @@ impl Job {
     fn refuse(&self, entry: &str, reason: String) -> InstallError {
         InstallError::Check {
             package: self.package.clone(),
-            entry: entry.to_string(),
-            reason,
+            entry: scan::printable(entry),
+            reason: scan::printable(&reason),
         }
     }
 
@@ -83,11 +83,11 @@ impl Job {
 
 async fn fetch_one(
     record: &RepoDataRecord,
-    cache: &PackageCache,
+    (cache, pkgs): (&PackageCache, &Path),
     cache_dir: &Path,
     client: &LazyClient,
     events: tokio::sync::mpsc::UnboundedSender<progress::Event>,
-) -> Result<(), InstallError> {
+) -> Result<PathBuf, InstallError> {
     let package = dist_name(record);
     let archive = record
         .url
@@ -148,14 +148,20 @@ async fn fetch_one(
         .get_or_fetch(&record.package_record, fetch, Some(job.reporter.clone()))
         .await
         .map_err(|source| {
-            refusal
+            let refused = refusal
                 .lock()
                 .expect("no panics while holding the lock")
-                .take()
-                .unwrap_or(InstallError::Fetch {
+                .take();
+            match refused {
+                Some(err) => {
+                    forget(pkgs, &package);
+                    err
+                }
+                None => InstallError::Fetch {
                     package: package.clone(),
                     source,
-                })
+                },
+            }
         })?;
     let dir = fetched.path().to_path_buf();
 
@@ -164,49 +170,67 @@ async fn fetch_one(
         && checked::is_marked(cache_dir, sha256, &dir)
     {
         tracing::debug!("{package}: checked before (marker {sha256}), not read again");
-        return Ok(());
+        return Ok(dir);
     }
-    if !extracted_here.load(Ordering::SeqCst) {
-        // Extracted by an earlier run, or another process, and not marked (or changed since):
-        // the copy alone cannot show what the extractor dropped, so read the archive again.
-        let archive = obtain(&job).await?;
-        let (job2, path) = (job.clone(), archive.path().to_path_buf());
-        tokio::task::spawn_blocking(move || scan_file(&job2, &path, true))
-            .await
-            .map_err(|e| job.refuse_archive(format!("could not be checked: {e}")))??;
+    if let Err(err) = check_extracted(&job, &dir, !extracted_here.load(Ordering::SeqCst)).await {
+        forget(pkgs, &package);
+        return Err(err);
     }
-    let (check_dir, check_package_name) = (dir.clone(), package.clone());
-    tokio::task::spawn_blocking(move || check_package(&check_dir, &check_package_name))
-        .await
-        .map_err(|e| job.refuse_archive(format!("could not be checked: {e}")))??;
     if let Some(sha256) = &sha256
         && let Err(err) = checked::mark(cache_dir, sha256, &dir)
     {
         // Only costs the next build a full check.
         tracing::warn!("could not record that {package} was checked: {err}");
     }
-    Ok(())
+    Ok(dir)
 }
 
-/// rattler's fetch: the archive is obtained, its size checked, then scanned while it is
-/// extracted (two threads, one pass each; the extractor writes only into rattler's temporary
-/// destination, which rattler discards on error), then its sha256 compared with the lock.
+/// Removes what the cache holds of the refused package `package` (its extracted copy and
+/// rattler's metadata file beside it), so nothing of it stays; the whole-cache lock is held.
+fn forget(pkgs: &Path, package: &str) {
+    let dir = pkgs.join(package);
+    if dir.is_dir()
+        && let Err(e) = fs_err::remove_dir_all(&dir)
+    {
+        tracing::warn!("could not remove the refused package's copy: {e}");
+    }
+    let _ = std::fs::remove_file(pkgs.join(format!("{package}.lock")));
+}
+
+/// Checks the extracted copy `dir` against its record and `info/paths.json`; with `rescan`
+/// (extracted by an earlier run, or another process, and not marked or changed since), the
+/// archive is read again first: the copy alone cannot show what the extractor dropped.
+async fn check_extracted(job: &Job, dir: &Path, rescan: bool) -> Result<(), InstallError> {
+    if rescan {
+        let archive = obtain(job).await?;
+        let (job2, path) = (job.clone(), archive.path().to_path_buf());
+        tokio::task::spawn_blocking(move || scan_file(&job2, &path, true))
+            .await
+            .map_err(|e| job.refuse_archive(format!("could not be checked: {e}")))??;
+    }
+    let (check_dir, record) = (dir.to_path_buf(), job.record.clone());
+    tokio::task::spawn_blocking(move || check_package(&check_dir, &record))
+        .await
+        .map_err(|e| job.refuse_archive(format!("could not be checked: {e}")))?
+}
+
+/// rattler's fetch: the archive is obtained, its size checked, then scanned to its end, and
+/// only then extracted (the extractor writes into rattler's temporary destination, which
+/// rattler discards on error) and its sha256 compared with the lock. Scanning first costs a
+/// second decompression in sequence rather than beside the extraction, but a bomb or a
+/// hostile entry is refused before a single byte of it is written.
 async fn extract_checked(job: &Job, destination: &Path) -> Result<Sha256Hash, InstallError> {
     let archive = obtain(job).await?;
     let path = archive.path().to_path_buf();
     check_size(job, &path)?;
     let (scan_job, scan_path) = (job.clone(), path.clone());
-    let (scanned, extracted) = tokio::join!(
-        tokio::task::spawn_blocking(move || scan_file(&scan_job, &scan_path, false)),
-        rattler_package_streaming::tokio::fs::extract(&path, destination),
-    );
-    // The sha256 first: when the archive is not the one the lock pins, nothing else about it
-    // matters.
-    if let Ok(result) = &extracted {
-        check_sha256(job, result.sha256)?;
-    }
-    scanned.map_err(|e| job.refuse_archive(format!("could not be checked: {e}")))??;
-    let result = extracted.map_err(|e| job.refuse_archive(format!("cannot be extracted: {e}")))?;
+    tokio::task::spawn_blocking(move || scan_file(&scan_job, &scan_path, false))
+        .await
+        .map_err(|e| job.refuse_archive(format!("could not be checked: {e}")))??;
+    let result = rattler_package_streaming::tokio::fs::extract(&path, destination)
+        .await
+        .map_err(|e| job.refuse_archive(format!("cannot be extracted: {e}")))?;
+    check_sha256(job, result.sha256)?;
     Ok(result.sha256)
 }
 
@@ -318,20 +342,40 @@ impl crate::download::DownloadProgress for DownloadForward<'_> {
     }
 }
 
-/// Checks an extracted package against its `info/paths.json`: every declared path stays in
-/// the prefix, every payload file is declared, every declared file has its sha256, and a file
-/// marked for binary prefix replacement holds its placeholder (rattler would otherwise leave
-/// the build-time path in it without a word, and the image would carry a broken binary).
-pub(super) fn check_package(dir: &Path, package: &str) -> Result<(), InstallError> {
-    use rattler_conda_types::package::{FileMode, PathType, PathsJson};
+/// The metadata files rattler reads from an extracted package: each must be a plain file in
+/// a plain `info/` directory, so no read of them follows a link.
+const METADATA_FILES: &[&str] = &[
+    "info/index.json",
+    "info/paths.json",
+    "info/link.json",
+    "info/files",
+    "info/has_prefix",
+    "info/no_link",
+    "info/about.json",
+    "info/run_exports.json",
+];
+
+/// Checks an extracted package against its record and its `info/paths.json`: it is the
+/// package the record names, every declared path stays in the prefix and is what paths.json
+/// says it is (a file, a link, a directory, reached through directories only, so reading it
+/// never follows a link out of the copy), every payload file is declared, every declared file
+/// has its sha256, and a file marked for binary prefix replacement holds its placeholder
+/// (rattler would otherwise leave the build-time path in it without a word, and the image
+/// would carry a broken binary).
+pub(super) fn check_package(dir: &Path, record: &RepoDataRecord) -> Result<(), InstallError> {
+    use rattler_conda_types::package::PathsJson;
+    let package = dist_name(record);
     let bad = |entry: &str, reason: &str| InstallError::Check {
-        package: package.to_string(),
-        entry: entry.to_string(),
-        reason: reason.to_string(),
+        package: package.clone(),
+        entry: scan::printable(entry),
+        reason: scan::printable(reason),
     };
+    check_metadata_files(dir).map_err(|(entry, reason)| bad(&entry, &reason))?;
+    check_identity(dir, record).map_err(|reason| bad("info/index.json", &reason))?;
     let paths = PathsJson::from_package_directory_with_deprecated_fallback(dir)
         .map_err(|e| bad("info/paths.json", &format!("cannot be read: {e}")))?;
     let mut declared = std::collections::BTreeSet::new();
+    let mut plain_dirs = std::collections::HashSet::new();
     for entry in &paths.paths {
         let path = &entry.relative_path;
         let shown = path.display().to_string();
@@ -343,60 +387,150 @@ pub(super) fn check_package(dir: &Path, package: &str) -> Result<(), InstallErro
             return Err(bad(&shown, "is declared outside the prefix"));
         }
         declared.insert(path.clone());
-        if entry.path_type != PathType::HardLink {
-            continue;
-        }
-        let file = dir.join(path);
-        // A declared file that is missing is reported by the linker, naming it.
-        let Ok(meta) = std::fs::symlink_metadata(&file) else {
-            continue;
-        };
-        if !meta.is_file() {
-            continue;
-        }
-        let placeholder = entry
-            .prefix_placeholder
-            .as_ref()
-            .filter(|p| p.file_mode == FileMode::Binary)
-            .map(|p| p.placeholder.as_bytes());
-        if let Some(placeholder) = placeholder
-            && placeholder.len() as u64 > meta.len()
+        check_entry_type(dir, entry, &mut plain_dirs).map_err(|reason| bad(&shown, &reason))?;
+        check_content(dir, entry).map_err(|reason| bad(&shown, &reason))?;
+    }
+    check_all_declared(dir, &declared).map_err(|(entry, reason)| bad(&entry, &reason))
+}
+
+fn check_metadata_files(dir: &Path) -> Result<(), (String, String)> {
+    let info = std::fs::symlink_metadata(dir.join("info"));
+    if !info.is_ok_and(|m| m.is_dir()) {
+        return Err(("info".into(), "is not a directory".into()));
+    }
+    for name in METADATA_FILES {
+        if let Ok(meta) = std::fs::symlink_metadata(dir.join(name))
+            && !meta.is_file()
         {
-            return Err(bad(
-                &shown,
-                &format!(
-                    "declares a binary prefix placeholder of {} bytes, longer than the file itself ({} bytes)",
-                    placeholder.len(),
-                    meta.len()
-                ),
-            ));
-        }
-        if entry.sha256.is_none() && placeholder.is_none() {
-            continue;
-        }
-        let read = read_file(&file, placeholder).map_err(|e| bad(&shown, &e.to_string()))?;
-        if let Some(expected) = entry.sha256
-            && read.sha256.as_slice() != expected.as_slice()
-        {
-            return Err(bad(
-                &shown,
-                "does not match the sha256 info/paths.json declares",
-            ));
-        }
-        if let Some(placeholder) = placeholder
-            && !read.found_placeholder
-        {
-            return Err(bad(
-                &shown,
-                &format!(
-                    "is marked for binary prefix replacement, but its placeholder `{}` is not in the file",
-                    String::from_utf8_lossy(placeholder)
-                ),
-            ));
+            return Err((name.to_string(), "is not a plain file".into()));
         }
     }
+    Ok(())
+}
+
+/// The archive's `info/index.json` must name the package its record names: rattler files the
+/// package, and writes its `conda-meta` record, under the record's name.
+fn check_identity(dir: &Path, record: &RepoDataRecord) -> Result<(), String> {
+    use rattler_conda_types::package::{IndexJson, PackageFile};
+    let index =
+        IndexJson::from_package_directory(dir).map_err(|e| format!("cannot be read: {e}"))?;
+    let ours = &record.package_record;
+    let theirs = (
+        index.name.as_normalized(),
+        index.version.to_string(),
+        &index.build,
+    );
+    let expected = (
+        ours.name.as_normalized(),
+        ours.version.to_string(),
+        &ours.build,
+    );
+    if theirs != expected {
+        return Err(format!(
+            "names the package `{}-{}-{}`, but its record (repodata or lock) is for `{}-{}-{}`",
+            theirs.0, theirs.1, theirs.2, expected.0, expected.1, expected.2
+        ));
+    }
+    Ok(())
+}
+
+/// The entry is of the type paths.json declares, and every directory above it in the copy is
+/// a real directory: rattler reads files through these paths (to copy them, or to replace a
+/// placeholder) and must never be led out of the copy by a link.
+fn check_entry_type(
+    dir: &Path,
+    entry: &rattler_conda_types::package::PathsEntry,
+    plain_dirs: &mut std::collections::HashSet<PathBuf>,
+) -> Result<(), String> {
+    use rattler_conda_types::package::PathType;
+    for parent in entry.relative_path.ancestors().skip(1) {
+        if parent.as_os_str().is_empty() || plain_dirs.contains(parent) {
+            break;
+        }
+        match std::fs::symlink_metadata(dir.join(parent)) {
+            Ok(meta) if meta.is_dir() => {
+                plain_dirs.insert(parent.to_path_buf());
+            }
+            // A declared file that is missing is reported by the linker, naming it.
+            Err(_) => return Ok(()),
+            Ok(_) => {
+                return Err(format!(
+                    "lies below `{}`, which is a link or a file in the package, not a directory",
+                    parent.display()
+                ));
+            }
+        }
+    }
+    let Ok(meta) = std::fs::symlink_metadata(dir.join(&entry.relative_path)) else {
+        return Ok(());
+    };
+    let (expected, ok) = match entry.path_type {
+        PathType::HardLink => ("a file", meta.is_file()),
+        PathType::SoftLink => ("a symlink", meta.file_type().is_symlink()),
+        PathType::Directory => ("a directory", meta.is_dir()),
+    };
+    if !ok {
+        return Err(format!(
+            "is declared as {expected} in info/paths.json, but the package holds something else there"
+        ));
+    }
+    Ok(())
+}
+
+/// The sha256 paths.json declares, and the binary placeholder, of a declared file.
+fn check_content(
+    dir: &Path,
+    entry: &rattler_conda_types::package::PathsEntry,
+) -> Result<(), String> {
+    use rattler_conda_types::package::{FileMode, PathType};
+    if entry.path_type != PathType::HardLink {
+        return Ok(());
+    }
+    let file = dir.join(&entry.relative_path);
+    let Ok(meta) = std::fs::symlink_metadata(&file) else {
+        return Ok(());
+    };
+    let placeholder = entry
+        .prefix_placeholder
+        .as_ref()
+        .filter(|p| p.file_mode == FileMode::Binary)
+        .map(|p| p.placeholder.as_bytes());
+    if let Some(placeholder) = placeholder
+        && placeholder.len() as u64 > meta.len()
+    {
+        return Err(format!(
+            "declares a binary prefix placeholder of {} bytes, longer than the file itself ({} bytes)",
+            placeholder.len(),
+            meta.len()
+        ));
+    }
+    if entry.sha256.is_none() && placeholder.is_none() {
+        return Ok(());
+    }
+    let read = read_file(&file, placeholder).map_err(|e| e.to_string())?;
+    if let Some(expected) = entry.sha256
+        && read.sha256.as_slice() != expected.as_slice()
+    {
+        return Err("does not match the sha256 info/paths.json declares".into());
+    }
+    if let Some(placeholder) = placeholder
+        && !read.found_placeholder
+    {
+        return Err(format!(
+            "is marked for binary prefix replacement, but its placeholder `{}` is not in the file",
+            String::from_utf8_lossy(placeholder)
+        ));
+    }
+    Ok(())
+}
+
+/// Every payload entry of the copy is declared in paths.json.
+fn check_all_declared(
+    dir: &Path,
+    declared: &std::collections::BTreeSet<PathBuf>,
+) -> Result<(), (String, String)> {
     for entry in walkdir::WalkDir::new(dir).min_depth(1).follow_links(false) {
-        let entry = entry.map_err(|e| bad("(payload)", &e.to_string()))?;
+        let entry = entry.map_err(|e| ("(payload)".to_string(), e.to_string()))?;
         if entry.file_type().is_dir() {
             continue;
         }
@@ -408,9 +542,9 @@ pub(super) fn check_package(dir: &Path, package: &str) -> Result<(), InstallErro
         if relative.components().count() == 1 && relative.to_string_lossy().starts_with('.') {
             continue;
         }
-        return Err(bad(
-            &relative.display().to_string(),
-            "is in the package but not declared in info/paths.json",
+        return Err((
+            relative.display().to_string(),
+            "is in the package but not declared in info/paths.json".into(),
         ));
     }
     Ok(())

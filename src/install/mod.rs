@@ -18,6 +18,7 @@ use rattler_conda_types::RepoDataRecord;
 use serde_json::Value;
 
 mod checked;
+mod confine;
 mod fetch;
 /// Public for the fuzz target (`fuzz/fuzz_targets/package_reader.rs`).
 pub mod scan;
@@ -193,12 +194,19 @@ pub async fn fetch_only(
     platform: rattler_conda_types::Subdir,
     options: &InstallOptions<'_>,
 ) -> Result<(), InstallError> {
+    confine::check_record_fields(&records.iter().collect::<Vec<_>>())?;
     let client = crate::http::client()?;
     let (events_tx, mut events_rx) = tokio::sync::mpsc::unbounded_channel();
     let cache = PackageCache::new(package_cache_dir(options.cache_dir, platform));
     let cache_lock = lock_cache(&cache, options.cache_dir, platform).await?;
     progress::forward_until_done(
-        fetch::fetch_and_check(records, &cache, options.cache_dir, &client, events_tx),
+        fetch::fetch_and_check(
+            records,
+            (&cache, &package_cache_dir(options.cache_dir, platform)),
+            options.cache_dir,
+            &client,
+            events_tx,
+        ),
         &mut events_rx,
         &crate::build::Silent,
     )
@@ -231,15 +239,17 @@ pub async fn install_reporting(
         return Ok(staged);
     }
 
+    // Record fields that become paths are judged before anything is fetched.
+    confine::check_record_fields(&records.iter().collect::<Vec<_>>())?;
     let client = crate::http::client()?;
     let (events_tx, mut events_rx) = tokio::sync::mpsc::unbounded_channel();
     let cache = PackageCache::new(package_cache_dir(options.cache_dir, platform));
     // The installer takes the same lock for linking; it must not be held here then.
     let cache_lock = lock_cache(&cache, options.cache_dir, platform).await?;
-    progress::forward_until_done(
+    let dirs = progress::forward_until_done(
         fetch::fetch_and_check(
             records,
-            &cache,
+            (&cache, &package_cache_dir(options.cache_dir, platform)),
             options.cache_dir,
             &client,
             events_tx.clone(),
@@ -248,6 +258,14 @@ pub async fn install_reporting(
         reporter,
     )
     .await?;
+    // The whole prefix is planned from the extracted copies before rattler writes anything
+    // (see `confine.rs`); the lock is still held, so the copies are the ones it will link.
+    let planned: Vec<confine::Planned<'_>> = records
+        .iter()
+        .zip(&dirs)
+        .map(|(record, dir)| confine::Planned { record, dir })
+        .collect();
+    confine::check_plan(&planned, platform)?;
     drop(cache_lock);
     let installing = Installer::new()
         .with_download_client(client)
@@ -277,30 +295,31 @@ pub async fn install_reporting(
         .map_err(InstallError::Install)?;
 
     let packages = scrub(&prefix_dir, records)?;
+    confine::check_staged(&prefix_dir)?;
     Ok(StagedPrefix { packages, ..staged })
 }
 
-/// Removes the empty directories rattler leaves under `__clobbers__` when it settles which
-/// of several packages shipping the same path keeps it: which ones it leaves depends on the
-/// order its parallel links finished, and they would otherwise land in the image's own
-/// layer and change its digest from run to run.
-fn prune_clobber_dirs(prefix_dir: &Path) -> Result<(), InstallError> {
-    let root = prefix_dir.join("__clobbers__");
-    if !root.is_dir() {
-        return Ok(());
+/// Removes `__clobbers__`, where rattler moves the copies that lose when several packages
+/// ship the same path. The plan lets packages share a path only when it is the same file
+/// (`confine.rs`), so each copy there is the same bytes as the one kept, and which package
+/// lost depends on the order rattler's parallel links finished: none of it may reach the image.
+fn remove_clobbers(prefix_dir: &Path) -> Result<(), InstallError> {
+    let root = prefix_dir.join(CLOBBERS);
+    match std::fs::symlink_metadata(&root) {
+        Ok(meta) if meta.is_dir() => fs_err::remove_dir_all(&root)
+            .map_err(|source| InstallError::Metadata { path: root, source }),
+        _ => Ok(()),
     }
-    // Deepest first, so a parent is looked at after its children are gone.
-    for entry in walkdir::WalkDir::new(&root).contents_first(true) {
-        let entry = entry.map_err(|e| InstallError::Metadata {
-            path: root.clone(),
-            source: e.into(),
-        })?;
-        if entry.file_type().is_dir() {
-            // Fails, harmlessly, for a directory that still holds a clobbered file.
-            let _ = std::fs::remove_dir(entry.path());
-        }
-    }
-    Ok(())
+}
+
+const CLOBBERS: &str = "__clobbers__";
+
+/// A path rattler recorded as `__clobbers__/<package>/<path>` is the package's `<path>`, as
+/// the package ships it (and the kept copy holds the same bytes).
+fn unclobbered(path: &str) -> &str {
+    path.strip_prefix("__clobbers__/")
+        .and_then(|rest| rest.split_once('/'))
+        .map_or(path, |(_, path)| path)
 }
 
 /// Removes host details from the prefix and collects the files of each package.
@@ -308,7 +327,7 @@ fn scrub(
     prefix_dir: &Path,
     records: &[RepoDataRecord],
 ) -> Result<Vec<StagedPackage>, InstallError> {
-    prune_clobber_dirs(prefix_dir)?;
+    remove_clobbers(prefix_dir)?;
     let tag = prefix_dir.join("CACHEDIR.TAG");
     if tag.exists() {
         fs_err::remove_file(&tag).map_err(|source| InstallError::Metadata {
@@ -350,11 +369,21 @@ fn scrub(
             // renamed paths (`__clobbers__/…`) land in these lists in the order the links
             // finished. Sorted, the record is the same on every run.
             if let Some(Value::Array(list)) = map.get_mut("files") {
+                for path in list.iter_mut() {
+                    if let Some(p) = path.as_str() {
+                        *path = Value::String(unclobbered(p).to_string());
+                    }
+                }
                 list.sort_by(|a, b| a.as_str().cmp(&b.as_str()));
             }
             if let Some(Value::Array(list)) =
                 map.get_mut("paths_data").and_then(|p| p.get_mut("paths"))
             {
+                for entry in list.iter_mut() {
+                    if let Some(p) = entry["_path"].as_str() {
+                        entry["_path"] = Value::String(unclobbered(p).to_string());
+                    }
+                }
                 list.sort_by(|a, b| a["_path"].as_str().cmp(&b["_path"].as_str()));
             }
             if let Some(Value::Array(list)) = map.get("files") {

@@ -45,8 +45,8 @@ pub struct Refusal {
 impl Refusal {
     fn new(entry: impl Into<String>, reason: impl Into<String>) -> Self {
         Refusal {
-            entry: entry.into(),
-            reason: reason.into(),
+            entry: printable(&entry.into()),
+            reason: printable(&reason.into()),
         }
     }
 }
@@ -55,59 +55,306 @@ impl Refusal {
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct Scanned {
     pub entries: u64,
+    /// Bytes the archive's tar entries unpack to (headers and contents).
+    pub unpacked: u64,
+}
+
+/// How far an archive may expand: [`MAX_RATIO`] times its own size, and never less than
+/// [`MIN_UNPACKED`]. Real packages stay far below (CUDA libraries unpack to 3 to 5 times
+/// their archive, text-heavy ones to 10 to 20, a package of nothing but empty files to under
+/// 100); a kilobyte of bzip2 that unpacks to a gigabyte of zeros is a decompression bomb,
+/// refused at the first header past the bound, before its bytes are decompressed.
+pub const MAX_RATIO: u64 = 1000;
+/// The bound for small archives, whose ratio says little (tar headers alone compress well).
+pub const MIN_UNPACKED: u64 = 32 << 20;
+/// The most `info/paths.json` may hold; torch's, the largest seen, is 9 MiB.
+const MAX_PATHS_JSON: u64 = 64 << 20;
+
+/// What a scan of one archive knows as it goes.
+struct Scan<'a> {
+    archive: &'a str,
+    limit: u64,
+    scanned: Scanned,
+    /// `info/paths.json`'s size of each declared file, once that entry has been read: a
+    /// payload entry larger than its declaration is refused at its header.
+    declared: Option<std::collections::HashMap<Vec<u8>, u64>>,
+}
+
+impl Scan<'_> {
+    fn unreadable(&self, e: &dyn std::fmt::Display) -> Refusal {
+        Refusal::new(self.archive, format!("cannot be read: {e}"))
+    }
+
+    /// Counts `bytes` more unpacked bytes, refusing the archive once past the bound.
+    fn count(&mut self, bytes: u64) -> Result<(), Refusal> {
+        self.scanned.unpacked = self.scanned.unpacked.saturating_add(bytes);
+        if self.scanned.unpacked > self.limit {
+            return Err(Refusal::new(
+                self.archive,
+                format!(
+                    "unpacks to more than {} bytes, over {MAX_RATIO} times its size; refused as a decompression bomb",
+                    self.limit
+                ),
+            ));
+        }
+        Ok(())
+    }
 }
 
 /// Reads every entry of the archive `reader` (of kind `kind`, named `archive` in errors) and
 /// refuses the first that a package must not hold: a name that is absolute or climbs out with
 /// `..`, a symlink or hard link leading outside the prefix, a fifo or a device, an entry type
-/// a package has no use for. An archive that cannot be read to its end (truncated, corrupt,
-/// not an archive, a `.conda` without its parts) is refused too, naming the archive.
+/// a package has no use for, a payload file larger than `info/paths.json` declares, or more
+/// unpacked bytes than [`MAX_RATIO`] allows. An archive that cannot be read to its end
+/// (truncated, corrupt, not an archive, a `.conda` without its parts or whose zip directory
+/// and local headers disagree) is refused too, naming the archive.
 pub fn scan_archive(
     mut reader: impl Read + Seek,
     kind: ArchiveKind,
     archive: &str,
 ) -> Result<Scanned, Refusal> {
-    let unreadable =
-        |e: &dyn std::fmt::Display| Refusal::new(archive, format!("cannot be read: {e}"));
-    let mut scanned = Scanned::default();
+    let size = reader
+        .seek(std::io::SeekFrom::End(0))
+        .and_then(|size| reader.rewind().map(|()| size))
+        .map_err(|e| Refusal::new(archive, format!("cannot be read: {e}")))?;
+    let mut scan = Scan {
+        archive,
+        limit: size.saturating_mul(MAX_RATIO).max(MIN_UNPACKED),
+        scanned: Scanned::default(),
+        declared: None,
+    };
     match kind {
         ArchiveKind::TarBz2 => {
             let mut tar = rattler_package_streaming::read::stream_tar_bz2(&mut reader);
-            scan_tar(&mut tar, archive, &mut scanned)?;
+            scan_tar(&mut tar, &mut scan)?;
             // The tar reader stops at the end-of-archive marker; a bzip2 stream cut short or
-            // corrupt after it must still be noticed.
-            std::io::copy(&mut tar.into_inner(), &mut std::io::sink())
-                .map_err(|e| unreadable(&e))?;
+            // corrupt after it must still be noticed (bounded: trailing bytes count too).
+            drain(tar.into_inner(), &mut scan)?;
         }
-        ArchiveKind::Conda => {
-            reader.rewind().map_err(|e| unreadable(&e))?;
-            let mut info = rattler_package_streaming::seek::stream_conda_info(&mut reader)
-                .map_err(|e| unreadable(&e))?;
-            scan_tar(&mut info, archive, &mut scanned)?;
-            drop(info);
-            reader.rewind().map_err(|e| unreadable(&e))?;
-            let mut content = rattler_package_streaming::seek::stream_conda_content(&mut reader)
-                .map_err(|e| unreadable(&e))?;
-            scan_tar(&mut content, archive, &mut scanned)?;
-            std::io::copy(&mut content.into_inner(), &mut std::io::sink())
-                .map_err(|e| unreadable(&e))?;
-        }
+        ArchiveKind::Conda => scan_conda(&mut reader, &mut scan)?,
     }
-    Ok(scanned)
+    Ok(scan.scanned)
 }
 
-fn scan_tar<R: Read>(
-    tar: &mut tar::Archive<R>,
-    archive: &str,
-    scanned: &mut Scanned,
-) -> Result<(), Refusal> {
-    let unreadable = |e: std::io::Error| Refusal::new(archive, format!("cannot be read: {e}"));
-    for entry in tar.entries().map_err(unreadable)? {
-        let entry = entry.map_err(unreadable)?;
+/// Reads `reader` to its end, counting what it yields against the bound.
+fn drain(mut reader: impl Read, scan: &mut Scan<'_>) -> Result<(), Refusal> {
+    let mut buf = vec![0u8; 64 << 10];
+    loop {
+        let n = reader.read(&mut buf).map_err(|e| scan.unreadable(&e))?;
+        if n == 0 {
+            return Ok(());
+        }
+        scan.count(n as u64)?;
+    }
+}
+
+fn scan_tar<R: Read>(tar: &mut tar::Archive<R>, scan: &mut Scan<'_>) -> Result<(), Refusal> {
+    for entry in tar.entries().map_err(|e| scan.unreadable(&e))? {
+        let mut entry = entry.map_err(|e| scan.unreadable(&e))?;
         check_entry(&entry)?;
-        scanned.entries += 1;
+        // A header is 512 bytes, the content is padded to the next 512.
+        scan.count(512 + entry.size().div_ceil(512) * 512)?;
+        check_declared_size(&entry, scan)?;
+        if &*entry.path_bytes() == b"info/paths.json" {
+            scan.declared = Some(read_declared_sizes(&mut entry, scan)?);
+        }
+        scan.scanned.entries += 1;
     }
     Ok(())
+}
+
+/// Refuses a payload file whose header says it is larger than `info/paths.json` declares.
+fn check_declared_size<R: Read>(entry: &tar::Entry<'_, R>, scan: &Scan<'_>) -> Result<(), Refusal> {
+    let Some(declared) = &scan.declared else {
+        return Ok(());
+    };
+    let name = entry.path_bytes();
+    let name = name.strip_prefix(b"./").unwrap_or(&name);
+    match declared.get(name) {
+        Some(&size) if entry.header().entry_type().is_file() && entry.size() > size => {
+            Err(Refusal::new(
+                String::from_utf8_lossy(name),
+                format!(
+                    "is {} bytes in the archive, but info/paths.json declares {size}",
+                    entry.size()
+                ),
+            ))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// The declared size of every file `info/paths.json` lists with one (read here with a bound;
+/// what is wrong with it otherwise is for the extracted copy's check to say).
+fn read_declared_sizes(
+    entry: &mut impl Read,
+    scan: &Scan<'_>,
+) -> Result<std::collections::HashMap<Vec<u8>, u64>, Refusal> {
+    let mut text = Vec::new();
+    entry
+        .take(MAX_PATHS_JSON + 1)
+        .read_to_end(&mut text)
+        .map_err(|e| scan.unreadable(&e))?;
+    if text.len() as u64 > MAX_PATHS_JSON {
+        return Err(Refusal::new(
+            "info/paths.json",
+            format!("is larger than {MAX_PATHS_JSON} bytes"),
+        ));
+    }
+    let Ok(paths) = serde_json::from_slice::<rattler_conda_types::package::PathsJson>(&text) else {
+        return Ok(Default::default());
+    };
+    Ok(paths
+        .paths
+        .into_iter()
+        .filter_map(|p| {
+            let size = p.size_in_bytes?;
+            Some((p.relative_path.into_os_string().into_encoded_bytes(), size))
+        })
+        .collect())
+}
+
+/// A reader that knows how far it has read: where each local zip header starts.
+struct Counting<R> {
+    inner: R,
+    at: u64,
+}
+
+impl<R: Read> Read for Counting<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.at += n as u64;
+        Ok(n)
+    }
+}
+
+/// A `.conda` is scanned the way rattler's extractor reads it: local headers in stream order,
+/// every `.tar.zst` member it would unpack. The zip's central directory (what `seek`-based
+/// readers see) must list exactly the same members at the same offsets, or the archive is
+/// refused: otherwise a member present only in the stream would be unpacked but never seen by
+/// a reader of the directory, or the other way round.
+fn scan_conda(reader: &mut (impl Read + Seek), scan: &mut Scan<'_>) -> Result<(), Refusal> {
+    let directory = central_directory(reader, scan)?;
+    reader.rewind().map_err(|e| scan.unreadable(&e))?;
+    let mut stream = Counting {
+        inner: &mut *reader,
+        at: 0,
+    };
+    let mut members = Vec::new();
+    loop {
+        let at = stream.at;
+        let Some(mut file) =
+            zip::read::read_zipfile_from_stream(&mut stream).map_err(|e| scan.unreadable(&e))?
+        else {
+            break;
+        };
+        let name = file.name_raw().to_vec();
+        members.push((at, name.clone()));
+        if name.ends_with(b".tar.zst") {
+            let decoder =
+                zstd::stream::read::Decoder::new(&mut file).map_err(|e| scan.unreadable(&e))?;
+            let mut tar = tar::Archive::new(decoder);
+            scan_tar(&mut tar, scan)?;
+            drain(tar.into_inner(), scan)?;
+        } else {
+            drain(&mut file, scan)?;
+        }
+    }
+    check_members(&members, scan)?;
+    if members != directory {
+        return Err(Refusal::new(
+            scan.archive,
+            format!(
+                "is a zip whose central directory ({}) and local headers ({}) disagree",
+                member_list(&directory),
+                member_list(&members)
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// The central directory's members by offset, after reading the declared sizes from the info
+/// member (which may come after the payload in the stream).
+fn central_directory(
+    reader: &mut (impl Read + Seek),
+    scan: &mut Scan<'_>,
+) -> Result<Vec<(u64, Vec<u8>)>, Refusal> {
+    let mut zip = zip::ZipArchive::new(&mut *reader).map_err(|e| scan.unreadable(&e))?;
+    let mut directory = Vec::with_capacity(zip.len());
+    for index in 0..zip.len() {
+        let file = zip.by_index_raw(index).map_err(|e| scan.unreadable(&e))?;
+        directory.push((file.header_start(), file.name_raw().to_vec()));
+    }
+    directory.sort();
+    let info = directory
+        .iter()
+        .find(|(_, name)| is_member(name, b"info-"))
+        .map(|(_, name)| String::from_utf8_lossy(name).into_owned());
+    if let Some(info) = info {
+        let file = zip.by_name(&info).map_err(|e| scan.unreadable(&e))?;
+        let decoder = zstd::stream::read::Decoder::new(file).map_err(|e| scan.unreadable(&e))?;
+        let mut tar = tar::Archive::new(decoder);
+        for entry in tar.entries().map_err(|e| scan.unreadable(&e))? {
+            let mut entry = entry.map_err(|e| scan.unreadable(&e))?;
+            if &*entry.path_bytes() == b"info/paths.json" && entry.size() <= MAX_PATHS_JSON {
+                scan.declared = Some(read_declared_sizes(&mut entry, scan)?);
+                break;
+            }
+        }
+    }
+    Ok(directory)
+}
+
+fn is_member(name: &[u8], kind: &[u8]) -> bool {
+    name.starts_with(kind) && name.ends_with(b".tar.zst") && !name.contains(&b'/')
+}
+
+/// One info and one payload member, and no other archive the extractor would unpack.
+fn check_members(members: &[(u64, Vec<u8>)], scan: &Scan<'_>) -> Result<(), Refusal> {
+    for kind in [&b"info-"[..], b"pkg-"] {
+        let count = members.iter().filter(|(_, n)| is_member(n, kind)).count();
+        if count != 1 {
+            return Err(Refusal::new(
+                scan.archive,
+                format!(
+                    "holds {count} `{}*.tar.zst` members; a `.conda` has exactly one",
+                    String::from_utf8_lossy(kind)
+                ),
+            ));
+        }
+    }
+    if let Some((_, extra)) = members.iter().find(|(_, n)| {
+        n.ends_with(b".tar.zst") && !is_member(n, b"info-") && !is_member(n, b"pkg-")
+    }) {
+        return Err(Refusal::new(
+            printable(&String::from_utf8_lossy(extra)),
+            "is a third archive in the `.conda`, which the extractor would unpack too",
+        ));
+    }
+    Ok(())
+}
+
+fn member_list(members: &[(u64, Vec<u8>)]) -> String {
+    let names: Vec<String> = members
+        .iter()
+        .map(|(at, name)| format!("{} at {at}", printable(&String::from_utf8_lossy(name))))
+        .collect();
+    names.join(", ")
+}
+
+/// `text` with control characters and other invisible ones escaped, so a name or a message
+/// taken from an archive prints as what it is and never as raw bytes on the terminal.
+pub fn printable(text: &str) -> String {
+    text.chars()
+        .map(|c| {
+            if c.is_control() || matches!(c, '\u{200b}'..='\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}' | '\u{feff}') {
+                c.escape_unicode().to_string()
+            } else {
+                c.to_string()
+            }
+        })
+        .collect()
 }
 
 /// Judges one tar entry by its header (names as raw bytes, so nothing is lost to decoding).
@@ -248,6 +495,7 @@ mod tests {
             // info/, info/index.json, info/paths.json, bin/, bin/hi, lib/, and lib's two
             // entries, in either format.
             assert_eq!(scanned.entries, 8, "{name}");
+            assert!(scanned.unpacked >= 8 * 512, "{name}");
             let cut = &bytes[..bytes.len() - 40];
             assert!(
                 scan_archive(std::io::Cursor::new(cut), kind, name).is_err(),

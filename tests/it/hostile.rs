@@ -89,6 +89,13 @@ fn pkg(name: &str, payload: Vec<Raw>) -> Package {
 
 /// Writes every hostile package; each test below installs one by name.
 fn write_channel(corpus: &Corpus) {
+    // What the reading escapes aim at: a host file whose bytes must never reach an image.
+    fs_err::write(corpus.root.join("secret.txt"), "host secret\n").unwrap();
+    fs_err::write(
+        corpus.root.join("secret.json"),
+        "{\"HOST_TOKEN\": \"hunter2\"}\n",
+    )
+    .unwrap();
     let dir = corpus.channel();
     let mut channel = Channel::new(&dir);
     let index = |name: &str| crate::support::hostile::index_json(name, &[], false);
@@ -430,9 +437,248 @@ fn write_channel(corpus: &Corpus) {
         &none,
     );
 
+    write_confinement_cases(corpus, &mut channel);
+    write_bomb_and_clobber_cases(&mut channel);
     channel.finish();
     // A plain file where a channel directory is expected, for a recipe case.
     fs_err::write(corpus.root.join("not-a-channel"), "just a file\n").unwrap();
+}
+
+/// A symlink target that every per-link check passes (it never climbs above its own
+/// directory counted lexically) but that, through `lib/x -> ..`, resolves to `to` on the host:
+/// each `lib/x/` adds two levels on paper and none in fact, and the `..`s then climb to `/`.
+fn chain_to(corpus: &Corpus, from_depth: usize, to: &str) -> String {
+    format!(
+        "{}{}{}{}",
+        "../".repeat(from_depth),
+        "lib/x/".repeat(16),
+        "../".repeat(32),
+        corpus.target(to).trim_start_matches('/')
+    )
+}
+
+/// Issue 15, class 1: link chains, writes and reads through links of an earlier package,
+/// metadata-derived paths, and a `.conda` whose zip directory hides a member.
+fn write_confinement_cases(corpus: &Corpus, channel: &mut Channel<'_>) {
+    let add =
+        |channel: &mut Channel<'_>, package: Package, edit: &dyn Fn(&mut serde_json::Value)| {
+            let name = package.stem.split("-1.0-").next().unwrap().to_string();
+            let noarch = package.stem.contains("pyh0_0");
+            let idx = crate::support::hostile::index_json(
+                &name,
+                if noarch { &["python"] } else { &[] },
+                noarch,
+            );
+            channel.add(
+                &format!("{}.tar.bz2", package.stem),
+                &idx,
+                &package.tar_bz2(),
+                edit,
+            );
+        };
+    let none = |_: &mut serde_json::Value| {};
+    let x = || Raw::Symlink("lib/x".into(), "..".into());
+    add(channel, pkg("chain-link", vec![ok_file(), x()]), &none);
+    // Links into the host through `chain-link`'s `lib/x`, and a file written through one.
+    add(
+        channel,
+        pkg(
+            "chain-out",
+            vec![Raw::Symlink("share/y".into(), chain_to(corpus, 1, ""))],
+        ),
+        &none,
+    );
+    add(
+        channel,
+        pkg(
+            "chain-write",
+            vec![Raw::file("share/y/evil-chain-write", "pwned\n")],
+        ),
+        &none,
+    );
+    add(
+        channel,
+        pkg(
+            "bin-link",
+            vec![Raw::Symlink("bin".into(), chain_to(corpus, 0, ""))],
+        ),
+        &none,
+    );
+    add(
+        channel,
+        Package::new("py-chain", &["python"], true, vec![Raw::file("site-packages/py_chain/__init__.py", "")])
+            .with_info(
+                "link.json",
+                json_bytes(&json!({
+                    "noarch": { "type": "python", "entry_points": ["evil-entry-point = py_chain:main"] },
+                    "package_metadata_version": 1,
+                })),
+            ),
+        &none,
+    );
+    // A file to have its placeholder replaced, no sha256, which is a link into the host: the
+    // copy rattler would read is the host's secret.
+    let read_link = Raw::Symlink("share/conf.txt".into(), chain_to(corpus, 1, "secret.txt"));
+    let mut paths = paths_json(&[ok_file(), x()]);
+    paths["paths"].as_array_mut().unwrap().push(json!({
+        "_path": "share/conf.txt", "path_type": "hardlink",
+        "prefix_placeholder": "/opt/placeholder", "file_mode": "text",
+    }));
+    add(
+        channel,
+        pkg("chain-read", vec![ok_file(), x(), read_link])
+            .with_info("paths.json", json_bytes(&paths)),
+        &none,
+    );
+    // Activation variables read from the host.
+    add(
+        channel,
+        pkg(
+            "chain-env",
+            vec![
+                x(),
+                Raw::Symlink(
+                    "etc/conda/env_vars.d/evil.json".into(),
+                    chain_to(corpus, 3, "secret.json"),
+                ),
+            ],
+        ),
+        &none,
+    );
+    // Record fields that become paths.
+    add(channel, pkg("site-dotdot", vec![ok_file()]), &|r| {
+        r["python_site_packages_path"] = "../../../../../../evil-site".into();
+    });
+    add(channel, pkg("site-absolute", vec![ok_file()]), &|r| {
+        r["python_site_packages_path"] = corpus.target("evil-site-absolute").into();
+    });
+    add(channel, pkg("build-slash", vec![ok_file()]), &|r| {
+        r["build"] = "x/../../../../../../../evil-build".into();
+    });
+    // The archive names another package than its record.
+    add(
+        channel,
+        pkg("name-mismatch", vec![ok_file()]).with_info(
+            "index.json",
+            json_bytes(&crate::support::hostile::index_json(
+                "someone-else",
+                &[],
+                false,
+            )),
+        ),
+        &none,
+    );
+    // `.conda`s with a member in the stream that the zip's central directory does not list.
+    for (name, hidden, member) in [
+        (
+            "conda-hidden-archive",
+            Raw::Symlink("lib/escape".into(), corpus.target("secret.txt")),
+            "evil-0.tar.zst",
+        ),
+        (
+            "conda-hidden-member",
+            Raw::file("notes.txt", "hidden\n"),
+            "notes.txt",
+        ),
+    ] {
+        let good = pkg(name, vec![ok_file()]).conda(true);
+        let bytes = with_hidden_member(&good, member, &hidden);
+        channel.add(
+            &format!("{name}-1.0-h0_0.conda"),
+            &crate::support::hostile::index_json(name, &[], false),
+            &bytes,
+            none,
+        );
+    }
+}
+
+/// `conda` with a stored member `member` (a zstd tar of `hidden`, or its bytes) put in front:
+/// readers of the local headers in stream order see it, the central directory does not.
+fn with_hidden_member(conda: &[u8], member: &str, hidden: &Raw) -> Vec<u8> {
+    use std::io::Write;
+    let bytes = match hidden {
+        Raw::File(_, bytes) if !member.ends_with(".tar.zst") => bytes.clone(),
+        other => crate::support::hostile::zstd_bytes(&crate::support::hostile::tar(
+            std::slice::from_ref(other),
+        )),
+    };
+    let mut zip = zip::ZipWriter::new(std::io::Cursor::new(Vec::new()));
+    let options =
+        zip::write::SimpleFileOptions::default().compression_method(zip::CompressionMethod::Stored);
+    zip.start_file(member, options).unwrap();
+    zip.write_all(&bytes).unwrap();
+    let front = zip.finish().unwrap().into_inner();
+    // Up to its central directory, whose offset the end record holds (last 22 bytes).
+    let end = &front[front.len() - 22..];
+    let directory = u32::from_le_bytes(end[16..20].try_into().unwrap()) as usize;
+    let mut out = front[..directory].to_vec();
+    out.extend_from_slice(conda);
+    out
+}
+
+/// Issue 15, class 2: decompression bombs (tests/data/bombs), a size paths.json understates,
+/// and packages that clobber one another.
+fn write_bomb_and_clobber_cases(channel: &mut Channel<'_>) {
+    let none = |_: &mut serde_json::Value| {};
+    let bombs = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/bombs");
+    for (file, build) in [
+        ("bomb-1.0-h0_0.tar.bz2", "h0_0"),
+        ("bomb-1.0-h1_0.conda", "h1_0"),
+    ] {
+        let mut index = crate::support::hostile::index_json("bomb", &[], false);
+        index["build"] = build.into();
+        channel.add(file, &index, &fs_err::read(bombs.join(file)).unwrap(), none);
+    }
+    let add = |channel: &mut Channel<'_>, package: Package| {
+        let name = package.stem.split("-1.0-").next().unwrap().to_string();
+        let idx = crate::support::hostile::index_json(&name, &[], false);
+        channel.add(
+            &format!("{}.tar.bz2", package.stem),
+            &idx,
+            &package.tar_bz2(),
+            none,
+        );
+    };
+    let big = Raw::file("share/big.bin", vec![7u8; 4 << 20]);
+    let mut understated = paths_json(std::slice::from_ref(&big));
+    understated["paths"][0]["size_in_bytes"] = 5.into();
+    add(
+        channel,
+        pkg("paths-size-understated", vec![big]).with_info("paths.json", json_bytes(&understated)),
+    );
+    add(
+        channel,
+        pkg(
+            "clobber-a",
+            vec![Raw::file("share/clobbered.txt", "from a\n")],
+        ),
+    );
+    add(
+        channel,
+        pkg(
+            "clobber-b",
+            vec![Raw::file("share/clobbered.txt", "from b\n")],
+        ),
+    );
+    add(
+        channel,
+        pkg("same-a", vec![Raw::file("share/same.txt", "same\n")]),
+    );
+    add(
+        channel,
+        pkg("same-b", vec![Raw::file("share/same.txt", "same\n")]),
+    );
+    add(
+        channel,
+        pkg("file-a", vec![Raw::file("share/thing", "a file\n")]),
+    );
+    add(
+        channel,
+        pkg(
+            "dir-b",
+            vec![Raw::file("share/thing/inner.txt", "in a directory\n")],
+        ),
+    );
 }
 
 /// Runs imgbuild with a deadline: a package that makes it hang (a fifo opened for copying)
@@ -569,6 +815,280 @@ refused! {
     conda_payload_entry_with_dotdot: "conda-payload-dotdot" => ["evil-conda-dotdot", "`..`"];
     conda_fifo_in_payload: "conda-payload-fifo" => ["lib/fifo", "fifo"];
     binary_placeholder_not_in_file: "placeholder-not-found" => ["lib/data.bin", "not in the file"];
+}
+
+/// Installs the corpus packages `names` together and checks they are refused with exit 1,
+/// naming `package` and each needle.
+#[track_caller]
+fn refused_together(names: &[&str], package: &str, needles: &[&str]) -> Run {
+    let run = refused_recipe(recipe_for(names).as_bytes(), 1, needles);
+    assert!(
+        run.stderr.contains(package),
+        "names {package}:\n{}",
+        run.stderr
+    );
+    assert!(
+        !run.stderr.contains("hunter2") && !run.stderr.contains("host secret"),
+        "{}",
+        run.stderr
+    );
+    run
+}
+
+// Issue 15, class 1: every path of the install is planned through the links of every
+// package before rattler writes (`src/install/confine.rs`).
+
+#[test]
+fn link_chain_through_an_earlier_package_leads_out() {
+    refused_together(
+        &["chain-link", "chain-out"],
+        "chain-out",
+        &["share/y", "leads out of the prefix"],
+    );
+}
+
+#[test]
+fn file_written_through_a_link_chain() {
+    refused_together(
+        &["chain-link", "chain-out", "chain-write"],
+        "chain-",
+        &["share/y"],
+    );
+}
+
+#[test]
+fn noarch_entry_point_written_through_a_linked_bin() {
+    refused_together(
+        &["chain-link", "bin-link", "py-chain", "python"],
+        "-1.0-",
+        &["bin"],
+    );
+}
+
+#[test]
+fn placeholder_file_that_is_a_link_to_a_host_file() {
+    refused_together(
+        &["chain-read"],
+        "chain-read",
+        &["share/conf.txt", "declared as a file"],
+    );
+}
+
+#[test]
+fn activation_variables_read_through_a_link_chain() {
+    refused_together(
+        &["chain-env"],
+        "chain-env",
+        &["etc/conda/env_vars.d/evil.json", "leads out"],
+    );
+}
+
+#[test]
+fn python_site_packages_path_with_dotdot() {
+    refused_together(
+        &["site-dotdot"],
+        "site-dotdot",
+        &["python_site_packages_path", "without `..`"],
+    );
+}
+
+#[test]
+fn python_site_packages_path_absolute() {
+    refused_together(
+        &["site-absolute"],
+        "site-absolute",
+        &["python_site_packages_path"],
+    );
+}
+
+#[test]
+fn build_string_that_is_a_path() {
+    refused_together(&["build-slash"], "build-slash", &["build", "plain name"]);
+}
+
+/// The same field in the lock alone (the channel's record is sane): `--locked` refuses it.
+#[test]
+fn python_site_packages_path_in_the_lock_alone() {
+    let project = Project::new();
+    project.write_recipe(&recipe_for(&["good"]));
+    run(&project, &["lock", "recipes/image.toml"]).success();
+    let text = fs_err::read_to_string(project.lock_path()).unwrap();
+    let (head, tail) = text
+        .split_once("  sha256: ")
+        .expect("the lock pins a sha256");
+    let forged = format!(
+        "{head}  python_site_packages_path: ../../../../../../evil-lock-site\n  sha256: {tail}"
+    );
+    fs_err::write(project.lock_path(), &forged).unwrap();
+    let run = run(&project, &["build", "recipes/image.toml", "--locked"]);
+    check_failure(
+        &project,
+        &run,
+        1,
+        &["good-1.0-h0_0", "python_site_packages_path"],
+    );
+    corpus().assert_no_escape();
+}
+
+#[test]
+fn archive_naming_another_package() {
+    refused_together(
+        &["name-mismatch"],
+        "name-mismatch",
+        &["info/index.json", "someone-else-1.0-h0_0"],
+    );
+}
+
+#[test]
+fn conda_with_a_third_archive_only_in_the_stream() {
+    refused_together(
+        &["conda-hidden-archive"],
+        "conda-hidden-archive",
+        &["lib/escape"],
+    );
+}
+
+#[test]
+fn conda_whose_zip_directory_and_local_headers_disagree() {
+    refused_together(
+        &["conda-hidden-member"],
+        "conda-hidden-member",
+        &["notes.txt", "disagree"],
+    );
+}
+
+/// A refused install leaves the image built before it in place, and valid.
+#[test]
+fn a_refused_chain_keeps_the_previous_image() {
+    let project = Project::new();
+    project.write_recipe(&recipe_for(&["good"]));
+    let first = project.build(&[]).success();
+    project.write_recipe(&recipe_for(&["good", "chain-link", "chain-out"]));
+    let run = run(&project, &["build", "recipes/image.toml"]);
+    run.assert_failure_naming(1, &["chain-out", "share/y"]);
+    corpus().assert_no_escape();
+    let layout = project.path().join("images/hostile");
+    assert_eq!(
+        crate::common::LayoutView::new(&layout).manifest_digest(),
+        first.digest()
+    );
+    let verify = project.run(&["verify", layout.to_str().unwrap()]);
+    assert_eq!(verify.code, 0, "{}", verify.stderr);
+}
+
+// Issue 15, class 2: bombs, understated sizes and clobbers.
+
+/// Nothing of a refused package stays in the package cache.
+#[track_caller]
+fn assert_not_cached(project: &Project, name: &str) {
+    let pkgs = project.cache.join("pkgs");
+    if !pkgs.exists() {
+        return;
+    }
+    for entry in fs_err::read_dir(&pkgs).unwrap() {
+        let entry = entry.unwrap().file_name().to_string_lossy().into_owned();
+        assert!(
+            !entry.starts_with(&format!("{name}-1.0")),
+            "{entry} stayed in {pkgs:?}"
+        );
+    }
+}
+
+#[test]
+fn tar_bz2_bomb_stops_early() {
+    let project = Project::new();
+    project.write_recipe(&recipe_for(&["bomb=1.0=h0_0"]));
+    let run = run(&project, &["build", "recipes/image.toml"]);
+    check_failure(&project, &run, 1, &["bomb-1.0-h0_0", "decompression bomb"]);
+    assert_not_cached(&project, "bomb");
+}
+
+#[test]
+fn conda_bomb_stops_early() {
+    let project = Project::new();
+    project.write_recipe(&recipe_for(&["bomb=1.0=h1_0"]));
+    let run = run(&project, &["build", "recipes/image.toml"]);
+    check_failure(&project, &run, 1, &["bomb-1.0-h1_0", "decompression bomb"]);
+    assert_not_cached(&project, "bomb");
+}
+
+#[test]
+fn payload_larger_than_paths_json_declares() {
+    let project = Project::new();
+    project.write_recipe(&recipe_for(&["paths-size-understated"]));
+    let run = run(&project, &["build", "recipes/image.toml"]);
+    check_failure(
+        &project,
+        &run,
+        1,
+        &["share/big.bin", "info/paths.json declares 5"],
+    );
+    assert_not_cached(&project, "paths-size-understated");
+}
+
+#[test]
+fn two_packages_with_different_files_at_one_path() {
+    refused_together(
+        &["clobber-a", "clobber-b"],
+        "clobber-",
+        &[
+            "share/clobbered.txt",
+            "clobber-a-1.0-h0_0",
+            "clobber-b-1.0-h0_0",
+        ],
+    );
+}
+
+#[test]
+fn a_file_where_another_package_has_a_directory() {
+    refused_together(
+        &["file-a", "dir-b"],
+        "file-a",
+        &["share/thing", "dir-b-1.0-h0_0"],
+    );
+}
+
+/// Two packages shipping the same bytes at one path build, as in conda; rattler's
+/// `__clobbers__` copy never reaches the image, and both records list the path itself.
+#[test]
+fn identical_files_at_one_path_leave_no_clobbers() {
+    let project = Project::new();
+    project.write_recipe(&recipe_for(&["same-a", "same-b"]));
+    project.build(&[]).success();
+    let rootfs = crate::common::unpack(
+        &project.path().join("images/hostile"),
+        "latest",
+        &project.path().join("bundle"),
+    );
+    let prefix = rootfs.join("opt/conda");
+    assert_eq!(
+        fs_err::read_to_string(prefix.join("share/same.txt")).unwrap(),
+        "same\n"
+    );
+    assert!(
+        !prefix.join("__clobbers__").exists(),
+        "__clobbers__ reached the image"
+    );
+    for name in ["same-a", "same-b"] {
+        let record =
+            fs_err::read_to_string(prefix.join(format!("conda-meta/{name}-1.0-h0_0.json")))
+                .unwrap();
+        assert!(record.contains("\"share/same.txt\""), "{record}");
+        assert!(!record.contains("__clobbers__"), "{record}");
+    }
+}
+
+/// A corrupt bzip2 stream is named without raw bytes: nothing but printable text and
+/// newlines on stderr.
+#[test]
+fn corrupt_bz2_message_is_printable() {
+    let run = refused_recipe(recipe_for(&["corrupt-bz2"]).as_bytes(), 1, &["corrupt-bz2"]);
+    let odd: Vec<char> = run
+        .stderr
+        .chars()
+        .filter(|c| c.is_control() && *c != '\n')
+        .collect();
+    assert!(odd.is_empty(), "{odd:?} in:\n{}", run.stderr);
 }
 
 /// The extracted copy of a package in the cache, found by its payload file.

@@ -75,6 +75,14 @@ pub fn tar(entries: &[Raw]) -> Vec<u8> {
                     _ => tar::EntryType::Link,
                 };
                 header.set_entry_type(kind);
+                if target.len() >= 100 {
+                    // A GNU long-link entry first, written by the tar crate, which leaves
+                    // `..` in link targets alone (link chains need long ones).
+                    builder
+                        .append_link(&mut header, entry.path(), target)
+                        .expect("writing to a Vec");
+                    continue;
+                }
                 put(&mut header.as_gnu_mut().expect("gnu").linkname, target);
                 &[]
             }
