@@ -3,13 +3,19 @@
 //! The image's own CUDA libraries are extracted from its layers ([`extract`]) and handed to
 //! the run of the `imgbuild-smoke` crate, the same code the in-image executable
 //! (`[smoke] embed = true`) runs on a cluster node; see that crate for what the run does.
+//! The run loads the image's libraries, so it happens in a child process, this executable
+//! run again with [`CHILD_ARG`] (`src/main.rs` hands that to [`child_main`]): a library that
+//! crashes the loader is a `kernel-failure` naming it, never the death of imgbuild.
 
 pub mod embed;
 pub mod extract;
 
 use std::path::Path;
 
-pub use imgbuild_smoke::{SmokeReport, Verdict};
+pub use imgbuild_smoke::{
+    SmokeReport, Verdict,
+    isolate::{CHILD_ARG, child_main},
+};
 
 use crate::{
     oci::base::BaseImage,
@@ -29,6 +35,12 @@ pub enum SmokeError {
         image: String,
         #[source]
         source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    #[error("Cannot run the smoke test of `{image}` in a child process")]
+    Child {
+        image: String,
+        #[source]
+        source: std::io::Error,
     },
 }
 
@@ -115,7 +127,21 @@ pub async fn smoke(
         cuda.libraries.cuda_version.clone(),
         cuda.sources.values().cloned().collect(),
     );
-    Ok(imgbuild_smoke::run(&cuda.libraries, report))
+    // The child runs while `cuda.dir`, which holds the libraries it loads, still exists.
+    let child = |source| SmokeError::Child {
+        image: image.to_string(),
+        source,
+    };
+    let exe = std::env::current_exe().map_err(child)?;
+    let libraries = cuda.libraries.clone();
+    let run = tokio::task::spawn_blocking(move || {
+        imgbuild_smoke::isolate::run_in_child(&exe, &libraries, report)
+    })
+    .await
+    .map_err(|e| child(std::io::Error::other(e)))?
+    .map_err(child);
+    drop(cuda);
+    run
 }
 
 #[cfg(test)]

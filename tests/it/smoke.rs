@@ -1,12 +1,21 @@
 //! `imgbuild smoke` without a GPU (as in CI): the image's CUDA libraries are extracted, and
-//! the missing driver is reported with its own exit code, never a panic. The GPU path runs
-//! on the device machine; its output is kept in `docs/evidence/`.
+//! the missing driver is reported with its own exit code, never a panic; a library that
+//! crashes the loader is a `kernel-failure` naming it (issue 15). The GPU path runs on the
+//! device machine; its output is kept in `docs/evidence/`.
+
+use std::{io::Read, path::Path};
 
 use sha2::{Digest, Sha256};
 
 use crate::{
     common::Project,
-    support::{channel::tiny_recipe, shared_channel},
+    support::{
+        channel::{
+            cuda_runtime_wheel, executable, index_channel, linux64_index, tiny_recipe,
+            write_package,
+        },
+        shared_channel, test_cache_dir,
+    },
 };
 
 fn cuda_image() -> Project {
@@ -131,4 +140,63 @@ fn no_device_report(run: &crate::common::Run) -> serde_json::Value {
         "{report}"
     );
     report
+}
+
+/// Issue 15: an image whose `libnvrtc.so.12` is truncated (the first 4096 bytes of a real
+/// shared library, NVIDIA's cudart) makes the loader read past the end of the mapped file:
+/// SIGBUS. That used to kill imgbuild (exit 135, nothing printed); the libraries are now
+/// loaded in a child process, and its death is a `kernel-failure` (exit 5) naming the library
+/// and the signal. NVRTC is loaded before the driver is looked for, so this holds with or
+/// without a GPU.
+#[test]
+fn a_library_that_crashes_the_loader_is_a_kernel_failure_naming_it() {
+    let project = Project::new();
+    let channel = project.path().join("truncated-channel");
+    write_truncated_nvrtc_channel(&channel).unwrap();
+    let url = url::Url::from_directory_path(&channel).unwrap();
+    let recipe = tiny_recipe(shared_channel(), "crashimg", &["cuda-cudart", "cuda-nvrtc"])
+        .replacen("channels = [", &format!("channels = [\"{url}\", "), 1);
+    project.write_recipe(&recipe);
+    project.build(&[]).success();
+
+    let run = project.run(&["smoke", "images/crashimg"]);
+    assert_eq!(run.code, 5, "{}{}", run.stdout, run.stderr);
+    assert!(!run.stderr.contains("panicked"), "{}", run.stderr);
+    let verdict = "verdict          KERNEL-FAILURE: loading `libnvrtc.so.12` \
+                   (opt/conda/lib/libnvrtc.so.12) crashed the smoke test: its process was \
+                   killed by signal 7 (SIGBUS)";
+    assert!(run.stdout.contains(verdict), "{}", run.stdout);
+
+    let run = project.run(&["smoke", "images/crashimg", "--json"]);
+    assert_eq!(run.code, 5, "{}{}", run.stdout, run.stderr);
+    let report: serde_json::Value = serde_json::from_str(&run.stdout).unwrap();
+    assert_eq!(report["verdict"], "kernel-failure", "{report}");
+    let message = report["message"].as_str().unwrap();
+    assert!(
+        message.contains("`libnvrtc.so.12`") && message.contains("SIGBUS"),
+        "{message}"
+    );
+    assert_eq!(report["image"], "images/crashimg");
+}
+
+/// A channel holding `cuda-nvrtc` 12.0.0 whose `lib/libnvrtc.so.12` is the first 4096 bytes
+/// of the real `libcudart.so.11.0`: a valid ELF header whose segments reach past the file's
+/// end.
+fn write_truncated_nvrtc_channel(channel: &Path) -> anyhow::Result<()> {
+    let wheel = cuda_runtime_wheel(&test_cache_dir())?;
+    let mut zip = zip::ZipArchive::new(fs_err::File::open(&wheel)?)?;
+    let mut cudart = Vec::new();
+    zip.by_name("nvidia/cuda_runtime/lib/libcudart.so.11.0")?
+        .read_to_end(&mut cudart)?;
+    cudart.truncate(4096);
+    let linux64 = channel.join("linux-64");
+    fs_err::create_dir_all(&linux64)?;
+    fs_err::create_dir_all(channel.join("noarch"))?;
+    write_package(
+        &linux64.join("cuda-nvrtc-12.0.0-h0_0.conda"),
+        linux64_index("cuda-nvrtc", "12.0.0", &[]),
+        &[executable("lib/libnvrtc.so.12", cudart)],
+        None,
+    )?;
+    index_channel(channel)
 }

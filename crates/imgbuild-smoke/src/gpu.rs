@@ -14,7 +14,7 @@ use cudarc::nvrtc::Ptx;
 
 use crate::{
     compat::{CudaVersion, minor_version_minimum},
-    libraries::CudaLibraries,
+    libraries::{CudaLibraries, LoadEvent},
     nvrtc,
     report::{GpuInfo, RunTiming, SmokeReport, Verdict},
 };
@@ -69,6 +69,9 @@ DONE:
 }
 "#;
 
+/// The host's driver library, as cudarc loads it (by soname).
+const DRIVER_LIBRARY: &str = "libcuda.so.1";
+
 const FACTOR: f32 = 2.0;
 const OFFSET: f32 = 1.0;
 /// 16 MiB of f32: enough to see page migration, small next to any GPU.
@@ -76,20 +79,38 @@ const ELEMENTS: usize = 4 << 20;
 
 /// Runs the smoke test with `libraries` on this machine's first GPU and completes `report`.
 /// Never panics: without a driver the verdict is [`Verdict::NoDevice`].
-pub fn run(libraries: &CudaLibraries, mut report: SmokeReport) -> SmokeReport {
+pub fn run(libraries: &CudaLibraries, report: SmokeReport) -> SmokeReport {
+    run_observed(libraries, report, &mut |_| {})
+}
+
+/// [`run`], telling `on_load` of each library just before and just after it is loaded (the
+/// image's cudart, NVRTC's builtins, NVRTC, then the host's `libcuda.so.1`), so that a parent
+/// process can name the one that crashed this one (see [`crate::isolate`]).
+pub fn run_observed(
+    libraries: &CudaLibraries,
+    mut report: SmokeReport,
+    on_load: &mut dyn FnMut(LoadEvent<'_>),
+) -> SmokeReport {
     report.driver_version = driver_version();
-    report.image_cudart = libraries.cudart.as_deref().and_then(cudart_version);
+    report.image_cudart = libraries.cudart.as_deref().and_then(|path| {
+        on_load(LoadEvent::Loading(path));
+        let version = cudart_version(path);
+        on_load(LoadEvent::Loaded(path));
+        version
+    });
     // NVRTC needs no GPU: an image whose NVRTC cannot load (a library it needs is missing
     // from the image, say) is broken on any machine, so this is found even without a driver.
     let nvrtc = match libraries.nvrtc.as_deref() {
-        Some(path) => match nvrtc::Nvrtc::load(path, libraries.nvrtc_builtins.as_deref()) {
-            Ok(nvrtc) => Some(nvrtc),
-            Err(err) => {
-                report.verdict = Verdict::KernelFailure;
-                report.message = format!("the image's NVRTC does not load: {err}");
-                return report;
+        Some(path) => {
+            match nvrtc::Nvrtc::load(path, libraries.nvrtc_builtins.as_deref(), on_load) {
+                Ok(nvrtc) => Some(nvrtc),
+                Err(err) => {
+                    report.verdict = Verdict::KernelFailure;
+                    report.message = format!("the image's NVRTC does not load: {err}");
+                    return report;
+                }
             }
-        },
+        }
         None => None,
     };
     report.image_nvrtc = nvrtc
@@ -98,8 +119,12 @@ pub fn run(libraries: &CudaLibraries, mut report: SmokeReport) -> SmokeReport {
 
     // cudarc panics when it cannot load libcuda or a symbol: check first, and contain any
     // panic that is left, so a machine without a driver gets an answer, not a crash.
+    let driver = Path::new(DRIVER_LIBRARY);
+    on_load(LoadEvent::Loading(driver));
     // SAFETY: only tries to dlopen the driver library.
-    if !unsafe { sys::is_culib_present() } {
+    let present = unsafe { sys::is_culib_present() };
+    on_load(LoadEvent::Loaded(driver));
+    if !present {
         report.message =
             "no NVIDIA driver found: libcuda.so.1 cannot be loaded on this machine".to_string();
         return report;
@@ -355,7 +380,8 @@ fn run_on_gpu(nvrtc: Option<&nvrtc::Nvrtc>, report: &mut SmokeReport) {
                     "prefetched to the GPU"
                 } else {
                     "on-demand page migration"
-                },
+                }
+                .to_string(),
                 prefetch_ms,
                 kernel_ms,
                 elements,

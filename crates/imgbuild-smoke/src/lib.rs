@@ -6,10 +6,13 @@
 //! - [`libraries`]: which files are CUDA libraries, and finding them under a prefix.
 //! - [`nvrtc`]: the image's own NVRTC, loaded by absolute path.
 //! - [`gpu`]: the run itself: driver, kernel, unified memory, verification.
+//! - [`isolate`]: the run in a child process, so that a library that crashes the loader is a
+//!   verdict, not the death of the caller.
 //! - [`report`]: what the run learned, as text or JSON, and the exit code.
 
 pub mod compat;
 pub mod gpu;
+pub mod isolate;
 pub mod libraries;
 pub mod nvrtc;
 pub mod report;

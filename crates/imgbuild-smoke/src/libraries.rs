@@ -14,6 +14,15 @@ pub struct CudaLibraries {
     pub cuda_version: Option<String>,
 }
 
+/// A library the smoke run is about to load, or has loaded: told to the observer of
+/// [`crate::gpu::run_observed`], so that a process watching the run can name the library that
+/// crashed it (see [`crate::isolate`]). The host driver is `libcuda.so.1`, by name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LoadEvent<'a> {
+    Loading(&'a Path),
+    Loaded(&'a Path),
+}
+
 /// Which CUDA library a file name is, if any.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum LibraryKind {

@@ -6,13 +6,18 @@
 use std::{path::PathBuf, process::ExitCode};
 
 use clap::Parser;
-use imgbuild_smoke::{SmokeReport, libraries::find_under};
+use imgbuild_smoke::{
+    CudaLibraries, SmokeReport,
+    isolate::{CHILD_ARG, child_main, run_in_child},
+    libraries::find_under,
+};
 
 /// Runs imgbuild's CUDA smoke test inside this image: the image's NVRTC compiles a kernel that
 /// runs on unified memory on the first GPU, and every element is checked on the CPU.
 ///
 /// Exit codes: 0 pass, 1 cannot run (bad prefix), 2 usage, 3 no NVIDIA driver or GPU,
-/// 4 the image's CUDA cannot run on this driver, 5 the kernel failed or computed wrong values.
+/// 4 the image's CUDA cannot run on this driver, 5 the kernel failed or computed wrong values,
+/// or a library crashed the test (it runs in a child process of this executable).
 #[derive(Debug, Parser)]
 #[command(name = "imgbuild-smoke", version)]
 struct Args {
@@ -27,6 +32,10 @@ struct Args {
 
 #[allow(clippy::print_stdout, clippy::print_stderr)]
 fn main() -> ExitCode {
+    let mut args = std::env::args_os().skip(1).peekable();
+    if args.peek().is_some_and(|a| a == CHILD_ARG) {
+        return child_main(args.skip(1));
+    }
     let args = Args::parse();
     let prefixes = if args.prefix.is_empty() {
         vec![
@@ -59,7 +68,25 @@ fn main() -> ExitCode {
         cuda_version,
         files.iter().map(|f| f.display().to_string()).collect(),
     );
-    let report = imgbuild_smoke::run(&libraries, report);
+    let report = run_isolated(&libraries, report);
     print!("{}", report.render(args.json));
     ExitCode::from(report.verdict.exit_code())
+}
+
+/// The run in a child process of this executable (see `imgbuild_smoke::isolate`), so that a
+/// library that crashes the loader is a `kernel-failure`; in this process when no child can
+/// be started (no `/proc` to find this executable by, say).
+#[allow(clippy::print_stderr)]
+fn run_isolated(libraries: &CudaLibraries, report: SmokeReport) -> SmokeReport {
+    let child =
+        std::env::current_exe().and_then(|exe| run_in_child(&exe, libraries, report.clone()));
+    match child {
+        Ok(report) => report,
+        Err(err) => {
+            eprintln!(
+                "imgbuild-smoke: warning: cannot run the test in a child process ({err}); running it in this one"
+            );
+            imgbuild_smoke::run(libraries, report)
+        }
+    }
 }

@@ -11,6 +11,8 @@ use std::{
 
 use libloading::{Library, Symbol};
 
+use crate::libraries::LoadEvent;
+
 type Program = *mut c_void;
 type NvrtcResult = c_int;
 
@@ -46,16 +48,27 @@ fn dlopen_error(err: &libloading::Error) -> String {
     }
 }
 
+/// `dlopen`s `path`, telling `on_load` before and after.
+fn load_library(path: &Path, on_load: &mut dyn FnMut(LoadEvent<'_>)) -> Result<Library, String> {
+    on_load(LoadEvent::Loading(path));
+    // SAFETY: loading a shared library runs its initialisers; these are NVIDIA's (and when
+    // they crash, the process watching this one says so: see `crate::isolate`).
+    let library = unsafe { Library::new(path) }
+        .map_err(|e| format!("cannot load `{}`: {}", path.display(), dlopen_error(&e)))?;
+    on_load(LoadEvent::Loaded(path));
+    Ok(library)
+}
+
 impl Nvrtc {
     /// Loads `path`; `builtins` first, so NVRTC's own `dlopen` of it by soname finds it.
-    pub fn load(path: &Path, builtins: Option<&Path>) -> Result<Nvrtc, String> {
-        // SAFETY: loading a shared library runs its initialisers; these are NVIDIA's.
-        let builtins = builtins
-            .map(|b| unsafe { Library::new(b) }.map_err(|e| (b, e)))
-            .transpose()
-            .map_err(|(b, e)| format!("cannot load `{}`: {}", b.display(), dlopen_error(&e)))?;
-        let library = unsafe { Library::new(path) }
-            .map_err(|e| format!("cannot load `{}`: {}", path.display(), dlopen_error(&e)))?;
+    /// `on_load` hears of each library before and after it is loaded.
+    pub fn load(
+        path: &Path,
+        builtins: Option<&Path>,
+        on_load: &mut dyn FnMut(LoadEvent<'_>),
+    ) -> Result<Nvrtc, String> {
+        let builtins = builtins.map(|b| load_library(b, on_load)).transpose()?;
+        let library = load_library(path, on_load)?;
         let mut version = (0, 0);
         {
             let nvrtc_version: Symbol<unsafe extern "C" fn(*mut c_int, *mut c_int) -> NvrtcResult> =

@@ -1,9 +1,9 @@
 //! What a smoke run learned: printed as text or `--json`; its [`Verdict`] is the exit code.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// The outcome, which is also the exit code.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Verdict {
     /// Exit 0.
@@ -17,6 +17,17 @@ pub enum Verdict {
 }
 
 impl Verdict {
+    /// The verdict as `--json` writes it: `pass`, `no-device`, `incompatible`,
+    /// `kernel-failure`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Verdict::Pass => "pass",
+            Verdict::NoDevice => "no-device",
+            Verdict::Incompatible => "incompatible",
+            Verdict::KernelFailure => "kernel-failure",
+        }
+    }
+
     pub fn exit_code(self) -> u8 {
         match self {
             Verdict::Pass => 0,
@@ -27,7 +38,7 @@ impl Verdict {
     }
 }
 
-#[derive(Debug, Clone, Default, Serialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct GpuInfo {
     pub name: String,
     pub compute_capability: String,
@@ -38,9 +49,9 @@ pub struct GpuInfo {
     pub pageable_memory_access: bool,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct RunTiming {
-    pub name: &'static str,
+    pub name: String,
     /// Time to move the pages to the GPU before the kernel, when prefetched.
     pub prefetch_ms: Option<f64>,
     /// Launch to synchronised completion, page faults included when not prefetched.
@@ -50,7 +61,7 @@ pub struct RunTiming {
 }
 
 /// Everything the smoke test learned; printed as text or `--json`.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct SmokeReport {
     pub image: String,
     /// `CUDA_VERSION` of the image config.
@@ -152,10 +163,7 @@ impl SmokeReport {
                 run.name, run.kernel_ms, run.elements, run.mismatches
             );
         }
-        let verdict = serde_json::to_value(self.verdict)
-            .ok()
-            .and_then(|v| v.as_str().map(str::to_uppercase))
-            .unwrap_or_default();
+        let verdict = self.verdict.as_str().to_uppercase();
         let _ = writeln!(out, "verdict          {verdict}: {}", self.message);
         out
     }
