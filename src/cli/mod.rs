@@ -34,7 +34,8 @@ Examples:
   imgbuild smoke registry.example/ml/py39-torch21@sha256:…   # pulled into the cache first
 
 Exit codes: 0 pass, 3 no NVIDIA driver or GPU, 4 the image's CUDA cannot run on this
-driver, 5 the kernel failed or computed wrong values, 1 the image cannot be read.";
+driver, 5 the kernel failed or computed wrong values, or a library crashed the test (it
+runs in a child process), 1 the image cannot be read.";
 
 const LOCK_EXAMPLES: &str = "\
 Examples:
