@@ -161,8 +161,15 @@ pub struct BuildArgs {
     /// The OCI layout directory to write [default: images/<name>]
     #[arg(short, long, value_name = "DIR")]
     pub output: Option<PathBuf>,
-    /// Layers compressed in parallel [default: number of CPUs]
-    #[arg(short, long, env = "IMGBUILD_JOBS", value_name = "N")]
+    /// Compression threads, shared by all layers; never changes the bytes. At most 4 per
+    /// CPU: more are cut down to that, with a warning; 0 is refused [default: number of CPUs]
+    #[arg(
+        short,
+        long,
+        env = "IMGBUILD_JOBS",
+        value_name = "N",
+        value_parser = crate::layers::compress::parse_jobs
+    )]
     pub jobs: Option<usize>,
     /// After building, push the image to this reference (`registry/repository[:tag]`)
     #[arg(long, value_name = "REF")]
@@ -324,9 +331,7 @@ async fn run(cli: Cli) -> ExitCode {
             output,
             lock_mode,
             offline,
-            jobs: jobs
-                .filter(|j| *j > 0)
-                .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get())),
+            jobs: compression_threads(jobs, &reporter),
             source_date_epoch,
             registry: cli.global.registry_options(),
             variant: None,
@@ -598,6 +603,16 @@ async fn run(cli: Cli) -> ExitCode {
             fail(&err, code)
         }
     }
+}
+
+/// The threads for `--jobs` (see `layers::compress::threads_for`), saying so when a request
+/// above the cap was cut down.
+fn compression_threads(requested: Option<usize>, reporter: &dyn build::Reporter) -> usize {
+    let (threads, warning) = crate::layers::compress::threads_for(requested);
+    if let Some(warning) = warning {
+        reporter.on_warning(&warning);
+    }
+    threads
 }
 
 #[allow(clippy::print_stdout)]
