@@ -210,6 +210,18 @@ impl BuildError {
     }
 }
 
+/// `seconds` since the epoch as an RFC 3339 UTC time, for `created`. Civil time, because
+/// jiff's `Timestamp` ends a day before 9999-12-31T23:59:59Z (the last `SOURCE_DATE_EPOCH`
+/// accepted), where the image would silently say 1970.
+fn rfc3339_utc(seconds: i64) -> String {
+    let epoch = jiff::civil::DateTime::constant(1970, 1, 1, 0, 0, 0, 0);
+    epoch
+        .checked_add(jiff::SignedDuration::from_secs(seconds.max(0)))
+        .unwrap_or(epoch)
+        .strftime("%Y-%m-%dT%H:%M:%SZ")
+        .to_string()
+}
+
 /// Everything known about a recipe before solving.
 struct Prepared {
     recipe: Recipe,
@@ -725,9 +737,7 @@ pub async fn build(
     }
     timings.push((Stage::Install, started.elapsed()));
 
-    let created = jiff::Timestamp::from_second(created_seconds)
-        .unwrap_or(jiff::Timestamp::UNIX_EPOCH)
-        .to_string();
+    let created = rfc3339_utc(created_seconds);
     let layout = Layout::new(&layout_dir);
     let _lock = layout.lock()?;
     let created_dir = layout.prepare()?;
