@@ -358,6 +358,8 @@ async fn obtain_lock(
             reason,
         }),
         (LockMode::Locked | LockMode::Reuse, Some(lock), None) => {
+            // Refused, not re-solved: a lock pinning packages from elsewhere was tampered with.
+            lock.check_sources(recipe, &lock_path)?;
             check_cuda_runtimes(recipe, &lock.platforms, reporter)?;
             let packages = lock.package_count();
             Ok((

@@ -21,7 +21,7 @@ use rattler_lock::{
 
 use crate::{
     pypi::{FindLinks, ResolvedWheel, Sources},
-    recipe::Recipe,
+    recipe::{Recipe, lexical_path},
     resolve::Target,
 };
 
@@ -84,6 +84,18 @@ pub enum LockError {
     },
     #[error("Lock file `{}` is not an imgbuild lock: {reason}", path.display())]
     Shape { path: PathBuf, reason: String },
+    /// A package the lock pins from somewhere the recipe does not name: the lock was edited,
+    /// or written for other sources. Never used, and never silently re-solved either.
+    #[error(
+        "Lock file `{}` pins {package} at `{url}`, which is not under {expected}; a lock may only pin packages from the recipe's own sources: check how it got there, then re-create it with `imgbuild lock`",
+        path.display()
+    )]
+    ForeignSource {
+        path: PathBuf,
+        package: String,
+        url: String,
+        expected: String,
+    },
     #[error("Failed to build the lock file")]
     Build(#[source] Box<ParseCondaLockError>),
     #[error("Failed to write lock file `{}`", path.display())]
@@ -280,8 +292,12 @@ impl Lock {
                 .iter()
                 .map(|f| match f {
                     FindLinksUrlOrPath::Path(path) => {
+                        // Resolved by name, as the recipe resolves its own: a directory
+                        // beside the project is `../../wheels` from the lock.
                         let path = lock_dir.join(path);
-                        FindLinks::Directory(std::path::absolute(&path).unwrap_or(path))
+                        FindLinks::Directory(lexical_path(
+                            &std::path::absolute(&path).unwrap_or(path),
+                        ))
                     }
                     FindLinksUrlOrPath::Url(url) => FindLinks::Page(url.clone()),
                 })
@@ -504,6 +520,131 @@ impl Lock {
         }
         Ok(())
     }
+}
+
+impl Lock {
+    /// Every package this lock pins comes from the recipe's own sources: each conda package's
+    /// URL lies under one of the recipe's channels (as the recipe resolves them, channel alias
+    /// included), and each wheel comes from one of its `[pypi]` indexes or find-links. A
+    /// lock is an input like the recipe, and pins by sha256 only what it is given: one edited
+    /// to fetch from elsewhere must not be built from. `path` is the lock's, for the message.
+    pub fn check_sources(&self, recipe: &Recipe, path: &Path) -> Result<(), LockError> {
+        let foreign = |package: String, url: &url::Url, expected: String| {
+            Err(LockError::ForeignSource {
+                path: path.to_path_buf(),
+                package,
+                url: url.to_string(),
+                expected,
+            })
+        };
+        let channels: Vec<String> = recipe
+            .channels
+            .iter()
+            .map(|c| directory_url(c.base_url.url()))
+            .collect();
+        for record in self.distinct_records() {
+            if !channels.iter().any(|c| url_under(&record.url, c)) {
+                let package = format!(
+                    "`{}-{}-{}`",
+                    record.package_record.name.as_normalized(),
+                    record.package_record.version,
+                    record.package_record.build
+                );
+                return foreign(package, &record.url, channels_text(&channels));
+            }
+        }
+        for wheel in self.platforms.iter().flat_map(|p| &p.wheels) {
+            let sources = recipe.pypi.as_ref().map(|p| &p.sources);
+            if !sources.is_some_and(|s| wheel_from(wheel, s)) {
+                let expected = match sources {
+                    Some(sources) => format!("the recipe's PyPI indexes and find-links: {sources}"),
+                    None => "any PyPI source: the recipe has no `[pypi]` section".to_string(),
+                };
+                return foreign(
+                    format!("the PyPI package `{} {}`", wheel.name, wheel.version),
+                    &wheel.url,
+                    expected,
+                );
+            }
+        }
+        Ok(())
+    }
+}
+
+/// `url` as a directory: with a trailing `/`, so `https://x/conda-forge/` is not a prefix of
+/// `https://x/conda-forge-evil/…`.
+fn directory_url(url: &url::Url) -> String {
+    let text = url.as_str();
+    match text.ends_with('/') {
+        true => text.to_string(),
+        false => format!("{text}/"),
+    }
+}
+
+/// Whether `url` names a file under `directory` (from [`directory_url`]). Both are parsed
+/// URLs, so `.` and `..` segments (also as `%2e`) are already resolved; a percent-encoded
+/// `/`, `\` or `.` after the directory is refused too, as a file name never needs one and
+/// a reader that decodes it would climb out.
+fn url_under(url: &url::Url, directory: &str) -> bool {
+    let Some(rest) = url.as_str().strip_prefix(directory) else {
+        return false;
+    };
+    let rest = rest.to_ascii_lowercase();
+    !rest.is_empty() && !["%2f", "%5c", "%2e"].iter().any(|e| rest.contains(e))
+}
+
+fn channels_text(channels: &[String]) -> String {
+    match channels {
+        [] => "any channel: the recipe has no `[conda] channels`".to_string(),
+        channels => format!(
+            "the recipe's channels: {}",
+            channels
+                .iter()
+                .map(|c| format!("`{c}`"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    }
+}
+
+/// Whether a locked wheel comes from `sources`: served from the origin of one of its
+/// indexes (PyPI's files from `files.pythonhosted.org`) or find-links pages, or a file in one
+/// of its find-links directories. The wheel's recorded index says nothing: rattler_lock
+/// reads a wheel without one as the environment's first index (else PyPI), local ones too.
+fn wheel_from(wheel: &ResolvedWheel, sources: &Sources) -> bool {
+    sources
+        .indexes
+        .iter()
+        .any(|index| served_by(index, &wheel.url))
+        || sources.find_links.iter().any(|location| match location {
+            FindLinks::Directory(dir) => file_in(&wheel.url, dir),
+            FindLinks::Page(page) => served_by(page, &wheel.url),
+        })
+}
+
+/// Whether `source` (an index or a find-links page) serves `url`: the same scheme, host and
+/// port. Index pages may link files anywhere on their server (the test index serves
+/// `/simple/` and `/files/`), and PyPI keeps its files on its own file host.
+fn served_by(source: &url::Url, url: &url::Url) -> bool {
+    let pypi_files = source.scheme() == "https"
+        && source.host_str() == Some("pypi.org")
+        && url.scheme() == "https"
+        && url.host_str() == Some("files.pythonhosted.org")
+        && url.port().is_none();
+    matches!(source.scheme(), "http" | "https") && (url.origin() == source.origin() || pypi_files)
+}
+
+/// Whether the `file:` URL `url` names a file inside `dir`, compared component by component
+/// after `..` is resolved on both sides (a lock's local wheels are read relative to it).
+fn file_in(url: &url::Url, dir: &Path) -> bool {
+    if url.scheme() != "file" || !url_under(url, "file:///") {
+        return false;
+    }
+    let Ok(path) = url.to_file_path() else {
+        return false;
+    };
+    let (path, dir) = (lexical_path(&path), lexical_path(dir));
+    path != dir && path.starts_with(&dir)
 }
 
 /// `path` relative to `base` when both are absolute (`../wheels`), else as it is.
@@ -977,6 +1118,113 @@ mod tests {
             reason
                 .to_string()
                 .starts_with("linux-aarch64: the base image changed")
+        );
+    }
+
+    /// A one-platform lock of `app` and `lib` whose `lib` is at `url`.
+    fn lock_with_lib_at(recipe: &Recipe, url: &str) -> Lock {
+        let mut platform = platform_lock(recipe, Subdir::Linux64, LockedBase::Scratch, 1);
+        platform.records[1].url = url::Url::parse(url).unwrap();
+        Lock {
+            channels: vec!["file:///ch/".to_string()],
+            pypi: None,
+            platforms: vec![platform],
+        }
+    }
+
+    #[test]
+    fn a_package_outside_the_recipes_channels_is_refused_naming_it_and_them() {
+        let recipe = recipe("\"linux-64\"");
+        let path = Path::new("/work/recipes/x.lock");
+        for inside in [
+            "file:///ch/noarch/lib-1.0-0.conda",
+            "file:///ch/./noarch/lib-1.0-0.conda",
+            "file:///ch/sub/../noarch/lib-1.0-0.conda",
+        ] {
+            let lock = lock_with_lib_at(&recipe, inside);
+            assert!(lock.check_sources(&recipe, path).is_ok(), "{inside}");
+        }
+        for outside in [
+            "file:///ch-evil/noarch/lib-1.0-0.conda",
+            "file:///ch/../evil/noarch/lib-1.0-0.conda",
+            "file:///ch/%2e%2e/evil/lib-1.0-0.conda",
+            "file:///ch/noarch%2F..%2F..%2Fetc/lib-1.0-0.conda",
+            "file:///elsewhere/noarch/lib-1.0-0.conda",
+            "https://evil.example/ch/noarch/lib-1.0-0.conda",
+        ] {
+            let lock = lock_with_lib_at(&recipe, outside);
+            let err = lock.check_sources(&recipe, path).unwrap_err().to_string();
+            assert!(
+                err.starts_with("Lock file `/work/recipes/x.lock` pins `lib-1.0-0` at `"),
+                "{outside}: {err}"
+            );
+            assert!(
+                err.contains("which is not under the recipe's channels: `file:///ch/`"),
+                "{outside}: {err}"
+            );
+        }
+    }
+
+    fn wheel_at(url: &str) -> ResolvedWheel {
+        ResolvedWheel {
+            name: "six".parse().unwrap(),
+            version: "1.16.0".parse().unwrap(),
+            filename: "six-1.16.0-py2.py3-none-any.whl".into(),
+            url: url::Url::parse(url).unwrap(),
+            sha256: Default::default(),
+            index: None,
+            requires_dist: Vec::new(),
+            requires_python: None,
+        }
+    }
+
+    #[test]
+    fn a_wheel_must_come_from_an_index_origin_or_a_find_links_location() {
+        let sources = Sources {
+            indexes: vec![
+                url::Url::parse("https://pypi.org/simple").unwrap(),
+                url::Url::parse("http://127.0.0.1:8080/simple").unwrap(),
+            ],
+            find_links: vec![
+                FindLinks::Directory("/work/wheels".into()),
+                FindLinks::Page(url::Url::parse("https://links.example/torch.html").unwrap()),
+            ],
+        };
+        for from in [
+            "https://files.pythonhosted.org/packages/d9/5a/six-1.16.0-py2.py3-none-any.whl",
+            "https://pypi.org/packages/six-1.16.0-py2.py3-none-any.whl",
+            "http://127.0.0.1:8080/files/six-1.16.0-py2.py3-none-any.whl",
+            "file:///work/wheels/six-1.16.0-py2.py3-none-any.whl",
+            "file:///work/recipes/../wheels/six-1.16.0-py2.py3-none-any.whl",
+            "https://links.example/cpu/six-1.16.0-py2.py3-none-any.whl",
+        ] {
+            assert!(wheel_from(&wheel_at(from), &sources), "{from}");
+        }
+        for not in [
+            "https://evil.example/six-1.16.0-py2.py3-none-any.whl",
+            "http://files.pythonhosted.org/packages/six-1.16.0-py2.py3-none-any.whl",
+            "http://127.0.0.1:8081/files/six-1.16.0-py2.py3-none-any.whl",
+            "https://127.0.0.1:8080/files/six-1.16.0-py2.py3-none-any.whl",
+            "file:///work/wheels-evil/six-1.16.0-py2.py3-none-any.whl",
+            "file:///work/wheels/../evil/six-1.16.0-py2.py3-none-any.whl",
+            "file:///work/wheels/..%2Fevil/six-1.16.0-py2.py3-none-any.whl",
+            "file:///etc/six-1.16.0-py2.py3-none-any.whl",
+        ] {
+            assert!(!wheel_from(&wheel_at(not), &sources), "{not}");
+        }
+        // Without `[pypi]`, no wheel belongs.
+        let recipe = recipe("\"linux-64\"");
+        let mut lock = lock_with_lib_at(&recipe, "file:///ch/noarch/lib-1.0-0.conda");
+        lock.platforms[0]
+            .wheels
+            .push(wheel_at("https://files.pythonhosted.org/six.whl"));
+        let err = lock
+            .check_sources(&recipe, Path::new("x.lock"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("pins the PyPI package `six 1.16.0` at `https://files.pythonhosted.org/six.whl`, which is not under any PyPI source: the recipe has no `[pypi]` section"),
+            "{err}"
         );
     }
 

@@ -84,6 +84,8 @@ pub enum VerifyError {
     Lock { lock: PathBuf, reason: String },
     #[error(transparent)]
     LockRead(#[from] crate::lock::LockError),
+    #[error(transparent)]
+    Recipe(#[from] crate::recipe::RecipeError),
     #[error("Rebuilding from the lock failed")]
     Rebuild(#[source] Box<BuildError>),
     #[error("A rebuild from the lock gives {rebuilt}, not {original}: {difference}")]
@@ -152,9 +154,20 @@ impl std::io::Write for HashSink<'_> {
     }
 }
 
-/// Checks the layout at `dir`; with `lock`, also that the image holds exactly its packages
-/// and its base.
-pub fn verify(dir: &Path, lock: Option<&Path>) -> Result<VerifyReport, VerifyError> {
+/// Checks the layout at `dir`; with the recipe of `recipe` (its path, channel alias and
+/// variant), also that its lock pins only packages from the recipe's sources and that the
+/// image holds exactly those packages and the locked base.
+pub fn verify(dir: &Path, recipe: Option<&BuildSettings>) -> Result<VerifyReport, VerifyError> {
+    let recipe = recipe
+        .map(|settings| {
+            let options = crate::recipe::RecipeOptions {
+                channel_alias: settings.channel_alias.clone(),
+                variant: settings.variant.clone(),
+            };
+            crate::recipe::Recipe::load(&settings.recipe_path, &options)
+        })
+        .transpose()?;
+    let lock = recipe.as_ref().map(|r| r.lock_path());
     let index_path = dir.join("index.json");
     if !index_path.is_file() {
         return Err(VerifyError::NoImage {
@@ -173,7 +186,7 @@ pub fn verify(dir: &Path, lock: Option<&Path>) -> Result<VerifyReport, VerifyErr
         blobs_checked: 0,
         bytes_checked: 0,
         layers_checked: 0,
-        lock: lock.map(Path::to_path_buf),
+        lock: lock.clone(),
         rebuilt: None,
     };
     let mut checked: BTreeSet<String> = BTreeSet::new();
@@ -263,8 +276,8 @@ pub fn verify(dir: &Path, lock: Option<&Path>) -> Result<VerifyReport, VerifyErr
         }
     }
 
-    if let Some(lock_path) = lock {
-        check_against_lock(&images, lock_path)?;
+    if let (Some(recipe), Some(lock_path)) = (&recipe, &lock) {
+        check_against_lock(&images, recipe, lock_path)?;
     }
     Ok(report)
 }
@@ -290,14 +303,19 @@ struct ImageContents {
     packages: BTreeSet<String>,
 }
 
-/// Each platform image holds exactly its platform's locked packages on its locked base, and
-/// every locked platform has an image.
-fn check_against_lock(images: &[ImageContents], lock_path: &Path) -> Result<(), VerifyError> {
+/// The lock pins only packages from the recipe's sources, each platform image holds exactly
+/// its platform's locked packages on its locked base, and every locked platform has an image.
+fn check_against_lock(
+    images: &[ImageContents],
+    recipe: &crate::recipe::Recipe,
+    lock_path: &Path,
+) -> Result<(), VerifyError> {
     let mismatch = |reason: String| VerifyError::Lock {
         lock: lock_path.to_path_buf(),
         reason,
     };
     let lock = Lock::read(lock_path)?.ok_or_else(|| mismatch("there is no lock file".into()))?;
+    lock.check_sources(recipe, lock_path)?;
     for locked in &lock.platforms {
         let platform = locked.target.platform.to_string();
         let matching: Vec<&ImageContents> = images

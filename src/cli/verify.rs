@@ -36,8 +36,7 @@ pub async fn run_verify(
     settings: Option<BuildSettings>,
     quiet: bool,
 ) -> ExitCode {
-    let lock = args.recipe.as_ref().map(|r| r.with_extension("lock"));
-    let mut report = match verify::verify(&args.image, lock.as_deref()) {
+    let mut report = match verify::verify(&args.image, settings.as_ref()) {
         Ok(report) => report,
         Err(err) => return super::fail(&err, 1),
     };

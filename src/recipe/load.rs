@@ -244,6 +244,23 @@ pub fn read_recipe_text(path: &Path) -> Result<String, RecipeError> {
     })
 }
 
+/// `path` with `.` and `..` resolved by name, without asking the file system (as a shell's
+/// `cd -L` does). Two spellings of one directory compare equal, and a path checked to lie
+/// inside a directory cannot climb out of it afterwards.
+pub(crate) fn lexical_path(path: &Path) -> PathBuf {
+    let mut out = PathBuf::new();
+    for component in path.components() {
+        match component {
+            std::path::Component::ParentDir => {
+                out.pop();
+            }
+            std::path::Component::CurDir => {}
+            other => out.push(other),
+        }
+    }
+    out
+}
+
 /// What a file that is not a regular file is, for the message that refuses it.
 fn file_kind(kind: &std::fs::FileType) -> &'static str {
     use std::os::unix::fs::FileTypeExt;
@@ -646,9 +663,11 @@ impl Checker {
                         self.error(location, format!("invalid `find-links` entry: {reason}"))
                     })?;
                 Ok(match parsed {
-                    crate::pypi::FindLinks::Directory(dir) if dir.is_relative() => {
-                        crate::pypi::FindLinks::Directory(recipe_dir(&self.path).join(dir))
-                    }
+                    // By name, so the lock, which writes it relative to itself, reads
+                    // back the same directory.
+                    crate::pypi::FindLinks::Directory(dir) => crate::pypi::FindLinks::Directory(
+                        lexical_path(&recipe_dir(&self.path).join(dir)),
+                    ),
                     other => other,
                 })
             })

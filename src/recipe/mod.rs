@@ -13,6 +13,7 @@ mod schema;
 pub mod suggest;
 
 pub use error::{RecipeError, SourceSpan};
+pub(crate) use load::lexical_path;
 pub use load::{
     Base, CudaTarget, Recipe, RecipeOptions, is_valid_tag, oci_architecture, read_recipe_text,
 };
