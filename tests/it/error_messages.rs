@@ -131,6 +131,76 @@ fn invalid_user() {
 }
 
 #[test]
+fn user_id_out_of_range() {
+    snapshot(
+        "user_id_out_of_range",
+        &image("user = \"1000:4294967295\"\n"),
+    );
+}
+
+#[test]
+fn env_key_with_equals() {
+    snapshot(
+        "env_key_with_equals",
+        &image("[image.env]\n\"PATH=/evil:$PATH\" = \"x\"\n"),
+    );
+}
+
+#[test]
+fn empty_env_key() {
+    snapshot("empty_env_key", &image("[image.env]\n\"\" = \"x\"\n"));
+}
+
+/// The bidirectional control is in the file as it is; the snippet shows it escaped, so the
+/// terminal does not reorder the line.
+#[test]
+fn env_value_with_a_bidi_control() {
+    snapshot(
+        "env_value_with_a_bidi_control",
+        &image("[image.env]\nMODE = \"safe\u{202e}\u{2066}evil\u{2069}\"\n"),
+    );
+}
+
+#[test]
+fn label_with_a_newline() {
+    snapshot(
+        "label_with_a_newline",
+        &image("[image.labels]\n\"org.example.note\" = \"one\\ntwo\"\n"),
+    );
+}
+
+#[test]
+fn prefix_with_a_tab() {
+    snapshot("prefix_with_a_tab", &image("prefix = \"/opt/\\tconda\"\n"));
+}
+
+#[test]
+fn empty_entrypoint_element() {
+    snapshot(
+        "empty_entrypoint_element",
+        &image("entrypoint = [\"/bin/sh\", \"\"]\n"),
+    );
+}
+
+#[test]
+fn empty_cmd_element() {
+    snapshot("empty_cmd_element", &image("cmd = [\"-c\", \"\"]\n"));
+}
+
+#[test]
+fn workdir_with_dotdot() {
+    snapshot("workdir_with_dotdot", &image("workdir = \"/srv/../etc\"\n"));
+}
+
+#[test]
+fn duplicate_tag() {
+    snapshot(
+        "duplicate_tag",
+        &image("tags = [\"latest\", \"v1\", \"latest\"]\n"),
+    );
+}
+
+#[test]
 fn invalid_match_spec() {
     snapshot(
         "invalid_match_spec",
