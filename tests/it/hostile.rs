@@ -1252,13 +1252,18 @@ fn base_layout_is_a_file() {
     refused_recipe(project_independent.as_bytes(), 1, &["image.toml"]);
 }
 
+/// Refused for its size before it is parsed (a recipe may have at most 1 MiB).
 #[test]
 fn ten_megabyte_recipe() {
     let mut recipe = recipe_for(&["good"]).into_bytes();
     recipe.extend_from_slice(b"# ");
     recipe.extend(std::iter::repeat_n(b'x', 10 << 20));
     recipe.extend_from_slice(b"\n[bogus]\n");
-    refused_recipe(&recipe, 1, &["bogus"]);
+    refused_recipe(
+        &recipe,
+        1,
+        &["recipes/image.toml", "at most 1048576 (1 MiB)"],
+    );
 }
 
 #[test]
