@@ -961,7 +961,7 @@ fn write_output(
         .first()
         .map(|e| e.digest().to_string())
         .expect("a recipe has at least one tag");
-    layout.commit_index(&index_of(entries)?)?;
+    layout.commit_tags(&index_of(entries)?)?;
     let removed = layout.collect_garbage()?;
     tracing::debug!("removed {removed} unreferenced blobs");
     timings.push((Stage::Write, started.elapsed()));

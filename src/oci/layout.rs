@@ -2,16 +2,18 @@
 //!
 //! Blobs are immutable and named by content, so they can be added to a live layout at any
 //! time; the only file that changes is `index.json`, and it is replaced by a rename. A build
-//! that fails or is killed therefore leaves the previous image readable and intact. Blobs no
-//! longer reachable from the index are removed after the switch.
+//! that fails or is killed therefore leaves the previous image readable and intact. A layout
+//! is a store of many images: a build replaces the entries of its own tags and keeps every
+//! other entry (other tags, other tools' images). Blobs no longer reachable from any entry
+//! are removed after the switch.
 
 use std::{
-    collections::BTreeSet,
+    collections::{BTreeSet, HashSet},
     io::{Read, Write},
     path::{Path, PathBuf},
 };
 
-use oci_spec::image::{Descriptor, ImageIndex, ImageManifest, MediaType};
+use oci_spec::image::{Descriptor, ImageIndex, MediaType};
 use sha2::{Digest, Sha256};
 
 use super::json::canonical_json;
@@ -21,14 +23,25 @@ const OCI_LAYOUT: &str = r#"{"imageLayoutVersion":"1.0.0"}"#;
 /// The annotation that names a tag in an image layout's `index.json`.
 pub const REF_NAME: &str = "org.opencontainers.image.ref.name";
 
+/// Manifests and indexes larger than this are not read while collecting garbage: no real
+/// one comes near it, and a mislabelled layer must not be loaded into memory.
+const MAX_MANIFEST_BYTES: u64 = 16 << 20;
+
+/// The tag (`org.opencontainers.image.ref.name`) of an index entry, if it has one.
+pub fn ref_name(descriptor: &Descriptor) -> Option<&str> {
+    descriptor
+        .annotations()
+        .as_ref()
+        .and_then(|a| a.get(REF_NAME))
+        .map(String::as_str)
+}
+
 /// The entry of `index` tagged `tag`.
 pub fn tagged<'a>(index: &'a ImageIndex, tag: &str) -> Option<&'a Descriptor> {
-    index.manifests().iter().find(|d| {
-        d.annotations()
-            .as_ref()
-            .and_then(|a| a.get(REF_NAME))
-            .is_some_and(|name| name == tag)
-    })
+    index
+        .manifests()
+        .iter()
+        .find(|d| ref_name(d).is_some_and(|name| name == tag))
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -248,6 +261,19 @@ impl Layout {
             .map_err(|source| LayoutError::Json { path, source })
     }
 
+    /// Makes `index`'s entries the layout's images under their tags, keeping every other
+    /// image in the layout: an entry on disk whose tag `index` does not name (or that has no
+    /// tag) stays, after `index`'s entries and in its order. One rename, as
+    /// [`Self::commit_index`]. An `index.json` that cannot be read is an error, never
+    /// overwritten: the images it lists would be lost with it.
+    pub fn commit_tags(&self, index: &ImageIndex) -> Result<(), LayoutError> {
+        let merged = match self.read_index()? {
+            Some(existing) => merge_entries(index, &existing),
+            None => index.clone(),
+        };
+        self.commit_index(&merged)
+    }
+
     /// Replaces `index.json` in one rename: the switch from the old image to the new.
     pub fn commit_index(&self, index: &ImageIndex) -> Result<(), LayoutError> {
         let bytes = canonical_json(index).map_err(|source| LayoutError::Serialize {
@@ -258,35 +284,25 @@ impl Layout {
         crate::fs::write_atomic(&path, &bytes).map_err(|source| LayoutError::Write { path, source })
     }
 
-    /// Removes blobs (and leftover temporary files) that `index.json` no longer reaches.
-    /// Returns how many files were removed.
+    /// Removes blobs (and leftover temporary files) that no entry of `index.json` reaches,
+    /// whoever wrote the entry. Returns how many files were removed. When a manifest or
+    /// index an entry reaches cannot be read (missing, damaged, not JSON), what it reaches is
+    /// unknown, so nothing is removed: collecting is only ever a saving of space.
     pub fn collect_garbage(&self) -> Result<usize, LayoutError> {
         let Some(index) = self.read_index()? else {
             return Ok(0);
         };
-        let mut live = BTreeSet::new();
-        let mut pending: Vec<Descriptor> = index.manifests().clone();
-        while let Some(descriptor) = pending.pop() {
-            let digest = descriptor.digest().to_string();
-            if !live.insert(digest.clone()) {
-                continue;
+        let live = match self.reachable(&index) {
+            Ok(live) => live,
+            Err(unreadable) => {
+                tracing::warn!(
+                    "not removing unused blobs from `{}`: `{}` is reachable from index.json but cannot be read as a manifest or index",
+                    self.dir.display(),
+                    unreadable.display()
+                );
+                return Ok(0);
             }
-            let path = self.blob_path(&digest);
-            match descriptor.media_type() {
-                MediaType::ImageManifest => {
-                    let manifest = ImageManifest::from_file(&path)
-                        .map_err(|source| LayoutError::Json { path, source })?;
-                    pending.push(manifest.config().clone());
-                    pending.extend(manifest.layers().iter().cloned());
-                }
-                MediaType::ImageIndex => {
-                    let nested = ImageIndex::from_file(&path)
-                        .map_err(|source| LayoutError::Json { path, source })?;
-                    pending.extend(nested.manifests().iter().cloned());
-                }
-                _ => {}
-            }
-        }
+        };
         let mut removed = 0;
         let blobs = self.blobs_dir();
         let entries = fs_err::read_dir(&blobs).map_err(|source| LayoutError::Read {
@@ -304,5 +320,184 @@ impl Layout {
             }
         }
         Ok(removed)
+    }
+
+    /// Every digest `index` reaches: its entries, and through each manifest or index its
+    /// config, layers, children and subject. What a blob is comes from its content, not the
+    /// descriptor's media type, so images other tools wrote (Docker media types, artifacts)
+    /// keep their blobs too. `Err` names a manifest or index that cannot be read.
+    fn reachable(&self, index: &ImageIndex) -> Result<HashSet<String>, PathBuf> {
+        let mut live = HashSet::new();
+        // Digests of blobs that are manifests or indexes, to be read for what they name.
+        let mut pending: Vec<String> = index
+            .manifests()
+            .iter()
+            .map(|d| d.digest().to_string())
+            .collect();
+        while let Some(digest) = pending.pop() {
+            if !live.insert(digest.clone()) {
+                continue;
+            }
+            let path = self.blob_path(&digest);
+            let value = read_small_json(&path).ok_or_else(|| path.clone())?;
+            let digests_of = |key: &str| -> Vec<String> {
+                value[key]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|d| d["digest"].as_str().map(str::to_string))
+                    .collect()
+            };
+            pending.extend(digests_of("manifests"));
+            if let Some(subject) = value["subject"]["digest"].as_str() {
+                pending.push(subject.to_string());
+            }
+            // Leaves: never read, only kept.
+            let leaves = value["config"]["digest"]
+                .as_str()
+                .map(str::to_string)
+                .into_iter()
+                .chain(digests_of("layers"))
+                .chain(digests_of("blobs"));
+            live.extend(leaves);
+        }
+        Ok(live)
+    }
+}
+
+/// `index` with the entries of `existing` that it does not replace appended: those whose tag
+/// `index` does not name, or that have no tag (unless `index` holds the same entry). The
+/// top-level annotations of `existing` are kept where `index` has none.
+fn merge_entries(index: &ImageIndex, existing: &ImageIndex) -> ImageIndex {
+    let ours: BTreeSet<&str> = index.manifests().iter().filter_map(ref_name).collect();
+    let kept = existing
+        .manifests()
+        .iter()
+        .filter(|entry| match ref_name(entry) {
+            Some(tag) => !ours.contains(tag),
+            None => !index.manifests().contains(entry),
+        });
+    let mut entries = index.manifests().clone();
+    entries.extend(kept.cloned());
+    let mut merged = index.clone();
+    merged.set_manifests(entries);
+    if merged.annotations().is_none() {
+        merged.set_annotations(existing.annotations().clone());
+    }
+    merged
+}
+
+/// The JSON of a blob that should be a manifest or an index; `None` when it is missing,
+/// too large to be one, or not JSON.
+fn read_small_json(path: &Path) -> Option<serde_json::Value> {
+    let size = fs_err::metadata(path).ok()?.len();
+    if size > MAX_MANIFEST_BYTES {
+        return None;
+    }
+    serde_json::from_slice(&fs_err::read(path).ok()?).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use oci_spec::image::{DescriptorBuilder, ImageIndexBuilder};
+
+    use super::*;
+
+    /// A manifest blob naming a config and one layer, each a blob of its own; returns the
+    /// manifest's descriptor tagged `tag`, and the three digests.
+    fn image(layout: &Layout, tag: &str, seed: &str) -> (Descriptor, [String; 3]) {
+        let config = layout
+            .write_blob(format!("config {seed}").as_bytes())
+            .unwrap();
+        let layer = layout
+            .write_blob(format!("layer {seed}").as_bytes())
+            .unwrap();
+        let manifest = serde_json::json!({
+            "schemaVersion": 2,
+            "mediaType": "application/vnd.oci.image.manifest.v1+json",
+            "config": {"mediaType": "application/vnd.oci.image.config.v1+json", "digest": config, "size": 1},
+            "layers": [{"mediaType": "application/vnd.oci.image.layer.v1.tar", "digest": layer, "size": 1}],
+        });
+        let bytes = serde_json::to_vec(&manifest).unwrap();
+        let digest = layout.write_blob(&bytes).unwrap();
+        let descriptor = DescriptorBuilder::default()
+            .media_type(MediaType::ImageManifest)
+            .size(bytes.len() as u64)
+            .digest(digest.parse::<oci_spec::image::Digest>().unwrap())
+            .annotations(HashMap::from([(REF_NAME.to_string(), tag.to_string())]))
+            .build()
+            .unwrap();
+        (descriptor, [digest, config, layer])
+    }
+
+    fn index(entries: Vec<Descriptor>) -> ImageIndex {
+        ImageIndexBuilder::default()
+            .schema_version(2u32)
+            .manifests(entries)
+            .build()
+            .unwrap()
+    }
+
+    fn tags(layout: &Layout) -> Vec<String> {
+        let index = layout.read_index().unwrap().unwrap();
+        index
+            .manifests()
+            .iter()
+            .map(|d| ref_name(d).unwrap().to_string())
+            .collect()
+    }
+
+    #[test]
+    fn a_commit_keeps_other_tags_and_their_blobs() {
+        let dir = tempfile::tempdir().unwrap();
+        let layout = Layout::new(dir.path().join("l"));
+        layout.prepare().unwrap();
+        let (a, a_blobs) = image(&layout, "a", "a");
+        layout.commit_tags(&index(vec![a])).unwrap();
+        let (b1, b1_blobs) = image(&layout, "b", "b1");
+        layout.commit_tags(&index(vec![b1])).unwrap();
+        assert_eq!(layout.collect_garbage().unwrap(), 0);
+        assert_eq!(tags(&layout), ["b", "a"]);
+
+        // Tag `b` moves: only what b1 alone held goes.
+        let (b2, b2_blobs) = image(&layout, "b", "b2");
+        layout.commit_tags(&index(vec![b2])).unwrap();
+        assert_eq!(tags(&layout), ["b", "a"]);
+        assert_eq!(layout.collect_garbage().unwrap(), 3);
+        for digest in a_blobs.iter().chain(&b2_blobs) {
+            assert!(layout.blob_path(digest).is_file(), "{digest}");
+        }
+        for digest in &b1_blobs {
+            assert!(!layout.blob_path(digest).exists(), "{digest}");
+        }
+    }
+
+    #[test]
+    fn blobs_of_an_unreadable_manifest_are_all_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let layout = Layout::new(dir.path().join("l"));
+        layout.prepare().unwrap();
+        let (a, [manifest, ..]) = image(&layout, "a", "a");
+        let orphan = layout.write_blob(b"orphan").unwrap();
+        layout.commit_tags(&index(vec![a])).unwrap();
+        fs_err::remove_file(layout.blob_path(&manifest)).unwrap();
+        assert_eq!(layout.collect_garbage().unwrap(), 0);
+        assert!(layout.blob_path(&orphan).is_file());
+    }
+
+    #[test]
+    fn a_damaged_index_is_never_overwritten() {
+        let dir = tempfile::tempdir().unwrap();
+        let layout = Layout::new(dir.path().join("l"));
+        layout.prepare().unwrap();
+        fs_err::write(layout.index_path(), b"{not json").unwrap();
+        let (a, _) = image(&layout, "a", "a");
+        assert!(matches!(
+            layout.commit_tags(&index(vec![a])),
+            Err(LayoutError::Json { .. })
+        ));
+        assert_eq!(fs_err::read(layout.index_path()).unwrap(), b"{not json");
     }
 }
