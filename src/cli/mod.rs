@@ -70,6 +70,16 @@ pub struct GlobalArgs {
     /// Trust the CA certificates in this PEM file for registries
     #[arg(long, global = true, value_name = "PEM")]
     pub ca_cert: Option<PathBuf>,
+    /// Give up an attempt once a registry has been silent this long (connecting, answering
+    /// or taking an upload); a request stops retrying within 3 times it [default: 30]
+    #[arg(
+        long,
+        global = true,
+        env = crate::registry::client::TIMEOUT_ENV,
+        value_name = "SECONDS",
+        value_parser = registry::parse_timeout
+    )]
+    pub registry_timeout: Option<std::time::Duration>,
     /// An `imgbuild-smoke` executable that `[smoke] embed = true` puts into images; repeat
     /// it (or separate paths with `:`) for one per architecture
     /// [default: imgbuild-smoke and imgbuild-smoke-* beside imgbuild]
@@ -88,6 +98,7 @@ impl GlobalArgs {
         crate::registry::ClientOptions {
             insecure: self.insecure,
             ca_cert: self.ca_cert.clone(),
+            timeout: self.registry_timeout,
         }
     }
 }

@@ -106,6 +106,21 @@ pub struct LoginArgs {
     pub password_stdin: bool,
 }
 
+/// `--registry-timeout` / `IMGBUILD_REGISTRY_TIMEOUT`: a positive number of seconds (a
+/// fraction allowed), at most a day.
+pub fn parse_timeout(value: &str) -> Result<std::time::Duration, String> {
+    let seconds: f64 = value
+        .trim()
+        .parse()
+        .map_err(|_| format!("`{value}` is not a number of seconds"))?;
+    if !(seconds > 0.0 && seconds <= 86_400.0) {
+        return Err(format!(
+            "`{value}`: the registry timeout is more than 0 and at most 86400 seconds"
+        ));
+    }
+    Ok(std::time::Duration::from_secs_f64(seconds))
+}
+
 /// `layout[:tag]` → (layout, tag).
 pub fn split_layout(image: &str) -> (PathBuf, String) {
     match image.rsplit_once(':') {

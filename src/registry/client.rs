@@ -1,8 +1,18 @@
 //! A small OCI distribution client: one repository, bounded retries with backoff, and the
 //! Basic and Bearer (token service) flows driven by the registry's `WWW-Authenticate`.
+//!
+//! A registry that accepts connections and then says nothing must not hold a build or push
+//! forever: every attempt is abandoned once the registry has been silent for the timeout
+//! (neither sending any of its answer nor taking any of our request body), and a request
+//! stops retrying when another silent attempt would take it past its retry budget.
 
-use std::{sync::Arc, time::Duration};
+use std::{
+    future::Future,
+    sync::Arc,
+    time::{Duration, Instant},
+};
 
+use futures::StreamExt;
 use reqwest::{Method, StatusCode, header};
 use tokio::sync::Mutex;
 
@@ -13,6 +23,18 @@ const ATTEMPTS: u32 = 6;
 /// First backoff; doubled each retry, capped at [`MAX_BACKOFF`].
 const BACKOFF: Duration = Duration::from_millis(200);
 const MAX_BACKOFF: Duration = Duration::from_secs(5);
+/// How long a registry may stay silent, connecting or answering, when
+/// [`ClientOptions::timeout`] does not say.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
+/// A request's retry budget, in timeouts: attempts and backoff together never go past it, so
+/// with the default a silent registry fails a request in 90 s.
+const BUDGET_TIMEOUTS: u32 = 3;
+/// Request bodies are handed to the connection in pieces of this size, so a slow upload
+/// counts as activity while it goes.
+const BODY_PIECE: usize = 64 << 10;
+/// The environment variable (and flag `--registry-timeout`) that sets the timeout; named in
+/// the timeout error.
+pub const TIMEOUT_ENV: &str = "IMGBUILD_REGISTRY_TIMEOUT";
 
 /// How to reach registries.
 #[derive(Debug, Clone, Default)]
@@ -21,6 +43,17 @@ pub struct ClientOptions {
     pub insecure: bool,
     /// A PEM file with extra CA certificates to trust.
     pub ca_cert: Option<std::path::PathBuf>,
+    /// How long the registry may stay silent before an attempt is abandoned (connecting, or
+    /// between two pieces of an answer or of an upload); [`DEFAULT_TIMEOUT`] when `None`.
+    /// A request's retries end within [`BUDGET_TIMEOUTS`] times this.
+    pub timeout: Option<Duration>,
+}
+
+impl ClientOptions {
+    /// The silence after which an attempt is abandoned.
+    pub fn timeout(&self) -> Duration {
+        self.timeout.unwrap_or(DEFAULT_TIMEOUT)
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -32,6 +65,22 @@ pub enum RegistryError {
         attempts: u32,
         #[source]
         source: reqwest::Error,
+    },
+    #[error(
+        "Registry `{registry}` timed out: nothing from it for {}s on {method} {url} ({attempts} {}, {}s in all); if it is only slow, allow more with --registry-timeout SECONDS or {TIMEOUT_ENV}",
+        waited.as_secs_f64(),
+        if *attempts == 1 { "attempt" } else { "attempts" },
+        elapsed.as_secs(),
+    )]
+    TimedOut {
+        registry: String,
+        method: Method,
+        url: String,
+        /// The silence that ended the last attempt.
+        waited: Duration,
+        attempts: u32,
+        /// From the first attempt to giving up.
+        elapsed: Duration,
     },
     #[error(
         "Registry `{registry}` answered {status} to {method} {url}{}",
@@ -111,9 +160,86 @@ impl RegistryError {
             }
             // A certificate the client does not trust stays untrusted: fail at once.
             RegistryError::Unreachable { source, .. } => !is_certificate_error(source),
+            RegistryError::TimedOut { .. } => true,
             _ => false,
         }
     }
+
+    /// Whether the request behind this error already spent its retries on silence: starting
+    /// it over (a new upload session) would only wait the same budget again.
+    pub fn is_timeout(&self) -> bool {
+        matches!(self, RegistryError::TimedOut { .. })
+    }
+
+    /// Records how many attempts the request made and how long they took, once it gives up.
+    fn after_attempts(mut self, made: u32, took: Duration) -> Self {
+        match &mut self {
+            RegistryError::TimedOut {
+                attempts, elapsed, ..
+            } => {
+                *attempts = made;
+                *elapsed = took;
+            }
+            RegistryError::Unreachable { attempts, .. } => *attempts = made,
+            _ => {}
+        }
+        self
+    }
+}
+
+/// When the registry last did something for an attempt: connected, sent part of its answer,
+/// or took part of our request body.
+#[derive(Clone)]
+struct Activity(Arc<std::sync::Mutex<Instant>>);
+
+impl Activity {
+    fn new() -> Self {
+        Activity(Arc::new(std::sync::Mutex::new(Instant::now())))
+    }
+
+    fn touch(&self) {
+        // A poisoned lock only means another task panicked while storing an instant.
+        *self.0.lock().unwrap_or_else(|e| e.into_inner()) = Instant::now();
+    }
+
+    fn last(&self) -> Instant {
+        *self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// Runs `future` to its end, or `None` once `activity` has been still for `idle`.
+async fn unless_idle<F: Future>(
+    future: F,
+    activity: &Activity,
+    idle: Duration,
+) -> Option<F::Output> {
+    tokio::pin!(future);
+    loop {
+        let deadline = activity.last() + idle;
+        tokio::select! {
+            output = &mut future => return Some(output),
+            () = tokio::time::sleep_until(tokio::time::Instant::from_std(deadline)) => {
+                if activity.last() + idle <= Instant::now() {
+                    return None;
+                }
+            }
+        }
+    }
+}
+
+/// `bytes` as a request body that marks `activity` each time the connection takes a piece,
+/// with its length declared (a streamed body would otherwise go chunked, which not every
+/// registry accepts).
+fn tracked_body(bytes: bytes::Bytes, activity: &Activity) -> reqwest::Body {
+    let activity = activity.clone();
+    let pieces: Vec<bytes::Bytes> = (0..bytes.len())
+        .step_by(BODY_PIECE)
+        .map(|start| bytes.slice(start..(start + BODY_PIECE).min(bytes.len())))
+        .collect();
+    reqwest::Body::wrap_stream(futures::stream::iter(pieces).map(move |piece| {
+        activity.touch();
+        Ok::<_, std::io::Error>(piece)
+    }))
 }
 
 /// A request body that can be sent again on retry.
@@ -135,6 +261,8 @@ pub struct Response {
 #[derive(Clone)]
 pub struct RepositoryClient {
     http: reqwest::Client,
+    /// Silence after which an attempt is abandoned; also the connect timeout.
+    timeout: Duration,
     pub reference: Reference,
     base: String,
     credentials: Option<Credentials>,
@@ -164,10 +292,12 @@ impl RepositoryClient {
         } else {
             "https"
         };
+        let timeout = options.timeout();
+        // No total timeout: a large blob may take long over a slow link, and silence is
+        // what ends an attempt (see `unless_idle`).
         let mut builder = reqwest::Client::builder()
             .user_agent(concat!("imgbuild/", env!("CARGO_PKG_VERSION")))
-            .connect_timeout(Duration::from_secs(30))
-            .timeout(Duration::from_secs(600));
+            .connect_timeout(timeout);
         if let Some(path) = &options.ca_cert {
             let pem = fs_err::read(path).map_err(|e| RegistryError::CaCert {
                 path: path.clone(),
@@ -184,6 +314,7 @@ impl RepositoryClient {
         }
         Ok(RepositoryClient {
             http: builder.build().map_err(RegistryError::Client)?,
+            timeout,
             reference: reference.clone(),
             base: format!(
                 "{scheme}://{}/v2/{}",
@@ -240,20 +371,114 @@ impl RepositoryClient {
     ) -> Result<String, RegistryError> {
         self.send(Method::HEAD, url, &[], Body::Empty, &[StatusCode::OK])
             .await?;
+        self.with_retries(&Method::GET, url, || self.download_once(url, dest))
+            .await
+    }
+
+    /// Runs `attempt` until it succeeds, fails in a way retrying cannot fix, has been made
+    /// [`ATTEMPTS`] times, or another silent attempt would end past the retry budget.
+    async fn with_retries<T, F, Fut>(
+        &self,
+        method: &Method,
+        url: &str,
+        mut attempt: F,
+    ) -> Result<T, RegistryError>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<T, RegistryError>>,
+    {
+        let started = Instant::now();
+        let budget = self.timeout * BUDGET_TIMEOUTS;
         let mut backoff = BACKOFF;
-        let mut attempt = 0;
+        let mut made = 0;
         loop {
-            attempt += 1;
-            match self.download_once(url, dest).await {
-                Err(err) if err.is_retryable() && attempt < ATTEMPTS => {
-                    self.retries
-                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                    tokio::time::sleep(backoff).await;
-                    backoff = (backoff * 2).min(MAX_BACKOFF);
-                }
-                other => return other,
+            made += 1;
+            let err = match attempt().await {
+                Ok(value) => return Ok(value),
+                Err(err) => err,
+            };
+            let within_budget = started.elapsed() + backoff + self.timeout <= budget;
+            if !err.is_retryable() || made >= ATTEMPTS || !within_budget {
+                return Err(err.after_attempts(made, started.elapsed()));
+            }
+            self.retries
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            tracing::debug!("retrying {method} {url} after: {err}");
+            tokio::time::sleep(backoff).await;
+            backoff = (backoff * 2).min(MAX_BACKOFF);
+        }
+    }
+
+    /// The error for an attempt the registry left silent for the timeout.
+    fn timed_out(&self, method: &Method, url: &str) -> RegistryError {
+        RegistryError::TimedOut {
+            registry: self.reference.registry.clone(),
+            method: method.clone(),
+            url: url.to_string(),
+            waited: self.timeout,
+            attempts: 1,
+            elapsed: self.timeout,
+        }
+    }
+
+    /// Sends `request` and waits for the answer's head, abandoning it after the timeout's
+    /// silence. A connection that timed out inside reqwest reads as silence too.
+    async fn send_guarded(
+        &self,
+        request: reqwest::RequestBuilder,
+        method: &Method,
+        url: &str,
+        activity: &Activity,
+    ) -> Result<reqwest::Response, RegistryError> {
+        self.requests
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        match unless_idle(request.send(), activity, self.timeout).await {
+            None => Err(self.timed_out(method, url)),
+            Some(Err(source)) if source.is_timeout() => Err(self.timed_out(method, url)),
+            Some(Err(source)) => Err(self.unreachable(url, source)),
+            Some(Ok(response)) => {
+                activity.touch();
+                Ok(response)
             }
         }
+    }
+
+    /// The next piece of an answer's body (`None` at its end), abandoned after the
+    /// timeout's silence.
+    async fn next_piece(
+        &self,
+        response: &mut reqwest::Response,
+        method: &Method,
+        url: &str,
+        activity: &Activity,
+    ) -> Result<Option<bytes::Bytes>, RegistryError> {
+        match unless_idle(response.chunk(), activity, self.timeout).await {
+            None => Err(self.timed_out(method, url)),
+            Some(Err(source)) if source.is_timeout() => Err(self.timed_out(method, url)),
+            Some(Err(source)) => Err(self.unreachable(url, source)),
+            Some(Ok(piece)) => {
+                activity.touch();
+                Ok(piece)
+            }
+        }
+    }
+
+    /// The whole body of an answer (registries' answers other than blobs are small).
+    async fn read_body(
+        &self,
+        mut response: reqwest::Response,
+        method: &Method,
+        url: &str,
+        activity: &Activity,
+    ) -> Result<bytes::Bytes, RegistryError> {
+        let mut body = bytes::BytesMut::new();
+        while let Some(piece) = self
+            .next_piece(&mut response, method, url, activity)
+            .await?
+        {
+            body.extend_from_slice(&piece);
+        }
+        Ok(body.freeze())
     }
 
     async fn download_once(
@@ -267,12 +492,10 @@ impl RepositoryClient {
         if let Some(authorization) = self.authorization.lock().await.clone() {
             request = request.header(header::AUTHORIZATION, authorization);
         }
-        self.requests
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let mut response = request
-            .send()
-            .await
-            .map_err(|source| self.unreachable(url, source))?;
+        let activity = Activity::new();
+        let mut response = self
+            .send_guarded(request, &Method::GET, url, &activity)
+            .await?;
         if response.status() != StatusCode::OK {
             return Err(RegistryError::Status {
                 registry: self.reference.registry.clone(),
@@ -289,10 +512,9 @@ impl RepositoryClient {
         let mut file =
             std::io::BufWriter::with_capacity(1 << 20, fs_err::File::create(dest).map_err(io)?);
         let mut hasher = sha2::Sha256::new();
-        while let Some(chunk) = response
-            .chunk()
-            .await
-            .map_err(|source| self.unreachable(url, source))?
+        while let Some(chunk) = self
+            .next_piece(&mut response, &Method::GET, url, &activity)
+            .await?
         {
             hasher.update(&chunk);
             file.write_all(&chunk).map_err(io)?;
@@ -311,21 +533,10 @@ impl RepositoryClient {
         body: Body,
         ok: &[StatusCode],
     ) -> Result<Response, RegistryError> {
-        let mut backoff = BACKOFF;
-        let mut attempt = 0;
-        loop {
-            attempt += 1;
-            match self.send_once(&method, url, headers, &body, ok).await {
-                Err(err) if err.is_retryable() && attempt < ATTEMPTS => {
-                    self.retries
-                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                    tracing::debug!("retrying {method} {url} after: {err}");
-                    tokio::time::sleep(backoff).await;
-                    backoff = (backoff * 2).min(MAX_BACKOFF);
-                }
-                other => return other,
-            }
-        }
+        self.with_retries(&method, url, || {
+            self.send_once(&method, url, headers, &body, ok)
+        })
+        .await
     }
 
     async fn send_once(
@@ -345,24 +556,18 @@ impl RepositoryClient {
             if let Some(authorization) = self.authorization.lock().await.clone() {
                 request = request.header(header::AUTHORIZATION, authorization);
             }
+            let activity = Activity::new();
             request = match body {
                 Body::Empty => request.header(header::CONTENT_LENGTH, "0"),
                 Body::Bytes(bytes, content_type) => request
                     .header(header::CONTENT_TYPE, *content_type)
-                    .body(bytes.clone()),
+                    .header(header::CONTENT_LENGTH, bytes.len().to_string())
+                    .body(tracked_body(bytes.clone(), &activity)),
             };
-            self.requests
-                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            let response = request
-                .send()
-                .await
-                .map_err(|source| self.unreachable(url, source))?;
+            let response = self.send_guarded(request, method, url, &activity).await?;
             let status = response.status();
             let response_headers = response.headers().clone();
-            let bytes = response
-                .bytes()
-                .await
-                .map_err(|source| self.unreachable(url, source))?;
+            let bytes = self.read_body(response, method, url, &activity).await?;
             if status == StatusCode::UNAUTHORIZED && !authenticated_once {
                 authenticated_once = true;
                 let challenge = response_headers
@@ -397,16 +602,12 @@ impl RepositoryClient {
     }
 
     fn unreachable(&self, url: &str, source: reqwest::Error) -> RegistryError {
-        let source = source.without_url();
         RegistryError::Unreachable {
             registry: self.reference.registry.clone(),
             url: url.to_string(),
-            attempts: if is_certificate_error(&source) {
-                1
-            } else {
-                ATTEMPTS
-            },
-            source,
+            // Set to the attempts made once the request gives up (`after_attempts`).
+            attempts: 1,
+            source: source.without_url(),
         }
     }
 
@@ -452,12 +653,10 @@ impl RepositoryClient {
                     if let Some(credentials) = &self.credentials {
                         request = request.header(header::AUTHORIZATION, credentials.basic());
                     }
-                    self.requests
-                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                    let response = request
-                        .send()
-                        .await
-                        .map_err(|source| self.unreachable(&realm, source))?;
+                    let activity = Activity::new();
+                    let response = self
+                        .send_guarded(request, &Method::GET, &realm, &activity)
+                        .await?;
                     if response.status() == StatusCode::UNAUTHORIZED
                         || response.status() == StatusCode::FORBIDDEN
                     {
@@ -480,10 +679,9 @@ impl RepositoryClient {
                         token: Option<String>,
                         access_token: Option<String>,
                     }
-                    let bytes = response
-                        .bytes()
-                        .await
-                        .map_err(|source| self.unreachable(&realm, source))?;
+                    let bytes = self
+                        .read_body(response, &Method::GET, &realm, &activity)
+                        .await?;
                     let token: Token =
                         serde_json::from_slice(&bytes).map_err(|_| RegistryError::Invalid {
                             registry: registry.clone(),
@@ -567,7 +765,7 @@ mod tests {
             None,
             &ClientOptions {
                 insecure: true,
-                ca_cert: None,
+                ..ClientOptions::default()
             },
         )
         .unwrap();
@@ -584,7 +782,7 @@ mod tests {
             None,
             &ClientOptions {
                 insecure: true,
-                ca_cert: None,
+                ..ClientOptions::default()
             },
         )
         .unwrap();

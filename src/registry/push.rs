@@ -276,7 +276,9 @@ async fn ensure_blob(
         match try_blob(client, blob, mount_repo).await {
             Ok(outcome) => return Ok(outcome),
             Err(BlobError::Registry(err)) => {
-                let restartable = err.is_retryable()
+                // A request that timed out has spent its retry budget on silence; a new
+                // session would wait that long again.
+                let restartable = !err.is_timeout() && err.is_retryable()
                     || matches!(
                         &err,
                         RegistryError::Status { status, .. }
