@@ -150,7 +150,11 @@ pub async fn push_layout(
     let (layout, tag) = split_layout(image);
     let target = Reference::parse(reference)?;
     if target.digest.is_some() {
-        return Err(format!("push to a tag, not a digest: `{reference}`").into());
+        return Err(format!(
+            "push to a tag, not a digest: `{}`",
+            crate::registry::reference::redacted(reference)
+        )
+        .into());
     }
     for extra in tags {
         if !crate::recipe::is_valid_tag(extra) {

@@ -25,6 +25,36 @@ pub struct ReferenceError {
     pub reason: &'static str,
 }
 
+/// Whether `text` (what follows an `@`) is a digest, `algorithm:hex` with at least 32 hex
+/// digits: anything else after an `@` means the `@` ends credentials (`user:password@host`).
+fn looks_like_digest(text: &str) -> bool {
+    text.split_once(':').is_some_and(|(algorithm, hex)| {
+        !algorithm.is_empty()
+            && algorithm
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '.' | '_' | '-'))
+            && hex.len() >= 32
+            && hex.chars().all(|c| c.is_ascii_hexdigit())
+    })
+}
+
+/// `reference` as it may be shown in messages and logs: credentials written into it
+/// (`user:password@host/…`, `https://user:password@host/…`, a password holding `@` or `/`)
+/// become `***`. Everything before the last `@` that does not start a digest is
+/// credentials.
+pub fn redacted(reference: &str) -> String {
+    let start = reference.find("://").map_or(0, |i| i + 3);
+    let body = &reference[start..];
+    let end = body
+        .match_indices('@')
+        .map(|(i, _)| i)
+        .rfind(|&i| !looks_like_digest(&body[i + 1..]));
+    match end {
+        Some(end) => format!("{}***{}", &reference[..start], &body[end..]),
+        None => reference.to_string(),
+    }
+}
+
 /// Whether the first component of a reference is a registry rather than part of a Docker
 /// Hub name: it has a `.` or `:`, or is `localhost`.
 fn is_registry_host(first: &str) -> bool {
@@ -44,10 +74,22 @@ impl Reference {
     /// `localhost`, is a registry; otherwise the registry is Docker Hub, where one-part names
     /// live under `library/`.
     pub fn parse(reference: &str) -> Result<Reference, ReferenceError> {
+        // The message never repeats a password the reference holds.
+        let shown = redacted(reference);
         let err = |reason| ReferenceError {
-            reference: reference.to_string(),
+            reference: shown.clone(),
             reason,
         };
+        if shown != reference {
+            return Err(err(
+                "credentials do not belong in an image reference; store them with `imgbuild login` (or `docker login`)",
+            ));
+        }
+        if reference.contains("://") {
+            return Err(err(
+                "an image reference has no scheme; write `registry/repository[:tag]`",
+            ));
+        }
         let (rest, digest) = match reference.split_once('@') {
             Some((rest, digest)) => {
                 let hex = digest
@@ -210,6 +252,46 @@ mod tests {
         assert!(parse("[::1]:5000/x").is_loopback());
         assert!(!parse("ghcr.io/org/x").is_loopback());
         assert_eq!(parse("localhost:5000/x").registry, "localhost:5000");
+    }
+
+    #[test]
+    fn credentials_are_refused_and_never_shown() {
+        let digest = format!("sha256:{}", "a".repeat(64));
+        for (reference, shown) in [
+            (
+                "user:s3cret@127.0.0.1:5000/x:y".to_string(),
+                "***@127.0.0.1:5000/x:y".to_string(),
+            ),
+            (
+                "https://user:s3cret@host.io/x".to_string(),
+                "https://***@host.io/x".to_string(),
+            ),
+            (
+                "user:s3/cr@t@host.io/x".to_string(),
+                "***@host.io/x".to_string(),
+            ),
+            (
+                format!("u:s3cret@host.io/x@{digest}"),
+                format!("***@host.io/x@{digest}"),
+            ),
+            (
+                "user:s3cret@registry:5000".to_string(),
+                "***@registry:5000".to_string(),
+            ),
+        ] {
+            assert_eq!(redacted(&reference), shown);
+            let err = Reference::parse(&reference).unwrap_err();
+            assert!(!err.to_string().contains("s3cret"), "{err}");
+            assert!(!err.to_string().contains("s3/cr"), "{err}");
+        }
+        let plain = format!("host.io/x:v1@{digest}");
+        assert_eq!(redacted(&plain), plain);
+        assert!(
+            Reference::parse("https://host.io/x")
+                .unwrap_err()
+                .to_string()
+                .contains("no scheme")
+        );
     }
 
     #[test]
