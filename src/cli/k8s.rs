@@ -169,7 +169,7 @@ fn build_job_options(
         .builder_image
         .clone()
         .ok_or("`--build-job` needs `--builder-image REF`: the imgbuild image the pods run")?;
-    let text = fs_err::read_to_string(recipe_path)?;
+    let text = crate::recipe::read_recipe_text(recipe_path)?;
     let variants = matrix::variants(&text, recipe_path)?;
     let choices: Vec<Option<matrix::Variant>> = if variants.is_empty() {
         vec![None]

@@ -301,14 +301,29 @@ fn a_recipe_that_is_not_a_regular_file_is_refused_before_reading() {
         .status()
         .unwrap();
     assert!(status.success());
+    // The directory first: code that reads before it checks fails there, rather than
+    // waiting on the fifo or filling memory from `/dev/zero`.
     for (path, kind) in [
-        ("/dev/zero", "a character device"),
-        ("recipe.fifo", "a fifo"),
         (".", "a directory"),
+        ("recipe.fifo", "a fifo"),
+        ("/dev/zero", "a character device"),
     ] {
+        let refused = format!("is {kind}, not a regular file");
         project
             .run(&["build", path])
-            .assert_failure_naming(1, &[path, &format!("is {kind}, not a regular file")]);
+            .assert_failure_naming(1, &[path, &refused]);
+        // `k8s --build-job` reads the recipe too, to put it into its ConfigMap.
+        project
+            .run(&[
+                "k8s",
+                "--build-job",
+                path,
+                "--builder-image",
+                "registry.example/imgbuild@sha256:0",
+                "--repository",
+                "registry.example/x",
+            ])
+            .assert_failure_naming(1, &[path, &refused]);
     }
     project.assert_no_image();
 }
