@@ -505,6 +505,39 @@ mod tests {
     }
 
     #[test]
+    fn a_member_only_the_stream_holds_is_refused() {
+        // The tiny seed with a stored `notes.txt` put in front of it: the local headers hold
+        // it, the central directory (at the end, unchanged) does not.
+        let seeds = concat!(env!("CARGO_MANIFEST_DIR"), "/fuzz/seeds/package_reader/");
+        let bytes = fs_err::read(format!("{seeds}hidden-member-1.0-h0_0.conda")).unwrap();
+        let refusal =
+            scan_archive(std::io::Cursor::new(&bytes), ArchiveKind::Conda, "h.conda").unwrap_err();
+        assert_eq!(refusal.entry, "h.conda");
+        assert!(refusal.reason.contains("disagree"), "{refusal}");
+        assert!(refusal.reason.contains("notes.txt at 0"), "{refusal}");
+    }
+
+    #[test]
+    fn bombs_are_refused_at_their_first_big_header() {
+        let bombs = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/bombs/");
+        for (name, kind) in [
+            ("bomb-1.0-h0_0.tar.bz2", ArchiveKind::TarBz2),
+            ("bomb-1.0-h1_0.conda", ArchiveKind::Conda),
+        ] {
+            let bytes = fs_err::read(format!("{bombs}{name}")).unwrap();
+            let refusal =
+                scan_archive(std::io::Cursor::new(&bytes), kind, name).unwrap_err();
+            assert!(refusal.reason.contains("decompression bomb"), "{name}: {refusal}");
+        }
+    }
+
+    #[test]
+    fn names_from_archives_print_as_text() {
+        assert_eq!(printable("lib/a\nb\u{202e}c"), "lib/a\\u{a}b\\u{202e}c");
+        assert_eq!(printable("ok/name.txt"), "ok/name.txt");
+    }
+
+    #[test]
     fn garbage_is_refused_naming_the_archive() {
         for kind in [ArchiveKind::TarBz2, ArchiveKind::Conda] {
             let refusal =
