@@ -189,6 +189,58 @@ fn write_truncated_nvrtc_channel(channel: &Path) -> anyhow::Result<()> {
     zip.by_name("nvidia/cuda_runtime/lib/libcudart.so.11.0")?
         .read_to_end(&mut cudart)?;
     cudart.truncate(4096);
+    write_nvrtc_channel(channel, cudart)
+}
+
+/// Issue 15: a library whose initialiser never returns. The smoke child is killed after
+/// `IMGBUILD_SMOKE_TIMEOUT` seconds and the run is a `kernel-failure` (exit 5) naming the
+/// library; before, `imgbuild smoke` waited for good. The library is compiled here with the
+/// machine's C compiler; without one the test says so and skips.
+#[test]
+fn a_library_that_hangs_the_loader_is_a_kernel_failure_naming_it() {
+    let project = Project::new();
+    let source = project.path().join("hang.c");
+    fs_err::write(
+        &source,
+        "#include <unistd.h>\n__attribute__((constructor)) static void hang(void) { for (;;) pause(); }\n",
+    )
+    .unwrap();
+    let library = project.path().join("libnvrtc.so.12");
+    let compiled = std::process::Command::new("cc")
+        .args(["-shared", "-fPIC", "-o"])
+        .arg(&library)
+        .arg(&source)
+        .status();
+    if !compiled.is_ok_and(|s| s.success()) {
+        eprintln!("skipping: no C compiler (cc) to build a hanging library");
+        return;
+    }
+    let channel = project.path().join("hanging-channel");
+    write_nvrtc_channel(&channel, fs_err::read(&library).unwrap()).unwrap();
+    let url = url::Url::from_directory_path(&channel).unwrap();
+    let recipe = tiny_recipe(shared_channel(), "hangimg", &["cuda-cudart", "cuda-nvrtc"]).replacen(
+        "channels = [",
+        &format!("channels = [\"{url}\", "),
+        1,
+    );
+    project.write_recipe(&recipe);
+    project.build(&[]).success();
+
+    let run = project.run_with(
+        &["smoke", "images/hangimg"],
+        &[("IMGBUILD_SMOKE_TIMEOUT", "2")],
+        None,
+    );
+    assert_eq!(run.code, 5, "{}{}", run.stdout, run.stderr);
+    let verdict = "verdict          KERNEL-FAILURE: loading `libnvrtc.so.12` \
+                   (opt/conda/lib/libnvrtc.so.12) stopped the smoke test: its process hung: \
+                   it had not finished after 2 s and was killed";
+    assert!(run.stdout.contains(verdict), "{}", run.stdout);
+}
+
+/// A channel holding `cuda-nvrtc` 12.0.0 whose `lib/libnvrtc.so.12` is `library`.
+fn write_nvrtc_channel(channel: &Path, library: Vec<u8>) -> anyhow::Result<()> {
+    let cudart = library;
     let linux64 = channel.join("linux-64");
     fs_err::create_dir_all(&linux64)?;
     fs_err::create_dir_all(channel.join("noarch"))?;

@@ -17,7 +17,9 @@ use std::{
     io::{BufRead, BufReader, Read, Write},
     os::unix::process::ExitStatusExt,
     path::{Path, PathBuf},
-    process::{Command, ExitCode, ExitStatus, Stdio},
+    process::{Child, Command, ExitCode, ExitStatus, Stdio},
+    sync::{Arc, Mutex, mpsc},
+    time::Duration,
 };
 
 use crate::{
@@ -33,6 +35,21 @@ pub const CHILD_ARG: &str = "__smoke-child";
 const LOADING: &str = "imgbuild-smoke-child:loading ";
 const LOADED: &str = "imgbuild-smoke-child:loaded ";
 const REPORT: &str = "imgbuild-smoke-child:report ";
+
+/// How long the child may take before it is taken for hung and killed: loading the
+/// libraries, compiling the kernel and running it take seconds on any GPU, but a library
+/// whose initialiser never returns would otherwise hang the caller for good.
+const DEFAULT_LIMIT: Duration = Duration::from_secs(300);
+/// Overrides [`DEFAULT_LIMIT`], in whole seconds.
+pub const LIMIT_VAR: &str = "IMGBUILD_SMOKE_TIMEOUT";
+
+fn limit() -> Duration {
+    std::env::var(LIMIT_VAR)
+        .ok()
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .filter(|&s| s > 0)
+        .map_or(DEFAULT_LIMIT, Duration::from_secs)
+}
 
 /// The options that pass the libraries to the child, as paths (not JSON, which cannot hold a
 /// path that is not UTF-8).
@@ -67,12 +84,50 @@ pub fn run_in_child(
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
         .spawn()?;
-    let transcript = match child.stdout.take() {
-        Some(stdout) => Transcript::read(stdout),
-        None => Transcript::default(),
-    };
-    let status = child.wait()?;
+    let stdout = child.stdout.take();
+    let child = Arc::new(Mutex::new(child));
+    let (done, watchdog) = watch(child.clone(), limit());
+    let mut transcript = stdout.map(Transcript::read).unwrap_or_default();
+    let status = wait(&child)?;
+    let _ = done.send(());
+    let killed = watchdog.join().unwrap_or(None);
+    // A child killed by the watchdog dies of SIGKILL; one that finished just as the time ran
+    // out keeps its own status.
+    transcript.timed_out = killed.filter(|_| status.signal() == Some(9));
     Ok(transcript.conclude(report, status))
+}
+
+/// Kills `child` once `limit` has passed without a word on the returned sender; the thread
+/// returns the limit when it killed.
+fn watch(
+    child: Arc<Mutex<Child>>,
+    limit: Duration,
+) -> (mpsc::Sender<()>, std::thread::JoinHandle<Option<Duration>>) {
+    let (done, finished) = mpsc::channel::<()>();
+    let watchdog = std::thread::spawn(move || {
+        if finished.recv_timeout(limit) != Err(mpsc::RecvTimeoutError::Timeout) {
+            return None;
+        }
+        // `Child::kill` does nothing to a child already waited for, so no other process
+        // that took its pid can be hit.
+        let _ = child.lock().map(|mut c| c.kill());
+        Some(limit)
+    });
+    (done, watchdog)
+}
+
+/// Waits for `child` without holding its lock, so the watchdog can always kill it.
+fn wait(child: &Mutex<Child>) -> std::io::Result<ExitStatus> {
+    loop {
+        let status = child
+            .lock()
+            .map_err(|_| std::io::Error::other("the smoke child's lock is poisoned"))?
+            .try_wait()?;
+        if let Some(status) = status {
+            return Ok(status);
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
 }
 
 /// What the child said before it ended.
@@ -83,6 +138,8 @@ struct Transcript {
     /// The libraries loaded, in order.
     loaded: Vec<String>,
     report: Option<SmokeReport>,
+    /// The limit after which the child was killed, when it was.
+    timed_out: Option<Duration>,
 }
 
 impl Transcript {
@@ -116,7 +173,13 @@ impl Transcript {
     /// The report: the child's when it ended as it should, else `report` (what the caller
     /// knew before the run) as a kernel failure saying how the child died.
     fn conclude(mut self, report: SmokeReport, status: ExitStatus) -> SmokeReport {
-        let death = death(status);
+        let death = match self.timed_out {
+            Some(limit) => Some(format!(
+                "hung: it had not finished after {} s and was killed ({LIMIT_VAR} sets the limit)",
+                limit.as_secs()
+            )),
+            None => death(status),
+        };
         match (self.report.take(), death) {
             (Some(report), None)
                 if status.code() == Some(i32::from(report.verdict.exit_code())) =>
@@ -156,7 +219,12 @@ impl Transcript {
                     .find(|p| file_name(p) == name)
                     .map(|p| format!(" ({p})"))
                     .unwrap_or_default();
-                format!("loading `{name}`{place} crashed the smoke test: its process {how}")
+                let verb = if self.timed_out.is_some() {
+                    "stopped"
+                } else {
+                    "crashed"
+                };
+                format!("loading `{name}`{place} {verb} the smoke test: its process {how}")
             }
             None if self.loaded.is_empty() => {
                 format!("the smoke test's process {how} before loading any library")
