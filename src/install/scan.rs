@@ -525,9 +525,11 @@ mod tests {
             ("bomb-1.0-h1_0.conda", ArchiveKind::Conda),
         ] {
             let bytes = fs_err::read(format!("{bombs}{name}")).unwrap();
-            let refusal =
-                scan_archive(std::io::Cursor::new(&bytes), kind, name).unwrap_err();
-            assert!(refusal.reason.contains("decompression bomb"), "{name}: {refusal}");
+            let refusal = scan_archive(std::io::Cursor::new(&bytes), kind, name).unwrap_err();
+            assert!(
+                refusal.reason.contains("decompression bomb"),
+                "{name}: {refusal}"
+            );
         }
     }
 
