@@ -181,8 +181,20 @@ async fn attach_sboms(
         (SbomFormat::Spdx, "application/spdx+json"),
         (SbomFormat::Cyclonedx, "application/vnd.cyclonedx+json"),
     ] {
-        if let Ok(bytes) = fs_err::read(path_beside(layout, format)) {
+        let path = path_beside(layout, format);
+        let Ok(bytes) = fs_err::read(&path) else {
+            continue;
+        };
+        // A layout holds many images, but beside it lies the SBOM of the last build into
+        // it: attached to another tag's image it would describe the wrong image.
+        if describes(&bytes, &report.digest) {
             attachments.push(Attachment { media_type, bytes });
+        } else {
+            tracing::warn!(
+                "`{}` describes another image of the layout than {}; not attached",
+                path.display(),
+                report.digest
+            );
         }
     }
     if attachments.is_empty() {
@@ -216,6 +228,16 @@ async fn attach_sboms(
         Discovery::Tag(tag) => tag,
     });
     Ok(())
+}
+
+/// Whether an SBOM `build` wrote names the image `digest` (its SPDX `versionInfo` and
+/// checksum, its CycloneDX `version` and purl all carry it).
+fn describes(sbom: &[u8], digest: &str) -> bool {
+    let hex = digest.trim_start_matches("sha256:");
+    !hex.is_empty()
+        && sbom
+            .windows(hex.len())
+            .any(|window| window == hex.as_bytes())
 }
 
 #[allow(clippy::print_stdout, clippy::print_stderr)]

@@ -196,6 +196,47 @@ fn two_recipes_share_one_output_layout() {
     check_with_tools(&store, "x", &moved.digest());
 }
 
+/// Beside a shared layout lies the SBOM of the last build into it: pushing another tag's
+/// image must not attach it (it would describe the wrong image).
+#[test]
+fn a_push_attaches_only_the_sboms_of_its_own_image() {
+    let registry = Registry::start(Auth::None);
+    let project = Project::new();
+    fs_err::create_dir_all(project.path().join("recipes")).unwrap();
+    for (file, name, tag, deps) in [
+        ("a.toml", "a", "x", &["pyhello"][..]),
+        ("b.toml", "b", "y", &["other"][..]),
+    ] {
+        fs_err::write(
+            project.path().join("recipes").join(file),
+            recipe(name, &[tag], deps),
+        )
+        .unwrap();
+        let path = format!("recipes/{file}");
+        run(&project, &["build", &path, "-o", "store"], &[]).success();
+    }
+    let sboms_of_push = |tag: &str| {
+        let target = format!("{}/shared/{tag}:v1", registry.host);
+        let pushed = run(
+            &project,
+            &[
+                "push",
+                &format!("store:{tag}"),
+                &target,
+                "--insecure",
+                "--json",
+            ],
+            &[],
+        )
+        .success();
+        let report: serde_json::Value = serde_json::from_str(&pushed.stdout).unwrap();
+        report["sboms"].as_array().unwrap().len()
+    };
+    // store.spdx.json and store.cdx.json describe `y`, built last.
+    assert_eq!(sboms_of_push("y"), 2);
+    assert_eq!(sboms_of_push("x"), 0);
+}
+
 /// An image another tool put into the default layout `images/<name>` (skopeo copying it
 /// under tag `other`) survives a rebuild of the recipe's own image there.
 #[test]
