@@ -385,9 +385,15 @@ pub fn write_new(path: &Path, text: &str) -> Result<(), InitError> {
 
 /// Reads an environment file and converts it.
 pub fn from_environment_file(path: &Path, name: Option<&str>) -> Result<InitRecipe, InitError> {
-    let text = fs_err::read_to_string(path).map_err(|source| InitError::Read {
-        path: path.to_path_buf(),
-        source,
+    // environment.yml files come from strangers' repositories: bounded like a recipe.
+    let text = crate::fs::read_input_text(path, crate::recipe::MAX_RECIPE_BYTES).map_err(|e| {
+        InitError::Read {
+            path: path.to_path_buf(),
+            source: match e {
+                crate::fs::InputError::Io(source) => source,
+                other => std::io::Error::other(other),
+            },
+        }
     })?;
     from_environment_yaml(&text, path, name)
 }

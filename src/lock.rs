@@ -184,16 +184,23 @@ impl fmt::Display for Staleness {
     }
 }
 
+/// The largest lock file read.
+pub const MAX_LOCK_BYTES: u64 = 64 << 20;
+
 impl Lock {
     /// Reads the lock at `path`; `Ok(None)` when there is none.
     pub fn read(path: &Path) -> Result<Option<Lock>, LockError> {
-        let text = match fs_err::read_to_string(path) {
+        // Locks arrive in pull requests: read with a bound (a lock of a 200-package PyTorch
+        // environment is about 200 KB).
+        let text = match crate::fs::read_input_text(path, MAX_LOCK_BYTES) {
             Ok(text) => text,
-            Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-            Err(source) => {
+            Err(crate::fs::InputError::Io(err)) if err.kind() == std::io::ErrorKind::NotFound => {
+                return Ok(None);
+            }
+            Err(err) => {
                 return Err(LockError::Read {
                     path: path.to_path_buf(),
-                    source,
+                    source: std::io::Error::other(err),
                 });
             }
         };

@@ -201,46 +201,20 @@ impl Recipe {
 /// directory) or is larger than [`MAX_RECIPE_BYTES`] is refused before it is read: it would
 /// otherwise be read until memory runs out, or forever.
 pub fn read_recipe_text(path: &Path) -> Result<String, RecipeError> {
-    use std::io::Read;
-    use std::os::unix::fs::OpenOptionsExt;
-    let read_error = |source| RecipeError::Read {
-        path: path.to_path_buf(),
-        source,
-    };
-    // Non-blocking: opening a fifo that has no writer would wait for one; with the flag it
-    // opens at once, and fstat refuses it. Reads of a regular file ignore the flag.
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NONBLOCK)
-        .open(path)
-        .map_err(read_error)?;
-    let metadata = file.metadata().map_err(read_error)?;
-    if !metadata.is_file() {
-        return Err(RecipeError::NotAFile {
+    use crate::fs::InputError;
+    crate::fs::read_input_text(path, MAX_RECIPE_BYTES).map_err(|e| match e {
+        InputError::Io(source) => RecipeError::Read {
             path: path.to_path_buf(),
-            kind: file_kind(&metadata.file_type()),
-        });
-    }
-    let too_large = |size| RecipeError::TooLarge {
-        path: path.to_path_buf(),
-        size,
-    };
-    if metadata.len() > MAX_RECIPE_BYTES {
-        return Err(too_large(metadata.len()));
-    }
-    // Bounded as well: the file may grow between fstat and read.
-    let mut bytes = Vec::new();
-    file.take(MAX_RECIPE_BYTES + 1)
-        .read_to_end(&mut bytes)
-        .map_err(read_error)?;
-    if bytes.len() as u64 > MAX_RECIPE_BYTES {
-        return Err(too_large(bytes.len() as u64));
-    }
-    String::from_utf8(bytes).map_err(|_| {
-        read_error(std::io::Error::new(
-            std::io::ErrorKind::InvalidData,
-            "stream did not contain valid UTF-8",
-        ))
+            source,
+        },
+        InputError::NotAFile(kind) => RecipeError::NotAFile {
+            path: path.to_path_buf(),
+            kind,
+        },
+        InputError::TooLarge { size, .. } => RecipeError::TooLarge {
+            path: path.to_path_buf(),
+            size,
+        },
     })
 }
 
@@ -259,24 +233,6 @@ pub(crate) fn lexical_path(path: &Path) -> PathBuf {
         }
     }
     out
-}
-
-/// What a file that is not a regular file is, for the message that refuses it.
-fn file_kind(kind: &std::fs::FileType) -> &'static str {
-    use std::os::unix::fs::FileTypeExt;
-    if kind.is_dir() {
-        "a directory"
-    } else if kind.is_char_device() {
-        "a character device"
-    } else if kind.is_block_device() {
-        "a block device"
-    } else if kind.is_fifo() {
-        "a fifo"
-    } else if kind.is_socket() {
-        "a socket"
-    } else {
-        "a special file"
-    }
 }
 
 fn recipe_dir(path: &Path) -> PathBuf {

@@ -1198,6 +1198,22 @@ fn lock_sha256_not_matching_the_archive() {
     check_failure(&project, &run, 1, &["good"]);
 }
 
+/// A lock that is not a regular file (here `/dev/zero`, which would be read until memory
+/// runs out) is refused before it is read.
+#[test]
+fn lock_that_is_a_device() {
+    let project = Project::new();
+    project.write_recipe(&recipe_for(&["good"]));
+    std::os::unix::fs::symlink("/dev/zero", project.lock_path()).unwrap();
+    let run = run(&project, &["build", "recipes/image.toml", "--locked"]);
+    check_failure(
+        &project,
+        &run,
+        1,
+        &["image.lock", "a character device, not a regular file"],
+    );
+}
+
 /// The real broken `zlib` from conda's test data (also in `errors.rs`), in the corpus count.
 #[test]
 fn real_broken_zlib() {
