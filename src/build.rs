@@ -199,7 +199,7 @@ impl BuildError {
     /// 1 when the input is at fault (recipe, packages, lock, base), 2 when the machine is
     /// (disk, permissions). Documented in the README.
     pub fn exit_code(&self) -> i32 {
-        if is_disk_full(self) {
+        if crate::fs::is_disk_full(self) {
             return 2;
         }
         match self {
@@ -211,26 +211,6 @@ impl BuildError {
             _ => 1,
         }
     }
-}
-
-/// Whether `err` or one of its causes is a full disk or an exhausted quota (ENOSPC, EDQUOT):
-/// the machine's fault whichever stage was writing (layers, layout, staging, caches), where
-/// the same error kind elsewhere would not say so. The message names the path: every write
-/// error on the way carries it.
-fn is_disk_full(err: &(dyn std::error::Error + 'static)) -> bool {
-    let mut next = Some(err);
-    while let Some(e) = next {
-        if let Some(io) = e.downcast_ref::<std::io::Error>()
-            && matches!(
-                io.kind(),
-                std::io::ErrorKind::StorageFull | std::io::ErrorKind::QuotaExceeded
-            )
-        {
-            return true;
-        }
-        next = e.source();
-    }
-    false
 }
 
 /// `seconds` since the epoch as an RFC 3339 UTC time, for `created`. Civil time, because

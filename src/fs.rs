@@ -130,6 +130,26 @@ pub fn file_kind(kind: &std::fs::FileType) -> &'static str {
     }
 }
 
+/// Whether `err` or one of its causes is a full disk or an exhausted quota (ENOSPC, EDQUOT):
+/// the machine's fault whichever stage was writing (layers, layout, staging, caches), where
+/// the same error kind elsewhere would not say so. The message names the path: every write
+/// error on the way carries it.
+pub fn is_disk_full(err: &(dyn std::error::Error + 'static)) -> bool {
+    let mut next = Some(err);
+    while let Some(e) = next {
+        if let Some(io) = e.downcast_ref::<std::io::Error>()
+            && matches!(
+                io.kind(),
+                std::io::ErrorKind::StorageFull | std::io::ErrorKind::QuotaExceeded
+            )
+        {
+            return true;
+        }
+        next = e.source();
+    }
+    false
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -229,7 +229,16 @@ async fn extract_checked(job: &Job, destination: &Path) -> Result<Sha256Hash, In
         .map_err(|e| job.refuse_archive(format!("could not be checked: {e}")))??;
     let result = rattler_package_streaming::tokio::fs::extract(&path, destination)
         .await
-        .map_err(|e| job.refuse_archive(format!("cannot be extracted: {e}")))?;
+        .map_err(|e| {
+            // A full cache disk is the machine's fault, not the package's (exit 2).
+            if crate::fs::is_disk_full(&e) {
+                return InstallError::DiskFull {
+                    path: destination.to_path_buf(),
+                    source: std::io::Error::from_raw_os_error(libc::ENOSPC),
+                };
+            }
+            job.refuse_archive(format!("cannot be extracted: {e}"))
+        })?;
     check_sha256(job, result.sha256)?;
     Ok(result.sha256)
 }

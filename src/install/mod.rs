@@ -140,6 +140,12 @@ pub enum InstallError {
         entry: String,
         reason: String,
     },
+    #[error("Failed to extract a package into `{}`", path.display())]
+    DiskFull {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
     #[error("rattler wrote no conda metadata for `{0}`")]
     MissingMetadata(String),
     #[error("Failed to lock the package cache `{}`", path.display())]

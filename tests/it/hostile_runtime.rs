@@ -673,3 +673,35 @@ fn a_full_cache_disk_exits_2_naming_the_path_and_keeps_the_image() {
     run(&project, &["verify", "images/app"], &[]).success();
     assert_eq!(LayoutView::new(&layout).manifest_digest(), first.digest());
 }
+
+/// A full cache disk while a package is unpacked into the package cache: exit 2 (the
+/// machine's fault, not the package's), naming the cache path; it was reported as a refused
+/// package, exit 1.
+#[test]
+fn a_full_cache_disk_while_unpacking_a_package_exits_2() {
+    let project = Project::new();
+    let Some(disk) = Tmpfs::mount(project.path(), "pkgs-disk", "1m") else {
+        return;
+    };
+    fill_leaving(&disk.dir, 64 << 10);
+    project.write_recipe(&recipe("app", &["latest"], LARGE));
+    let cache = disk.dir.to_str().unwrap();
+    let full = run(
+        &project,
+        &["build", "recipes/image.toml"],
+        &[("IMGBUILD_CACHE_DIR", cache)],
+    );
+    assert_eq!(full.code, 2, "{}", full.stderr);
+    assert!(!full.stderr.contains("panicked"), "{}", full.stderr);
+    assert!(!full.stderr.contains("is refused"), "{}", full.stderr);
+    assert!(
+        full.stderr.contains(&format!("{cache}/")),
+        "names the path:\n{}",
+        full.stderr
+    );
+    assert!(
+        full.stderr.contains("No space left on device"),
+        "{}",
+        full.stderr
+    );
+}
