@@ -133,8 +133,8 @@ impl BuildRecords {
     }
 }
 
-/// The layers of `record`'s image when `layout` holds exactly that image under exactly
-/// `tags`, with every blob present at its size; `None` otherwise. The image is one manifest,
+/// The layers of `record`'s image when `layout` holds that image under every one of `tags`
+/// (other images may be there too), with every blob present at its size; `None` otherwise. The image is one manifest,
 /// or an image index of one manifest per platform; the first `base_layers[i]` layers of
 /// platform `i`'s manifest come from its base.
 pub fn unchanged_image(
@@ -143,10 +143,9 @@ pub fn unchanged_image(
     record: &BuildRecord,
     base_layers: &[usize],
 ) -> Option<Vec<BuiltLayer>> {
+    // Other entries of the layout (other images' tags) are kept by every build, so only the
+    // recipe's own tags decide.
     let index = layout.read_index().ok()??;
-    if index.manifests().len() != tags.len() {
-        return None;
-    }
     let mut top = None;
     for tag in tags {
         let descriptor = tagged(&index, tag)?;

@@ -168,6 +168,10 @@ fn two_recipes_share_one_output_layout() {
     run(&project, &["verify", "store"], &[]).success();
     check_with_tools(&store, "x", &a.digest());
     check_with_tools(&store, "y", &b.digest());
+    // A rebuild of `a` with `y` beside it is a no-op, as it is in a layout of its own.
+    let again = run(&project, &["build", "recipes/a.toml", "-o", "store"], &[]).success();
+    assert!(again.stderr.contains("Unchanged"), "{}", again.stderr);
+    assert_eq!(again.digest(), a.digest());
 
     // `x` moves: `y` stays whole, the blobs only the old `x` held go.
     write("a.toml", recipe("a", &["x"], &["hello 2.0"]));
