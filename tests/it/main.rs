@@ -38,6 +38,7 @@ mod resume;
 mod sbom;
 mod smoke;
 mod smoke_embed;
+mod standalone;
 mod token_server;
 mod torch_solve;
 mod verify;

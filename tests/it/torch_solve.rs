@@ -1,5 +1,5 @@
 //! `recipes/py39-torch21.toml` solved against the real pytorch channel index of October 2023
-//! (`../shared/fixtures/conda-real/repodata/pytorch-2023-10/linux-64/repodata.json`): the
+//! (`tests/data/conda-real/repodata/pytorch-2023-10/linux-64/repodata.json`): the
 //! solve must pick pytorch 2.1.0's `py3.9_cuda11.8…` build. Each variant of
 //! `recipes/torch21-matrix.toml` (Python 3.9/3.10 × CUDA 11.8/12.1) must pick its own.
 //!
@@ -17,7 +17,7 @@ use imgbuild::{
 };
 use serde_json::{Value, json};
 
-use crate::support::channel::shared_dir;
+use crate::support::channel::fixtures_dir;
 
 /// (name, version, build, depends) of a stub record.
 type Stub = (
@@ -188,8 +188,7 @@ fn stub_records(stubs: &[Stub], subdir: &str) -> Vec<Value> {
 /// The channels under one directory, so the recipe's channel names resolve there through
 /// the channel alias.
 fn write_channels(root: &Path) {
-    let fixture =
-        shared_dir().join("fixtures/conda-real/repodata/pytorch-2023-10/linux-64/repodata.json");
+    let fixture = fixtures_dir().join("repodata/pytorch-2023-10/linux-64/repodata.json");
     let pytorch = root.join("pytorch");
     fs_err::create_dir_all(pytorch.join("linux-64")).unwrap();
     fs_err::copy(&fixture, pytorch.join("linux-64/repodata.json"))

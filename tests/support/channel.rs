@@ -1,7 +1,7 @@
 //! A local conda channel for tests and for `just demo`.
 //!
 //! No conda channel is reachable from our machines, so tests point recipes at a channel written
-//! here: the real third-party packages from `../shared/fixtures/conda-real`, a `cuda-cudart`
+//! here: the real third-party packages from `tests/data/conda-real`, a `cuda-cudart`
 //! package made from NVIDIA's real PyPI wheel, and a few small packages made to exercise prefix
 //! replacement, symlinks, noarch python and package sharing between recipes.
 //!
@@ -50,7 +50,7 @@ nvidia_cuda_runtime_cu11-11.8.89-py3-none-manylinux2014_x86_64.whl";
 const CUDA_RUNTIME_WHEEL_SHA256: &str =
     "92d04069a987e1fbc9213f8376d265df0f7bb42617d44f5eda1f496acea7f2d1";
 
-/// Real packages copied byte for byte from `shared/fixtures/conda-real/channel`, with the sha256
+/// Real packages copied byte for byte from `tests/data/conda-real/channel`, with the sha256
 /// that `fixtures/conda-real/MANIFEST.md` records for them.
 pub const REAL_PACKAGES: &[(&str, &str, &str)] = &[
     (
@@ -104,13 +104,10 @@ pub fn channel_packages(subdir: &str) -> Vec<String> {
     names
 }
 
-/// The shared directory (`fixtures/`, `notes/`): `$IMGBUILD_SHARED_DIR`, or `../shared` next to
-/// the crate.
-pub fn shared_dir() -> PathBuf {
-    match std::env::var_os("IMGBUILD_SHARED_DIR") {
-        Some(dir) => PathBuf::from(dir),
-        None => Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared"),
-    }
+/// The real third-party packages and repodata the tests use, in the repository
+/// (`tests/data/conda-real`, with their origins and licences in its `MANIFEST.md`).
+pub fn fixtures_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/conda-real")
 }
 
 /// A wheel pinned by URL and sha256.
@@ -438,13 +435,13 @@ pub fn write_test_channel(channel_dir: &Path, cache_dir: &Path) -> anyhow::Resul
     fs_err::create_dir_all(&noarch)?;
 
     // a. Real third-party packages, copied untouched.
-    let real_dir = shared_dir().join("fixtures/conda-real/channel");
+    let real_dir = fixtures_dir().join("channel");
     for (subdir, name, sha256) in REAL_PACKAGES {
         let from = real_dir.join(subdir).join(name);
         let to = channel_dir.join(subdir).join(name);
         fs_err::copy(&from, &to)
-            .context("copying a real fixture package (is IMGBUILD_SHARED_DIR right?)")?;
-        // The shared fixtures are read-only; the channel copy must not be, so it can be
+            .context("copying a real fixture package from tests/data/conda-real")?;
+        // A fixture may be read-only in a checkout; the channel copy must not be, so it can be
         // rewritten (a second run into the same directory) or cleaned up as any user.
         fs_err::set_permissions(&to, std::fs::Permissions::from_mode(0o644))?;
         verify_sha256(&to, sha256)?;
