@@ -13,8 +13,11 @@ Examples:
   imgbuild init --from environment.yml -o recipes/ds.toml
   imgbuild init --from environment.yml --name ds   # to stdout
 
-What a recipe cannot express yet (the `pip:` section) is kept in a comment block of the
-recipe and reported on stderr.";
+The conversion keeps what conda would do on Linux: `nodefaults`, or else conda's implicit
+`defaults` channels; CUDA (`cuda-version=`, `cudatoolkit=`, `pytorch-cuda=`, `*cuda*` builds)
+as [cuda] version; `platforms:` as [image] platforms. What a recipe cannot express is kept in
+a comment block of the recipe; it, and anything conda would do differently on Linux, is
+reported on stderr as a warning.";
 
 #[derive(Debug, Args)]
 pub struct InitArgs {

@@ -50,6 +50,7 @@ fn environment_yml(index: &str) -> String {
 name: hello-service
 channels:
   - {channel}
+  - nodefaults
 dependencies:
   - python=3.9.18
   - hello=1.0
@@ -178,6 +179,154 @@ fn a_broken_environment_yml_is_a_clean_error() {
     );
     let run = project.run(&["init", "--from", "missing.yml"]);
     run.assert_clean_failure(1);
+}
+
+/// What `init --from` makes of one of the real environment files in
+/// `tests/data/environment-yml/` (their origin is in its MANIFEST.md).
+struct Converted {
+    recipe: Recipe,
+    stderr: String,
+}
+
+fn convert_real(file: &str) -> Converted {
+    let project = Project::new();
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/data/environment-yml")
+        .join(file);
+    let run = project
+        .run(&["init", "--from", path.to_str().unwrap()])
+        .success();
+    let recipe = Recipe::from_str_at(
+        &run.stdout,
+        &project.path().join("r.toml"),
+        &RecipeOptions::default(),
+    )
+    .unwrap_or_else(|e| panic!("{file}: {e}\n{}", run.stdout));
+    Converted {
+        recipe,
+        stderr: run.stderr,
+    }
+}
+
+impl Converted {
+    fn cuda(&self) -> Option<String> {
+        self.recipe.cuda.as_ref().map(|c| c.version.to_string())
+    }
+
+    fn platforms(&self) -> Vec<String> {
+        self.recipe
+            .platforms
+            .iter()
+            .map(|p| p.to_string())
+            .collect()
+    }
+
+    fn warned(&self, text: &str) -> bool {
+        self.stderr
+            .lines()
+            .any(|line| line.starts_with("warning: ") && line.contains(text))
+    }
+}
+
+const MAIN: &str = "https://repo.anaconda.com/pkgs/main";
+const R: &str = "https://repo.anaconda.com/pkgs/r";
+
+#[test]
+fn real_environment_files_keep_their_cuda() {
+    // `cudatoolkit =11.0` (conda-lock's test), `cuda-version=11.8` beside an unversioned
+    // `cudatoolkit` (cuDF's), `pytorch::pytorch-cuda=11.7.0` (DINOv2's).
+    let cudatoolkit = convert_real("conda-lock-test-cuda.yml");
+    assert_eq!(cudatoolkit.cuda().as_deref(), Some("11.0"));
+    assert_eq!(cudatoolkit.recipe.channel_names, ["conda-forge", MAIN, R]);
+
+    let cudf = convert_real("cudf-all_cuda-118_arch-x86_64.yaml");
+    assert_eq!(cudf.cuda().as_deref(), Some("11.8"));
+    assert_eq!(
+        cudf.recipe.channel_names,
+        [
+            "rapidsai",
+            "rapidsai-nightly",
+            "dask/label/dev",
+            "conda-forge",
+            "nvidia",
+            MAIN,
+            R
+        ]
+    );
+    assert_eq!(cudf.platforms(), ["linux-64"]);
+    assert_eq!(cudf.recipe.name, "all_cuda-118_arch-x86_64");
+    assert!(
+        cudf.warned("the file's channels do not list `nodefaults`, so conda also searches its `defaults` channels"),
+        "{}",
+        cudf.stderr
+    );
+
+    let dinov2 = convert_real("dinov2-conda.yaml");
+    assert_eq!(dinov2.cuda().as_deref(), Some("11.7"));
+    assert_eq!(
+        dinov2.recipe.channel_names,
+        [MAIN, R, "pytorch", "nvidia", "xformers", "conda-forge"],
+        "`defaults` is Anaconda's main and r, where the file lists it"
+    );
+    assert!(
+        dinov2.warned("channel `defaults` names Anaconda's repositories"),
+        "{}",
+        dinov2.stderr
+    );
+}
+
+#[test]
+fn real_environment_files_keep_their_channels_and_platforms() {
+    let nodefaults = convert_real("conda-lock-test-env-nodefaults.yml");
+    assert_eq!(nodefaults.recipe.channel_names, ["conda-forge"]);
+    assert_eq!(nodefaults.cuda(), None);
+    assert_eq!(nodefaults.stderr, "", "nothing to warn about");
+
+    let platforms = convert_real("conda-lock-test-env-filter-platform.yml");
+    assert_eq!(platforms.platforms(), ["linux-64"]);
+    assert!(
+        platforms.warned("`platforms:` `osx-arm64`, `osx-64` are not Linux"),
+        "{}",
+        platforms.stderr
+    );
+    assert!(
+        platforms.warned("`clang_osx-arm64`, `clang_osx-64` are for macOS or Windows"),
+        "{}",
+        platforms.stderr
+    );
+    assert!(
+        platforms.warned("3 dependencies have a platform selector comment"),
+        "{}",
+        platforms.stderr
+    );
+
+    // Exported on macOS: `libcxx` gives it away.
+    let diffdock = convert_real("diffdock-environment.yml");
+    assert_eq!(diffdock.recipe.channel_names, ["conda-forge", MAIN, R]);
+    assert_eq!(diffdock.cuda(), None);
+    assert!(
+        diffdock.warned("`libcxx 14.0.6.*` is for macOS or Windows"),
+        "{}",
+        diffdock.stderr
+    );
+}
+
+#[test]
+fn unknown_top_level_keys_are_named() {
+    let project = Project::new();
+    fs_err::write(
+        project.path().join("environment.yml"),
+        "name: x\nchannels: [conda-forge, nodefaults]\ndependencies: [python=3.11]\nchannel_alias: https://mirror.example/anaconda\nshow_channel_urls: true\n",
+    )
+    .unwrap();
+    let run = project
+        .run(&["init", "--from", "environment.yml"])
+        .success();
+    assert!(
+        run.stderr.contains("warning: top-level keys `channel_alias`, `show_channel_urls` of environment.yml: not environment-file keys imgbuild reads; left out"),
+        "{}",
+        run.stderr
+    );
 }
 
 const SUBCOMMANDS: &[&str] = &[
