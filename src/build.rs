@@ -33,7 +33,7 @@ use crate::{
         ClientOptions, Reference, RepositoryClient,
         pull::{PullError, pull_base},
     },
-    resolve::{ResolveError, ResolveOptions, Target, resolve},
+    resolve::{ResolveError, ResolveOptions, Target, resolve_recipe},
     smoke::embed::{self, EmbedError, SmokeExecutable, SmokeExecutables},
 };
 
@@ -404,9 +404,8 @@ async fn obtain_lock(
             // Each platform is solved on its own, for its own virtual packages.
             let mut platforms = Vec::with_capacity(prepared.platforms.len());
             for platform in &prepared.platforms {
-                let mut records: Vec<RepoDataRecord> = resolve(
-                    &recipe.channels,
-                    &recipe.specs,
+                let mut records: Vec<RepoDataRecord> = resolve_recipe(
+                    recipe,
                     &platform.target,
                     &ResolveOptions {
                         cache_dir: &settings.cache_dir,
@@ -470,9 +469,9 @@ async fn obtain_lock(
     }
 }
 
-/// The CUDA runtime each platform solved to, against the recipe's `[cuda]` (see
-/// [`crate::cuda::check_runtime`]): one the image cannot run on its `min-driver` is an error,
-/// one that differs but runs is a warning (said once for all platforms).
+/// The CUDA runtimes each platform solved to, against the recipe's `[cuda]` (see
+/// [`crate::cuda::check_runtime`]): one other than `[cuda] version` is an error (with
+/// `compat`, one forward compatibility runs is a warning, said once for all platforms).
 fn check_cuda_runtimes(
     recipe: &Recipe,
     platforms: &[PlatformLock],
@@ -482,9 +481,9 @@ fn check_cuda_runtimes(
         return Ok(());
     };
     let mut warnings = std::collections::BTreeSet::new();
-    for runtime in platforms.iter().filter_map(crate::cuda::locked_runtime) {
-        if let Some(warning) = crate::cuda::check_runtime(cuda, &runtime)? {
-            warnings.insert(warning);
+    for platform in platforms {
+        for runtime in crate::cuda::locked_runtimes(platform) {
+            warnings.extend(crate::cuda::check_runtime(cuda, &runtime)?);
         }
     }
     for warning in warnings {

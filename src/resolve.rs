@@ -10,10 +10,13 @@ use rattler_conda_types::{
     Channel, GenericVirtualPackage, MatchSpec, PackageName, RepoDataRecord, Subdir, Version,
     package::BuildString,
 };
-use rattler_repodata_gateway::{Gateway, GatewayError, SourceConfig, fetch::CacheAction};
+use rattler_repodata_gateway::{Gateway, GatewayError, RepoData, SourceConfig, fetch::CacheAction};
 use rattler_solve::{SolveError, SolverImpl, SolverTask};
 
-use crate::recipe::Recipe;
+use crate::{
+    cuda::{compat::CudaVersion, intent::CpuBuild},
+    recipe::Recipe,
+};
 
 /// The glibc assumed for a base that does not tell us its own (conda-forge's baseline).
 pub const DEFAULT_GLIBC: &str = "2.17";
@@ -106,8 +109,34 @@ pub enum ResolveError {
         /// `did you mean` lines for packages the channels do not have.
         hints: Vec<String>,
     },
+    /// No solution holds the runtime of `[cuda] version`.
+    #[error("The environment cannot be solved for {platform} with the CUDA {wanted} runtime of `[cuda] version`{}. Pin CUDA {wanted} builds in the dependencies (e.g. `pytorch-cuda={wanted}`), or change `[cuda] version`.\n{}", render_holders(holders), explanation.trim_end())]
+    NoCudaSolution {
+        platform: Subdir,
+        wanted: CudaVersion,
+        /// The packages that hold another runtime when the recipe is solved without the pin.
+        holders: Vec<String>,
+        explanation: String,
+    },
+    /// Under `[cuda]`, a GPU framework solved only to its CPU build.
+    #[error("The environment for {platform} solves only with a CPU build of a GPU framework, in an image for CUDA {wanted}: {}. Pin a CUDA build (e.g. `pytorch=*=*cuda*`) or drop `[cuda]` for a CPU image.\n{}", builds.join("; "), explanation.trim_end())]
+    CpuBuild {
+        platform: Subdir,
+        wanted: CudaVersion,
+        /// `pytorch 2.1.0 py3.11_cpu_0 (why)`.
+        builds: Vec<String>,
+        explanation: String,
+    },
     #[error("The solver failed")]
     Solver(#[source] SolveError),
+}
+
+fn render_holders(holders: &[String]) -> String {
+    if holders.is_empty() {
+        String::new()
+    } else {
+        format!(": without it, the environment holds {}", holders.join(", "))
+    }
 }
 
 fn render_hints(hints: &[String]) -> String {
@@ -191,7 +220,139 @@ pub async fn resolve(
     if specs.is_empty() {
         return Ok(Vec::new());
     }
-    let repodata = gateway(options)?
+    let repodata = query(channels, specs, target, options).await?;
+    match solve(&repodata, specs, &[], target)? {
+        Ok(records) => Ok(records),
+        Err(explanation) => Err(unsolvable(channels, target, options, explanation).await),
+    }
+}
+
+/// Solves `recipe` for `target`, holding the environment to its `[cuda]`: the runtime must
+/// be `[cuda] version`'s MAJOR.MINOR (solver constraints, so the CUDA solution is found
+/// whenever there is one), and a CPU build of a GPU framework is re-solved away or refused.
+pub async fn resolve_recipe(
+    recipe: &Recipe,
+    target: &Target,
+    options: &ResolveOptions<'_>,
+) -> Result<Vec<RepoDataRecord>, ResolveError> {
+    let (channels, specs) = (&recipe.channels, &recipe.specs);
+    let Some(cuda) = recipe.cuda.as_ref().filter(|_| !specs.is_empty()) else {
+        return resolve(channels, specs, target, options).await;
+    };
+    let repodata = query(channels, specs, target, options).await?;
+    let mut constraints = crate::cuda::intent::runtime_constraints(cuda.version);
+    // The CPU builds ruled out so far: each round rules out at least one more, of a fixed
+    // set of names, so this ends.
+    let mut excluded: Vec<CpuBuild> = Vec::new();
+    loop {
+        let explanation = match solve(&repodata, specs, &constraints, target)? {
+            Ok(records) => {
+                let cpu: Vec<CpuBuild> = crate::cuda::intent::cpu_builds(&records)
+                    .into_iter()
+                    .filter(|c| !excluded.iter().any(|e| e.name == c.name))
+                    .collect();
+                if cpu.is_empty() {
+                    return Ok(records);
+                }
+                tracing::debug!("re-solving without CPU builds: {cpu:?}");
+                constraints.extend(cpu.iter().map(CpuBuild::exclusion));
+                excluded.extend(cpu);
+                continue;
+            }
+            Err(explanation) => explanation,
+        };
+        if !excluded.is_empty() {
+            return Err(cpu_only(
+                &repodata,
+                &excluded,
+                cuda.version,
+                target,
+                explanation,
+            ));
+        }
+        return Err(no_cuda_solution(
+            channels,
+            specs,
+            &repodata,
+            cuda.version,
+            target,
+            options,
+            explanation,
+        )
+        .await);
+    }
+}
+
+/// The CPU builds could not be ruled out: names each, and whether its channels have a CUDA
+/// build of it at all.
+fn cpu_only(
+    repodata: &[RepoData],
+    excluded: &[CpuBuild],
+    wanted: CudaVersion,
+    target: &Target,
+    explanation: String,
+) -> ResolveError {
+    let builds = excluded
+        .iter()
+        .map(|cpu| {
+            let has_cuda = repodata
+                .iter()
+                .flat_map(|r| r.iter())
+                .any(|r| cpu.is_cuda_variant(&r.package_record));
+            let why = if cpu.name == "cpuonly" {
+                "it selects CPU builds; remove it from the dependencies".to_string()
+            } else if has_cuda {
+                format!(
+                    "the channels have CUDA builds of `{}`, but none fits the other dependencies",
+                    cpu.name
+                )
+            } else {
+                format!("the channels have no CUDA build of `{}`", cpu.name)
+            };
+            format!("{cpu} ({why})")
+        })
+        .collect();
+    ResolveError::CpuBuild {
+        platform: target.platform,
+        wanted,
+        builds,
+        explanation,
+    }
+}
+
+/// No solution has `[cuda] version`'s runtime. The recipe solved without that pin names the
+/// packages that hold another runtime; one that does not solve either is simply unsolvable.
+async fn no_cuda_solution(
+    channels: &[Channel],
+    specs: &[MatchSpec],
+    repodata: &[RepoData],
+    wanted: CudaVersion,
+    target: &Target,
+    options: &ResolveOptions<'_>,
+    explanation: String,
+) -> ResolveError {
+    let unpinned = match solve(repodata, specs, &[], target) {
+        Ok(Ok(records)) => records,
+        Ok(Err(other)) => return unsolvable(channels, target, options, other).await,
+        Err(err) => return err,
+    };
+    let holders = crate::cuda::intent::other_runtimes(&unpinned, wanted);
+    ResolveError::NoCudaSolution {
+        platform: target.platform,
+        wanted,
+        holders,
+        explanation,
+    }
+}
+
+/// Fetches the repodata `specs` can reach from `channels`.
+async fn query(
+    channels: &[Channel],
+    specs: &[MatchSpec],
+    target: &Target,
+    options: &ResolveOptions<'_>,
+) -> Result<Vec<RepoData>, ResolveError> {
+    gateway(options)?
         .query(
             channels.iter().cloned(),
             [target.platform, Subdir::NoArch],
@@ -199,31 +360,50 @@ pub async fn resolve(
         )
         .recursive(true)
         .await
+        .map(|output| output.repodata)
         .map_err(|source| ResolveError::Fetch {
             channels: channels.iter().map(|c| c.base_url.to_string()).collect(),
             source,
-        })?;
+        })
+}
 
+/// One solve: the records sorted by name, or the solver's explanation of why there are none.
+fn solve(
+    repodata: &[RepoData],
+    specs: &[MatchSpec],
+    constraints: &[MatchSpec],
+    target: &Target,
+) -> Result<Result<Vec<RepoDataRecord>, String>, ResolveError> {
     let task = SolverTask {
         virtual_packages: target.virtual_packages.clone(),
         specs: specs.to_vec(),
-        ..SolverTask::from_iter(repodata.repodata.iter())
+        constraints: constraints.to_vec(),
+        ..SolverTask::from_iter(repodata.iter())
     };
     // resolvo is CPU-bound; keep it off the async workers.
     let result = tokio::task::block_in_place(|| rattler_solve::resolvo::Solver.solve(task));
-    let mut records = match result {
-        Ok(solution) => solution.records,
-        Err(SolveError::Unsolvable(explanation)) => {
-            let explanation = explanation.join("\n");
-            let hints = missing_package_hints(channels, target, options, &explanation).await;
-            return Err(ResolveError::Unsolvable {
-                platform: target.platform,
-                explanation,
-                hints,
-            });
+    match result {
+        Ok(solution) => {
+            let mut records = solution.records;
+            records.sort_by(|a, b| a.package_record.name.cmp(&b.package_record.name));
+            Ok(Ok(records))
         }
-        Err(other) => return Err(ResolveError::Solver(other)),
-    };
-    records.sort_by(|a, b| a.package_record.name.cmp(&b.package_record.name));
-    Ok(records)
+        Err(SolveError::Unsolvable(explanation)) => Ok(Err(explanation.join("\n"))),
+        Err(other) => Err(ResolveError::Solver(other)),
+    }
+}
+
+/// The error for an unsolvable recipe, with `did you mean` hints for missing names.
+async fn unsolvable(
+    channels: &[Channel],
+    target: &Target,
+    options: &ResolveOptions<'_>,
+    explanation: String,
+) -> ResolveError {
+    let hints = missing_package_hints(channels, target, options, &explanation).await;
+    ResolveError::Unsolvable {
+        platform: target.platform,
+        explanation,
+        hints,
+    }
 }

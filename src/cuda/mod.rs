@@ -3,6 +3,8 @@
 
 pub use imgbuild_smoke::compat;
 
+pub mod intent;
+
 use indexmap::IndexMap;
 use rattler_conda_types::RepoDataRecord;
 
@@ -48,22 +50,49 @@ pub fn locked_runtime(platform: &crate::lock::PlatformLock) -> Option<SolvedCuda
     })
 }
 
-/// The solved runtime cannot run on the recipe's `min-driver`: what `[cuda]` promises the
-/// image needs is not what it holds.
-#[derive(Debug, thiserror::Error)]
-#[error(
-    "The environment's CUDA runtime is {} ({} {}), not the recipe's `[cuda] version` {}, and CUDA {} cannot run on `min-driver` {}: it needs driver {needs} or newer. Pin the runtime to CUDA {} in the dependencies, or raise `[cuda] version` and `min-driver`",
-    solved.version, solved.package, solved.full_version, wanted, solved.version, min_driver, wanted
-)]
-pub struct RuntimeMismatch {
-    pub solved: SolvedCuda,
-    pub wanted: CudaVersion,
-    pub min_driver: compat::DriverVersion,
-    pub needs: compat::DriverVersion,
+/// Every CUDA runtime a locked platform holds: its conda packages' and NVIDIA's runtime
+/// wheels' (a `-cu12` wheel beside conda's 11.8 `cuda-cudart` is a second runtime).
+pub fn locked_runtimes(platform: &crate::lock::PlatformLock) -> Vec<SolvedCuda> {
+    let conda = solved_cuda(&platform.records);
+    let wheel = solved_cuda_from_wheels(
+        platform
+            .wheels
+            .iter()
+            .map(|w| (w.name.as_ref(), w.version.to_string())),
+    );
+    conda.into_iter().chain(wheel).collect()
 }
 
-/// Checks the solved runtime against the recipe's `[cuda]`: an error when it cannot run on
-/// `min-driver` (without `compat`), a warning when it differs from `version` but runs.
+/// The solved runtime is not the one `[cuda]` names.
+#[derive(Debug, thiserror::Error)]
+pub enum RuntimeMismatch {
+    /// Without `compat`, the runtime must be the recipe's MAJOR.MINOR.
+    #[error(
+        "The environment's CUDA runtime is {} ({} {}), not the recipe's `[cuda] version` {wanted}. Pin the runtime to CUDA {wanted} in the dependencies, change `[cuda] version`, or set `[cuda] compat = true` to run it through NVIDIA's forward-compatibility rules",
+        solved.version, solved.package, solved.full_version
+    )]
+    Differs {
+        solved: SolvedCuda,
+        wanted: CudaVersion,
+    },
+    /// A runtime `min-driver` cannot run (with `compat`: one newer than the
+    /// forward-compatibility libraries, which run no newer runtime).
+    #[error(
+        "The environment's CUDA runtime is {} ({} {}), not the recipe's `[cuda] version` {wanted}, and CUDA {} cannot run on `min-driver` {min_driver}: it needs driver {needs} or newer. Pin the runtime to CUDA {wanted} in the dependencies, or raise `[cuda] version` and `min-driver`",
+        solved.version, solved.package, solved.full_version, solved.version
+    )]
+    CannotRun {
+        solved: SolvedCuda,
+        wanted: CudaVersion,
+        min_driver: compat::DriverVersion,
+        needs: compat::DriverVersion,
+    },
+}
+
+/// Checks the solved runtime against the recipe's `[cuda]`. Without `compat` it must be
+/// `version`'s MAJOR.MINOR. With `compat`, NVIDIA's forward-compatibility rules apply: the
+/// `cuda-compat` libraries of `version` run any runtime up to `version` (a warning), and a
+/// newer one only where `min-driver` runs it itself.
 pub fn check_runtime(
     target: &CudaTarget,
     solved: &SolvedCuda,
@@ -71,20 +100,30 @@ pub fn check_runtime(
     if solved.version == target.version {
         return Ok(None);
     }
-    match compat::support(solved.version, &target.min_driver) {
-        compat::Support::Unsupported { needs } if !target.compat => {
-            Err(Box::new(RuntimeMismatch {
-                solved: solved.clone(),
-                wanted: target.version,
-                min_driver: target.min_driver.clone(),
-                needs,
-            }))
-        }
-        _ => Ok(Some(format!(
-            "the environment's CUDA runtime is {} ({} {}), not the recipe's `[cuda] version` {}; the image config follows the runtime",
-            solved.version, solved.package, solved.full_version, target.version
-        ))),
+    // Forward compatibility runs a runtime up to `version` whatever the driver; any other
+    // runtime must run on `min-driver` itself.
+    let forward = target.compat && solved.version < target.version;
+    if let compat::Support::Unsupported { needs } =
+        compat::support(solved.version, &target.min_driver)
+        && !forward
+    {
+        return Err(Box::new(RuntimeMismatch::CannotRun {
+            solved: solved.clone(),
+            wanted: target.version,
+            min_driver: target.min_driver.clone(),
+            needs,
+        }));
     }
+    if !target.compat {
+        return Err(Box::new(RuntimeMismatch::Differs {
+            solved: solved.clone(),
+            wanted: target.version,
+        }));
+    }
+    Ok(Some(format!(
+        "the environment's CUDA runtime is {} ({} {}), not the recipe's `[cuda] version` {}; with `compat = true` it runs through NVIDIA's forward compatibility, and the image config follows the runtime",
+        solved.version, solved.package, solved.full_version, target.version
+    )))
 }
 
 /// The CUDA runtime installed from PyPI wheels, for an environment whose conda packages
@@ -235,7 +274,7 @@ mod tests {
     }
 
     #[test]
-    fn a_runtime_other_than_the_recipes_is_refused_only_when_min_driver_cannot_run_it() {
+    fn a_runtime_other_than_the_recipes_is_refused_unless_compat_runs_it() {
         let wheel =
             |version: &str| SolvedCuda::from_version("nvidia-cuda-runtime-cu11", version).unwrap();
         // The same CUDA: nothing to say.
@@ -243,27 +282,43 @@ mod tests {
             check_runtime(&target("11.8", "520.61.05", false), &wheel("11.8.89")).unwrap(),
             None
         );
-        // 11.8 on 11.4's driver: minor-version compatibility, a warning.
-        let warning = check_runtime(&target("11.4", "470.42.01", false), &wheel("11.8.89"))
-            .unwrap()
-            .unwrap();
-        assert!(warning.contains("CUDA runtime is 11.8 (nvidia-cuda-runtime-cu11 11.8.89), not the recipe's `[cuda] version` 11.4"), "{warning}");
+        // 11.8 in an 11.4 recipe: refused even though 11.4's driver would run it through
+        // minor-version compatibility; the image is not what `[cuda]` says.
+        let err =
+            check_runtime(&target("11.4", "470.42.01", false), &wheel("11.8.89")).unwrap_err();
+        assert!(
+            err.to_string().contains("CUDA runtime is 11.8 (nvidia-cuda-runtime-cu11 11.8.89), not the recipe's `[cuda] version` 11.4"),
+            "{err}"
+        );
+        assert!(err.to_string().contains("compat = true"), "{err}");
         // 11.8 on 11.0's release driver, older than the 11.x floor: refused, naming the floor.
         let err =
             check_runtime(&target("11.0", "450.36.06", false), &wheel("11.8.89")).unwrap_err();
-        assert_eq!(err.needs.to_string(), "450.80.02");
         assert!(
             err.to_string()
-                .contains("cannot run on `min-driver` 450.36.06"),
+                .contains("cannot run on `min-driver` 450.36.06: it needs driver 450.80.02"),
             "{err}"
         );
-        // A 12.x runtime on an 11.8 recipe's driver: refused, naming 12.x's floor.
+        // An older runtime in a newer recipe: refused too.
+        assert!(check_runtime(&target("12.1", "530.30.02", false), &wheel("11.8.89")).is_err());
+        // With compat, 12.1's forward-compatibility libraries run an older runtime: a warning.
+        let warning = check_runtime(&target("12.1", "520.61.05", true), &wheel("11.8.89"))
+            .unwrap()
+            .unwrap();
+        assert!(warning.contains("forward compatibility"), "{warning}");
+        // With compat, a runtime newer than the compat libraries must run on `min-driver`
+        // itself: 12.1 on 11.8's driver cannot, naming 12.x's floor.
         let err =
-            check_runtime(&target("11.8", "520.61.05", false), &wheel("12.1.105")).unwrap_err();
-        assert_eq!(err.needs.to_string(), "525.60.13");
-        // With NVIDIA's forward-compatibility libraries it may run: a warning only.
+            check_runtime(&target("11.8", "520.61.05", true), &wheel("12.1.105")).unwrap_err();
+        match *err {
+            RuntimeMismatch::CannotRun { ref needs, .. } => {
+                assert_eq!(needs.to_string(), "525.60.13")
+            }
+            ref other => panic!("{other}"),
+        }
+        // … and 11.8 on 11.4's driver can (minor-version compatibility): a warning.
         assert!(
-            check_runtime(&target("11.8", "520.61.05", true), &wheel("12.1.105"))
+            check_runtime(&target("11.4", "470.42.01", true), &wheel("11.8.89"))
                 .unwrap()
                 .is_some()
         );

@@ -383,23 +383,24 @@ fn a_cuda_runtime_wheel_the_recipes_min_driver_cannot_run_is_refused_before_lock
         "no lock for a refused runtime"
     );
 
-    // On 11.4's driver the 11.8 wheel runs through minor-version compatibility: built, with
-    // a warning, and the config follows the runtime.
+    // On 11.4's driver the 11.8 wheel would run through minor-version compatibility, but it
+    // is not the runtime `[cuda] version` names (issue 16): refused too, pointing at
+    // `compat`.
     project.write_recipe(&format!(
         "{recipe}\n[cuda]\nversion = \"11.4\"\nmin-driver = \"470.42.01\"\n"
     ));
-    let run = project.build(&[]).success();
-    assert!(
-        run.stderr.contains(
-            "the environment's CUDA runtime is 11.8 (nvidia-cuda-runtime-cu11 11.8.89), not the recipe's `[cuda] version` 11.4"
-        ),
-        "{}",
-        run.stderr
+    project.build(&[]).assert_failure_naming(
+        1,
+        &[
+            "The environment's CUDA runtime is 11.8 (nvidia-cuda-runtime-cu11 11.8.89), not the recipe's `[cuda] version` 11.4",
+            "set `[cuda] compat = true`",
+        ],
     );
-    let config = LayoutView::new(project.path().join("images/pycuda")).config();
-    let env = crate::common::env_of(&config);
-    assert!(env.contains(&"CUDA_VERSION=11.8.89"), "{env:?}");
-    assert!(env.contains(&"NVIDIA_REQUIRE_CUDA=cuda>=11.4"), "{env:?}");
+    project.assert_no_image();
+    assert!(
+        !project.lock_path().exists(),
+        "no lock for a refused runtime"
+    );
 }
 
 /// A channel holding `python` 3.9.2 for linux-64 and linux-aarch64 with no files: enough to

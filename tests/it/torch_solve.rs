@@ -13,8 +13,9 @@ use std::path::Path;
 
 use imgbuild::{
     recipe::{Recipe, RecipeOptions},
-    resolve::{ResolveOptions, Target, resolve},
+    resolve::{ResolveError, ResolveOptions, Target, resolve_recipe},
 };
+use rattler_conda_types::RepoDataRecord;
 use serde_json::{Value, json};
 
 use crate::support::channel::fixtures_dir;
@@ -56,6 +57,19 @@ const NVIDIA: &[Stub] = &[
     ("libnpp", "12.0.2.50", "0", &[]),
     ("libnvjitlink", "12.1.105", "0", &[]),
     ("libnvjpeg", "12.1.0.39", "0", &[]),
+    // CUDA 11.7, for `pytorch-cuda 11.7` (h778d358_5).
+    ("cuda-cudart", "11.7.99", "0", &[]),
+    ("cuda-cupti", "11.7.101", "0", &[]),
+    ("cuda-libraries", "11.7.1", "0", &[]),
+    ("cuda-nvrtc", "11.7.99", "0", &[]),
+    ("cuda-nvtx", "11.7.91", "0", &[]),
+    ("cuda-runtime", "11.7.1", "0", &["cuda-libraries >=11.7.1"]),
+    ("libcublas", "11.10.3.66", "0", &[]),
+    ("libcufft", "10.7.2.124", "0", &[]),
+    ("libcusolver", "11.4.0.1", "0", &[]),
+    ("libcusparse", "11.7.4.91", "0", &[]),
+    ("libnpp", "11.7.4.75", "0", &[]),
+    ("libnvjpeg", "11.8.0.2", "0", &[]),
 ];
 
 const CONDA_FORGE: &[Stub] = &[
@@ -135,6 +149,27 @@ const CONDA_FORGE: &[Stub] = &[
     ("nettle", "3.4.1", "h1bed415_1002", &[]),
     ("openh264", "2.1.1", "h780b84a_0", &[]),
     ("zlib", "1.2.13", "hd590300_5", &[]),
+    // Python 3.11, which `python >=3.8` solves to, and what torchvision 0.15 adds.
+    ("python", "3.11.6", "hab00c5b_0_cpython", &[]),
+    (
+        "numpy",
+        "1.26.0",
+        "py311h64a7726_0",
+        &["python >=3.11,<3.12.0a0"],
+    ),
+    (
+        "pyyaml",
+        "6.0.1",
+        "py311h459d7ec_1",
+        &["python >=3.11,<3.12.0a0"],
+    ),
+    (
+        "pillow",
+        "10.0.1",
+        "py311h8aef010_1",
+        &["python >=3.11,<3.12.0a0"],
+    ),
+    ("jpeg", "9e", "h166bdaf_2", &[]),
 ];
 
 /// One repodata.json with `records`; noarch records get `noarch: python` or `generic`.
@@ -242,9 +277,8 @@ async fn py39_torch21_picks_the_cuda_11_8_build_from_the_real_pytorch_index() {
     );
     let target = Target::for_recipe(&recipe, recipe.platforms.as_slice()[0], None);
     let cache = root.path().join("cache");
-    let records = resolve(
-        &recipe.channels,
-        &recipe.specs,
+    let records = resolve_recipe(
+        &recipe,
         &target,
         &ResolveOptions {
             cache_dir: &cache,
@@ -364,9 +398,8 @@ async fn torch21_matrix_solves_each_variant_to_its_python_and_cuda_build() {
             .find(|p| p.name.as_normalized() == "__cuda")
             .unwrap();
         assert_eq!(virtual_cuda.version.to_string(), cuda);
-        let records = resolve(
-            &recipe.channels,
-            &recipe.specs,
+        let records = resolve_recipe(
+            &recipe,
             &target,
             &ResolveOptions {
                 cache_dir: &cache,
@@ -427,4 +460,158 @@ fn imgbuild_error_chain(err: &(dyn std::error::Error + 'static)) -> String {
         source = cause.source();
     }
     text
+}
+
+/// The channels written under a temporary directory and a recipe for them.
+struct Solve {
+    root: tempfile::TempDir,
+    recipe: Recipe,
+}
+
+impl Solve {
+    /// `[conda]` over the pytorch, nvidia and conda-forge channels with `dependencies`,
+    /// and `cuda` as the `[cuda]` section's body (none when empty).
+    fn new(dependencies: &[&str], cuda: &str) -> Solve {
+        let root = tempfile::tempdir().unwrap();
+        write_channels(root.path());
+        let alias = url::Url::from_directory_path(root.path()).unwrap();
+        let mut text = format!(
+            "[image]\nname = \"research\"\n[conda]\nchannels = [\"pytorch\", \"nvidia\", \"conda-forge\"]\ndependencies = {}\n",
+            serde_json::to_string(dependencies).unwrap()
+        );
+        if !cuda.is_empty() {
+            text.push_str(&format!("[cuda]\n{cuda}\n"));
+        }
+        let path = root.path().join("research.toml");
+        fs_err::write(&path, text).unwrap();
+        let recipe = Recipe::load(
+            &path,
+            &RecipeOptions {
+                channel_alias: alias,
+                variant: None,
+            },
+        )
+        .unwrap();
+        Solve { root, recipe }
+    }
+
+    async fn solve(&self) -> Result<Vec<RepoDataRecord>, ResolveError> {
+        let target = Target::for_recipe(&self.recipe, self.recipe.platforms.as_slice()[0], None);
+        let cache = self.root.path().join("cache");
+        resolve_recipe(
+            &self.recipe,
+            &target,
+            &ResolveOptions {
+                cache_dir: &cache,
+                offline: false,
+            },
+        )
+        .await
+    }
+}
+
+/// `name version build` of each package in `names`, from `records`.
+fn locked(records: &[RepoDataRecord], names: &[&str]) -> Vec<String> {
+    names
+        .iter()
+        .map(|name| {
+            let r = &records
+                .iter()
+                .find(|r| r.package_record.name.as_normalized() == *name)
+                .unwrap_or_else(|| panic!("`{name}` is not in the solution"))
+                .package_record;
+            format!("{name} {} {}", r.version, r.build)
+        })
+        .collect()
+}
+
+/// Issue 16: a research repository's environment.yml specs under `[cuda] version = "11.7"`.
+/// The newest pytorch (2.1.0) has no CUDA 11.7 build, and its CPU build needs no
+/// `pytorch-cuda`, so a plain solve takes it beside `pytorch-cuda 11.7`. Under `[cuda]` the
+/// CPU build is ruled out and 2.0.1's CUDA 11.7 build is locked.
+#[tokio::test(flavor = "multi_thread")]
+async fn research_specs_under_cuda_11_7_lock_a_cuda_11_7_build_not_the_cpu_one() {
+    let specs = [
+        "python >=3.8",
+        "pytorch >=1.13",
+        "torchvision",
+        "pytorch-cuda=11.7",
+    ];
+    let solve = Solve::new(&specs, "version = \"11.7\"");
+    let records = solve
+        .solve()
+        .await
+        .unwrap_or_else(|e| panic!("{}", imgbuild_error_chain(&e)));
+    let builds = locked(
+        &records,
+        &[
+            "pytorch",
+            "pytorch-mutex",
+            "torchvision",
+            "pytorch-cuda",
+            "cuda-cudart",
+        ],
+    );
+    assert_eq!(
+        builds,
+        [
+            "pytorch 2.0.1 py3.11_cuda11.7_cudnn8.5.0_0",
+            "pytorch-mutex 1.0 cuda",
+            "torchvision 0.15.2 py311_cu117",
+            "pytorch-cuda 11.7 h778d358_5",
+            "cuda-cudart 11.7.99 0",
+        ]
+    );
+
+    // The same specs without `[cuda]` are the issue's silent CPU solve, which is what the
+    // re-solve above had to undo.
+    let plain = Solve::new(&specs, "").solve().await.unwrap();
+    assert_eq!(
+        locked(&plain, &["pytorch", "pytorch-mutex"]),
+        ["pytorch 2.1.0 py3.11_cpu_0", "pytorch-mutex 1.0 cpu"]
+    );
+}
+
+/// `[cuda] version = "12.1"` with specs of the 11.8 runtime: refused (it was a warning),
+/// naming the packages of the other runtime.
+#[tokio::test(flavor = "multi_thread")]
+async fn cuda_12_1_with_specs_of_the_11_8_runtime_is_refused_naming_them() {
+    let solve = Solve::new(
+        &["python=3.9", "pytorch=2.1", "pytorch-cuda=11.8"],
+        "version = \"12.1\"",
+    );
+    let err = solve.solve().await.unwrap_err();
+    assert!(
+        matches!(err, ResolveError::NoCudaSolution { .. }),
+        "{}",
+        imgbuild_error_chain(&err)
+    );
+    let text = err.to_string();
+    for wanted in [
+        "cannot be solved for linux-64 with the CUDA 12.1 runtime of `[cuda] version`",
+        "cuda-cudart 11.8.89 0",
+        "pytorch-cuda 11.8 h7e8668a_5",
+    ] {
+        assert!(text.contains(wanted), "{wanted} in {text}");
+    }
+}
+
+/// pytorch 2.1 has no CUDA 11.7 build: under `[cuda] version = "11.7"` only its CPU build
+/// would solve, and that is refused, naming it.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_framework_with_only_a_cpu_build_for_the_cuda_version_is_refused_naming_it() {
+    let solve = Solve::new(&["python=3.11", "pytorch=2.1"], "version = \"11.7\"");
+    let err = solve.solve().await.unwrap_err();
+    assert!(
+        matches!(err, ResolveError::CpuBuild { .. }),
+        "{}",
+        imgbuild_error_chain(&err)
+    );
+    let text = err.to_string();
+    for wanted in [
+        "solves only with a CPU build of a GPU framework, in an image for CUDA 11.7",
+        "pytorch 2.1.0 py3.11_cpu_0 (the channels have CUDA builds of `pytorch`, but none fits the other dependencies)",
+    ] {
+        assert!(text.contains(wanted), "{wanted} in {text}");
+    }
 }
