@@ -189,6 +189,13 @@ pub fn from_environment_yaml(
                 "environment-file keys"
             },
         ));
+        // A mirror's alias is a build setting for imgbuild, as it is a .condarc one for conda.
+        if extras.unknown.iter().any(|k| k == "channel_alias") {
+            notes.push(
+                "`channel_alias` is a .condarc setting conda does not read from an environment file; to build through that mirror, pass it as `imgbuild --channel-alias URL`"
+                    .to_string(),
+            );
+        }
     }
     let channels = recipe_channels(&environment.channels, &mut notes);
     let platforms = image_platforms(&extras.platforms, &mut notes);

@@ -327,6 +327,12 @@ fn unknown_top_level_keys_are_named() {
         "{}",
         run.stderr
     );
+    assert!(
+        run.stderr
+            .contains("pass it as `imgbuild --channel-alias URL`"),
+        "{}",
+        run.stderr
+    );
 }
 
 const SUBCOMMANDS: &[&str] = &[
