@@ -471,19 +471,30 @@ async fn obtain_lock(
 
 /// The CUDA runtimes each platform solved to, against the recipe's `[cuda]` (see
 /// [`crate::cuda::check_runtime`]): one other than `[cuda] version` is an error (with
-/// `compat`, one forward compatibility runs is a warning, said once for all platforms).
+/// `compat`, one forward compatibility runs is a warning). A recipe without `[cuda]` whose
+/// environment holds a runtime gets a warning showing the section it is built as if it had
+/// (see [`crate::cuda::intent::derived_target`]). Warnings are said once for all platforms.
 fn check_cuda_runtimes(
     recipe: &Recipe,
     platforms: &[PlatformLock],
     reporter: &dyn Reporter,
 ) -> Result<(), BuildError> {
-    let Some(cuda) = &recipe.cuda else {
-        return Ok(());
-    };
     let mut warnings = std::collections::BTreeSet::new();
     for platform in platforms {
-        for runtime in crate::cuda::locked_runtimes(platform) {
-            warnings.extend(crate::cuda::check_runtime(cuda, &runtime)?);
+        match &recipe.cuda {
+            Some(cuda) => {
+                for runtime in crate::cuda::locked_runtimes(platform) {
+                    warnings.extend(crate::cuda::check_runtime(cuda, &runtime)?);
+                }
+            }
+            None => {
+                if let Some(runtime) = crate::cuda::locked_runtime(platform) {
+                    let derived = crate::cuda::intent::derived_target(&runtime);
+                    warnings.insert(crate::cuda::intent::undeclared_runtime_warning(
+                        &runtime, &derived,
+                    ));
+                }
+            }
         }
     }
     for warning in warnings {
@@ -699,7 +710,14 @@ pub async fn build(
             reporter,
         )?;
         let mut annotations = indexmap::IndexMap::new();
-        if let Some(cuda) = &recipe.cuda {
+        let runtime = crate::cuda::locked_runtime(locked);
+        // A runtime without `[cuda]` is configured as the section it implies (warned about
+        // with the lock).
+        let derived = match (&recipe.cuda, &runtime) {
+            (None, Some(runtime)) => Some(crate::cuda::intent::derived_target(runtime)),
+            _ => None,
+        };
+        if let Some(cuda) = recipe.cuda.as_ref().or(derived.as_ref()) {
             // Said once, not once per platform.
             if cuda.support == Support::MinorVersion && staged_platforms.is_empty() {
                 reporter.on_warning(&format!(
@@ -707,11 +725,7 @@ pub async fn build(
                     cuda.version, cuda.min_driver
                 ));
             }
-            let settings = crate::cuda::image_settings(
-                cuda,
-                crate::cuda::locked_runtime(locked).as_ref(),
-                &recipe.prefix,
-            );
+            let settings = crate::cuda::image_settings(cuda, runtime.as_ref(), &recipe.prefix);
             activation.variables.extend(settings.env);
             annotations = settings.annotations;
         }

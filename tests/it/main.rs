@@ -11,6 +11,7 @@ mod archive;
 mod build;
 mod builder;
 mod common;
+mod cuda_intent;
 mod download;
 mod error_messages;
 mod errors;

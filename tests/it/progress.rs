@@ -10,7 +10,12 @@ use crate::{
 
 fn project() -> Project {
     let project = Project::new();
-    project.write_recipe(&tiny_recipe(shared_channel(), "progress", &["hello 1.0"]));
+    // hello pulls in the CUDA runtime: the recipe says so, so that the build has nothing
+    // to warn about (a runtime without `[cuda]` is a warning, issue 16).
+    project.write_recipe(
+        &(tiny_recipe(shared_channel(), "progress", &["hello 1.0"])
+            + "\n[cuda]\nversion = \"11.8\"\n"),
+    );
     project
 }
 
