@@ -152,6 +152,42 @@ impl Project {
     }
 }
 
+/// Runs `command` (an imgbuild invocation, `args` for the message) in `project` with its
+/// output in files and a deadline: an input that makes imgbuild hang fails the test that
+/// gave it instead of the whole run. The deadline guards against hangs, it times nothing.
+pub fn run_with_deadline(mut command: Command, project: &Project, args: &[&str]) -> Run {
+    use std::time::{Duration, Instant};
+    let out = project.path().join("run.out");
+    let err = project.path().join("run.err");
+    let mut child = command
+        .current_dir(project.path())
+        .stdin(std::process::Stdio::null())
+        .stdout(std::fs::File::create(&out).unwrap())
+        .stderr(std::fs::File::create(&err).unwrap())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!(
+                "imgbuild {args:?} hung; stderr:\n{}",
+                fs_err::read_to_string(&err).unwrap()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    Run {
+        code: status.code().unwrap_or(-1),
+        stdout: fs_err::read_to_string(&out).unwrap(),
+        stderr: String::from_utf8_lossy(&fs_err::read(&err).unwrap()).into_owned(),
+    }
+}
+
 /// A parsed OCI layout.
 pub struct LayoutView {
     pub dir: PathBuf,

@@ -23,7 +23,7 @@ use std::{
         atomic::{AtomicBool, Ordering},
     },
     thread::JoinHandle,
-    time::{Duration, Instant},
+    time::Duration,
 };
 
 use crate::{
@@ -35,47 +35,21 @@ use crate::{
 /// Runs imgbuild in `project` with `envs`, an empty Docker config (no host credentials),
 /// and a guard against hangs: past two minutes it is killed and the test fails.
 fn run(project: &Project, args: &[&str], envs: &[(&str, &str)]) -> Run {
-    let out = project.path().join("run.out");
-    let err = project.path().join("run.err");
     let docker = project.path().join("docker-config");
     fs_err::create_dir_all(&docker).unwrap();
     let mut command = Command::new(imgbuild_bin());
     command
         .args(args)
-        .current_dir(project.path())
         .env("IMGBUILD_CACHE_DIR", &project.cache)
         .env("DOCKER_CONFIG", &docker)
         .env("REGISTRY_AUTH_FILE", docker.join("auth.json"))
         .env_remove("SOURCE_DATE_EPOCH")
         .env_remove("IMGBUILD_CHANNEL_ALIAS")
-        .env_remove("IMGBUILD_REGISTRY_TIMEOUT")
-        .stdin(std::process::Stdio::null())
-        .stdout(std::fs::File::create(&out).unwrap())
-        .stderr(std::fs::File::create(&err).unwrap());
+        .env_remove("IMGBUILD_REGISTRY_TIMEOUT");
     for (key, value) in envs {
         command.env(key, value);
     }
-    let mut child = command.spawn().unwrap();
-    let deadline = Instant::now() + Duration::from_secs(120);
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break status;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!(
-                "imgbuild {args:?} hung; stderr:\n{}",
-                fs_err::read_to_string(&err).unwrap()
-            );
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    Run {
-        code: status.code().unwrap_or(-1),
-        stdout: fs_err::read_to_string(&out).unwrap(),
-        stderr: String::from_utf8_lossy(&fs_err::read(&err).unwrap()).into_owned(),
-    }
+    crate::common::run_with_deadline(command, project, args)
 }
 
 /// A recipe of the test channel named `name` with `tags`.
