@@ -471,7 +471,8 @@ async fn obtain_lock(
 
 /// The CUDA runtimes each platform solved to, against the recipe's `[cuda]` (see
 /// [`crate::cuda::check_runtime`]): one other than `[cuda] version` is an error (with
-/// `compat`, one forward compatibility runs is a warning). A recipe without `[cuda]` whose
+/// `compat`, one forward compatibility runs is a warning), and so is a CPU build of a GPU
+/// framework that an older lock pins. A recipe without `[cuda]` whose
 /// environment holds a runtime gets a warning showing the section it is built as if it had
 /// (see [`crate::cuda::intent::derived_target`]). Warnings are said once for all platforms.
 fn check_cuda_runtimes(
@@ -483,6 +484,7 @@ fn check_cuda_runtimes(
     for platform in platforms {
         match &recipe.cuda {
             Some(cuda) => {
+                crate::cuda::check_no_cpu_builds(cuda, &platform.records)?;
                 for runtime in crate::cuda::locked_runtimes(platform) {
                     warnings.extend(crate::cuda::check_runtime(cuda, &runtime)?);
                 }

@@ -87,6 +87,35 @@ pub enum RuntimeMismatch {
         min_driver: compat::DriverVersion,
         needs: compat::DriverVersion,
     },
+    /// A lock (written before the solve ruled them out) pins a CPU build of a GPU framework.
+    #[error(
+        "The lock pins a CPU build of a GPU framework, in an image for CUDA {wanted}: {}. Solve it again (`imgbuild lock`), which takes the CUDA build or says why there is none",
+        builds.join(", ")
+    )]
+    CpuBuild {
+        wanted: CudaVersion,
+        /// `pytorch 2.1.0 py3.11_cpu_0`.
+        builds: Vec<String>,
+    },
+}
+
+/// Refuses a locked platform that pins a CPU build of a GPU framework under `[cuda]`: a
+/// solve never locks one (see [`crate::resolve::resolve_recipe`]), but an older lock may.
+pub fn check_no_cpu_builds(
+    target: &CudaTarget,
+    records: &[RepoDataRecord],
+) -> Result<(), Box<RuntimeMismatch>> {
+    let builds: Vec<String> = intent::cpu_builds(records)
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+    if builds.is_empty() {
+        return Ok(());
+    }
+    Err(Box::new(RuntimeMismatch::CpuBuild {
+        wanted: target.version,
+        builds,
+    }))
 }
 
 /// Checks the solved runtime against the recipe's `[cuda]`. Without `compat` it must be
@@ -321,6 +350,30 @@ mod tests {
             check_runtime(&target("11.4", "470.42.01", true), &wheel("11.8.89"))
                 .unwrap()
                 .is_some()
+        );
+    }
+
+    #[test]
+    fn a_lock_that_pins_a_cpu_build_under_cuda_is_refused_naming_it() {
+        let record = |name: &str, build: &str| RepoDataRecord {
+            package_record: rattler_conda_types::PackageRecord::new(
+                rattler_conda_types::PackageName::new_unchecked(name),
+                "2.1.0".parse::<rattler_conda_types::Version>().unwrap(),
+                rattler_conda_types::package::BuildString::new_unchecked(build),
+            ),
+            identifier: format!("{name}-2.1.0-{build}.tar.bz2").parse().unwrap(),
+            url: url::Url::parse("https://example.invalid/p.tar.bz2").unwrap(),
+            channel: None,
+        };
+        let t = target("11.8", "520.61.05", false);
+        let cuda = [record("pytorch", "py3.9_cuda11.8_cudnn8.7.0_0")];
+        assert!(check_no_cpu_builds(&t, &cuda).is_ok());
+        let err = check_no_cpu_builds(&t, &[record("pytorch", "py3.9_cpu_0")]).unwrap_err();
+        assert!(
+            err.to_string().contains(
+                "CPU build of a GPU framework, in an image for CUDA 11.8: pytorch 2.1.0 py3.9_cpu_0"
+            ),
+            "{err}"
         );
     }
 
