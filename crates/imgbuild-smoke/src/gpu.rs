@@ -9,14 +9,16 @@ use std::{
     time::Instant,
 };
 
-use cudarc::driver::{CudaContext, LaunchConfig, PushKernelArg, sys};
+use cudarc::driver::{
+    CudaContext, CudaFunction, CudaStream, DriverError, LaunchConfig, PushKernelArg, sys,
+};
 use cudarc::nvrtc::Ptx;
 
 use crate::{
     compat::{CudaVersion, minor_version_minimum},
     libraries::{CudaLibraries, LoadEvent},
     nvrtc,
-    report::{GpuInfo, RunTiming, SmokeReport, Verdict},
+    report::{GpuInfo, PingPongRound, PingPongTiming, RunTiming, SmokeReport, Verdict},
 };
 
 /// The kernel the smoke test runs: `data[i] = data[i] * factor + offset`.
@@ -76,6 +78,17 @@ const FACTOR: f32 = 2.0;
 const OFFSET: f32 = 1.0;
 /// 16 MiB of f32: enough to see page migration, small next to any GPU.
 const ELEMENTS: usize = 4 << 20;
+
+/// How many times the ping-pong run moves the pages to the CPU and back to the GPU: enough
+/// for a mean, min and max that say something, few enough to stay well under a second.
+pub const PING_PONG_ROUNDS: usize = 8;
+/// The host page size the CPU half of a ping-pong round writes at: one value per 4 KiB page
+/// faults every page back to the host (on hosts with larger pages it just writes more often).
+const PAGE_BYTES: usize = 4096;
+/// The ping-pong kernel adds 1 to every element (`x * 1 + 1`): exact in f32 for the buffer's
+/// values, so the CPU can check the result of every round on every element.
+const PING_PONG_FACTOR: f32 = 1.0;
+const PING_PONG_OFFSET: f32 = 1.0;
 
 /// Runs the smoke test with `libraries` on this machine's first GPU and completes `report`.
 /// Never panics: without a driver the verdict is [`Verdict::NoDevice`].
@@ -399,7 +412,18 @@ fn run_on_gpu(nvrtc: Option<&nvrtc::Nvrtc>, report: &mut SmokeReport) {
             }
         }
     }
-    let wrong: usize = report.runs.iter().map(|r| r.mismatches).sum();
+    match ping_pong(&context, &stream, &function, elements) {
+        Ok(timing) => report.ping_pong = Some(timing),
+        Err(err) => {
+            return fail(
+                report,
+                Verdict::KernelFailure,
+                format!("the CPU/GPU ping-pong run failed: {err}"),
+            );
+        }
+    }
+    let wrong: usize = report.runs.iter().map(|r| r.mismatches).sum::<usize>()
+        + report.ping_pong.as_ref().map_or(0, |p| p.mismatches);
     if wrong > 0 {
         return fail(
             report,
@@ -412,6 +436,69 @@ fn run_on_gpu(nvrtc: Option<&nvrtc::Nvrtc>, report: &mut SmokeReport) {
         "{} elements computed on the GPU and verified on the CPU, twice",
         report.runs.first().map_or(0, |r| r.elements)
     );
+}
+
+/// The third run: for [`PING_PONG_ROUNDS`] rounds the CPU writes every page of a fresh managed
+/// buffer, then the kernel touches every element, so each round migrates every page to the
+/// host and back (the cost neither the on-demand nor the prefetched run shows). Host timers
+/// around each half, as the other runs; the values are checked on the CPU at the end.
+fn ping_pong(
+    context: &Arc<CudaContext>,
+    stream: &Arc<CudaStream>,
+    function: &CudaFunction,
+    elements: usize,
+) -> Result<PingPongTiming, DriverError> {
+    // SAFETY: f32 is valid for any bit pattern.
+    let mut data = unsafe { context.alloc_unified::<f32>(elements, true)? };
+    for (i, value) in data.as_mut_slice()?.iter_mut().enumerate() {
+        *value = i as f32;
+    }
+    let n = elements as u32;
+    let mut rounds = Vec::with_capacity(PING_PONG_ROUNDS);
+    for _ in 0..PING_PONG_ROUNDS {
+        let started = Instant::now();
+        touch_every_page(data.as_mut_slice()?);
+        let cpu_ms = started.elapsed().as_secs_f64() * 1e3;
+
+        let started = Instant::now();
+        let mut launch = stream.launch_builder(function);
+        launch
+            .arg(&mut data)
+            .arg(&PING_PONG_FACTOR)
+            .arg(&PING_PONG_OFFSET)
+            .arg(&n);
+        // SAFETY: the argument list matches `scale_add`'s signature.
+        unsafe { launch.launch(LaunchConfig::for_num_elems(n))? };
+        stream.synchronize()?;
+        let gpu_ms = started.elapsed().as_secs_f64() * 1e3;
+        rounds.push(PingPongRound { cpu_ms, gpu_ms });
+    }
+    let mismatches = ping_pong_mismatches(data.as_slice()?, PING_PONG_ROUNDS);
+    Ok(PingPongTiming::new(rounds, elements, mismatches))
+}
+
+/// The CPU half of a round: adds 1 to the first value of every page, a read and a write that
+/// fault the page back to the host.
+fn touch_every_page(values: &mut [f32]) {
+    let per_page = PAGE_BYTES / std::mem::size_of::<f32>();
+    for value in values.iter_mut().step_by(per_page) {
+        *value += 1.0;
+    }
+}
+
+/// How many of `values` differ from what `rounds` ping-pong rounds leave: each element starts
+/// as its index and gains 1 per round from the kernel, and the first of each page 1 more per
+/// round from the CPU.
+fn ping_pong_mismatches(values: &[f32], rounds: usize) -> usize {
+    let per_page = PAGE_BYTES / std::mem::size_of::<f32>();
+    values
+        .iter()
+        .enumerate()
+        .filter(|&(i, &value)| {
+            let touched = if i % per_page == 0 { rounds } else { 0 };
+            value != (i + rounds + touched) as f32
+        })
+        .count()
 }
 
 #[cfg(test)]
@@ -429,5 +516,42 @@ mod tests {
             Some("535.104.05")
         );
         assert_eq!(parse_driver_version("garbage"), None);
+    }
+
+    /// The kernel's arithmetic on the CPU, as `scale_add` does it on the GPU.
+    fn scale_add(values: &mut [f32], factor: f32, offset: f32) {
+        for value in values {
+            *value = value.mul_add(factor, offset);
+        }
+    }
+
+    fn ping_pong_on_cpu(elements: usize, rounds: usize) -> Vec<f32> {
+        let mut values: Vec<f32> = (0..elements).map(|i| i as f32).collect();
+        for _ in 0..rounds {
+            touch_every_page(&mut values);
+            scale_add(&mut values, PING_PONG_FACTOR, PING_PONG_OFFSET);
+        }
+        values
+    }
+
+    #[test]
+    fn ping_pong_check_matches_the_rounds() {
+        // The smoke's own buffer size: the values stay exact in f32.
+        let values = ping_pong_on_cpu(ELEMENTS, PING_PONG_ROUNDS);
+        assert_eq!(ping_pong_mismatches(&values, PING_PONG_ROUNDS), 0);
+    }
+
+    #[test]
+    fn ping_pong_check_sees_a_lost_half_round() {
+        let per_page = PAGE_BYTES / std::mem::size_of::<f32>();
+        let elements = 4 * per_page;
+        // A round without the kernel: every element is off.
+        let mut values = ping_pong_on_cpu(elements, PING_PONG_ROUNDS - 1);
+        touch_every_page(&mut values);
+        assert_eq!(ping_pong_mismatches(&values, PING_PONG_ROUNDS), elements);
+        // A round without the CPU's write: the first value of each page is off.
+        let mut values = ping_pong_on_cpu(elements, PING_PONG_ROUNDS - 1);
+        scale_add(&mut values, PING_PONG_FACTOR, PING_PONG_OFFSET);
+        assert_eq!(ping_pong_mismatches(&values, PING_PONG_ROUNDS), 4);
     }
 }

@@ -60,6 +60,65 @@ pub struct RunTiming {
     pub mismatches: usize,
 }
 
+/// One round of the ping-pong run: the CPU writes every page, then the GPU touches every
+/// element, so the pages migrate both ways.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct PingPongRound {
+    /// The CPU writing one value in every 4 KiB page (faulting each page back to the host).
+    pub cpu_ms: f64,
+    /// The kernel's launch to synchronised completion (faulting each page back to the GPU).
+    pub gpu_ms: f64,
+}
+
+impl PingPongRound {
+    /// The round's cost: both halves.
+    pub fn total_ms(&self) -> f64 {
+        self.cpu_ms + self.gpu_ms
+    }
+}
+
+/// The third run: CPU and GPU take turns touching the same managed pages, the migration cost
+/// the first design document warns about, per round beside the on-demand and prefetched runs.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PingPongTiming {
+    pub rounds: Vec<PingPongRound>,
+    /// Sum of the rounds' costs.
+    pub total_ms: f64,
+    pub mean_ms: f64,
+    pub min_ms: f64,
+    pub max_ms: f64,
+    pub elements: usize,
+    pub mismatches: usize,
+}
+
+impl PingPongTiming {
+    /// The timing of `rounds`, with its total, mean, min and max per round (all 0 without
+    /// rounds, so that the JSON never holds a NaN or an infinity).
+    pub fn new(rounds: Vec<PingPongRound>, elements: usize, mismatches: usize) -> Self {
+        let costs = rounds.iter().map(PingPongRound::total_ms);
+        let total_ms: f64 = costs.clone().sum();
+        let (min_ms, max_ms) = costs
+            .fold(None, |range: Option<(f64, f64)>, ms| {
+                Some(range.map_or((ms, ms), |(lo, hi)| (lo.min(ms), hi.max(ms))))
+            })
+            .unwrap_or((0.0, 0.0));
+        let mean_ms = if rounds.is_empty() {
+            0.0
+        } else {
+            total_ms / rounds.len() as f64
+        };
+        PingPongTiming {
+            rounds,
+            total_ms,
+            mean_ms,
+            min_ms,
+            max_ms,
+            elements,
+            mismatches,
+        }
+    }
+}
+
 /// Everything the smoke test learned; printed as text or `--json`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct SmokeReport {
@@ -80,6 +139,10 @@ pub struct SmokeReport {
     /// How the kernel was built.
     pub kernel: Option<String>,
     pub runs: Vec<RunTiming>,
+    /// The ping-pong run (see [`PingPongTiming`]); absent from reports of older versions, and
+    /// when the run did not get that far.
+    #[serde(default)]
+    pub ping_pong: Option<PingPongTiming>,
     pub verdict: Verdict,
     pub message: String,
 }
@@ -99,6 +162,7 @@ impl SmokeReport {
             compatibility: None,
             kernel: None,
             runs: Vec::new(),
+            ping_pong: None,
             verdict: Verdict::NoDevice,
             message: String::new(),
         }
@@ -163,8 +227,125 @@ impl SmokeReport {
                 run.name, run.kernel_ms, run.elements, run.mismatches
             );
         }
+        if let Some(ping_pong) = &self.ping_pong {
+            write_ping_pong(&mut out, ping_pong);
+        }
         let verdict = self.verdict.as_str().to_uppercase();
         let _ = writeln!(out, "verdict          {verdict}: {}", self.message);
         out
+    }
+}
+
+/// The ping-pong run's line: per-round cost first (what compares with the other runs), then
+/// the CPU and GPU halves summed over the rounds.
+fn write_ping_pong(out: &mut String, run: &PingPongTiming) {
+    use std::fmt::Write;
+    let cpu_ms: f64 = run.rounds.iter().map(|r| r.cpu_ms).sum();
+    let gpu_ms: f64 = run.rounds.iter().map(|r| r.gpu_ms).sum();
+    let _ = writeln!(
+        out,
+        "run              CPU/GPU ping-pong: {} rounds, {:.3} ms per round (min {:.3}, max {:.3}), total {:.3} ms (CPU {:.3} ms, GPU {:.3} ms), {} elements, {} wrong",
+        run.rounds.len(),
+        run.mean_ms,
+        run.min_ms,
+        run.max_ms,
+        run.total_ms,
+        cpu_ms,
+        gpu_ms,
+        run.elements,
+        run.mismatches
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn round(cpu_ms: f64, gpu_ms: f64) -> PingPongRound {
+        PingPongRound { cpu_ms, gpu_ms }
+    }
+
+    fn report_with(ping_pong: Option<PingPongTiming>) -> SmokeReport {
+        let mut report = SmokeReport::new("img".into(), Some("12.4".into()), Vec::new());
+        report.ping_pong = ping_pong;
+        report
+    }
+
+    #[test]
+    fn ping_pong_summary_per_round() {
+        let timing = PingPongTiming::new(
+            vec![round(1.0, 2.0), round(0.5, 0.5), round(2.0, 4.0)],
+            4096,
+            0,
+        );
+        assert_eq!(timing.total_ms, 10.0);
+        assert_eq!(timing.min_ms, 1.0);
+        assert_eq!(timing.max_ms, 6.0);
+        assert!((timing.mean_ms - 10.0 / 3.0).abs() < 1e-12);
+    }
+
+    #[test]
+    fn ping_pong_without_rounds_is_zero_not_nan() {
+        let timing = PingPongTiming::new(Vec::new(), 0, 0);
+        assert_eq!(
+            (
+                timing.total_ms,
+                timing.mean_ms,
+                timing.min_ms,
+                timing.max_ms
+            ),
+            (0.0, 0.0, 0.0, 0.0)
+        );
+        let json = serde_json::to_string(&timing).unwrap();
+        assert!(!json.contains("null"), "{json}");
+    }
+
+    #[test]
+    fn ping_pong_text_line() {
+        let timing = PingPongTiming::new(vec![round(1.0, 2.0), round(0.25, 0.75)], 4096, 0);
+        let text = report_with(Some(timing)).to_text();
+        let line = text
+            .lines()
+            .find(|l| l.contains("ping-pong"))
+            .unwrap_or_default();
+        assert_eq!(
+            line,
+            "run              CPU/GPU ping-pong: 2 rounds, 2.000 ms per round (min 1.000, max 3.000), total 4.000 ms (CPU 1.250 ms, GPU 2.750 ms), 4096 elements, 0 wrong"
+        );
+        // After the other runs, before the verdict.
+        assert!(text.find("ping-pong") < text.find("verdict"), "{text}");
+        assert!(!report_with(None).to_text().contains("ping-pong"));
+    }
+
+    #[test]
+    fn ping_pong_json_fields() {
+        let timing = PingPongTiming::new(vec![round(1.0, 2.0)], 4096, 3);
+        let json: serde_json::Value =
+            serde_json::from_str(&report_with(Some(timing)).render(true)).unwrap();
+        assert_eq!(
+            json["ping_pong"],
+            serde_json::json!({
+                "rounds": [{"cpu_ms": 1.0, "gpu_ms": 2.0}],
+                "total_ms": 3.0, "mean_ms": 3.0, "min_ms": 3.0, "max_ms": 3.0,
+                "elements": 4096, "mismatches": 3
+            })
+        );
+        // The fields before it are unchanged.
+        assert_eq!(json["runs"], serde_json::json!([]));
+        assert_eq!(json["verdict"], "no-device");
+        let none: serde_json::Value =
+            serde_json::from_str(&report_with(None).render(true)).unwrap();
+        assert_eq!(none["ping_pong"], serde_json::Value::Null);
+    }
+
+    /// A report from an older `imgbuild-smoke` (an embedded one, or a child of another
+    /// version) has no `ping_pong`, and still parses.
+    #[test]
+    fn older_report_without_ping_pong_parses() {
+        let mut json: serde_json::Value =
+            serde_json::from_str(&report_with(None).render(true)).unwrap();
+        json.as_object_mut().unwrap().remove("ping_pong");
+        let report: SmokeReport = serde_json::from_value(json).unwrap();
+        assert!(report.ping_pong.is_none());
     }
 }
