@@ -60,13 +60,13 @@ pub struct RunTiming {
     pub mismatches: usize,
 }
 
-/// One round of the ping-pong run: the CPU writes every page, then the GPU touches every
-/// element, so the pages migrate both ways.
+/// One round of the ping-pong run: the GPU touches every element, then the CPU writes every
+/// page, so the pages migrate both ways.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct PingPongRound {
     /// The CPU writing one value in every 4 KiB page (faulting each page back to the host).
     pub cpu_ms: f64,
-    /// The kernel's launch to synchronised completion (faulting each page back to the GPU).
+    /// The kernel's launch to synchronised completion (faulting each page to the GPU).
     pub gpu_ms: f64,
 }
 
