@@ -1,7 +1,8 @@
 //! The GPU run: loads the host driver through cudarc, compiles a kernel with the image's own
 //! NVRTC (or takes PTX embedded here when the image has none), runs it on unified memory
 //! (`cuMemAllocManaged`) initialised on the CPU, checks every element on the CPU, and repeats
-//! with a prefetch to the device to show what on-demand page migration costs.
+//! with a prefetch to the device to show what on-demand page migration costs, then lets the
+//! CPU and GPU take turns on the same pages to show what migrating back and forth costs.
 
 use std::{
     path::Path,
