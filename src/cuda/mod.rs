@@ -3,6 +3,7 @@
 
 pub use imgbuild_smoke::compat;
 
+pub mod fatbin;
 pub mod intent;
 
 use indexmap::IndexMap;

@@ -15,6 +15,7 @@ mod cuda_intent;
 mod download;
 mod error_messages;
 mod errors;
+mod fatbin;
 mod fault_proxy;
 mod fixtures_smoke;
 mod hostile;
