@@ -731,6 +731,12 @@ pub async fn build(
             activation.variables.extend(settings.env);
             annotations = settings.annotations;
         }
+        // Which GPUs the kernels run on, read from the libraries' fatbins (issue 16).
+        let (architectures, warnings) = crate::cuda::fatbin::scan_staged(&staged);
+        for warning in &warnings {
+            reporter.on_warning(warning);
+        }
+        annotations.extend(crate::cuda::fatbin::annotations(&architectures));
         // The smoke executable's layer is planned like one more base layer, then added on
         // top.
         let mut plan = plan_layers(

@@ -47,6 +47,8 @@ pub struct ImageSummary {
     /// The conda platform and prefix the image was built for, when imgbuild built it.
     pub conda: Option<CondaTarget>,
     pub cuda: Option<CudaNeeds>,
+    /// The GPU architectures the image's libraries carry kernels for, when any does.
+    pub gpu: Option<GpuArchitectures>,
     /// In-image path of the embedded smoke executable (`[smoke] embed = true`).
     pub smoke: Option<String>,
     /// Bottom first.
@@ -92,6 +94,52 @@ pub struct CudaNeeds {
     pub require_cuda: Option<String>,
     /// `CUDA_VERSION` from the config.
     pub cuda_version: Option<String>,
+}
+
+/// Which GPUs the image's kernels run on, from the annotations a build writes after reading
+/// the libraries' CUDA fatbins (see [`crate::cuda::fatbin`]).
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct GpuArchitectures {
+    /// `dev.imgbuild.cuda.architectures`: every library's together, SASS (`sm_80`) then PTX
+    /// (`compute_90`).
+    pub architectures: Vec<String>,
+    /// `dev.imgbuild.cuda.package-architectures`: each package's, by name.
+    pub packages: Vec<PackageArchitectures>,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct PackageArchitectures {
+    pub package: String,
+    pub architectures: Vec<String>,
+}
+
+/// The GPU architectures the manifest's annotations record, if any.
+fn gpu_architectures(
+    union: Option<&String>,
+    per_package: Option<&String>,
+) -> Option<GpuArchitectures> {
+    let names = |archs: &crate::cuda::fatbin::Architectures| {
+        archs.iter().map(ToString::to_string).collect::<Vec<_>>()
+    };
+    // The union as written; an item this imgbuild cannot read is shown as it is.
+    let architectures: Vec<String> = union?
+        .split(',')
+        .filter(|s| !s.is_empty())
+        .map(str::to_string)
+        .collect();
+    let packages = per_package
+        .map(|value| crate::cuda::fatbin::parse_package_annotation(value))
+        .unwrap_or_default()
+        .iter()
+        .map(|(package, archs)| PackageArchitectures {
+            package: package.clone(),
+            architectures: names(archs),
+        })
+        .collect();
+    Some(GpuArchitectures {
+        architectures,
+        packages,
+    })
 }
 
 /// What a layer holds.
@@ -265,6 +313,10 @@ fn summarize(image: &str, opened: &BaseImage, manifest: &ImageManifest) -> Image
         base,
         conda,
         cuda: has_cuda.then_some(cuda),
+        gpu: gpu_architectures(
+            manifest_annotations.get(annotations::CUDA_ARCHITECTURES),
+            manifest_annotations.get(annotations::CUDA_PACKAGE_ARCHITECTURES),
+        ),
         smoke: annotation(annotations::SMOKE),
         total_size: layers.iter().map(|l| l.size).sum(),
         layers,
@@ -569,6 +621,7 @@ mod tests {
             base: None,
             conda: None,
             cuda: None,
+            gpu: None,
             smoke: None,
             total_size: layers.iter().map(|l| l.size).sum(),
             layers,

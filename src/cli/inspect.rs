@@ -162,6 +162,9 @@ fn render_summary(summary: &ImageSummary) -> String {
             let _ = writeln!(out, "cuda         none");
         }
     }
+    if let Some(gpu) = &summary.gpu {
+        render_gpu(&mut out, gpu);
+    }
     if let Some(smoke) = &summary.smoke {
         let _ = writeln!(
             out,
@@ -188,6 +191,23 @@ fn render_summary(summary: &ImageSummary) -> String {
         human_bytes(summary.total_size)
     );
     out
+}
+
+/// The GPU architectures: all of them, then each package's.
+fn render_gpu(out: &mut String, gpu: &crate::inspect::GpuArchitectures) {
+    let _ = writeln!(
+        out,
+        "gpu          {} (SASS sm_XX runs as built, PTX compute_XX is JIT-compiled)",
+        gpu.architectures.join(" ")
+    );
+    for package in &gpu.packages {
+        let _ = writeln!(
+            out,
+            "gpu          {}: {}",
+            package.package,
+            package.architectures.join(" ")
+        );
+    }
 }
 
 /// The diff as text: package changes, then layers.

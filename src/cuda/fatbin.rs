@@ -25,6 +25,7 @@ use std::{
     str::FromStr,
 };
 
+use crate::oci::annotations;
 use object::{
     Endianness, FileKind, ReadCache,
     elf::{FileHeader32, FileHeader64, SHT_NOBITS},
@@ -343,6 +344,67 @@ pub fn scan_packages<'a>(
     (found, warnings)
 }
 
+/// [`scan_packages`] over a staged environment: its conda packages and its wheels, named
+/// as layer annotations name them.
+pub fn scan_staged(
+    staged: &crate::install::StagedPrefix,
+) -> (Vec<PackageArchitectures>, Vec<String>) {
+    let conda = staged
+        .packages
+        .iter()
+        .map(|p| (p.dist_name(), p.files.as_slice()));
+    let wheels = staged.wheels.iter().map(|w| {
+        (
+            crate::layers::plan::wheel_label(&w.dist_name),
+            w.files.as_slice(),
+        )
+    });
+    scan_packages(&staged.prefix_dir(), conda.chain(wheels))
+}
+
+/// The manifest annotations of what [`scan_packages`] found: the union of every library's
+/// architectures ([`annotations::CUDA_ARCHITECTURES`]) and each package's
+/// ([`annotations::CUDA_PACKAGE_ARCHITECTURES`], `package=sm_80,compute_90;…` by name).
+/// None when no library has a fatbin.
+pub fn annotations(found: &[PackageArchitectures]) -> Vec<(String, String)> {
+    if found.is_empty() {
+        return Vec::new();
+    }
+    let union: Architectures = found.iter().flat_map(PackageArchitectures::union).collect();
+    let by_package: BTreeMap<&str, Architectures> = found
+        .iter()
+        .map(|p| (p.package.as_str(), p.union()))
+        .collect();
+    let per_package = by_package
+        .iter()
+        .map(|(name, archs)| format!("{name}={}", format_list(archs)))
+        .collect::<Vec<_>>()
+        .join(";");
+    vec![
+        (
+            annotations::CUDA_ARCHITECTURES.to_string(),
+            format_list(&union),
+        ),
+        (
+            annotations::CUDA_PACKAGE_ARCHITECTURES.to_string(),
+            per_package,
+        ),
+    ]
+}
+
+/// Reads [`annotations::CUDA_PACKAGE_ARCHITECTURES`] back: (package, architectures), by
+/// name. An item that does not parse is left out: the annotation may come from a newer
+/// imgbuild, and describing the rest beats refusing the image.
+pub fn parse_package_annotation(value: &str) -> Vec<(String, Architectures)> {
+    value
+        .split(';')
+        .filter_map(|item| {
+            let (name, list) = item.split_once('=')?;
+            Some((name.to_string(), parse_list(list).ok()?))
+        })
+        .collect()
+}
+
 fn error_chain(err: &dyn std::error::Error) -> String {
     let mut text = err.to_string();
     let mut source = err.source();
@@ -504,6 +566,44 @@ mod tests {
         assert_eq!(coverage(&archs, 75), sass(70));
         assert_eq!(coverage(&archs, 61), Coverage::None);
         assert_eq!(coverage(&parse_list("sm_80").unwrap(), 90), Coverage::None);
+    }
+
+    #[test]
+    fn the_annotations_hold_the_union_and_each_package_in_order() {
+        let package = |name: &str, libs: &[(&str, &str)]| PackageArchitectures {
+            package: name.to_string(),
+            libraries: libs
+                .iter()
+                .map(|(l, a)| (l.to_string(), parse_list(a).unwrap()))
+                .collect(),
+        };
+        let found = [
+            package("pypi:b-1", &[("l/b.so", "sm_90,compute_90")]),
+            package(
+                "a-1-0",
+                &[("lib/a.so", "sm_80"), ("lib/a2.so", "sm_70,sm_80")],
+            ),
+        ];
+        let annotations = annotations(&found);
+        assert_eq!(
+            annotations,
+            [
+                (
+                    "dev.imgbuild.cuda.architectures".to_string(),
+                    "sm_70,sm_80,sm_90,compute_90".to_string()
+                ),
+                (
+                    "dev.imgbuild.cuda.package-architectures".to_string(),
+                    "a-1-0=sm_70,sm_80;pypi:b-1=sm_90,compute_90".to_string()
+                ),
+            ]
+        );
+        let back = parse_package_annotation(&annotations[1].1);
+        assert_eq!(back[0], ("a-1-0".to_string(), found[1].union()));
+        assert_eq!(back[1], ("pypi:b-1".to_string(), found[0].union()));
+        assert!(super::annotations(&[]).is_empty());
+        // An item that does not parse is left out, not an error.
+        assert_eq!(parse_package_annotation("x=sm_80;y=gfx90a;z").len(), 1);
     }
 
     #[test]

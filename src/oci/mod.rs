@@ -32,6 +32,11 @@ pub mod annotations {
     pub const COMPRESSION: &str = "dev.imgbuild.compression";
     pub const CUDA_VERSION: &str = "dev.imgbuild.cuda.version";
     pub const CUDA_MIN_DRIVER: &str = "dev.imgbuild.cuda.min-driver";
+    /// The GPU architectures the environment's libraries carry kernels for, SASS then PTX
+    /// (`sm_80,sm_90,compute_90`); see `crate::cuda::fatbin`.
+    pub const CUDA_ARCHITECTURES: &str = "dev.imgbuild.cuda.architectures";
+    /// The same per package: `package=sm_80,compute_90;…`, by package name.
+    pub const CUDA_PACKAGE_ARCHITECTURES: &str = "dev.imgbuild.cuda.package-architectures";
     pub const PACKAGES: &str = "dev.imgbuild.layer.packages";
     pub const PLATFORM: &str = "dev.imgbuild.conda.platform";
     pub const PREFIX: &str = "dev.imgbuild.conda.prefix";

@@ -5,9 +5,15 @@ use std::io::Read;
 
 use imgbuild::cuda::fatbin::{self, Coverage};
 
-use crate::support::{
-    channel::{PinnedWheel, cuda_runtime_wheel, fetch_wheel},
-    test_cache_dir,
+use crate::{
+    common::{LayoutView, Project},
+    support::{
+        channel::{
+            PinnedWheel, cuda_runtime_wheel, executable, fetch_wheel, index_channel, linux64_index,
+            tiny_recipe, write_package,
+        },
+        test_cache_dir,
+    },
 };
 
 /// NVIDIA's `nvidia-curand-cu12` 10.3.2.106 (CUDA 12.1): `libcurand.so.10`, 97 MB, eleven
@@ -108,4 +114,120 @@ fn a_forged_fatbin_is_a_warning_naming_the_library() -> anyhow::Result<()> {
         warnings[0]
     );
     Ok(())
+}
+
+/// A fatbin entry header as real libraries have it (64 bytes, `arch` at 28), with no payload.
+fn entry(kind: u16, sm: u32) -> Vec<u8> {
+    let mut e = vec![0u8; 64];
+    e[0..2].copy_from_slice(&kind.to_le_bytes());
+    e[4..8].copy_from_slice(&64u32.to_le_bytes());
+    e[28..32].copy_from_slice(&sm.to_le_bytes());
+    e
+}
+
+/// A smallest ELF64 shared object whose only contents are a `.nv_fatbin` section of one
+/// blob holding `archs` (`(2, 80)` for SASS sm_80, `(1, 90)` for PTX compute_90).
+pub fn tiny_gpu_library(archs: &[(u16, u32)]) -> Vec<u8> {
+    let entries: Vec<u8> = archs.iter().flat_map(|&(k, sm)| entry(k, sm)).collect();
+    let mut fatbin = Vec::new();
+    fatbin.extend_from_slice(&0xBA55_ED50u32.to_le_bytes());
+    fatbin.extend_from_slice(&1u16.to_le_bytes());
+    fatbin.extend_from_slice(&16u16.to_le_bytes());
+    fatbin.extend_from_slice(&(entries.len() as u64).to_le_bytes());
+    fatbin.extend_from_slice(&entries);
+    let names = b"\0.nv_fatbin\0.shstrtab\0";
+    let fatbin_at = 64u64;
+    let names_at = fatbin_at + fatbin.len() as u64;
+    let headers_at = (names_at + names.len() as u64).next_multiple_of(8);
+
+    let mut elf = vec![0u8; 64];
+    elf[..8].copy_from_slice(&[0x7f, b'E', b'L', b'F', 2, 1, 1, 0]);
+    elf[16..18].copy_from_slice(&3u16.to_le_bytes()); // ET_DYN
+    elf[18..20].copy_from_slice(&62u16.to_le_bytes()); // x86-64
+    elf[20..24].copy_from_slice(&1u32.to_le_bytes());
+    elf[40..48].copy_from_slice(&headers_at.to_le_bytes());
+    elf[52..54].copy_from_slice(&64u16.to_le_bytes());
+    elf[54..56].copy_from_slice(&56u16.to_le_bytes());
+    elf[58..60].copy_from_slice(&64u16.to_le_bytes());
+    elf[60..62].copy_from_slice(&3u16.to_le_bytes());
+    elf[62..64].copy_from_slice(&2u16.to_le_bytes());
+    elf.extend_from_slice(&fatbin);
+    elf.extend_from_slice(names);
+    elf.resize(headers_at as usize, 0);
+    let section = |name: u32, kind: u32, offset: u64, size: u64| {
+        let mut h = vec![0u8; 64];
+        h[0..4].copy_from_slice(&name.to_le_bytes());
+        h[4..8].copy_from_slice(&kind.to_le_bytes());
+        h[24..32].copy_from_slice(&offset.to_le_bytes());
+        h[32..40].copy_from_slice(&size.to_le_bytes());
+        h[48..56].copy_from_slice(&8u64.to_le_bytes());
+        h
+    };
+    elf.extend(vec![0u8; 64]);
+    elf.extend(section(1, 1, fatbin_at, fatbin.len() as u64));
+    elf.extend(section(12, 3, names_at, names.len() as u64));
+    elf
+}
+
+/// A channel of `libgpu` (SASS sm_80 and sm_86, PTX compute_86) and `libold` (sm_60 and
+/// compute_60), each a `lib/*.so.1` with a fatbin, and `libcpu` with none.
+pub fn write_gpu_channel(channel: &std::path::Path) -> anyhow::Result<()> {
+    let linux64 = channel.join("linux-64");
+    fs_err::create_dir_all(&linux64)?;
+    fs_err::create_dir_all(channel.join("noarch"))?;
+    let packages: [(&str, Vec<u8>); 3] = [
+        ("libgpu", tiny_gpu_library(&[(2, 80), (2, 86), (1, 86)])),
+        ("libold", tiny_gpu_library(&[(1, 60), (2, 60)])),
+        ("libcpu", b"\x7fELF not really".to_vec()),
+    ];
+    for (name, library) in packages {
+        write_package(
+            &linux64.join(format!("{name}-1.0-h0_0.conda")),
+            linux64_index(name, "1.0", &[]),
+            &[executable(format!("lib/{name}.so.1"), library)],
+            None,
+        )?;
+    }
+    index_channel(channel)
+}
+
+/// The build records the architectures of the environment's libraries in the manifest, and
+/// `inspect` shows them, all together and per package.
+#[test]
+fn the_manifest_records_the_architectures_and_inspect_shows_them_per_package() {
+    let channel = tempfile::tempdir().unwrap();
+    write_gpu_channel(channel.path()).unwrap();
+    let project = Project::new();
+    project.write_recipe(&tiny_recipe(
+        channel.path(),
+        "gpu",
+        &["libgpu", "libold", "libcpu"],
+    ));
+    project.run(&["build", "recipes/image.toml"]).success();
+    let layout = LayoutView::new(project.path().join("images/gpu"));
+    let annotations = layout.manifest()["annotations"].clone();
+    assert_eq!(
+        annotations["dev.imgbuild.cuda.architectures"],
+        "sm_60,sm_80,sm_86,compute_60,compute_86"
+    );
+    assert_eq!(
+        annotations["dev.imgbuild.cuda.package-architectures"],
+        "libgpu-1.0-h0_0=sm_80,sm_86,compute_86;libold-1.0-h0_0=sm_60,compute_60"
+    );
+
+    let run = project.run(&["inspect", "images/gpu", "--json"]).success();
+    let json: serde_json::Value = serde_json::from_str(&run.stdout).unwrap();
+    assert_eq!(
+        json["gpu"]["architectures"],
+        serde_json::json!(["sm_60", "sm_80", "sm_86", "compute_60", "compute_86"])
+    );
+    assert_eq!(
+        json["gpu"]["packages"][0],
+        serde_json::json!({"package": "libgpu-1.0-h0_0", "architectures": ["sm_80", "sm_86", "compute_86"]})
+    );
+    let text = project.run(&["inspect", "images/gpu"]).success().stdout;
+    assert!(
+        text.contains("gpu          libold-1.0-h0_0: sm_60 compute_60\n"),
+        "{text}"
+    );
 }
