@@ -441,6 +441,7 @@ async fn obtain_lock(
                     .iter()
                     .map(|c| c.base_url.to_string())
                     .collect(),
+                channel_priority: recipe.channel_priority,
                 platforms,
                 pypi: recipe.pypi.as_ref().map(|p| p.sources.clone()),
             };

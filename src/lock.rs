@@ -15,9 +15,10 @@ use rattler_conda_types::{
 };
 use rattler_lock::{
     CondaPackageData, DEFAULT_ENVIRONMENT_NAME, FindLinksUrlOrPath, LockFile, PackageHashes,
-    ParseCondaLockError, PlatformData, PlatformName, PypiDistributionData, PypiIndexes, UrlOrPath,
-    Verbatim,
+    ParseCondaLockError, PlatformData, PlatformName, PypiDistributionData, PypiIndexes,
+    SolveOptions, UrlOrPath, Verbatim,
 };
+use rattler_solve::ChannelPriority;
 
 use crate::{
     pypi::{FindLinks, ResolvedWheel, Sources},
@@ -49,6 +50,10 @@ impl fmt::Display for LockedBase {
 pub struct Lock {
     /// Channel base URLs in priority order.
     pub channels: Vec<String>,
+    /// How the channels' order was used in the solve: the lock file's `options:
+    /// channel-priority` (rattler's own field; absent, as in locks older than the key, is
+    /// strict).
+    pub channel_priority: ChannelPriority,
     /// One solved environment per platform, in the lock file's order; never empty, no
     /// platform twice.
     pub platforms: Vec<PlatformLock>,
@@ -121,6 +126,10 @@ pub enum Staleness {
         locked: Vec<String>,
         wanted: Vec<String>,
     },
+    ChannelPriority {
+        locked: ChannelPriority,
+        wanted: ChannelPriority,
+    },
     Base {
         locked: String,
         wanted: String,
@@ -160,6 +169,12 @@ impl fmt::Display for Staleness {
                 "the channels changed: locked [{}], the recipe has [{}]",
                 locked.join(", "),
                 wanted.join(", ")
+            ),
+            Staleness::ChannelPriority { locked, wanted } => write!(
+                f,
+                "the channel priority changed: locked `{}`, the recipe has `{}`",
+                priority_name(*locked),
+                priority_name(*wanted)
             ),
             Staleness::Base { locked, wanted } => {
                 write!(f, "the base image changed: locked {locked}, now {wanted}")
@@ -316,6 +331,7 @@ impl Lock {
                 .iter()
                 .map(|c| c.url.clone())
                 .collect(),
+            channel_priority: environment.solve_options().channel_priority,
             platforms,
             pypi,
         })
@@ -392,7 +408,14 @@ impl Lock {
                     .collect(),
             )
             .map_err(|e| LockError::Build(Box::new(e)))?
-            .with_channels(DEFAULT_ENVIRONMENT_NAME, self.channels.iter().cloned());
+            .with_channels(DEFAULT_ENVIRONMENT_NAME, self.channels.iter().cloned())
+            .with_options(
+                DEFAULT_ENVIRONMENT_NAME,
+                SolveOptions {
+                    channel_priority: self.channel_priority,
+                    ..SolveOptions::default()
+                },
+            );
         if let Some(sources) = &self.pypi {
             builder.set_pypi_indexes(
                 DEFAULT_ENVIRONMENT_NAME,
@@ -509,13 +532,24 @@ impl Lock {
                             wanted: wanted_channels.clone(),
                         });
                     }
+                    // The same channels in another priority can choose other packages, which
+                    // the closure check below cannot see.
+                    if self.channel_priority != recipe.channel_priority {
+                        return Err(Staleness::ChannelPriority {
+                            locked: self.channel_priority,
+                            wanted: recipe.channel_priority,
+                        });
+                    }
                     Ok(())
                 })
                 .and_then(|()| locked.check_base(base))
                 .and_then(|()| locked.check_closure(&recipe.specs, &target.virtual_packages))
                 .and_then(|()| locked.check_pypi(recipe.pypi.as_ref(), self.pypi.as_ref()));
             match result {
-                Err(reason @ Staleness::Channels { .. }) => return Err(reason),
+                // Not one platform's: every platform has the recipe's channels and priority.
+                Err(reason @ (Staleness::Channels { .. } | Staleness::ChannelPriority { .. })) => {
+                    return Err(reason);
+                }
                 Err(reason) if multi => {
                     return Err(Staleness::OnPlatform {
                         platform: target.platform.to_string(),
@@ -598,6 +632,15 @@ fn url_under(url: &url::Url, directory: &str) -> bool {
     };
     let rest = rest.to_ascii_lowercase();
     !rest.is_empty() && !["%2f", "%5c", "%2e"].iter().any(|e| rest.contains(e))
+}
+
+/// The priority as the recipe and the lock file spell it.
+fn priority_name(priority: ChannelPriority) -> &'static str {
+    match priority {
+        ChannelPriority::Strict => "strict",
+        ChannelPriority::Disabled => "disabled",
+        ChannelPriority::Flexible => "flexible",
+    }
 }
 
 fn channels_text(channels: &[String]) -> String {
@@ -1023,6 +1066,7 @@ mod tests {
     fn two_platform_lock(recipe: &Recipe) -> Lock {
         Lock {
             channels: vec!["file:///ch/".to_string()],
+            channel_priority: ChannelPriority::Strict,
             pypi: None,
             platforms: vec![
                 platform_lock(
@@ -1084,6 +1128,7 @@ mod tests {
         let recipe = recipe("\"linux-aarch64\"");
         let lock = Lock {
             channels: vec!["file:///ch/".to_string()],
+            channel_priority: ChannelPriority::Strict,
             pypi: None,
             platforms: vec![platform_lock(
                 &recipe,
@@ -1097,6 +1142,44 @@ mod tests {
         let read = Lock::parse(&text, Path::new("/work/recipes/x.lock")).unwrap();
         assert_eq!(read.common_base(), Some(&LockedBase::Scratch));
         assert!(read.check(&recipe, &wanted(&lock)).is_ok());
+    }
+
+    #[test]
+    fn a_changed_channel_priority_makes_the_lock_stale_and_survives_the_file() {
+        let strict = recipe("\"linux-64\", \"linux-aarch64\"");
+        let mut disabled = strict.clone();
+        disabled.channel_priority = ChannelPriority::Disabled;
+        let mut lock = two_platform_lock(&strict);
+        assert_eq!(lock.check(&strict, &wanted(&lock)), Ok(()));
+        // Not one platform's reason: the priority is the recipe's.
+        assert_eq!(
+            lock.check(&disabled, &wanted(&lock)),
+            Err(Staleness::ChannelPriority {
+                locked: ChannelPriority::Strict,
+                wanted: ChannelPriority::Disabled,
+            })
+        );
+        assert_eq!(
+            lock.check(&disabled, &wanted(&lock))
+                .unwrap_err()
+                .to_string(),
+            "the channel priority changed: locked `strict`, the recipe has `disabled`"
+        );
+
+        // A strict lock is written as before the key existed (rattler omits its default).
+        let path = Path::new("/work/recipes/x.lock");
+        let text = lock.render("x.toml", Path::new("/work/recipes")).unwrap();
+        assert!(!text.contains("channel-priority"), "{text}");
+        assert_eq!(
+            Lock::parse(&text, path).unwrap().channel_priority,
+            ChannelPriority::Strict
+        );
+        lock.channel_priority = ChannelPriority::Disabled;
+        let text = lock.render("x.toml", Path::new("/work/recipes")).unwrap();
+        assert!(text.contains("channel-priority: disabled"), "{text}");
+        let read = Lock::parse(&text, path).unwrap();
+        assert_eq!(read.channel_priority, ChannelPriority::Disabled);
+        assert_eq!(read.check(&disabled, &wanted(&read)), Ok(()));
     }
 
     #[test]
@@ -1134,6 +1217,7 @@ mod tests {
         platform.records[1].url = url::Url::parse(url).unwrap();
         Lock {
             channels: vec!["file:///ch/".to_string()],
+            channel_priority: ChannelPriority::Strict,
             pypi: None,
             platforms: vec![platform],
         }

@@ -11,7 +11,7 @@ use rattler_conda_types::{
     package::BuildString,
 };
 use rattler_repodata_gateway::{Gateway, GatewayError, RepoData, SourceConfig, fetch::CacheAction};
-use rattler_solve::{SolveError, SolverImpl, SolverTask};
+use rattler_solve::{ChannelPriority, SolveError, SolverImpl, SolverTask};
 
 use crate::{
     cuda::{compat::CudaVersion, intent::CpuBuild},
@@ -210,10 +210,12 @@ pub fn gateway(options: &ResolveOptions<'_>) -> Result<Gateway, crate::http::Htt
         .finish())
 }
 
-/// Solves `specs` from `channels` for `target`. Records come back sorted by name.
+/// Solves `specs` from `channels` (in `priority`) for `target`. Records come back sorted by
+/// name.
 pub async fn resolve(
     channels: &[Channel],
     specs: &[MatchSpec],
+    priority: ChannelPriority,
     target: &Target,
     options: &ResolveOptions<'_>,
 ) -> Result<Vec<RepoDataRecord>, ResolveError> {
@@ -221,7 +223,7 @@ pub async fn resolve(
         return Ok(Vec::new());
     }
     let repodata = query(channels, specs, target, options).await?;
-    match solve(&repodata, specs, &[], target)? {
+    match solve(&repodata, specs, &[], priority, target)? {
         Ok(records) => Ok(records),
         Err(explanation) => Err(unsolvable(channels, target, options, explanation).await),
     }
@@ -235,9 +237,9 @@ pub async fn resolve_recipe(
     target: &Target,
     options: &ResolveOptions<'_>,
 ) -> Result<Vec<RepoDataRecord>, ResolveError> {
-    let (channels, specs) = (&recipe.channels, &recipe.specs);
+    let (channels, specs, priority) = (&recipe.channels, &recipe.specs, recipe.channel_priority);
     let Some(cuda) = recipe.cuda.as_ref().filter(|_| !specs.is_empty()) else {
-        return resolve(channels, specs, target, options).await;
+        return resolve(channels, specs, priority, target, options).await;
     };
     let repodata = query(channels, specs, target, options).await?;
     let mut constraints = crate::cuda::intent::runtime_constraints(cuda.version);
@@ -245,7 +247,7 @@ pub async fn resolve_recipe(
     // set of names, so this ends.
     let mut excluded: Vec<CpuBuild> = Vec::new();
     loop {
-        let explanation = match solve(&repodata, specs, &constraints, target)? {
+        let explanation = match solve(&repodata, specs, &constraints, priority, target)? {
             Ok(records) => {
                 let cpu: Vec<CpuBuild> = crate::cuda::intent::cpu_builds(&records)
                     .into_iter()
@@ -271,8 +273,7 @@ pub async fn resolve_recipe(
             ));
         }
         return Err(no_cuda_solution(
-            channels,
-            specs,
+            recipe,
             &repodata,
             cuda.version,
             target,
@@ -323,17 +324,22 @@ fn cpu_only(
 /// No solution has `[cuda] version`'s runtime. The recipe solved without that pin names the
 /// packages that hold another runtime; one that does not solve either is simply unsolvable.
 async fn no_cuda_solution(
-    channels: &[Channel],
-    specs: &[MatchSpec],
+    recipe: &Recipe,
     repodata: &[RepoData],
     wanted: CudaVersion,
     target: &Target,
     options: &ResolveOptions<'_>,
     explanation: String,
 ) -> ResolveError {
-    let unpinned = match solve(repodata, specs, &[], target) {
+    let unpinned = match solve(
+        repodata,
+        &recipe.specs,
+        &[],
+        recipe.channel_priority,
+        target,
+    ) {
         Ok(Ok(records)) => records,
-        Ok(Err(other)) => return unsolvable(channels, target, options, other).await,
+        Ok(Err(other)) => return unsolvable(&recipe.channels, target, options, other).await,
         Err(err) => return err,
     };
     let holders = crate::cuda::intent::other_runtimes(&unpinned, wanted);
@@ -368,16 +374,19 @@ async fn query(
 }
 
 /// One solve: the records sorted by name, or the solver's explanation of why there are none.
+/// `repodata` is in the channels' order, which is what `priority` ranks.
 fn solve(
     repodata: &[RepoData],
     specs: &[MatchSpec],
     constraints: &[MatchSpec],
+    priority: ChannelPriority,
     target: &Target,
 ) -> Result<Result<Vec<RepoDataRecord>, String>, ResolveError> {
     let task = SolverTask {
         virtual_packages: target.virtual_packages.clone(),
         specs: specs.to_vec(),
         constraints: constraints.to_vec(),
+        channel_priority: priority,
         ..SolverTask::from_iter(repodata.iter())
     };
     // resolvo is CPU-bound; keep it off the async workers.

@@ -8,6 +8,7 @@ use std::{
 };
 
 use rattler_conda_types::{Channel, ChannelConfig, MatchSpec, ParseStrictness, Subdir, Version};
+use rattler_solve::ChannelPriority;
 use toml::Spanned;
 use url::Url;
 
@@ -42,6 +43,9 @@ impl Default for RecipeOptions {
         }
     }
 }
+
+/// The values of `[conda] channel-priority`.
+const CHANNEL_PRIORITIES: [&str; 2] = ["strict", "disabled"];
 
 /// The image the recipe builds on.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -108,6 +112,8 @@ pub struct Recipe {
     pub channels: Vec<Channel>,
     /// The channel strings as written, for the lock and messages.
     pub channel_names: Vec<String>,
+    /// `[conda] channel-priority`: `Strict` (the default) or `Disabled`, never `Flexible`.
+    pub channel_priority: ChannelPriority,
     pub specs: Vec<MatchSpec>,
     pub cuda: Option<CudaTarget>,
     pub env: BTreeMap<String, String>,
@@ -341,6 +347,14 @@ impl Checker {
             channel_names.push(channel.get_ref().clone());
         }
 
+        let channel_priority = file
+            .conda
+            .channel_priority
+            .as_ref()
+            .map(|priority| self.channel_priority(priority))
+            .transpose()?
+            .unwrap_or_default();
+
         let specs = file
             .conda
             .dependencies
@@ -435,6 +449,7 @@ impl Checker {
             glibc,
             channels,
             channel_names,
+            channel_priority,
             specs,
             cuda,
             env,
@@ -449,6 +464,27 @@ impl Checker {
             embed_smoke: file.smoke.embed,
             pypi,
         })
+    }
+
+    /// `[conda] channel-priority`: `strict` or `disabled`, with the closer one suggested for
+    /// anything else (`flexible`, which imgbuild does not offer, gets none).
+    fn channel_priority(&self, raw: &Spanned<String>) -> Result<ChannelPriority, RecipeError> {
+        match raw.get_ref().as_str() {
+            "strict" => Ok(ChannelPriority::Strict),
+            "disabled" => Ok(ChannelPriority::Disabled),
+            other => {
+                let hint = super::suggest::closest(other, CHANNEL_PRIORITIES, 1)
+                    .first()
+                    .map(|close| format!("; did you mean `{close}`?"))
+                    .unwrap_or_default();
+                Err(self.error(
+                    raw,
+                    format!(
+                        "`conda.channel-priority` must be `strict` (a package comes only from the first channel that has it) or `disabled` (the best version from any channel), not `{other}`{hint}"
+                    ),
+                ))
+            }
+        }
     }
 
     fn tags(&self, tags: &[Spanned<String>]) -> Result<Vec<String>, RecipeError> {
@@ -979,6 +1015,29 @@ dependencies = ["python=3.9", "numpy >=1.20"]
                 "file:///work/local/"
             ]
         );
+    }
+
+    #[test]
+    fn channel_priority_is_strict_unless_disabled() {
+        assert_eq!(
+            parse(MINIMAL).unwrap().channel_priority,
+            ChannelPriority::Strict
+        );
+        let with = |value: &str| {
+            parse(&format!("{MINIMAL}channel-priority = \"{value}\"\n"))
+                .map(|r| r.channel_priority)
+                .map_err(|e| e.message())
+        };
+        assert_eq!(with("strict"), Ok(ChannelPriority::Strict));
+        assert_eq!(with("disabled"), Ok(ChannelPriority::Disabled));
+        let err = with("disabeld").unwrap_err();
+        assert!(
+            err.ends_with("not `disabeld`; did you mean `disabled`?"),
+            "{err}"
+        );
+        // conda's third value has no equivalent, and nothing close to suggest.
+        let err = with("flexible").unwrap_err();
+        assert!(err.ends_with("not `flexible`"), "{err}");
     }
 
     #[test]

@@ -59,7 +59,7 @@ pub(crate) struct ImageSection {
 }
 
 #[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub(crate) struct CondaSection {
     /// Channel names, URLs, `file://` URLs or paths relative to the recipe.
     #[serde(default)]
@@ -67,6 +67,9 @@ pub(crate) struct CondaSection {
     /// Match specs, e.g. `python=3.9`.
     #[serde(default)]
     pub dependencies: Vec<Spanned<String>>,
+    /// Optional: `strict` (default: a package comes only from the first channel that has
+    /// it) or `disabled` (the best version from any channel).
+    pub channel_priority: Option<Spanned<String>>,
 }
 
 #[derive(Debug, Default, Deserialize)]

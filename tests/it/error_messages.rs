@@ -240,6 +240,23 @@ fn unknown_compression() {
 }
 
 #[test]
+fn unknown_channel_priority() {
+    snapshot(
+        "unknown_channel_priority",
+        &image("[conda]\nchannel-priority = \"strcit\"\n"),
+    );
+}
+
+/// conda's spelling of the key, from a `.condarc` or `environment.yml`.
+#[test]
+fn channel_priority_with_an_underscore() {
+    snapshot(
+        "channel_priority_with_an_underscore",
+        &image("[conda]\nchannel_priority = \"strict\"\n"),
+    );
+}
+
+#[test]
 fn missing_image_section() {
     snapshot(
         "missing_image_section",

@@ -10,6 +10,7 @@ mod support;
 mod archive;
 mod build;
 mod builder;
+mod channel_priority;
 mod common;
 mod cuda_intent;
 mod download;
