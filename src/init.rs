@@ -10,9 +10,10 @@
 //!
 //! The rest keeps what conda would do with the file on Linux: the channels it would search
 //! (`nodefaults`, or else its implicit `defaults`), the CUDA its packages ask for as
-//! `[cuda] version`, and conda-lock's `platforms:` as `[image] platforms`. What conda would
-//! do differently on Linux (a file exported on macOS, a `channel_priority` imgbuild does not
-//! solve with) and top-level keys nothing reads are notes too.
+//! `[cuda] version`, conda-lock's `platforms:` as `[image] platforms`, and `channel_priority`
+//! as `[conda] channel-priority`. What conda would do differently on Linux (a file exported
+//! on macOS, a `flexible` priority imgbuild does not solve with) and top-level keys nothing
+//! reads are notes too.
 
 use std::path::{Path, PathBuf};
 
@@ -199,9 +200,10 @@ pub fn from_environment_yaml(
     }
     let channels = recipe_channels(&environment.channels, &mut notes);
     let platforms = image_platforms(&extras.platforms, &mut notes);
-    if let Some(priority) = &extras.channel_priority {
-        channel_priority_note(priority, &mut notes);
-    }
+    let channel_priority = extras
+        .channel_priority
+        .as_deref()
+        .and_then(|priority| recipe_channel_priority(priority, &mut notes));
 
     let mut dependencies = Vec::new();
     let mut specs = Vec::new();
@@ -288,6 +290,9 @@ pub fn from_environment_yaml(
         text.push_str(&format!("    {},\n", quote(dependency)));
     }
     text.push_str("]\n");
+    if let Some(priority) = channel_priority {
+        text.push_str(&format!("channel-priority = {}\n", quote(priority)));
+    }
     if let Some(pypi) = &pypi {
         text.push_str(&pypi_text(pypi, &file_name));
     }
@@ -515,17 +520,25 @@ fn image_platforms(listed: &[String], notes: &mut Vec<String>) -> Vec<String> {
     platforms
 }
 
-/// A file's `channel_priority`. imgbuild solves with strict priority (a package comes from
-/// the first channel that has it), so only `strict` carries over as it is.
-fn channel_priority_note(priority: &str, notes: &mut Vec<String>) {
+/// A file's `channel_priority` as `[conda] channel-priority`: `strict` and `disabled` (`false`
+/// in conda's old boolean form) carry over; `flexible` (`true`) has no equivalent, so the
+/// recipe keeps the default, strict, and a note says so.
+fn recipe_channel_priority(priority: &str, notes: &mut Vec<String>) -> Option<&'static str> {
     match priority {
-        "strict" => {}
-        "flexible" | "true" | "disabled" | "false" => notes.push(format!(
-            "`channel_priority: {priority}`: imgbuild solves with strict channel priority (a package comes from the first channel that has it); the recipe may pick other builds than conda, or not solve where conda does"
-        )),
-        other => notes.push(format!(
-            "`channel_priority: {other}` is not a priority conda knows (`strict`, `flexible`, `disabled`); left out"
-        )),
+        "strict" => Some("strict"),
+        "disabled" | "false" => Some("disabled"),
+        "flexible" | "true" => {
+            notes.push(format!(
+                "`channel_priority: {priority}`: imgbuild has no flexible priority; the recipe solves with strict channel priority (a package comes from the first channel that has it), so it may pick other builds than conda, or not solve where conda does; `channel-priority = \"disabled\"` in [conda] takes the best version from any channel instead"
+            ));
+            None
+        }
+        other => {
+            notes.push(format!(
+                "`channel_priority: {other}` is not a priority conda knows (`strict`, `flexible`, `disabled`); left out"
+            ));
+            None
+        }
     }
 }
 
@@ -1070,7 +1083,7 @@ variables:
         assert!(notes.contains("top-level key `category` of environment.yml: not an environment-file key imgbuild reads"), "{notes}");
         assert!(
             notes.contains(
-                "`channel_priority: flexible`: imgbuild solves with strict channel priority"
+                "`channel_priority: flexible`: imgbuild has no flexible priority; the recipe solves with strict channel priority"
             ),
             "{notes}"
         );
@@ -1085,6 +1098,43 @@ variables:
             "name: x\nprefix: /p\nvariables: {A: b}\nchannel_priority: strict\nchannels: [nodefaults, conda-forge]\ndependencies: [python=3.9, libgcc-ng]\nplatforms: [linux-64]\n",
         );
         assert_eq!(made.notes.len(), 1, "only the prefix: {:?}", made.notes);
+    }
+
+    #[test]
+    fn channel_priority_becomes_the_recipes_key() {
+        use rattler_solve::ChannelPriority;
+        let with = |priority: &str| {
+            convert(&format!(
+                "name: x\nchannel_priority: {priority}\nchannels: [nodefaults, conda-forge]\ndependencies: [python=3.9]\n"
+            ))
+        };
+        for (priority, wanted) in [
+            ("disabled", ChannelPriority::Disabled),
+            // conda's old boolean form.
+            ("false", ChannelPriority::Disabled),
+            ("strict", ChannelPriority::Strict),
+        ] {
+            let (recipe, made) = with(priority);
+            assert_eq!(recipe.channel_priority, wanted, "{}", made.text);
+            assert!(made.notes.is_empty(), "{priority}: {:?}", made.notes);
+        }
+        let (_, made) = with("disabled");
+        assert!(
+            made.text.contains("]\nchannel-priority = \"disabled\"\n"),
+            "{}",
+            made.text
+        );
+        // Flexible (or `true`) has no equivalent: strict, the default, and a note.
+        for priority in ["flexible", "true"] {
+            let (recipe, made) = with(priority);
+            assert_eq!(recipe.channel_priority, ChannelPriority::Strict);
+            assert!(!made.text.contains("channel-priority"), "{}", made.text);
+            assert_eq!(made.notes.len(), 1, "{:?}", made.notes);
+        }
+        // No `channel_priority:`, no key.
+        let (_, made) =
+            convert("name: x\nchannels: [nodefaults, conda-forge]\ndependencies: [python=3.9]\n");
+        assert!(!made.text.contains("channel-priority"), "{}", made.text);
     }
 
     #[test]
