@@ -193,6 +193,9 @@ pub enum BuildError {
     Smoke(#[from] EmbedError),
     #[error(transparent)]
     CudaRuntime(#[from] Box<RuntimeMismatch>),
+    /// A library runs on none of `[cuda] architectures`.
+    #[error(transparent)]
+    GpuArchitectures(#[from] Box<crate::cuda::fatbin::NotCovered>),
 }
 
 impl BuildError {
@@ -738,6 +741,9 @@ pub async fn build(
             reporter.on_warning(warning);
         }
         annotations.extend(crate::cuda::fatbin::annotations(&architectures));
+        if let Some(cuda) = recipe.cuda.as_ref().filter(|c| !c.architectures.is_empty()) {
+            crate::cuda::fatbin::check_architectures(&architectures, &cuda.architectures)?;
+        }
         // The smoke executable's layer is planned like one more base layer, then added on
         // top.
         let mut plan = plan_layers(

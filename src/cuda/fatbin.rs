@@ -405,6 +405,58 @@ pub fn parse_package_annotation(value: &str) -> Vec<(String, Architectures)> {
         .collect()
 }
 
+/// Libraries with no kernel that runs on any of the recipe's `[cuda] architectures`.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "{} on none of `[cuda] architectures` ({}): {}. The kernels would fail there with \"no kernel image is available for execution on the device\". Install builds of the packages for these GPUs, or change `[cuda] architectures`",
+    if .libraries.len() == 1 { "A library runs".to_string() } else { format!("{} libraries run", .libraries.len()) },
+    format_list(.wanted),
+    .libraries.iter().map(|l| format!("`{}` ({}) carries {}", l.library, l.package, format_list(&l.carries))).collect::<Vec<_>>().join("; ")
+)]
+pub struct NotCovered {
+    /// The devices asked for, as `sm_XX`.
+    pub wanted: Architectures,
+    pub libraries: Vec<UncoveredLibrary>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UncoveredLibrary {
+    /// Prefix-relative path.
+    pub library: String,
+    pub package: String,
+    pub carries: Architectures,
+}
+
+/// Refuses libraries none of whose kernels runs on any device of `wanted` (`sm_XX`, the
+/// recipe's `[cuda] architectures`): by SASS, or by PTX the driver JIT-compiles. A library
+/// that runs on one of them is kept; the others may be GPUs it was never meant for.
+pub fn check_architectures(
+    found: &[PackageArchitectures],
+    wanted: &Architectures,
+) -> Result<(), Box<NotCovered>> {
+    let libraries: Vec<UncoveredLibrary> = found
+        .iter()
+        .flat_map(|p| p.libraries.iter().map(move |(lib, archs)| (p, lib, archs)))
+        .filter(|(_, _, archs)| {
+            wanted
+                .iter()
+                .all(|device| coverage(archs, device.sm) == Coverage::None)
+        })
+        .map(|(p, lib, archs)| UncoveredLibrary {
+            library: lib.clone(),
+            package: p.package.clone(),
+            carries: archs.clone(),
+        })
+        .collect();
+    if libraries.is_empty() {
+        return Ok(());
+    }
+    Err(Box::new(NotCovered {
+        wanted: wanted.clone(),
+        libraries,
+    }))
+}
+
 fn error_chain(err: &dyn std::error::Error) -> String {
     let mut text = err.to_string();
     let mut source = err.source();
@@ -604,6 +656,41 @@ mod tests {
         assert!(super::annotations(&[]).is_empty());
         // An item that does not parse is left out, not an error.
         assert_eq!(parse_package_annotation("x=sm_80;y=gfx90a;z").len(), 1);
+    }
+
+    #[test]
+    fn a_library_that_runs_on_none_of_the_wanted_devices_is_refused_naming_it() {
+        let found = [PackageArchitectures {
+            package: "libold-1.0-h0_0".into(),
+            libraries: BTreeMap::from([
+                (
+                    "lib/old.so".to_string(),
+                    parse_list("sm_60,compute_60").unwrap(),
+                ),
+                ("lib/new.so".to_string(), parse_list("sm_90").unwrap()),
+            ]),
+        }];
+        // 9.0 runs `new.so` by SASS, `old.so` by PTX.
+        assert!(check_architectures(&found, &parse_list("sm_90").unwrap()).is_ok());
+        // 5.0 runs neither.
+        let err = check_architectures(&found, &parse_list("sm_50,sm_52").unwrap()).unwrap_err();
+        assert_eq!(err.libraries.len(), 2);
+        let message = err.to_string();
+        assert!(
+            message.contains("2 libraries run on none of `[cuda] architectures` (sm_50,sm_52)")
+                && message.contains("`lib/old.so` (libold-1.0-h0_0) carries sm_60,compute_60"),
+            "{message}"
+        );
+        // One of two devices is enough: neither library runs on 5.2.
+        let err = check_architectures(&found, &parse_list("sm_52,sm_90").unwrap());
+        assert!(err.is_ok());
+        // 7.0 JIT-compiles `old.so`'s PTX but runs nothing of `new.so`.
+        let only_new = check_architectures(&found, &parse_list("sm_70").unwrap()).unwrap_err();
+        assert_eq!(only_new.libraries[0].library, "lib/new.so");
+        assert!(
+            only_new.to_string().starts_with("A library runs on none"),
+            "{only_new}"
+        );
     }
 
     #[test]

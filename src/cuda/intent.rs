@@ -137,6 +137,7 @@ pub fn derived_target(solved: &SolvedCuda) -> CudaTarget {
         version,
         min_driver,
         compat: false,
+        architectures: Default::default(),
     }
 }
 

@@ -270,6 +270,7 @@ mod tests {
             version,
             min_driver,
             compat,
+            architectures: Default::default(),
         }
     }
 

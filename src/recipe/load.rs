@@ -78,6 +78,9 @@ pub struct CudaTarget {
     pub compat: bool,
     /// How the runtime runs on `min_driver`; never `Unsupported` (that is a recipe error).
     pub support: Support,
+    /// `architectures`: the GPUs (`sm_80`) every library with kernels must run on one of;
+    /// empty when the recipe names none.
+    pub architectures: crate::cuda::fatbin::Architectures,
 }
 
 impl CudaTarget {
@@ -726,7 +729,29 @@ impl Checker {
             min_driver,
             compat: cuda.compat,
             support,
+            architectures: self.gpu_architectures(&cuda.architectures)?,
         })
+    }
+
+    /// `[cuda] architectures`: devices, so `sm_XX` only (`compute_XX` is what a library
+    /// carries, not a GPU).
+    fn gpu_architectures(
+        &self,
+        list: &[Spanned<String>],
+    ) -> Result<crate::cuda::fatbin::Architectures, RecipeError> {
+        use crate::cuda::fatbin::{Arch, ArchKind};
+        list.iter()
+            .map(|raw| match raw.get_ref().parse::<Arch>() {
+                Ok(arch) if arch.kind == ArchKind::Sass => Ok(arch),
+                _ => Err(self.error(
+                    raw,
+                    format!(
+                        "invalid GPU architecture `{}` in `architectures`: name a device as `sm_` and its compute capability, e.g. `sm_80` for 8.0",
+                        raw.get_ref()
+                    ),
+                )),
+            })
+            .collect()
     }
 
     fn workdir(&self, dir: &Spanned<String>) -> Result<String, RecipeError> {
@@ -1136,6 +1161,26 @@ dependencies = ["python=3.9", "numpy >=1.20"]
         assert_eq!(minor.virtual_cuda().to_string(), "12.0");
         let newer = with("version = \"11.8\"\nmin-driver = \"535.104.05\"\n");
         assert_eq!(newer.virtual_cuda().to_string(), "12.2");
+    }
+
+    #[test]
+    fn cuda_architectures_name_devices() {
+        let recipe = |list: &str| {
+            parse(&format!(
+                "[image]\nname = \"x\"\n[cuda]\nversion = \"12.1\"\narchitectures = {list}\n"
+            ))
+        };
+        let cuda = recipe("[\"sm_90\", \"sm_80\"]").unwrap().cuda.unwrap();
+        assert_eq!(
+            crate::cuda::fatbin::format_list(&cuda.architectures),
+            "sm_80,sm_90"
+        );
+        for bad in ["[\"compute_90\"]", "[\"ampere\"]", "[\"sm_8\"]"] {
+            let err = recipe(bad).unwrap_err().to_string();
+            assert!(err.contains("invalid GPU architecture"), "{bad}: {err}");
+        }
+        let none = parse("[image]\nname = \"x\"\n[cuda]\nversion = \"12.1\"\n").unwrap();
+        assert!(none.cuda.unwrap().architectures.is_empty());
     }
 
     #[test]

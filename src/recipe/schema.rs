@@ -102,6 +102,10 @@ pub(crate) struct CudaSection {
     /// Include NVIDIA's forward-compatibility libraries (`cuda-compat`).
     #[serde(default)]
     pub compat: bool,
+    /// GPUs the image must run kernels on (`sm_80`): a library that runs on none fails the
+    /// build.
+    #[serde(default)]
+    pub architectures: Vec<Spanned<String>>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -231,3 +231,34 @@ fn the_manifest_records_the_architectures_and_inspect_shows_them_per_package() {
         "{text}"
     );
 }
+
+/// `[cuda] architectures` fails the build when a library runs on none of them, naming it and
+/// what it carries; a library that runs on one of them (by PTX too) passes.
+#[test]
+fn a_library_for_none_of_the_recipes_architectures_fails_the_build_naming_it() {
+    let channel = tempfile::tempdir().unwrap();
+    write_gpu_channel(channel.path()).unwrap();
+    let project = Project::new();
+    let recipe = |archs: &str| {
+        tiny_recipe(channel.path(), "gpu", &["libgpu", "libold", "libcpu"])
+            + &format!("\n[cuda]\nversion = \"12.1\"\narchitectures = {archs}\n")
+    };
+    // 7.0: `libold` JIT-compiles its compute_60 PTX, `libgpu` has nothing at or below 7.0.
+    project.write_recipe(&recipe("[\"sm_70\"]"));
+    let run = project.run(&["build", "recipes/image.toml"]);
+    run.assert_clean_failure(1);
+    assert!(
+        run.stderr
+            .contains("A library runs on none of `[cuda] architectures` (sm_70)")
+            && run
+                .stderr
+                .contains("`lib/libgpu.so.1` (libgpu-1.0-h0_0) carries sm_80,sm_86,compute_86"),
+        "{}",
+        run.stderr
+    );
+    assert!(!run.stderr.contains("libold.so.1"), "{}", run.stderr);
+    project.assert_no_image();
+    // 8.6 runs both (libold by PTX).
+    project.write_recipe(&recipe("[\"sm_70\", \"sm_86\"]"));
+    project.run(&["build", "recipes/image.toml"]).success();
+}
