@@ -17,12 +17,14 @@
 //! number of entries is bounded, and nothing is allocated from a size the file gives.
 
 use std::{
-    collections::{BTreeMap, BTreeSet},
-    fmt,
+    collections::BTreeMap,
     fs::File,
     io::{Read, Seek, SeekFrom},
     path::Path,
-    str::FromStr,
+};
+
+pub use imgbuild_smoke::architectures::{
+    Arch, ArchKind, ArchParseError, Architectures, Coverage, coverage, format_list, parse_list,
 };
 
 use crate::oci::annotations;
@@ -45,78 +47,6 @@ const MAX_PADDING: u64 = 4096;
 const MAX_ENTRIES: usize = 1 << 20;
 const KIND_PTX: u16 = 1;
 const KIND_SASS: u16 = 2;
-
-/// What an entry holds: machine code for one architecture, or PTX to JIT-compile.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum ArchKind {
-    Sass,
-    Ptx,
-}
-
-/// `sm_80` (SASS) or `compute_90` (PTX). Orders SASS before PTX, each by number, the order
-/// the annotation lists them in.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct Arch {
-    pub kind: ArchKind,
-    /// Compute capability as major × 10 + minor: `86` for 8.6.
-    pub sm: u32,
-}
-
-impl fmt::Display for Arch {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self.kind {
-            ArchKind::Sass => write!(f, "sm_{}", self.sm),
-            ArchKind::Ptx => write!(f, "compute_{}", self.sm),
-        }
-    }
-}
-
-#[derive(Debug, thiserror::Error)]
-#[error("`{0}` is not a GPU architecture: write `sm_80` or `compute_90`")]
-pub struct ArchParseError(String);
-
-impl FromStr for Arch {
-    type Err = ArchParseError;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let (kind, number) = if let Some(n) = s.strip_prefix("sm_") {
-            (ArchKind::Sass, n)
-        } else if let Some(n) = s.strip_prefix("compute_") {
-            (ArchKind::Ptx, n)
-        } else {
-            return Err(ArchParseError(s.to_string()));
-        };
-        // Two or three digits: `sm_50` … `sm_120`; a leading zero or sign is not one.
-        let valid = (2..=3).contains(&number.len())
-            && number.bytes().all(|b| b.is_ascii_digit())
-            && !number.starts_with('0');
-        match number.parse() {
-            Ok(sm) if valid => Ok(Arch { kind, sm }),
-            _ => Err(ArchParseError(s.to_string())),
-        }
-    }
-}
-
-/// The architectures of one library or a set of them.
-pub type Architectures = BTreeSet<Arch>;
-
-/// `sm_50,sm_60,compute_90`: the annotation's form.
-pub fn format_list(archs: &Architectures) -> String {
-    archs
-        .iter()
-        .map(ToString::to_string)
-        .collect::<Vec<_>>()
-        .join(",")
-}
-
-/// Reads [`format_list`]'s form back; empty items (`""`) are none.
-pub fn parse_list(list: &str) -> Result<Architectures, ArchParseError> {
-    list.split(',')
-        .map(str::trim)
-        .filter(|s| !s.is_empty())
-        .map(str::parse)
-        .collect()
-}
 
 /// Why a fatbin section could not be read.
 #[derive(Debug, thiserror::Error)]
@@ -405,6 +335,26 @@ pub fn parse_package_annotation(value: &str) -> Vec<(String, Architectures)> {
         .collect()
 }
 
+/// The architectures `image`'s manifest records ([`annotations::CUDA_ARCHITECTURES`]), for
+/// the smoke run to classify the device. `None` when the manifest cannot be read back or
+/// records none: the run then says nothing about kernel images.
+pub fn recorded_architectures(image: &crate::oci::base::BaseImage) -> Option<String> {
+    // A manifest is a few KiB; one larger than this is not one imgbuild wrote.
+    const MAX_MANIFEST: u64 = 4 << 20;
+    let hex = image.manifest_digest.strip_prefix("sha256:")?;
+    let path = image.blobs_dir.join(hex);
+    if std::fs::metadata(&path).ok()?.len() > MAX_MANIFEST {
+        return None;
+    }
+    let manifest: oci_spec::image::ImageManifest =
+        serde_json::from_slice(&std::fs::read(path).ok()?).ok()?;
+    manifest
+        .annotations()
+        .as_ref()?
+        .get(annotations::CUDA_ARCHITECTURES)
+        .cloned()
+}
+
 /// Libraries with no kernel that runs on any of the recipe's `[cuda] architectures`.
 #[derive(Debug, thiserror::Error)]
 #[error(
@@ -466,38 +416,6 @@ fn error_chain(err: &dyn std::error::Error) -> String {
         source = s.source();
     }
     text
-}
-
-/// How a device of compute capability `sm` (major × 10 + minor) runs kernels built for
-/// `archs`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Coverage {
-    /// SASS for the device's architecture, or one it runs (same major, lower minor).
-    Sass(Arch),
-    /// Only PTX at or below the device's architecture: JIT-compiled at first use, a slow
-    /// first start (and the JIT cache to keep warm).
-    PtxOnly(Arch),
-    /// Nothing the device runs: "no kernel image is available for execution on the device".
-    None,
-}
-
-/// Whether a device of compute capability `sm` runs kernels built for `archs`. SASS runs on
-/// the same major version at an equal or higher minor (`sm_80` on 8.6); PTX is compiled
-/// for any device at or above it. Architecture-specific SASS (`sm_90a`) is not told apart
-/// from `sm_90` in the fatbin headers read here.
-pub fn coverage(archs: &Architectures, sm: u32) -> Coverage {
-    let sass = archs
-        .iter()
-        .filter(|a| a.kind == ArchKind::Sass && a.sm / 10 == sm / 10 && a.sm <= sm)
-        .max();
-    if let Some(arch) = sass {
-        return Coverage::Sass(*arch);
-    }
-    let ptx = archs
-        .iter()
-        .filter(|a| a.kind == ArchKind::Ptx && a.sm <= sm)
-        .max();
-    ptx.map_or(Coverage::None, |arch| Coverage::PtxOnly(*arch))
 }
 
 #[cfg(test)]
@@ -566,58 +484,6 @@ mod tests {
             parse(&[0xff; 64]),
             Err(FatbinError::Malformed { .. })
         ));
-    }
-
-    #[test]
-    fn arch_names_parse_strictly() {
-        assert_eq!(
-            "sm_86".parse::<Arch>().unwrap(),
-            Arch {
-                kind: ArchKind::Sass,
-                sm: 86
-            }
-        );
-        assert_eq!(
-            "compute_120".parse::<Arch>().unwrap().to_string(),
-            "compute_120"
-        );
-        for bad in [
-            "sm80",
-            "sm_",
-            "sm_8",
-            "sm_+80",
-            "sm_080",
-            "compute_9000",
-            "gfx90a",
-        ] {
-            assert!(bad.parse::<Arch>().is_err(), "{bad}");
-        }
-    }
-
-    #[test]
-    fn a_device_is_covered_by_sass_of_its_major_by_ptx_at_or_below_or_not() {
-        let archs = parse_list("sm_70,sm_80,compute_80").unwrap();
-        let sass = |sm| {
-            Coverage::Sass(Arch {
-                kind: ArchKind::Sass,
-                sm,
-            })
-        };
-        let ptx = |sm| {
-            Coverage::PtxOnly(Arch {
-                kind: ArchKind::Ptx,
-                sm,
-            })
-        };
-        assert_eq!(coverage(&archs, 80), sass(80));
-        // 8.6 runs sm_80 SASS.
-        assert_eq!(coverage(&archs, 86), sass(80));
-        // 9.0 runs no 8.x SASS: only the PTX, JIT-compiled.
-        assert_eq!(coverage(&archs, 90), ptx(80));
-        // 7.5 runs sm_70; 6.1 runs nothing here.
-        assert_eq!(coverage(&archs, 75), sass(70));
-        assert_eq!(coverage(&archs, 61), Coverage::None);
-        assert_eq!(coverage(&parse_list("sm_80").unwrap(), 90), Coverage::None);
     }
 
     #[test]

@@ -127,6 +127,7 @@ pub async fn smoke(
         cuda.libraries.cuda_version.clone(),
         cuda.sources.values().cloned().collect(),
     );
+    let recorded = crate::cuda::fatbin::recorded_architectures(&opened);
     // The child runs while `cuda.dir`, which holds the libraries it loads, still exists.
     let child = |source| SmokeError::Child {
         image: image.to_string(),
@@ -141,7 +142,15 @@ pub async fn smoke(
     .map_err(|e| child(std::io::Error::other(e)))?
     .map_err(child);
     drop(cuda);
-    run
+    run.map(|report| with_kernel_images(report, recorded.as_deref()))
+}
+
+/// Adds whether the image's kernels run on the device the run found (issue 16).
+fn with_kernel_images(mut report: SmokeReport, recorded: Option<&str>) -> SmokeReport {
+    report.kernel_images = recorded.zip(report.gpu.as_ref()).and_then(|(list, gpu)| {
+        imgbuild_smoke::architectures::classify(list, &gpu.compute_capability)
+    });
+    report
 }
 
 #[cfg(test)]

@@ -10,6 +10,7 @@
 //!   verdict, not the death of the caller.
 //! - [`report`]: what the run learned, as text or JSON, and the exit code.
 
+pub mod architectures;
 pub mod compat;
 pub mod gpu;
 pub mod isolate;

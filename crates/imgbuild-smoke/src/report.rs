@@ -143,6 +143,10 @@ pub struct SmokeReport {
     /// when the run did not get that far.
     #[serde(default)]
     pub ping_pong: Option<PingPongTiming>,
+    /// Whether the image's libraries carry kernels for this device (see
+    /// [`crate::architectures::classify`]); absent when the image records no architectures.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kernel_images: Option<crate::architectures::KernelCoverage>,
     pub verdict: Verdict,
     pub message: String,
 }
@@ -163,6 +167,7 @@ impl SmokeReport {
             kernel: None,
             runs: Vec::new(),
             ping_pong: None,
+            kernel_images: None,
             verdict: Verdict::NoDevice,
             message: String::new(),
         }
@@ -229,6 +234,9 @@ impl SmokeReport {
         }
         if let Some(ping_pong) = &self.ping_pong {
             write_ping_pong(&mut out, ping_pong);
+        }
+        if let Some(coverage) = &self.kernel_images {
+            let _ = writeln!(out, "kernel images    {}", coverage.message);
         }
         let verdict = self.verdict.as_str().to_uppercase();
         let _ = writeln!(out, "verdict          {verdict}: {}", self.message);
