@@ -31,6 +31,12 @@ use crate::{cuda::compat::DriverVersion, inspect::ImageSummary};
 pub const DRIVER_MAJOR_LABEL: &str = "nvidia.com/cuda.driver.major";
 pub const DRIVER_MINOR_LABEL: &str = "nvidia.com/cuda.driver.minor";
 pub const DRIVER_REV_LABEL: &str = "nvidia.com/cuda.driver.rev";
+/// GPU feature discovery's labels for the GPU's compute capability (`8.6` → `8`, `6`).
+pub const COMPUTE_MAJOR_LABEL: &str = "nvidia.com/gpu.compute.major";
+pub const COMPUTE_MINOR_LABEL: &str = "nvidia.com/gpu.compute.minor";
+/// The newest compute capability major the requirement spells out one by one; above it
+/// only PTX runs, so a node either runs everything there (every package has PTX) or nothing.
+const NEWEST_KNOWN_MAJOR: u32 = 12;
 /// The extended resource NVIDIA's device plugin advertises.
 pub const GPU_RESOURCE: &str = "nvidia.com/gpu";
 /// The well-known node labels of the kubelet: a pod goes only to nodes that can run the
@@ -70,6 +76,9 @@ pub struct WorkloadOptions {
     pub replicas: i32,
     pub runtime_class: Option<String>,
     pub pull_secrets: Vec<String>,
+    /// `--any-gpu-architecture`: do not require nodes whose compute capability the image's
+    /// kernels run on.
+    pub any_gpu_architecture: bool,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -94,6 +103,10 @@ pub enum K8sError {
         "`{image}` has no embedded smoke test: build it with `[smoke] embed = true` in the recipe (see `imgbuild smoke` for testing on this machine instead)"
     )]
     NoSmoke { image: String },
+    #[error(
+        "No GPU runs the kernels of every package of `{image}` (their architectures: {packages}), so no node would match; rebuild with packages for one GPU generation, or pass `--any-gpu-architecture` to leave the compute capability out"
+    )]
+    NoGpuArchitecture { image: String, packages: String },
     #[error("Failed to write YAML")]
     Yaml(#[source] serde_yaml::Error),
 }
@@ -429,13 +442,17 @@ pub fn workload(
         ),
         None => None,
     };
+    let mut terms = node_terms(
+        &architectures(image),
+        min_driver.as_ref().filter(|_| gpus > 0),
+    );
+    if gpus > 0 && !options.any_gpu_architecture {
+        terms = with_compute_capability(terms, image)?;
+    }
     let affinity = Affinity {
         node_affinity: Some(NodeAffinity {
             required_during_scheduling_ignored_during_execution: Some(NodeSelector {
-                node_selector_terms: node_terms(
-                    &architectures(image),
-                    min_driver.as_ref().filter(|_| gpus > 0),
-                ),
+                node_selector_terms: terms,
             }),
             ..Default::default()
         }),
@@ -546,6 +563,111 @@ pub fn node_terms(arches: &[String], driver: Option<&DriverVersion>) -> Vec<Node
             term
         })
         .collect()
+}
+
+/// `terms` ANDed with [`compute_terms`] for the architectures the image records (each
+/// package's, else all together); `terms` as they are when it records none.
+fn with_compute_capability(
+    terms: Vec<NodeSelectorTerm>,
+    image: &ImageSummary,
+) -> Result<Vec<NodeSelectorTerm>, K8sError> {
+    use crate::cuda::fatbin::{Architectures, format_list, parse_list};
+    let Some(gpu) = &image.gpu else {
+        return Ok(terms);
+    };
+    let parse = |names: &[String]| parse_list(&names.join(",")).unwrap_or_default();
+    let mut packages: Vec<Architectures> = gpu
+        .packages
+        .iter()
+        .map(|p| parse(&p.architectures))
+        .filter(|a| !a.is_empty())
+        .collect();
+    if packages.is_empty() {
+        packages.push(parse(&gpu.architectures));
+    }
+    if packages.iter().all(Architectures::is_empty) {
+        return Ok(terms);
+    }
+    let compute = compute_terms(&packages);
+    if compute.is_empty() {
+        return Err(K8sError::NoGpuArchitecture {
+            image: image.image.clone(),
+            packages: packages
+                .iter()
+                .map(format_list)
+                .collect::<Vec<_>>()
+                .join("; "),
+        });
+    }
+    // (a or b) and (c or d): every pair, each requirement list ANDed.
+    Ok(terms
+        .iter()
+        .flat_map(|term| {
+            compute.iter().map(move |extra| {
+                let mut term = term.clone();
+                term.match_expressions
+                    .get_or_insert_with(Vec::new)
+                    .extend(extra.iter().cloned());
+                term
+            })
+        })
+        .collect())
+}
+
+/// The requirement lists (ORed) matching GPUs, by GPU feature discovery's compute capability
+/// labels, on which every one of `packages` runs its kernels (SASS of the major at or below
+/// the minor, or PTX at or below the capability). Empty when no GPU does.
+///
+/// Within a major, what runs is every minor from some minor up (SASS and PTX alike), so each
+/// major needs one `minor > m - 1`; majors that run from minor 0 share one `In`, and past
+/// [`NEWEST_KNOWN_MAJOR`] only PTX runs, the same for every major there.
+pub fn compute_terms(
+    packages: &[crate::cuda::fatbin::Architectures],
+) -> Vec<Vec<NodeSelectorRequirement>> {
+    use crate::cuda::fatbin::{Coverage, coverage};
+    let runs = |sm: u32| {
+        packages
+            .iter()
+            .all(|archs| coverage(archs, sm) != Coverage::None)
+    };
+    let newest = packages
+        .iter()
+        .flatten()
+        .map(|a| a.sm / 10)
+        .max()
+        .unwrap_or(0)
+        .max(NEWEST_KNOWN_MAJOR);
+    let requirement = |label: &str, operator: &str, values: Vec<String>| NodeSelectorRequirement {
+        key: label.to_string(),
+        operator: operator.to_string(),
+        values: Some(values),
+    };
+    let mut whole_majors = Vec::new();
+    let mut terms = Vec::new();
+    for major in 1..=newest {
+        match (0..=9).find(|minor| runs(major * 10 + minor)) {
+            Some(0) => whole_majors.push(major.to_string()),
+            Some(minor) => terms.push(vec![
+                requirement(COMPUTE_MAJOR_LABEL, "In", vec![major.to_string()]),
+                requirement(COMPUTE_MINOR_LABEL, "Gt", vec![(minor - 1).to_string()]),
+            ]),
+            None => {}
+        }
+    }
+    if !whole_majors.is_empty() {
+        terms.insert(
+            0,
+            vec![requirement(COMPUTE_MAJOR_LABEL, "In", whole_majors)],
+        );
+    }
+    if runs((newest + 1) * 10) {
+        terms.push(vec![requirement(
+            COMPUTE_MAJOR_LABEL,
+            "Gt",
+            vec![newest.to_string()],
+        )]);
+    }
+    terms
 }
 
 /// Node selector terms (ORed; requirements within a term ANDed) matching nodes whose driver
@@ -720,6 +842,54 @@ mod tests {
                     .collect()
             })
             .collect()
+    }
+
+    /// [`compute_terms`] of packages given as `sm_80,compute_80`, as `label op values`.
+    fn compute(packages: &[&str]) -> Vec<String> {
+        let packages: Vec<_> = packages
+            .iter()
+            .map(|p| crate::cuda::fatbin::parse_list(p).unwrap())
+            .collect();
+        compute_terms(&packages)
+            .into_iter()
+            .map(|term| {
+                term.iter()
+                    .map(|r| {
+                        let key = r.key.trim_start_matches("nvidia.com/gpu.compute.");
+                        format!(
+                            "{key} {} {}",
+                            r.operator,
+                            r.values.as_ref().unwrap().join(",")
+                        )
+                    })
+                    .collect::<Vec<_>>()
+                    .join(" & ")
+            })
+            .collect()
+    }
+
+    #[test]
+    fn compute_capability_terms_are_the_gpus_every_package_runs_on() {
+        // CUDA 12.1's cuRAND: SASS from 5.0 to 9.0, PTX compute_90 for anything newer.
+        assert_eq!(
+            compute(&["sm_50,sm_60,sm_70,sm_75,sm_80,sm_86,sm_89,sm_90,compute_90"]),
+            ["major In 5,6,7,8,9,10,11,12", "major Gt 12"]
+        );
+        // SASS alone: its major only, from its minor (8.6 and 8.9, not 8.0 or 9.0).
+        assert_eq!(compute(&["sm_86"]), ["major In 8 & minor Gt 5"]);
+        // Every package must run: 8.x by SASS of one and PTX of the other, 9.0 and newer by
+        // PTX of both; 6.x and 7.x run only the second.
+        assert_eq!(
+            compute(&["sm_80,sm_86,compute_86", "sm_60,compute_60"]),
+            ["major In 8,9,10,11,12", "major Gt 12"]
+        );
+        // A minor threshold beside whole majors.
+        assert_eq!(
+            compute(&["sm_75,sm_80"]),
+            ["major In 8", "major In 7 & minor Gt 4"]
+        );
+        // Hopper-only and Ampere-only packages: no GPU runs both.
+        assert!(compute(&["sm_90", "sm_80"]).is_empty());
     }
 
     #[test]

@@ -65,6 +65,11 @@ pub struct K8sArgs {
     /// A Secret to pull the image with (repeatable)
     #[arg(long = "pull-secret", value_name = "SECRET")]
     pub pull_secrets: Vec<String>,
+    /// Do not require GPU nodes whose compute capability the image's kernels run on (by the
+    /// architectures its build read from the libraries, and GPU feature discovery's
+    /// `nvidia.com/gpu.compute.major`/`minor` labels)
+    #[arg(long)]
+    pub any_gpu_architecture: bool,
     /// Overrides: name, namespace, command, args (JSON arrays or words), cpu, memory,
     /// gpus, replicas, user (`UID[:GID]`)
     #[arg(long = "set", value_name = "KEY=VALUE")]
@@ -113,6 +118,7 @@ fn options(args: &K8sArgs) -> Result<(WorkloadOptions, Option<String>), SetError
         replicas: 1,
         runtime_class: args.runtime_class.clone(),
         pull_secrets: args.pull_secrets.clone(),
+        any_gpu_architecture: args.any_gpu_architecture,
     };
     let mut user = None;
     for set in &args.sets {

@@ -262,3 +262,84 @@ fn a_library_for_none_of_the_recipes_architectures_fails_the_build_naming_it() {
     project.write_recipe(&recipe("[\"sm_70\", \"sm_86\"]"));
     project.run(&["build", "recipes/image.toml"]).success();
 }
+
+/// `imgbuild k8s` keeps a GPU pod on nodes whose compute capability (GPU feature discovery's
+/// labels) every package's kernels run on, ANDed into each driver term; the manifest
+/// validates; `--any-gpu-architecture` leaves the requirement out.
+#[test]
+fn k8s_requires_nodes_of_a_compute_capability_the_kernels_run_on() {
+    let channel = tempfile::tempdir().unwrap();
+    write_gpu_channel(channel.path()).unwrap();
+    let project = Project::new();
+    project.write_recipe(
+        &(tiny_recipe(channel.path(), "gpu", &["libgpu", "libold"])
+            + "\n[cuda]\nversion = \"12.1\"\nmin-driver = \"530.30.02\"\n"),
+    );
+    project.run(&["build", "recipes/image.toml"]).success();
+    let k8s = |extra: &[&str]| {
+        let mut args = vec![
+            "k8s",
+            "images/gpu",
+            "--repository",
+            "registry.example/ml/gpu",
+        ];
+        args.extend_from_slice(extra);
+        let run = project.run(&args).success();
+        let mut docs = crate::k8s::validated(&project, &run.stdout);
+        docs.remove(0)["spec"]["template"]["spec"]["affinity"]["nodeAffinity"]
+            ["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+            .as_array()
+            .unwrap()
+            .clone()
+    };
+    // `label op values` of the compute capability requirements of each term.
+    let compute = |term: &serde_json::Value| -> Vec<String> {
+        term["matchExpressions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|r| {
+                r["key"]
+                    .as_str()
+                    .unwrap()
+                    .starts_with("nvidia.com/gpu.compute.")
+            })
+            .map(|r| {
+                let values: Vec<&str> = r["values"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|v| v.as_str().unwrap())
+                    .collect();
+                format!(
+                    "{} {} {}",
+                    r["key"].as_str().unwrap(),
+                    r["operator"].as_str().unwrap(),
+                    values.join(",")
+                )
+            })
+            .collect()
+    };
+    let terms = k8s(&[]);
+    // Three driver terms (530 < major, 530 and 30 < minor, 530.30 and 1 < rev), each with
+    // either compute capability term: 8.0 and newer runs both libraries.
+    assert_eq!(terms.len(), 6, "{terms:#?}");
+    let every: Vec<Vec<String>> = terms.iter().map(compute).collect();
+    for pair in every.chunks(2) {
+        assert_eq!(
+            pair,
+            [
+                vec!["nvidia.com/gpu.compute.major In 8,9,10,11,12".to_string()],
+                vec!["nvidia.com/gpu.compute.major Gt 12".to_string()],
+            ]
+        );
+    }
+    for term in &terms {
+        let keys = term["matchExpressions"].to_string();
+        assert!(keys.contains("nvidia.com/cuda.driver.major"), "{keys}");
+        assert!(keys.contains("kubernetes.io/arch"), "{keys}");
+    }
+    let opted_out = k8s(&["--any-gpu-architecture"]);
+    assert_eq!(opted_out.len(), 3);
+    assert!(opted_out.iter().all(|t| compute(t).is_empty()));
+}

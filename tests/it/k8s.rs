@@ -26,7 +26,7 @@ fn cuda_image() -> Project {
 
 /// Validates `yaml` with kubernetes-validate (strict, 1.33 and 1.37) and returns its
 /// documents as JSON.
-fn validated(project: &Project, yaml: &str) -> Vec<Value> {
+pub(super) fn validated(project: &Project, yaml: &str) -> Vec<Value> {
     let file = project.path().join("manifest.yaml");
     fs_err::write(&file, yaml).unwrap();
     for version in ["1.33.0", "1.37.0"] {
