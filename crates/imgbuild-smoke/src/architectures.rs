@@ -105,8 +105,8 @@ pub enum Coverage {
 
 /// Whether a device of compute capability `sm` runs kernels built for `archs`. SASS runs on
 /// the same major version at an equal or higher minor (`sm_80` on 8.6); PTX is compiled
-/// for any device at or above it. Architecture-specific SASS (`sm_90a`) is not told apart
-/// from `sm_90` in the fatbin headers read here.
+/// for any device at or above it. Architecture-specific SASS (`sm_90a`) is read as its
+/// number: no library checked carries one, so where its fatbin header marks it is unknown.
 pub fn coverage(archs: &Architectures, sm: u32) -> Coverage {
     let sass = archs
         .iter()

@@ -2,6 +2,8 @@
 //! libraries) and the `imgbuild-smoke` executable that `[smoke] embed = true` puts into an
 //! image to run the same test inside it on a cluster node.
 //!
+//! - [`architectures`]: GPU architectures (`sm_80`, `compute_90`) and whether a device runs
+//!   kernels built for them.
 //! - [`compat`]: NVIDIA's CUDA ⇄ driver compatibility rules, as data.
 //! - [`libraries`]: which files are CUDA libraries, and finding them under a prefix.
 //! - [`nvrtc`]: the image's own NVRTC, loaded by absolute path.
