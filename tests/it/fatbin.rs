@@ -26,6 +26,15 @@ nvidia_curand_cu12-10.3.2.106-py3-none-manylinux1_x86_64.whl",
     sha256: "9d264c5036dde4e64f1de8c50ae753237c12e0b1348738169cd0f8a536c0e1e0",
 };
 
+/// The same library of CUDA 11.8: `nvidia-curand-cu11` 10.3.0.86.
+const CURAND_11_8: PinnedWheel = PinnedWheel {
+    file_name: "nvidia_curand_cu11-10.3.0.86-py3-none-manylinux2014_x86_64.whl",
+    url: "https://files.pythonhosted.org/packages/58/e5/\
+ce5806afc48a6e4e0dddd25316ac60b6fa94fd1791bdbf4ca17bf52696ea/\
+nvidia_curand_cu11-10.3.0.86-py3-none-manylinux2014_x86_64.whl",
+    sha256: "cd4cffbf78bb06580206b4814d5dc696d1161c902aae37b2bba00056832379e6",
+};
+
 /// Extracts `member` of `wheel` into `dir`, returning its path.
 fn extract(
     wheel: &std::path::Path,
@@ -67,6 +76,23 @@ fn curand_of_cuda_12_1_carries_sm_50_to_sm_90_and_compute_90() -> anyhow::Result
     assert!(warnings.is_empty(), "{warnings:?}");
     assert_eq!(found.len(), 1);
     assert_eq!(found[0].union(), archs);
+    Ok(())
+}
+
+/// CUDA 11.8 still builds for Kepler (sm_35, deprecated), and already for Hopper.
+#[test]
+fn curand_of_cuda_11_8_carries_sm_35_to_sm_90_and_compute_90() -> anyhow::Result<()> {
+    let wheel = fetch_wheel(&test_cache_dir(), &CURAND_11_8)?;
+    let dir = tempfile::tempdir()?;
+    let lib = extract(&wheel, "nvidia/curand/lib/libcurand.so.10", dir.path())?;
+    let archs = fatbin::read_library(&lib)?.expect("a fatbin");
+    assert_eq!(
+        fatbin::format_list(&archs),
+        "sm_35,sm_50,sm_60,sm_70,sm_75,sm_80,sm_86,sm_89,sm_90,compute_90"
+    );
+    // A K80 (3.7) runs sm_35; a Maxwell GM204 (5.2) sm_50.
+    assert!(matches!(fatbin::coverage(&archs, 37), Coverage::Sass(a) if a.sm == 35));
+    assert!(matches!(fatbin::coverage(&archs, 52), Coverage::Sass(a) if a.sm == 50));
     Ok(())
 }
 
