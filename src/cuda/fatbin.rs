@@ -43,7 +43,8 @@ const ENTRY_FIELDS: u64 = 32;
 const MAX_HEADER: u64 = 4096;
 /// Zero padding allowed between blobs (they are aligned, a few bytes apart at most).
 const MAX_PADDING: u64 = 4096;
-/// Entries read per library: cuBLAS has thousands, a forged section could claim billions.
+/// Headers (blob, entry and padding reads) read per library: cuBLAS has thousands, a forged
+/// section could claim billions.
 const MAX_ENTRIES: usize = 1 << 20;
 const KIND_PTX: u16 = 1;
 const KIND_SASS: u16 = 2;
@@ -55,7 +56,7 @@ pub enum FatbinError {
     Io(#[from] std::io::Error),
     #[error("the fatbin at offset {offset} is malformed: {reason}")]
     Malformed { offset: u64, reason: &'static str },
-    #[error("the fatbin has more than {MAX_ENTRIES} entries")]
+    #[error("the fatbin has more than {MAX_ENTRIES} headers")]
     TooManyEntries,
     #[error("reading the ELF headers")]
     Elf(#[from] object::read::Error),
@@ -63,6 +64,16 @@ pub enum FatbinError {
 
 fn malformed(offset: u64, reason: &'static str) -> FatbinError {
     FatbinError::Malformed { offset, reason }
+}
+
+/// Counts one more header read, refusing a fatbin that needs more than [`MAX_ENTRIES`]: each
+/// read is small, but a forged section could ask for billions of them.
+fn count(reads: &mut usize) -> Result<(), FatbinError> {
+    *reads += 1;
+    if *reads > MAX_ENTRIES {
+        return Err(FatbinError::TooManyEntries);
+    }
+    Ok(())
 }
 
 /// Reads `N` bytes at `offset` of `reader`, a short read being a malformed fatbin.
@@ -107,15 +118,16 @@ pub fn parse_section<R: Read + Seek>(
     let mut pos = offset;
     let mut padding = 0u64;
     while end - pos >= BLOB_HEADER {
+        count(&mut entries)?;
         let header: [u8; 16] = read_at(reader, pos)?;
-        let magic = u32_at(&header, 0);
-        if magic != MAGIC {
+        if u32_at(&header, 0) != MAGIC {
             // Blobs are aligned: zeros may sit between them, anything else is not a fatbin.
-            if magic != 0 || padding >= MAX_PADDING {
+            let zeros = (0..4).take_while(|&i| u32_at(&header, i * 4) == 0).count() as u64;
+            if zeros == 0 || padding >= MAX_PADDING {
                 return Err(malformed(pos, "no fatbin header where one should start"));
             }
-            padding += 4;
-            pos += 4;
+            padding += zeros * 4;
+            pos += zeros * 4;
             continue;
         }
         padding = 0;
@@ -150,10 +162,7 @@ fn parse_entries<R: Read + Seek>(
     entries: &mut usize,
 ) -> Result<(), FatbinError> {
     while pos < end {
-        *entries += 1;
-        if *entries > MAX_ENTRIES {
-            return Err(FatbinError::TooManyEntries);
-        }
+        count(entries)?;
         if end - pos < ENTRY_FIELDS {
             return Err(malformed(pos, "an entry header cut short by its blob"));
         }
@@ -484,6 +493,21 @@ mod tests {
             parse(&[0xff; 64]),
             Err(FatbinError::Malformed { .. })
         ));
+        // Padding longer than any alignment.
+        let mut padded = vec![0u8; 2 * MAX_PADDING as usize];
+        padded.extend_from_slice(&good);
+        assert!(matches!(parse(&padded), Err(FatbinError::Malformed { .. })));
+        // A little padding is fine.
+        let mut aligned = vec![0u8; 8];
+        aligned.extend_from_slice(&good);
+        assert_eq!(format_list(&parse(&aligned).unwrap()), "sm_80");
+        // Blobs without entries, each a read, still count: the reads are bounded.
+        let empty = blob(&[]);
+        let many: Vec<u8> = std::iter::repeat_n(&empty[..], MAX_ENTRIES + 1)
+            .flatten()
+            .copied()
+            .collect();
+        assert!(matches!(parse(&many), Err(FatbinError::TooManyEntries)));
     }
 
     #[test]
