@@ -113,7 +113,8 @@ pub fn starter_recipe(name: &str) -> String {
 #
 #   imgbuild build THIS_FILE      # solves, writes THIS_FILE.lock and images/{name}/
 #
-# Every key is documented in the README's "Recipe schema"; unknown keys are errors.
+# Every key is shown below, most of them commented out, and documented in the README's
+# "Recipe schema"; unknown keys are errors.
 
 [image]
 name = {quoted}                 # also the output directory images/<name>
@@ -140,15 +141,36 @@ entrypoint = ["/opt/conda/bin/python"]
 # [cuda]                        # for GPU images
 # version = "12.4"              # CUDA runtime the image targets
 # min-driver = "550.54.14"      # oldest host driver it must run on (default: the release's)
+# compat = false                # add NVIDIA's forward-compatibility libraries (cuda-compat)
+# architectures = ["sm_80", "sm_90"]   # GPUs it must run kernels on: a library that runs
+#                               # on none of them fails the build
 
 [conda]
 channels = ["conda-forge"]      # names, https:// or file:// URLs, or paths
 dependencies = [                # conda match specs
     "python 3.12.*",
 ]
+# channel-priority = "strict"   # or "disabled": the best version from any channel
+
+# [pypi]                        # wheels, resolved for the image's Python, installed after conda
+# dependencies = ["requests>=2.31"]    # PEP 508 requirements
+# index-url = "https://pypi.org/simple"
+# extra-index-urls = []         # asked in order for projects the earlier ones lack
+# find-links = []               # directories (relative to this file) or HTML pages of wheels
+# no-index = false              # true: ask no index, only find-links
 
 # [layers]
 # max = 60                      # layer budget, base layers included
+# compression = "gzip"          # or "zstd"
+
+# [smoke]
+# embed = false                 # true: add imgbuild-smoke, so `imgbuild k8s --smoke-job`
+#                               # can run the GPU smoke test inside the image
+
+# Build variants: one image per combination of the values, each placeholder {{{{KEY}}}} in
+# the recipe taking every value of its key (see recipes/torch21-matrix.toml):
+#   [matrix]
+#   python = ["3.11", "3.12"]   # with dependencies = ["python {{{{python}}}}.*"]
 "#,
         quoted = quote(name),
     )
@@ -841,6 +863,117 @@ mod tests {
             Recipe::from_str_at(&text, Path::new("r.toml"), &RecipeOptions::default()).unwrap();
         assert_eq!(recipe.name, "my-app");
         assert_eq!(recipe.specs[0].to_string(), "python 3.12.*");
+    }
+
+    /// The starter with every commented-out key and section (`# key = …`, `# [section]`)
+    /// uncommented; the indented `#   [matrix]` example stays a comment, since a matrix
+    /// recipe is built variant by variant.
+    fn uncommented_starter() -> String {
+        starter_recipe("my-app")
+            .lines()
+            .map(|line| match line.strip_prefix("# ") {
+                Some(rest)
+                    if rest.starts_with('[')
+                        || rest.split_once(" = ").is_some_and(|(key, _)| {
+                            !key.is_empty()
+                                && key
+                                    .chars()
+                                    .all(|c| c.is_ascii_alphanumeric() || "-_.\"".contains(c))
+                        }) =>
+                {
+                    rest.to_string()
+                }
+                _ => line.to_string(),
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+
+    #[test]
+    fn the_starter_recipe_with_every_key_uncommented_is_a_valid_recipe() {
+        let text = uncommented_starter();
+        let recipe = Recipe::from_str_at(&text, Path::new("r.toml"), &RecipeOptions::default())
+            .unwrap_or_else(|e| panic!("{e}\n{text}"));
+        assert_eq!(recipe.name, "my-app");
+        for key in [
+            "compression = ",
+            "[pypi]",
+            "[smoke]",
+            "channel-priority = ",
+            "compat = ",
+        ] {
+            assert!(text.lines().any(|l| l.starts_with(key)), "{key}\n{text}");
+        }
+    }
+
+    /// The keys serde accepts in `section` (`None`: the top level), read from the
+    /// `deny_unknown_fields` error of a recipe with an unknown key there, so the list comes
+    /// from the schema types themselves.
+    fn schema_keys(section: Option<&str>) -> Vec<String> {
+        let text = match section {
+            None => "zzz-unknown = 1\n[image]\nname = \"x\"\n".to_string(),
+            Some("image") => "[image]\nname = \"x\"\nzzz-unknown = 1\n".to_string(),
+            Some(section) => format!("[image]\nname = \"x\"\n[{section}]\nzzz-unknown = 1\n"),
+        };
+        let err = Recipe::from_str_at(&text, Path::new("r.toml"), &RecipeOptions::default())
+            .expect_err("an unknown key is an error")
+            .to_string();
+        // serde: "expected `a`", "expected `a` or `b`", "expected one of `a`, `b`, `c`".
+        let (_, expected) = err
+            .split_once("`, expected ")
+            .unwrap_or_else(|| panic!("{section:?}: no key list in {err}"));
+        let expected = expected.lines().next().unwrap_or_default();
+        expected
+            .split('`')
+            .skip(1)
+            .step_by(2)
+            .map(str::to_string)
+            .collect()
+    }
+
+    #[test]
+    fn the_starter_recipe_shows_every_schema_key() {
+        // (section, key) for every `key = ` and `[section.key]` line, commented or not.
+        let text = starter_recipe("my-app");
+        let mut shown = std::collections::BTreeSet::new();
+        let mut section = String::new();
+        for line in text.lines() {
+            let line = line.trim_start_matches('#').trim();
+            if let Some(header) = line.strip_prefix('[') {
+                let header = header.split(']').next().unwrap_or_default();
+                match header.split_once('.') {
+                    Some((parent, key)) => {
+                        shown.insert((parent.to_string(), key.to_string()));
+                    }
+                    None => section = header.to_string(),
+                }
+                shown.insert((String::new(), header.to_string()));
+            } else if let Some((key, _)) = line.split_once(" = ") {
+                shown.insert((section.clone(), key.trim().to_string()));
+            }
+        }
+        let sections = schema_keys(None);
+        assert!(sections.len() >= 7, "{sections:?}");
+        let mut missing = Vec::new();
+        for section in &sections {
+            if !shown.contains(&(String::new(), section.clone())) {
+                missing.push(format!("[{section}]"));
+            }
+            if section == "matrix" {
+                continue; // a free table of variant keys
+            }
+            let keys = schema_keys(Some(section));
+            assert!(!keys.is_empty(), "[{section}]");
+            for key in keys {
+                if !shown.contains(&(section.clone(), key.clone())) {
+                    missing.push(format!("[{section}] {key}"));
+                }
+            }
+        }
+        assert!(
+            missing.is_empty(),
+            "not in the starter recipe: {missing:?}\n{text}"
+        );
     }
 
     #[test]
