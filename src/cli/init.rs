@@ -15,9 +15,11 @@ Examples:
 
 The conversion keeps what conda would do on Linux: `nodefaults`, or else conda's implicit
 `defaults` channels; CUDA (`cuda-version=`, `cudatoolkit=`, `pytorch-cuda=`, `*cuda*` builds)
-as [cuda] version; `platforms:` as [image] platforms. What a recipe cannot express is kept in
-a comment block of the recipe; it, and anything conda would do differently on Linux, is
-reported on stderr as a warning.";
+as [cuda] version; `platforms:` as [image] platforms; `channel_priority:` strict or
+disabled as [conda] channel-priority; the `pip:` section as [pypi] (requirements, --index-url,
+--extra-index-url, --find-links, --no-index). What a recipe cannot express (`-r`/`-e` lines,
+direct URLs, other pip options, other sections) is kept in a comment block of the recipe;
+it, and anything conda would do differently on Linux, is reported on stderr as a warning.";
 
 #[derive(Debug, Args)]
 pub struct InitArgs {

@@ -23,9 +23,9 @@ use crate::{
 const BUILD_EXAMPLES: &str = "\
 Examples:
   imgbuild recipes/py39-torch21.toml              # same as `imgbuild build …`
-  imgbuild build recipes/tiny.toml --locked       # fail if recipes/tiny.lock is stale
-  imgbuild build recipes/tiny.toml --offline -o /tmp/tiny
-  SOURCE_DATE_EPOCH=1700000000 imgbuild build recipes/tiny.toml";
+  imgbuild build recipes/demo.toml --locked       # fail if recipes/demo.lock is stale
+  imgbuild build recipes/demo.toml --offline -o /tmp/demo-image
+  SOURCE_DATE_EPOCH=1700000000 imgbuild build recipes/demo.toml";
 
 const SMOKE_EXAMPLES: &str = "\
 Examples:
@@ -173,7 +173,8 @@ pub struct BuildArgs {
     #[arg(short, long, value_name = "DIR")]
     pub output: Option<PathBuf>,
     /// Compression threads, shared by all layers; never changes the bytes. At most 4 per
-    /// CPU: more are cut down to that, with a warning; 0 is refused [default: number of CPUs]
+    /// CPU: a larger N is cut down to that, with a warning; 0 is refused (exit 2)
+    /// [default: the number of CPUs]
     #[arg(
         short,
         long,
