@@ -30,15 +30,64 @@ pub(super) fn run_completions(args: &CompletionsArgs) -> ExitCode {
 }
 
 /// The man page (roff): synopsis, global options, each subcommand with its summary, the
-/// examples and the version.
+/// examples and the version. clap_mangen's own subcommand list names a page per subcommand
+/// (`imgbuild-build(1)`) that is not generated; this one names the subcommands and points
+/// to their `--help`, which has their flags and examples.
 pub(super) fn run_man() -> ExitCode {
+    match man_page() {
+        Ok(page) => {
+            use std::io::Write;
+            if let Err(err) = std::io::stdout().write_all(&page) {
+                return fail(&err, 2);
+            }
+            ExitCode::SUCCESS
+        }
+        Err(err) => fail(&err, 2),
+    }
+}
+
+fn man_page() -> std::io::Result<Vec<u8>> {
+    let command = Cli::command();
+    let man = clap_mangen::Man::new(command.clone());
     let mut page = Vec::new();
-    if let Err(err) = clap_mangen::Man::new(Cli::command()).render(&mut page) {
-        return fail(&err, 2);
+    man.render_title(&mut page)?;
+    man.render_name_section(&mut page)?;
+    man.render_synopsis_section(&mut page)?;
+    man.render_description_section(&mut page)?;
+    man.render_options_section(&mut page)?;
+    page.extend_from_slice(b".SH SUBCOMMANDS\n");
+    for subcommand in command.get_subcommands().filter(|s| !s.is_hide_set()) {
+        let about = subcommand
+            .get_about()
+            .map(|a| a.to_string())
+            .unwrap_or_default();
+        page.extend_from_slice(
+            format!(
+                ".TP\n\\fBimgbuild {}\\fR\n{}\n",
+                roff_text(subcommand.get_name()),
+                roff_text(&about)
+            )
+            .as_bytes(),
+        );
     }
-    use std::io::Write;
-    if let Err(err) = std::io::stdout().write_all(&page) {
-        return fail(&err, 2);
+    page.extend_from_slice(
+        b".PP\n\\fBimgbuild\\fR \\fICOMMAND\\fR \\fB\\-\\-help\\fR shows a command's flags and examples.\n",
+    );
+    man.render_extra_section(&mut page)?;
+    man.render_version_section(&mut page)?;
+    Ok(page)
+}
+
+/// `text` as roff body text: backslashes and hyphens escaped, a leading `.` or `'` (a
+/// request) made literal, one line.
+fn roff_text(text: &str) -> String {
+    let escaped = text
+        .replace('\\', "\\\\")
+        .replace('-', "\\-")
+        .replace('\n', " ");
+    if escaped.starts_with('.') || escaped.starts_with('\'') {
+        format!("\\&{escaped}")
+    } else {
+        escaped
     }
-    ExitCode::SUCCESS
 }
