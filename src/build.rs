@@ -643,7 +643,7 @@ pub async fn build(
         })?;
 
     let started = Instant::now();
-    let mut detail = format!("{} packages", lock.package_count());
+    let mut detail = counted(lock.package_count(), "package");
     if recipe.platforms.is_multi() {
         let each: Vec<String> = lock
             .platforms
@@ -690,6 +690,9 @@ pub async fn build(
             name: recipe.name.clone(),
             source,
         })?;
+        // Wheels are packages of the stage too: counted in its total and as done, so the
+        // finished line agrees with the `Installing N packages` line (issue 18).
+        install_reporter.add_to_total(locked.wheels.len());
         if !locked.wheels.is_empty() {
             let owned = crate::install::ownership(&staged.packages)
                 .into_iter()
@@ -707,6 +710,9 @@ pub async fn build(
                 owned,
             )
             .await?;
+            for wheel in &staged.wheels {
+                install_reporter.on_item_done(Stage::Install, wheel.name.as_ref(), 0);
+            }
         }
         install_reporter.platform_done();
         let mut activation = activation(
@@ -851,6 +857,8 @@ struct InstallTotals<'a> {
     before: std::sync::atomic::AtomicUsize,
     /// The total of the platform being installed.
     current: std::sync::atomic::AtomicUsize,
+    /// Packages of the platform being installed that rattler does not count (wheels).
+    extra: std::sync::atomic::AtomicUsize,
 }
 
 impl<'a> InstallTotals<'a> {
@@ -859,13 +867,24 @@ impl<'a> InstallTotals<'a> {
             inner,
             before: 0.into(),
             current: 0.into(),
+            extra: 0.into(),
         }
+    }
+
+    /// Adds `count` packages installed outside rattler to the platform's total.
+    fn add_to_total(&self, count: usize) {
+        use std::sync::atomic::Ordering::Relaxed;
+        self.extra.fetch_add(count, Relaxed);
+        self.inner.on_stage_total(
+            Stage::Install,
+            self.before.load(Relaxed) + self.current.load(Relaxed) + self.extra.load(Relaxed),
+        );
     }
 
     fn platform_done(&self) {
         use std::sync::atomic::Ordering::Relaxed;
-        self.before
-            .fetch_add(self.current.swap(0, Relaxed), Relaxed);
+        let done = self.current.swap(0, Relaxed) + self.extra.swap(0, Relaxed);
+        self.before.fetch_add(done, Relaxed);
     }
 }
 
@@ -879,8 +898,10 @@ impl Reporter for InstallTotals<'_> {
     fn on_stage_total(&self, stage: Stage, total: usize) {
         use std::sync::atomic::Ordering::Relaxed;
         self.current.store(total, Relaxed);
-        self.inner
-            .on_stage_total(stage, self.before.load(Relaxed) + total);
+        self.inner.on_stage_total(
+            stage,
+            self.before.load(Relaxed) + total + self.extra.load(Relaxed),
+        );
     }
     fn on_download_bytes(&self, bytes: u64) {
         self.inner.on_download_bytes(bytes);
@@ -944,7 +965,7 @@ fn write_output(
     }
     let compression = recipe.compression;
     let total: usize = platforms.iter().map(|p| p.plan.layers.len()).sum();
-    reporter.on_stage(Stage::Layers, &format!("{total} layers"));
+    reporter.on_stage(Stage::Layers, &counted(total, "layer"));
     reporter.on_stage_total(Stage::Layers, total);
     let blobs_dir = layout.blobs_dir();
     let cache = LayerCache::open(&settings.cache_dir).map_err(|source| BuildError::Staging {
@@ -1006,6 +1027,16 @@ fn write_output(
         manifests,
         layers: platform_layers.into_iter().flatten().collect(),
     })
+}
+
+/// `1 package`, `2 packages`: a count with its noun in the number it takes. Only for
+/// nouns whose plural adds an `s` (package, layer).
+pub(crate) fn counted(count: usize, noun: &str) -> String {
+    if count == 1 {
+        format!("1 {noun}")
+    } else {
+        format!("{count} {noun}s")
+    }
 }
 
 /// The environment variables activating the prefix sets, in the image's terms. Activation

@@ -471,9 +471,9 @@ async fn run(cli: Cli) -> ExitCode {
                         );
                     }
                     eprintln!(
-                        "{:>12} {} layers ({} from the base, {} ours: {} written, {} reused): {} compressed, {} uncompressed",
+                        "{:>12} {} ({} from the base, {} ours: {} written, {} reused): {} compressed, {} uncompressed",
                         "Built",
-                        report.base_layers + report.layers.len(),
+                        build::counted(report.base_layers + report.layers.len(), "layer"),
                         report.base_layers,
                         report.layers.len(),
                         report.layers.len() - reused,
@@ -657,16 +657,17 @@ fn multi_platforms(settings: &build::BuildSettings) -> Option<crate::recipe::Pla
 #[allow(clippy::print_stderr)]
 fn describe_lock(report: &build::LockReport) {
     let path = report.lock_path.display();
+    let packages = build::counted(report.packages, "package");
     match &report.outcome {
-        LockOutcome::Reused => eprintln!("{:>12} {path} ({} packages)", "Reusing", report.packages),
+        LockOutcome::Reused => eprintln!("{:>12} {path} ({packages})", "Reusing"),
         LockOutcome::Written { reason: None } => {
-            eprintln!("{:>12} {path} ({} packages)", "Locked", report.packages)
+            eprintln!("{:>12} {path} ({packages})", "Locked")
         }
         LockOutcome::Written {
             reason: Some(reason),
         } => eprintln!(
-            "{:>12} {path} ({} packages; re-solved because {reason})",
-            "Locked", report.packages
+            "{:>12} {path} ({packages}; re-solved because {reason})",
+            "Locked"
         ),
     }
 }

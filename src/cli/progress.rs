@@ -21,7 +21,7 @@ use std::{
 use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::{Value, json};
 
-use crate::build::{BuildReport, LockOutcome, LockReport, Reporter, Stage};
+use crate::build::{BuildReport, LockOutcome, LockReport, Reporter, Stage, counted};
 
 use super::human_bytes;
 
@@ -126,17 +126,20 @@ impl BuildProgress {
                     Stage::Install if current.downloaded > 0 => (
                         "Installed",
                         format!(
-                            "{} packages ({} downloaded) ",
-                            current.items,
+                            "{} ({} downloaded) ",
+                            counted(current.items, "package"),
                             human_bytes(current.downloaded)
                         ),
                     ),
-                    Stage::Install => ("Installed", format!("{} packages ", current.items)),
+                    Stage::Install => (
+                        "Installed",
+                        format!("{} ", counted(current.items, "package")),
+                    ),
                     Stage::Layers => (
                         "Wrote",
                         format!(
-                            "{} layers ({} compressed) ",
-                            current.items,
+                            "{} ({} compressed) ",
+                            counted(current.items, "layer"),
                             human_bytes(current.bytes)
                         ),
                     ),

@@ -165,3 +165,73 @@ fn json_counts_bytes_downloaded_from_a_served_channel() {
     );
     assert_eq!(install["ok"], true);
 }
+
+/// The count of the stage line `{verb} N package(s)` in `stderr`.
+fn packages_after(stderr: &str, verb: &str) -> usize {
+    let line = stderr
+        .lines()
+        .map(str::trim_start)
+        .find_map(|l| l.strip_prefix(verb))
+        .unwrap_or_else(|| panic!("a `{verb}` line in:\n{stderr}"));
+    line.trim_start()
+        .split(' ')
+        .next()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("a count in `{line}`"))
+}
+
+#[test]
+fn one_package_is_counted_in_the_singular() {
+    let project = Project::new();
+    // The libgcc-ng stand-in depends on nothing: one package in all.
+    project.write_recipe(&tiny_recipe(shared_channel(), "single", &["libgcc-ng"]));
+    let run = project.build(&[]).success();
+    for needle in ["Installing 1 package\n", "Installed 1 package in"] {
+        assert!(
+            run.stderr.contains(needle),
+            "`{needle}` in:\n{}",
+            run.stderr
+        );
+    }
+    assert!(!run.stderr.contains("1 packages"), "{}", run.stderr);
+}
+
+#[test]
+fn the_finished_install_line_counts_the_pypi_wheels_it_announced() {
+    use crate::support::pypi::{SIX_1_16_0, pinned_dists, pypi_channel};
+    let project = Project::new();
+    let wheels = project.path().join("recipes/wheels");
+    fs_err::create_dir_all(&wheels).unwrap();
+    for (path, _) in pinned_dists(&[SIX_1_16_0]).unwrap() {
+        fs_err::copy(&path, wheels.join(path.file_name().unwrap())).unwrap();
+    }
+    project.write_recipe(
+        &(tiny_recipe(pypi_channel(), "pycount", &["python"])
+            + "\n[pypi]\nno-index = true\nfind-links = [\"wheels\"]\ndependencies = [\"six\"]\n"),
+    );
+    let run = project.build(&[]).success();
+    let announced = packages_after(&run.stderr, "Installing");
+    assert_eq!(
+        packages_after(&run.stderr, "Installed"),
+        announced,
+        "{}",
+        run.stderr
+    );
+
+    // The JSON event counts the same packages as the lock (the image removed, so the
+    // build installs again instead of finding it unchanged).
+    fs_err::remove_dir_all(project.path().join("images/pycount")).unwrap();
+    let run = project.build(&["--json", "--locked"]).success();
+    let events: Vec<Value> = run
+        .stdout
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect();
+    let result = events.iter().find(|e| e["event"] == "result").unwrap();
+    let install = events
+        .iter()
+        .find(|e| e["event"] == "stage-finished" && e["stage"] == "install")
+        .unwrap_or_else(|| panic!("an install stage:\n{}", run.stdout));
+    assert_eq!(install["items"], result["packages"], "{}", run.stdout);
+    assert_eq!(result["packages"], announced, "{}", run.stdout);
+}
