@@ -721,6 +721,9 @@ pub async fn build(
             platform.platform,
             reporter,
         )?;
+        for warning in link_script_warnings(&staged.packages) {
+            reporter.on_warning(&warning);
+        }
         let mut annotations = indexmap::IndexMap::new();
         let runtime = crate::cuda::locked_runtime(locked);
         // A runtime without `[cuda]` is configured as the section it implies (warned about
@@ -1037,6 +1040,29 @@ pub(crate) fn counted(count: usize, noun: &str) -> String {
     } else {
         format!("{count} {noun}s")
     }
+}
+
+/// The link scripts conda would run for `packages` and imgbuild does not (no package code
+/// runs at build time), one warning each: without one, a package that does its work in a
+/// post-link script (`cudatoolkit-dev` downloads CUDA in one) is silently incomplete.
+/// `pre-unlink` scripts run only when a package is removed, which an image build never
+/// does, so they are not reported.
+fn link_script_warnings(packages: &[crate::install::StagedPackage]) -> Vec<String> {
+    let mut warnings = Vec::new();
+    for package in packages {
+        let name = package.record.package_record.name.as_normalized();
+        for kind in ["pre-link", "post-link"] {
+            let script = format!("bin/.{name}-{kind}.sh");
+            if package.files.contains(&script) {
+                warnings.push(format!(
+                    "package `{}` has a {kind} script `{script}` that is not run at build time \
+                     (imgbuild runs no package code); what it would do is missing from the image",
+                    package.dist_name()
+                ));
+            }
+        }
+    }
+    warnings
 }
 
 /// The environment variables activating the prefix sets, in the image's terms. Activation

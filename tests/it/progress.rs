@@ -235,3 +235,37 @@ fn the_finished_install_line_counts_the_pypi_wheels_it_announced() {
     assert_eq!(install["items"], result["packages"], "{}", run.stdout);
     assert_eq!(result["packages"], announced, "{}", run.stdout);
 }
+
+#[test]
+fn a_post_link_script_is_warned_about_by_package_and_script() {
+    use crate::support::channel::{executable, index_channel, linux64_index, write_package};
+    let channel = tempfile::tempdir().unwrap();
+    let linux64 = channel.path().join("linux-64");
+    fs_err::create_dir_all(&linux64).unwrap();
+    fs_err::create_dir_all(channel.path().join("noarch")).unwrap();
+    write_package(
+        &linux64.join("postlinker-1.0-h0_0.tar.bz2"),
+        linux64_index("postlinker", "1.0", &[]),
+        &[
+            executable("bin/postlinker", "#!/bin/sh\necho hi\n"),
+            executable(
+                "bin/.postlinker-post-link.sh",
+                "#!/bin/sh\necho installing >> \"$PREFIX/.messages.txt\"\n",
+            ),
+        ],
+        None,
+    )
+    .unwrap();
+    index_channel(channel.path()).unwrap();
+    let project = Project::new();
+    project.write_recipe(&tiny_recipe(channel.path(), "postlink", &["postlinker"]));
+    let run = project.build(&[]).success();
+    assert!(
+        run.stderr.contains(
+            "warning: package `postlinker-1.0-h0_0` has a post-link script \
+             `bin/.postlinker-post-link.sh` that is not run at build time"
+        ),
+        "{}",
+        run.stderr
+    );
+}
