@@ -340,6 +340,15 @@ pub async fn run_login(args: &LoginArgs, options: &ClientOptions) -> ExitCode {
     if let Err(err) = client.check_login().await {
         return super::fail(&err, 1);
     }
+    // A registry that answers anyone needs no login: storing credentials would only put a
+    // secret on disk for nothing (issue 18).
+    if auth::asks_for_no_credentials(&reference, options).await {
+        eprintln!(
+            "Registry {} asks for no credentials; nothing stored",
+            reference.registry
+        );
+        return ExitCode::SUCCESS;
+    }
     let file = std::env::var_os("REGISTRY_AUTH_FILE")
         .filter(|v| !v.is_empty())
         .map(PathBuf::from)

@@ -477,6 +477,27 @@ fn basic_auth_login_push_and_wrong_credentials() {
     }
 }
 
+#[test]
+fn login_to_a_registry_that_asks_for_no_credentials_stores_nothing() {
+    let registry = Registry::start(Auth::None);
+    let project = Project::new();
+    let docker = project.path().join("docker-config");
+    fs_err::create_dir_all(&docker).unwrap();
+    let run = login(&project, &docker, &registry.host, "ci", "unneeded-secret-7");
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert_eq!(
+        run.stderr,
+        format!(
+            "Registry {} asks for no credentials; nothing stored\n",
+            registry.host
+        )
+    );
+    assert!(
+        !docker.join("auth.json").exists(),
+        "no auth file for a registry that needs none"
+    );
+}
+
 fn login(
     project: &Project,
     docker: &Path,
