@@ -13,6 +13,7 @@ mod builder;
 mod channel_priority;
 mod common;
 mod cuda_intent;
+mod docs_examples;
 mod download;
 mod error_messages;
 mod errors;
