@@ -278,13 +278,10 @@ impl Lock {
                 .conda_repodata_records(platform)
                 .map_err(|_| shape("a package entry cannot be read as a conda package"))?
                 .unwrap_or_default();
+            // A record without a sha256 (some old repodata has none) is read as the solve
+            // wrote it: pinned by its URL (and md5 when the channel gives one), downloaded
+            // and checked the way the README says such records are.
             records.sort_by(|a, b| a.package_record.name.cmp(&b.package_record.name));
-            if let Some(record) = records.iter().find(|r| r.package_record.sha256.is_none()) {
-                return Err(shape(&format!(
-                    "package `{}` has no sha256",
-                    record.package_record.name.as_normalized()
-                )));
-            }
             let mut wheels = Vec::new();
             for package in environment.pypi_packages(platform).into_iter().flatten() {
                 wheels.push(locked_wheel(package, lock_dir).map_err(|reason| shape(&reason))?);
@@ -1121,6 +1118,35 @@ mod tests {
         assert_eq!(read.distinct_records().len(), 3);
         assert_eq!(read.common_base(), None);
         assert!(read.check(&recipe, &wanted(&lock)).is_ok());
+    }
+
+    /// `record` as some old repodata has it: no sha256, with or without an md5.
+    fn without_sha256(mut record: RepoDataRecord, md5: bool) -> RepoDataRecord {
+        record.package_record.sha256 = None;
+        record.package_record.md5 = md5.then(|| {
+            rattler_digest::parse_digest_from_hex::<rattler_digest::Md5>(&"ab".repeat(16))
+                .expect("an md5 in hex")
+        });
+        record
+    }
+
+    #[test]
+    fn a_record_without_sha256_is_written_and_read_back() {
+        let recipe = recipe("\"linux-64\"");
+        for md5 in [true, false] {
+            let mut lock = two_platform_lock(&recipe);
+            lock.platforms.truncate(1);
+            let records = &mut lock.platforms[0].records;
+            records[0] = without_sha256(records[0].clone(), md5);
+            let text = lock.render("x.toml", Path::new("/work/recipes")).unwrap();
+            let read = Lock::parse(&text, Path::new("/work/recipes/x.lock"))
+                .unwrap_or_else(|e| panic!("md5 {md5}: {e}\n{text}"));
+            let app = &read.platforms[0].records[0].package_record;
+            assert_eq!(app.name.as_normalized(), "app");
+            assert_eq!(app.sha256, None, "{text}");
+            assert_eq!(app.md5, lock.platforms[0].records[0].package_record.md5);
+            assert!(read.check(&recipe, &wanted(&lock)).is_ok());
+        }
     }
 
     #[test]

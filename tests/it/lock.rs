@@ -214,3 +214,45 @@ fn the_target_glibc_comes_from_the_base_image() {
     let lock = fs_err::read_to_string(project.lock_path()).unwrap();
     assert!(lock.contains("__glibc=2.28=0"), "{lock}");
 }
+
+#[test]
+fn a_record_without_sha256_is_locked_and_built_from_the_lock() {
+    use crate::support::channel::{file, index_channel, linux64_index, write_package};
+    // A channel whose repodata gives only an md5, as some old channels do.
+    let channel = tempfile::tempdir().unwrap();
+    let linux64 = channel.path().join("linux-64");
+    fs_err::create_dir_all(&linux64).unwrap();
+    fs_err::create_dir_all(channel.path().join("noarch")).unwrap();
+    write_package(
+        &linux64.join("oldpkg-1.0-h0_0.tar.bz2"),
+        linux64_index("oldpkg", "1.0", &[]),
+        &[file("share/oldpkg/data.txt", "old\n")],
+        None,
+    )
+    .unwrap();
+    index_channel(channel.path()).unwrap();
+    let repodata_path = linux64.join("repodata.json");
+    let mut repodata: serde_json::Value =
+        serde_json::from_str(&fs_err::read_to_string(&repodata_path).unwrap()).unwrap();
+    let record = &mut repodata["packages"]["oldpkg-1.0-h0_0.tar.bz2"];
+    assert!(record["md5"].is_string(), "{record}");
+    record.as_object_mut().unwrap().remove("sha256");
+    fs_err::write(&repodata_path, repodata.to_string()).unwrap();
+
+    let project = Project::new();
+    project.write_recipe(&tiny_recipe(channel.path(), "oldrec", &["oldpkg"]));
+    project.build(&[]).success();
+    let lock = fs_err::read_to_string(project.lock_path()).unwrap();
+    assert!(lock.contains("oldpkg-1.0-h0_0.tar.bz2"), "{lock}");
+    assert!(!lock.contains("sha256: "), "no sha256 to pin:\n{lock}");
+    assert!(lock.contains("md5: "), "pinned by md5:\n{lock}");
+
+    // The lock it wrote is read back: a second build of the image reuses it.
+    fs_err::remove_dir_all(project.path().join("images/oldrec")).unwrap();
+    let run = project.build(&["--locked"]).success();
+    assert!(
+        run.stderr.contains("Reusing recipes/image.lock"),
+        "{}",
+        run.stderr
+    );
+}
