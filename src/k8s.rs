@@ -12,10 +12,11 @@ use k8s_openapi::{
         batch::v1::{Job, JobSpec},
         core::v1::{
             Affinity, Capabilities, ConfigMap, ConfigMapVolumeSource, Container,
-            EmptyDirVolumeSource, EnvVar, EnvVarSource, LocalObjectReference, NodeAffinity,
-            NodeSelector, NodeSelectorRequirement, NodeSelectorTerm, ObjectFieldSelector,
-            PodSecurityContext, PodSpec, PodTemplateSpec, ResourceRequirements, SeccompProfile,
-            SecretVolumeSource, SecurityContext, Volume, VolumeMount,
+            EmptyDirVolumeSource, EnvVar, EnvVarSource, HostPathVolumeSource, LocalObjectReference,
+            NodeAffinity, NodeSelector, NodeSelectorRequirement, NodeSelectorTerm,
+            ObjectFieldSelector, PersistentVolumeClaimVolumeSource, PodSecurityContext, PodSpec,
+            PodTemplateSpec, ResourceRequirements, SeccompProfile, SecretVolumeSource,
+            SecurityContext, Toleration, Volume, VolumeMount,
         },
     },
     apimachinery::pkg::{
@@ -44,9 +45,14 @@ pub const GPU_RESOURCE: &str = "nvidia.com/gpu";
 /// an arm64 node, to fail there with "exec format error" or a pull with no matching manifest).
 pub const OS_LABEL: &str = "kubernetes.io/os";
 pub const ARCH_LABEL: &str = "kubernetes.io/arch";
-/// The user a pod runs as when the image's own user is root or unset: conda prefixes are
-/// world-readable, so any unprivileged uid can run them.
+/// The user a pod runs as when the image sets none: conda prefixes are world-readable, so
+/// any unprivileged uid can run them.
 pub const DEFAULT_UID: i64 = 1000;
+
+/// The volume `--set shm=SIZE` mounts at `/dev/shm`.
+pub const SHM_VOLUME: &str = "shm";
+/// The effects a taint (and so a toleration) may have.
+pub const TAINT_EFFECTS: &[&str] = &["NoSchedule", "PreferNoSchedule", "NoExecute"];
 
 /// How long a smoke Job may run before Kubernetes ends it.
 const SMOKE_DEADLINE_SECONDS: i64 = 600;
@@ -79,6 +85,38 @@ pub struct WorkloadOptions {
     /// `--any-gpu-architecture`: do not require nodes whose compute capability the image's
     /// kernels run on.
     pub any_gpu_architecture: bool,
+    /// Require GPU feature discovery's labels (driver and compute capability) of GPU nodes;
+    /// `--no-gpu-feature-discovery` turns it off for clusters without GFD.
+    pub gpu_feature_discovery: bool,
+    /// Tolerate the `nvidia.com/gpu` taint of GPU node pools (a GPU pod only);
+    /// `--no-gpu-toleration` turns it off.
+    pub gpu_toleration: bool,
+    /// `--toleration`: more taints the pod tolerates.
+    pub tolerations: Vec<Toleration>,
+    /// `--set shm=SIZE`: a memory-backed `/dev/shm` of at most SIZE.
+    pub shm: Option<String>,
+    /// `--env NAME=VALUE`, in the order given (a value may refer to an earlier `$(NAME)`).
+    pub env: Vec<(String, String)>,
+    /// `--volume`: PVCs and node directories mounted into the container.
+    pub volumes: Vec<DataVolume>,
+}
+
+/// Where a `--volume`'s data lives.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DataSource {
+    /// A PersistentVolumeClaim by name (`pvc:CLAIM`).
+    Claim(String),
+    /// A directory of the node (`host:/DIR`).
+    Host(String),
+}
+
+/// A `--volume NAME=pvc:CLAIM:PATH[:ro]` or `NAME=host:DIR:PATH[:ro]`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DataVolume {
+    pub name: String,
+    pub source: DataSource,
+    pub mount_path: String,
+    pub read_only: bool,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -107,6 +145,20 @@ pub enum K8sError {
         "No GPU runs the kernels of every package of `{image}` (their architectures: {packages}), so no node would match; rebuild with packages for one GPU generation, or pass `--any-gpu-architecture` to leave the compute capability out"
     )]
     NoGpuArchitecture { image: String, packages: String },
+    #[error(
+        "`{value}` is not a volume: {reason} (the form is `NAME=pvc:CLAIM:PATH[:ro]` or `NAME=host:DIR:PATH[:ro]`)"
+    )]
+    Volume { value: String, reason: String },
+    #[error(
+        "`{value}` is not a toleration: {reason} (the form is `KEY[=VALUE][:EFFECT]`, EFFECT one of NoSchedule, PreferNoSchedule, NoExecute)"
+    )]
+    Toleration { value: String, reason: String },
+    #[error("`{value}` is not an environment variable: {reason} (the form is `NAME=VALUE`)")]
+    Env { value: String, reason: String },
+    #[error("`--set {key}={value}` is not a Kubernetes quantity like `16Gi`, `512Mi` or `500m`")]
+    Quantity { key: String, value: String },
+    #[error("{what} `{value}` is given twice")]
+    Duplicate { what: &'static str, value: String },
     #[error("Failed to write YAML")]
     Yaml(#[source] serde_yaml::Error),
 }
@@ -153,6 +205,8 @@ pub struct BuildJobOptions {
     pub push_secret: Option<String>,
     pub cpu: Option<String>,
     pub memory: Option<String>,
+    /// `--toleration`: taints the build pods tolerate (e.g. of dedicated build nodes).
+    pub tolerations: Vec<Toleration>,
 }
 
 /// The ConfigMap holding the recipe and locks, and an Indexed Job with one pod per variant:
@@ -324,6 +378,7 @@ pub fn build_job(options: &BuildJobOptions) -> Result<Workload, K8sError> {
                     restart_policy: Some("Never".into()),
                     volumes: Some(volumes),
                     image_pull_secrets: pull_secrets(&options.pull_secrets),
+                    tolerations: tolerations(&options.tolerations, false),
                     // fsGroup: the scratch volumes are the builder's to write.
                     security_context: Some(PodSecurityContext {
                         fs_group: Some(DEFAULT_UID),
@@ -339,13 +394,13 @@ pub fn build_job(options: &BuildJobOptions) -> Result<Workload, K8sError> {
     Ok(Workload::BuildJob(Box::new(config), Box::new(job)))
 }
 
-/// Builds the manifest of `image` (read from its layout) with `options`; `user` overrides
-/// the image's user (`UID` or `UID:GID`).
+/// Builds the manifest of `image` (read from its layout) with `options`, and the warnings to
+/// print; `user` overrides the image's user (`UID` or `UID:GID`).
 pub fn workload(
     image: &ImageSummary,
     options: &WorkloadOptions,
     user: Option<&str>,
-) -> Result<Workload, K8sError> {
+) -> Result<(Workload, Vec<String>), K8sError> {
     let repository = options.repository.trim_end_matches('/');
     let last = repository.rsplit('/').next().unwrap_or_default();
     if repository.is_empty()
@@ -376,6 +431,15 @@ pub fn workload(
     }
 
     let (uid, gid) = run_as(user.or(image.config.user.as_deref()))?;
+    let mut warnings = Vec::new();
+    if uid == 0 {
+        // Kept as the image says: an image built to run as root may need it (a prefix only
+        // root can write), and changing the user silently hides that.
+        warnings.push(format!(
+            "`{}` runs as root (uid 0), so the pod does too, without runAsNonRoot; give the image a non-root `user` or pass `--set user=UID[:GID]`",
+            image.image
+        ));
+    }
     let cuda = image.cuda.as_ref();
     // The smoke test needs a GPU even in an image that does not say it is a CUDA image.
     let gpus = options
@@ -418,6 +482,7 @@ pub fn workload(
         limits.insert("memory".to_string(), Quantity(memory.clone()));
     }
 
+    let (volumes, mounts) = data_volumes(options)?;
     let container = Container {
         name: name.clone(),
         image: Some(image_ref),
@@ -429,6 +494,8 @@ pub fn workload(
             ..Default::default()
         }),
         security_context: Some(container_security()),
+        env: env_vars(&options.env)?,
+        volume_mounts: (!mounts.is_empty()).then_some(mounts),
         ..Default::default()
     };
 
@@ -442,11 +509,10 @@ pub fn workload(
         ),
         None => None,
     };
-    let mut terms = node_terms(
-        &architectures(image),
-        min_driver.as_ref().filter(|_| gpus > 0),
-    );
-    if gpus > 0 && !options.any_gpu_architecture {
+    // Without GPU feature discovery no node carries its labels: only the kubelet's remain.
+    let gfd = gpus > 0 && options.gpu_feature_discovery;
+    let mut terms = node_terms(&architectures(image), min_driver.as_ref().filter(|_| gfd));
+    if gfd && !options.any_gpu_architecture {
         terms = with_compute_capability(terms, image)?;
     }
     let affinity = Affinity {
@@ -473,6 +539,8 @@ pub fn workload(
         image_pull_secrets: pull_secrets(&options.pull_secrets),
         security_context: Some(pod_security(uid, gid)),
         affinity: Some(affinity),
+        tolerations: tolerations(&options.tolerations, gpus > 0 && options.gpu_toleration),
+        volumes: (!volumes.is_empty()).then_some(volumes),
         ..Default::default()
     };
     let template = PodTemplateSpec {
@@ -488,7 +556,7 @@ pub fn workload(
         labels: Some(labels.clone()),
         ..Default::default()
     };
-    Ok(match options.kind {
+    let workload = match options.kind {
         WorkloadKind::Job | WorkloadKind::SmokeJob => Workload::Job(Box::new(Job {
             metadata,
             spec: Some(JobSpec {
@@ -514,7 +582,252 @@ pub fn workload(
             }),
             ..Default::default()
         })),
+    };
+    Ok((workload, warnings))
+}
+
+/// The container's environment, in the order given (a value may use an earlier `$(NAME)`).
+fn env_vars(env: &[(String, String)]) -> Result<Option<Vec<EnvVar>>, K8sError> {
+    let mut seen = std::collections::BTreeSet::new();
+    for (name, _) in env {
+        if !seen.insert(name) {
+            return Err(K8sError::Duplicate {
+                what: "`--env`",
+                value: name.clone(),
+            });
+        }
+    }
+    Ok((!env.is_empty()).then(|| {
+        env.iter()
+            .map(|(name, value)| EnvVar {
+                name: name.clone(),
+                value: Some(value.clone()),
+                ..Default::default()
+            })
+            .collect()
+    }))
+}
+
+/// The pod's volumes (sorted by name) and the container's mounts (sorted by path, so a
+/// directory is mounted before one inside it): `--volume`s and the `/dev/shm` of `shm`.
+fn data_volumes(options: &WorkloadOptions) -> Result<(Vec<Volume>, Vec<VolumeMount>), K8sError> {
+    let mut volumes = Vec::new();
+    let mut mounts = Vec::new();
+    if let Some(size) = &options.shm {
+        check_quantity("shm", size)?;
+        // Kubernetes gives a container a 64 MiB /dev/shm, where PyTorch's DataLoader
+        // workers die with "Bus error"; a memory-backed emptyDir lifts that.
+        volumes.push(Volume {
+            name: SHM_VOLUME.into(),
+            empty_dir: Some(EmptyDirVolumeSource {
+                medium: Some("Memory".into()),
+                size_limit: Some(Quantity(size.clone())),
+            }),
+            ..Default::default()
+        });
+        mounts.push(VolumeMount {
+            name: SHM_VOLUME.into(),
+            mount_path: "/dev/shm".into(),
+            ..Default::default()
+        });
+    }
+    for data in &options.volumes {
+        let mut volume = Volume {
+            name: data.name.clone(),
+            ..Default::default()
+        };
+        match &data.source {
+            DataSource::Claim(claim) => {
+                volume.persistent_volume_claim = Some(PersistentVolumeClaimVolumeSource {
+                    claim_name: claim.clone(),
+                    read_only: data.read_only.then_some(true),
+                });
+            }
+            DataSource::Host(path) => {
+                volume.host_path = Some(HostPathVolumeSource {
+                    path: path.clone(),
+                    type_: None,
+                });
+            }
+        }
+        volumes.push(volume);
+        mounts.push(VolumeMount {
+            name: data.name.clone(),
+            mount_path: data.mount_path.clone(),
+            read_only: data.read_only.then_some(true),
+            ..Default::default()
+        });
+    }
+    volumes.sort_by(|a, b| a.name.cmp(&b.name));
+    mounts.sort_by(|a, b| a.mount_path.cmp(&b.mount_path));
+    if let Some(pair) = volumes.windows(2).find(|w| w[0].name == w[1].name) {
+        return Err(K8sError::Duplicate {
+            what: "The volume name",
+            value: pair[0].name.clone(),
+        });
+    }
+    if let Some(pair) = mounts
+        .windows(2)
+        .find(|w| w[0].mount_path == w[1].mount_path)
+    {
+        return Err(K8sError::Duplicate {
+            what: "The mount path",
+            value: pair[0].mount_path.clone(),
+        });
+    }
+    Ok((volumes, mounts))
+}
+
+/// The GPU node pools' taint `nvidia.com/gpu` (any value, NoSchedule: what GKE, EKS's
+/// guides and the GPU operator's examples put on GPU nodes) when `gpu`, and `extra`;
+/// sorted and without repeats, since their order means nothing.
+fn tolerations(extra: &[Toleration], gpu: bool) -> Option<Vec<Toleration>> {
+    let mut all = extra.to_vec();
+    if gpu {
+        all.push(Toleration {
+            key: Some(GPU_RESOURCE.into()),
+            operator: Some("Exists".into()),
+            effect: Some("NoSchedule".into()),
+            ..Default::default()
+        });
+    }
+    let order = |t: &Toleration| {
+        (
+            t.key.clone(),
+            t.operator.clone(),
+            t.value.clone(),
+            t.effect.clone(),
+        )
+    };
+    all.sort_by_key(order);
+    all.dedup_by(|a, b| order(a) == order(b));
+    (!all.is_empty()).then_some(all)
+}
+
+/// Parses `--toleration KEY[=VALUE][:EFFECT]`: without a value the taint's key alone
+/// matches (`Exists`), without an effect every effect is tolerated.
+pub fn parse_toleration(text: &str) -> Result<Toleration, K8sError> {
+    let error = |reason: &str| K8sError::Toleration {
+        value: text.to_string(),
+        reason: reason.to_string(),
+    };
+    let (taint, effect) = match text.split_once(':') {
+        Some((taint, effect)) => (taint, Some(effect)),
+        None => (text, None),
+    };
+    if let Some(effect) = effect.filter(|e| !TAINT_EFFECTS.contains(e)) {
+        return Err(error(&format!("unknown effect `{effect}`")));
+    }
+    let (key, value) = match taint.split_once('=') {
+        Some((key, value)) => (key, Some(value)),
+        None => (taint, None),
+    };
+    if !is_qualified_name(key) {
+        return Err(error(&format!(
+            "`{key}` is not a taint key like `nvidia.com/gpu`"
+        )));
+    }
+    if let Some(value) = value.filter(|v| !is_label_value(v)) {
+        return Err(error(&format!(
+            "`{value}` is not a taint value (1 to 63 letters, digits, `-`, `_`, `.`; leave out `=VALUE` for any value)"
+        )));
+    }
+    Ok(Toleration {
+        key: Some(key.to_string()),
+        operator: Some(if value.is_some() { "Equal" } else { "Exists" }.to_string()),
+        value: value.map(str::to_string),
+        effect: effect.map(str::to_string),
+        ..Default::default()
     })
+}
+
+/// Parses `--volume NAME=pvc:CLAIM:PATH[:ro]` or `NAME=host:DIR:PATH[:ro]`.
+pub fn parse_volume(text: &str) -> Result<DataVolume, K8sError> {
+    let error = |reason: String| K8sError::Volume {
+        value: text.to_string(),
+        reason,
+    };
+    let Some((name, spec)) = text.split_once('=') else {
+        return Err(error("no `NAME=`".into()));
+    };
+    if !is_dns_label(name) || name == SHM_VOLUME {
+        return Err(error(format!(
+            "`{name}` is not a volume name (lower-case letters, digits and `-`, at most 63; not `{SHM_VOLUME}`, which `--set shm` uses)"
+        )));
+    }
+    let parts: Vec<&str> = spec.split(':').collect();
+    let (kind, source, mount_path, read_only) = match parts[..] {
+        [kind, source, path] => (kind, source, path, false),
+        [kind, source, path, "ro"] => (kind, source, path, true),
+        [kind, source, path, "rw"] => (kind, source, path, false),
+        [_, _, _, mode] => return Err(error(format!("`{mode}` is neither `ro` nor `rw`"))),
+        _ => return Err(error("not three or four `:`-separated parts".into())),
+    };
+    let source = match kind {
+        "pvc" if is_dns_subdomain(source) => DataSource::Claim(source.to_string()),
+        "pvc" => return Err(error(format!("`{source}` is not a claim name"))),
+        "host" if source.starts_with('/') => DataSource::Host(source.to_string()),
+        "host" => return Err(error(format!("`{source}` is not an absolute path"))),
+        other => return Err(error(format!("unknown kind `{other}` (pvc or host)"))),
+    };
+    if !mount_path.starts_with('/') {
+        return Err(error(format!(
+            "the mount path `{mount_path}` is not absolute"
+        )));
+    }
+    Ok(DataVolume {
+        name: name.to_string(),
+        source,
+        mount_path: mount_path.to_string(),
+        read_only,
+    })
+}
+
+/// Parses `--env NAME=VALUE` (the value may be empty and hold `=`).
+pub fn parse_env(text: &str) -> Result<(String, String), K8sError> {
+    let error = |reason: &str| K8sError::Env {
+        value: text.to_string(),
+        reason: reason.to_string(),
+    };
+    let Some((name, value)) = text.split_once('=') else {
+        return Err(error("no `=`"));
+    };
+    // The rule Kubernetes has long held names to: a C identifier, plus `-` and `.`.
+    let valid = name
+        .chars()
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || "-._".contains(c))
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-._".contains(c));
+    if !valid {
+        return Err(error(&format!(
+            "`{name}` is not a variable name (letters, digits, `_`, `-`, `.`, not starting with a digit)"
+        )));
+    }
+    Ok((name.to_string(), value.to_string()))
+}
+
+/// Checks a `--set` quantity (`16Gi`, `0.5`, `500m`): the schema takes any string, the API
+/// server refuses a malformed one only at apply time.
+pub fn check_quantity(key: &str, value: &str) -> Result<(), K8sError> {
+    const SUFFIXES: &[&str] = &[
+        "Ki", "Mi", "Gi", "Ti", "Pi", "Ei", "n", "u", "m", "k", "M", "G", "T", "P", "E", "",
+    ];
+    let number = SUFFIXES
+        .iter()
+        .find_map(|suffix| value.strip_suffix(suffix).filter(|n| !n.is_empty()))
+        .unwrap_or_default();
+    let (whole, fraction) = number.split_once('.').unwrap_or((number, "0"));
+    let digits = |s: &str| !s.is_empty() && s.chars().all(|c| c.is_ascii_digit());
+    if digits(whole) && digits(fraction) {
+        Ok(())
+    } else {
+        Err(K8sError::Quantity {
+            key: key.to_string(),
+            value: value.to_string(),
+        })
+    }
 }
 
 /// The OCI architectures of the image: each platform's of a multi-platform image (a node of
@@ -713,7 +1026,8 @@ fn label_value(index: usize, value: u32) -> String {
     }
 }
 
-/// The uid and gid the pod runs as: the image's numeric user, else [`DEFAULT_UID`].
+/// The uid and gid the pod runs as: the image's numeric user (root, `0` or `root`,
+/// included), else [`DEFAULT_UID`].
 fn run_as(user: Option<&str>) -> Result<(i64, i64), K8sError> {
     let Some(user) = user.filter(|u| !u.is_empty()) else {
         return Ok((DEFAULT_UID, DEFAULT_UID));
@@ -722,20 +1036,22 @@ fn run_as(user: Option<&str>) -> Result<(i64, i64), K8sError> {
         Some((uid, gid)) => (uid, Some(gid)),
         None => (user, None),
     };
-    let Ok(uid) = uid.parse::<i64>() else {
-        if uid == "root" {
-            return Ok((DEFAULT_UID, DEFAULT_UID));
+    // `root` is uid and gid 0 on every Linux; other names need the image's /etc/passwd.
+    let number = |id: &str| {
+        if id == "root" {
+            Ok(0)
+        } else {
+            id.parse::<i64>()
         }
+    };
+    let Ok(uid) = number(uid) else {
         return Err(K8sError::NamedUser {
             user: user.to_string(),
         });
     };
-    if uid == 0 {
-        return Ok((DEFAULT_UID, DEFAULT_UID));
-    }
     let gid = match gid {
-        Some(gid) => gid.parse::<i64>().map_err(|_| K8sError::User {
-            value: user.to_string(),
+        Some(gid) => number(gid).map_err(|_| K8sError::NamedUser {
+            user: user.to_string(),
         })?,
         None => uid,
     };
@@ -791,10 +1107,11 @@ fn container_security() -> SecurityContext {
     }
 }
 
-/// A pod that runs as `uid:gid`, never as root, with the runtime's default seccomp profile.
+/// A pod that runs as `uid:gid`, never as root unless `uid` is 0 (an image's own root user),
+/// with the runtime's default seccomp profile.
 fn pod_security(uid: i64, gid: i64) -> PodSecurityContext {
     PodSecurityContext {
-        run_as_non_root: Some(true),
+        run_as_non_root: Some(uid != 0),
         run_as_user: Some(uid),
         run_as_group: Some(gid),
         seccomp_profile: Some(SeccompProfile {
@@ -814,6 +1131,40 @@ fn pull_secrets(secrets: &[String]) -> Option<Vec<LocalObjectReference>> {
             })
             .collect()
     })
+}
+
+/// RFC 1123 subdomain: what Kubernetes accepts as a PVC name or a key's prefix.
+fn is_dns_subdomain(name: &str) -> bool {
+    name.len() <= 253
+        && name.split('.').all(|part| {
+            !part.is_empty()
+                && part
+                    .chars()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+                && !part.starts_with('-')
+                && !part.ends_with('-')
+        })
+}
+
+/// A label (or taint) value: 1 to 63 letters, digits, `-`, `_` and `.`, starting and ending
+/// with a letter or digit.
+fn is_label_value(value: &str) -> bool {
+    let edge = |c: Option<char>| c.is_some_and(|c| c.is_ascii_alphanumeric());
+    value.len() <= 63
+        && edge(value.chars().next())
+        && edge(value.chars().last())
+        && value
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+}
+
+/// A qualified name (`nvidia.com/gpu`, `dedicated`): an optional subdomain prefix and `/`,
+/// then a name of a label value's form.
+fn is_qualified_name(key: &str) -> bool {
+    match key.split_once('/') {
+        Some((prefix, name)) => is_dns_subdomain(prefix) && is_label_value(name),
+        None => is_label_value(key),
+    }
 }
 
 /// RFC 1123 label: what Kubernetes accepts as a Job, Deployment or container name.
@@ -957,13 +1308,97 @@ mod tests {
     #[test]
     fn users() {
         assert_eq!(run_as(None).unwrap(), (DEFAULT_UID, DEFAULT_UID));
-        assert_eq!(run_as(Some("0")).unwrap(), (DEFAULT_UID, DEFAULT_UID));
-        assert_eq!(run_as(Some("root")).unwrap(), (DEFAULT_UID, DEFAULT_UID));
+        // The image's root is kept (the caller warns), never silently made 1000.
+        assert_eq!(run_as(Some("0")).unwrap(), (0, 0));
+        assert_eq!(run_as(Some("root")).unwrap(), (0, 0));
+        assert_eq!(run_as(Some("root:100")).unwrap(), (0, 100));
+        assert_eq!(run_as(Some("1001:root")).unwrap(), (1001, 0));
+        assert!(run_as(Some("1001:staff")).is_err());
         assert_eq!(run_as(Some("1001")).unwrap(), (1001, 1001));
         assert_eq!(run_as(Some("1001:100")).unwrap(), (1001, 100));
         assert!(run_as(Some("jovyan")).is_err());
         assert!(check_user("0").is_err());
         assert!(check_user("1000:1000").is_ok());
+    }
+
+    #[test]
+    fn tolerations_parse_and_sort() {
+        let t = parse_toleration("dedicated=ml:NoExecute").unwrap();
+        assert_eq!(
+            (t.key.as_deref(), t.operator.as_deref(), t.value.as_deref()),
+            (Some("dedicated"), Some("Equal"), Some("ml"))
+        );
+        assert_eq!(t.effect.as_deref(), Some("NoExecute"));
+        let any = parse_toleration("example.com/spot").unwrap();
+        assert_eq!(any.operator.as_deref(), Some("Exists"));
+        assert_eq!((any.value, any.effect), (None, None));
+        for bad in [
+            "",
+            "x:NoScheduled",
+            "-x",
+            "x=",
+            "x=a b",
+            "a/b/c",
+            "x:NoSchedule:y",
+        ] {
+            assert!(parse_toleration(bad).is_err(), "{bad}");
+        }
+        // The GPU taint once, sorted by key, whatever order and repeats they came in.
+        let extra = [
+            parse_toleration("zone=a").unwrap(),
+            parse_toleration("nvidia.com/gpu:NoSchedule").unwrap(),
+            parse_toleration("zone=a").unwrap(),
+        ];
+        let keys: Vec<_> = tolerations(&extra, true)
+            .unwrap()
+            .into_iter()
+            .map(|t| t.key.unwrap())
+            .collect();
+        assert_eq!(keys, ["nvidia.com/gpu", "zone"]);
+        assert!(tolerations(&[], false).is_none());
+    }
+
+    #[test]
+    fn volumes_env_and_quantities_parse() {
+        assert_eq!(
+            parse_volume("data=pvc:datasets:/data").unwrap(),
+            DataVolume {
+                name: "data".into(),
+                source: DataSource::Claim("datasets".into()),
+                mount_path: "/data".into(),
+                read_only: false,
+            }
+        );
+        let cache = parse_volume("cache=host:/mnt/cache:/cache:ro").unwrap();
+        assert_eq!(cache.source, DataSource::Host("/mnt/cache".into()));
+        assert!(cache.read_only);
+        for bad in [
+            "data",
+            "Data=pvc:d:/data",
+            "shm=pvc:d:/data",
+            "data=nfs:d:/data",
+            "data=pvc:D_S:/data",
+            "data=host:mnt:/data",
+            "data=pvc:d:data",
+            "data=pvc:d:/data:rx",
+            "data=pvc:d",
+        ] {
+            assert!(parse_volume(bad).is_err(), "{bad}");
+        }
+        assert_eq!(
+            parse_env("OPTS=a=b").unwrap(),
+            ("OPTS".to_string(), "a=b".to_string())
+        );
+        assert_eq!(parse_env("EMPTY=").unwrap().1, "");
+        for bad in ["NOVALUE", "=x", "1X=y", "A B=c"] {
+            assert!(parse_env(bad).is_err(), "{bad}");
+        }
+        for good in ["16Gi", "512Mi", "500m", "2", "1.5G"] {
+            assert!(check_quantity("shm", good).is_ok(), "{good}");
+        }
+        for bad in ["", "16GB", "Gi", "1.Gi", "-1Gi", "16 Gi"] {
+            assert!(check_quantity("shm", bad).is_err(), "{bad}");
+        }
     }
 
     #[test]

@@ -5,7 +5,12 @@ use std::process::ExitCode;
 use clap::Args;
 
 use super::fail;
-use crate::k8s::{BuildJobOptions, WorkloadKind, WorkloadOptions, build_job, check_user, workload};
+use k8s_openapi::api::core::v1::Toleration;
+
+use crate::k8s::{
+    BuildJobOptions, DataVolume, WorkloadKind, WorkloadOptions, build_job, check_quantity,
+    check_user, parse_env, parse_toleration, parse_volume, workload,
+};
 
 pub(super) const K8S_EXAMPLES: &str = "\
 Examples:
@@ -14,8 +19,11 @@ Examples:
       --set command='[\"python\",\"train.py\"]' --set memory=32Gi > train-job.yaml
   imgbuild k8s images/serve --repository registry.example/ml/serve --deployment \\
       --runtime-class nvidia --pull-secret regcred --set replicas=2 | kubectl apply -f -
-  imgbuild k8s images/train --repository registry.example/ml/train --smoke-job \
-      --runtime-class nvidia | kubectl apply -f -";
+  imgbuild k8s images/train --repository registry.example/ml/train --smoke-job \\
+      --runtime-class nvidia | kubectl apply -f -
+  imgbuild k8s images/train --repository registry.example/ml/train --set shm=16Gi \\
+      --env HF_HOME=/cache --volume data=pvc:datasets:/data:ro \\
+      --volume cache=host:/mnt/cache:/cache --toleration dedicated=ml:NoSchedule";
 
 /// The keys `--set` takes.
 const SET_KEYS: &[&str] = &[
@@ -28,6 +36,7 @@ const SET_KEYS: &[&str] = &[
     "gpus",
     "replicas",
     "user",
+    "shm",
 ];
 
 #[derive(Debug, Args)]
@@ -70,8 +79,27 @@ pub struct K8sArgs {
     /// `nvidia.com/gpu.compute.major`/`minor` labels)
     #[arg(long)]
     pub any_gpu_architecture: bool,
+    /// Require none of GPU feature discovery's node labels (driver version, compute
+    /// capability), for clusters without GFD; the OS and architecture stay required
+    #[arg(long)]
+    pub no_gpu_feature_discovery: bool,
+    /// Do not tolerate the `nvidia.com/gpu` taint of GPU node pools (tolerated by default
+    /// for a pod that asks for a GPU)
+    #[arg(long)]
+    pub no_gpu_toleration: bool,
+    /// A taint the pod tolerates (repeatable): `KEY` (any value) or `KEY=VALUE`, then
+    /// optionally `:EFFECT` (NoSchedule, PreferNoSchedule, NoExecute; else every effect)
+    #[arg(long = "toleration", value_name = "KEY[=VALUE][:EFFECT]", value_parser = parse_toleration)]
+    pub tolerations: Vec<Toleration>,
+    /// An environment variable of the container (repeatable, in this order)
+    #[arg(long = "env", value_name = "NAME=VALUE", value_parser = parse_env, conflicts_with = "build_job")]
+    pub env: Vec<(String, String)>,
+    /// A volume for data (repeatable): `NAME=pvc:CLAIM:PATH` mounts a PersistentVolumeClaim,
+    /// `NAME=host:DIR:PATH` a node's directory, at PATH; `:ro` after it read-only
+    #[arg(long = "volume", value_name = "NAME=KIND:SOURCE:PATH[:ro]", value_parser = parse_volume, conflicts_with = "build_job")]
+    pub volumes: Vec<DataVolume>,
     /// Overrides: name, namespace, command, args (JSON arrays or words), cpu, memory,
-    /// gpus, replicas, user (`UID[:GID]`)
+    /// gpus, replicas, user (`UID[:GID]`), shm (a memory-backed `/dev/shm` of this size)
     #[arg(long = "set", value_name = "KEY=VALUE")]
     pub sets: Vec<String>,
 }
@@ -119,6 +147,12 @@ fn options(args: &K8sArgs) -> Result<(WorkloadOptions, Option<String>), SetError
         runtime_class: args.runtime_class.clone(),
         pull_secrets: args.pull_secrets.clone(),
         any_gpu_architecture: args.any_gpu_architecture,
+        gpu_feature_discovery: !args.no_gpu_feature_discovery,
+        gpu_toleration: !args.no_gpu_toleration,
+        tolerations: args.tolerations.clone(),
+        shm: None,
+        env: args.env.clone(),
+        volumes: args.volumes.clone(),
     };
     let mut user = None;
     for set in &args.sets {
@@ -130,8 +164,15 @@ fn options(args: &K8sArgs) -> Result<(WorkloadOptions, Option<String>), SetError
             "namespace" => options.namespace = Some(value.to_string()),
             "command" => options.command = Some(words(value)?),
             "args" => options.args = Some(words(value)?),
-            "cpu" => options.cpu = Some(value.to_string()),
-            "memory" => options.memory = Some(value.to_string()),
+            "cpu" | "memory" | "shm" => {
+                check_quantity(key, value).map_err(|e| set_error(e.to_string()))?;
+                let slot = match key {
+                    "cpu" => &mut options.cpu,
+                    "memory" => &mut options.memory,
+                    _ => &mut options.shm,
+                };
+                *slot = Some(value.to_string());
+            }
             "gpus" => {
                 options.gpus = Some(value.parse().map_err(|_| {
                     set_error(format!("`--set gpus={value}` must be a whole number"))
@@ -255,6 +296,7 @@ fn build_job_options(
         push_secret: args.push_secret.clone(),
         cpu: options.cpu.clone(),
         memory: options.memory.clone(),
+        tolerations: options.tolerations.clone(),
     })
 }
 
@@ -283,10 +325,18 @@ pub(super) fn run_k8s(args: &K8sArgs) -> ExitCode {
         Ok(image) => image,
         Err(err) => return fail(&err, 1),
     };
-    let yaml = match workload(&image, &options, user.as_deref()).and_then(|w| w.to_yaml()) {
+    let (manifest, warnings) = match workload(&image, &options, user.as_deref()) {
+        Ok(built) => built,
+        Err(err) => return fail(&err, 1),
+    };
+    let yaml = match manifest.to_yaml() {
         Ok(yaml) => yaml,
         Err(err) => return fail(&err, 1),
     };
+    #[allow(clippy::print_stderr)]
+    for warning in &warnings {
+        eprintln!("warning: {warning}");
+    }
     print!("{yaml}");
     ExitCode::SUCCESS
 }

@@ -85,6 +85,11 @@ fn check_pod(pod: &Value, digest: &str, gpus: &str) {
     assert_eq!(security["runAsNonRoot"], true);
     assert_eq!(security["runAsUser"], 1001, "the image's user");
     assert_eq!(security["runAsGroup"], 1002);
+    // GPU node pools are tainted `nvidia.com/gpu`: a GPU pod tolerates it.
+    assert_eq!(
+        pod["tolerations"],
+        serde_json::json!([{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}])
+    );
     // Nodes whose driver is at least 520.61.05, from GPU feature discovery's labels.
     let terms = &pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
         ["nodeSelectorTerms"];
@@ -295,6 +300,8 @@ fn build_job_builds_each_variant_in_its_own_pod() {
         "registry.example/ml/m",
         "--push-secret",
         "push-creds",
+        "--toleration",
+        "dedicated=build:NoSchedule",
     ];
     // No locks yet: the pods build `--locked`, so the command asks for them.
     project
@@ -361,6 +368,16 @@ fn build_job_builds_each_variant_in_its_own_pod() {
         ]
     );
     assert_eq!(pod["securityContext"]["runAsNonRoot"], true);
+    // Build pods take `--toleration` (dedicated build nodes), no GPU taint's.
+    assert_eq!(
+        pod["tolerations"],
+        serde_json::json!([{"key": "dedicated", "operator": "Equal", "value": "build", "effect": "NoSchedule"}])
+    );
+    let mut with_env = job_args.to_vec();
+    with_env.extend(["--env", "A=b"]);
+    project
+        .run(&with_env)
+        .assert_failure_naming(2, &["--env", "--build-job"]);
     assert_eq!(
         container["securityContext"]["allowPrivilegeEscalation"],
         false
@@ -398,4 +415,170 @@ fn build_job_builds_each_variant_in_its_own_pod() {
     project
         .run(&["build", "recipes/image.toml", "--variant", "9"])
         .assert_failure_naming(1, &["no variant `9`", "0: extrapyhello-hello1.0"]);
+}
+
+/// The pod spec of a one-document manifest.
+fn pod_of(doc: &Value) -> &Value {
+    &doc["spec"]["template"]["spec"]
+}
+
+/// Issue 18 part 5: `/dev/shm`, environment, PVC and hostPath volumes and tolerations, as
+/// GPU clusters need them; sorted where their order means nothing, and valid.
+#[test]
+fn gpu_pods_get_shm_env_volumes_and_tolerations() {
+    let project = cuda_image();
+    let settings = [
+        "--set",
+        "shm=16Gi",
+        "--env",
+        "HF_HOME=/cache/hf",
+        "--env",
+        "OPTS=--a=b",
+        "--volume",
+        "data=pvc:datasets:/data:ro",
+        "--volume",
+        "cache=host:/mnt/cache:/cache",
+        "--toleration",
+        "example.com/spot",
+        "--toleration",
+        "dedicated=ml:NoExecute",
+    ];
+    let job = manifest(&project, &settings);
+    let mut deployment_args = vec!["--deployment"];
+    deployment_args.extend_from_slice(&settings);
+    let deployment = manifest(&project, &deployment_args);
+    for doc in [&job, &deployment] {
+        let pod = pod_of(doc);
+        assert_eq!(
+            pod["volumes"],
+            serde_json::json!([
+                {"name": "cache", "hostPath": {"path": "/mnt/cache"}},
+                {"name": "data", "persistentVolumeClaim": {"claimName": "datasets", "readOnly": true}},
+                {"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": "16Gi"}},
+            ])
+        );
+        let container = &pod["containers"][0];
+        assert_eq!(
+            container["volumeMounts"],
+            serde_json::json!([
+                {"name": "cache", "mountPath": "/cache"},
+                {"name": "data", "mountPath": "/data", "readOnly": true},
+                {"name": "shm", "mountPath": "/dev/shm"},
+            ])
+        );
+        // In the order given: a later value may refer to an earlier `$(NAME)`.
+        assert_eq!(
+            container["env"],
+            serde_json::json!([
+                {"name": "HF_HOME", "value": "/cache/hf"},
+                {"name": "OPTS", "value": "--a=b"},
+            ])
+        );
+        assert_eq!(
+            pod["tolerations"],
+            serde_json::json!([
+                {"key": "dedicated", "operator": "Equal", "value": "ml", "effect": "NoExecute"},
+                {"key": "example.com/spot", "operator": "Exists"},
+                {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
+            ])
+        );
+    }
+    // The opt-out drops the GPU taint's toleration, not the ones asked for.
+    let opted_out = manifest(
+        &project,
+        &["--no-gpu-toleration", "--toleration", "dedicated=ml"],
+    );
+    assert_eq!(
+        pod_of(&opted_out)["tolerations"],
+        serde_json::json!([{"key": "dedicated", "operator": "Equal", "value": "ml"}])
+    );
+    let none = manifest(&project, &["--no-gpu-toleration"]);
+    assert!(pod_of(&none).get("tolerations").is_none(), "{none}");
+    // A pod without a GPU goes to no GPU node, so it tolerates no GPU taint.
+    let cpu_only = manifest(&project, &["--set", "gpus=0"]);
+    assert!(pod_of(&cpu_only).get("tolerations").is_none(), "{cpu_only}");
+}
+
+/// `--no-gpu-feature-discovery`: clusters without GPU feature discovery have none of its
+/// labels, so the pod requires only a Linux node of its architecture.
+#[test]
+fn gpu_feature_discovery_labels_are_optional() {
+    let project = cuda_image();
+    let job = manifest(&project, &["--no-gpu-feature-discovery"]);
+    let pod = pod_of(&job);
+    assert_eq!(
+        pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"],
+        serde_json::json!([{"matchExpressions": [
+            {"key": "kubernetes.io/os", "operator": "In", "values": ["linux"]},
+            {"key": "kubernetes.io/arch", "operator": "In", "values": ["amd64"]},
+        ]}])
+    );
+    // Still a GPU pod.
+    assert_eq!(
+        pod["containers"][0]["resources"]["limits"]["nvidia.com/gpu"],
+        "1"
+    );
+}
+
+/// An image whose user is root runs as root, with a warning, not silently as 1000.
+#[test]
+fn image_root_user_is_kept_with_a_warning() {
+    for user in ["0", "root"] {
+        let project = Project::new();
+        let recipe = tiny_recipe(shared_channel(), "rooted", &["hello 1.0"])
+            .replace("[image]\n", &format!("[image]\nuser = \"{user}\"\n"));
+        project.write_recipe(&recipe);
+        project.build(&[]).success();
+        let args = ["k8s", "images/rooted", "--repository", REPOSITORY];
+        let run = project.run(&args).success();
+        assert!(
+            run.stderr.contains("warning:") && run.stderr.contains("runs as root"),
+            "{}",
+            run.stderr
+        );
+        let docs = validated(&project, &run.stdout);
+        let pod = pod_of(&docs[0]);
+        assert_eq!(pod["securityContext"]["runAsUser"], 0, "{user}");
+        assert_eq!(pod["securityContext"]["runAsGroup"], 0);
+        assert_eq!(pod["securityContext"]["runAsNonRoot"], false);
+
+        let mut with_user = args.to_vec();
+        with_user.extend(["--set", "user=1000"]);
+        let run = project.run(&with_user).success();
+        assert!(!run.stderr.contains("warning"), "{}", run.stderr);
+        let docs = validated(&project, &run.stdout);
+        let security = &pod_of(&docs[0])["securityContext"];
+        assert_eq!(security["runAsUser"], 1000);
+        assert_eq!(security["runAsNonRoot"], true);
+    }
+}
+
+/// Malformed `--env`, `--volume`, `--toleration` and `--set shm` are refused, naming the
+/// flag and the value.
+#[test]
+fn bad_settings_are_refused_naming_flag_and_value() {
+    let project = cuda_image();
+    let run = |extra: &[&str]| {
+        let mut args = vec!["k8s", "images/train", "--repository", REPOSITORY];
+        args.extend_from_slice(extra);
+        project.run(&args)
+    };
+    run(&["--env", "NOVALUE"]).assert_failure_naming(2, &["--env", "`NOVALUE`", "NAME=VALUE"]);
+    run(&["--env", "1X=y"]).assert_failure_naming(2, &["--env", "`1X` is not a variable name"]);
+    run(&["--volume", "data=nfs:server:/data"])
+        .assert_failure_naming(2, &["--volume", "unknown kind `nfs`"]);
+    run(&["--volume", "data=host:mnt:/data"])
+        .assert_failure_naming(2, &["--volume", "`mnt` is not an absolute path"]);
+    run(&["--volume", "data=pvc:datasets"])
+        .assert_failure_naming(2, &["--volume", "`data=pvc:datasets`"]);
+    run(&["--toleration", "gpu:Never"])
+        .assert_failure_naming(2, &["--toleration", "unknown effect `Never`"]);
+    run(&["--toleration", "a b=c"])
+        .assert_failure_naming(2, &["--toleration", "`a b` is not a taint key"]);
+    run(&["--set", "shm=16GB"]).assert_failure_naming(1, &["`--set shm=16GB`", "quantity"]);
+    run(&["--set", "shm=1Gi", "--volume", "x=pvc:c:/dev/shm"])
+        .assert_failure_naming(1, &["mount path `/dev/shm` is given twice"]);
+    run(&["--volume", "x=pvc:c:/a", "--volume", "x=pvc:d:/b"])
+        .assert_failure_naming(1, &["volume name `x` is given twice"]);
+    run(&["--env", "A=1", "--env", "A=2"]).assert_failure_naming(1, &["`A` is given twice"]);
 }
