@@ -69,6 +69,9 @@ pub struct RuntimeConfig {
     /// `KEY=value`, in the image's order.
     pub env: Vec<String>,
     pub labels: BTreeMap<String, String>,
+    /// Exposed ports (`8080/tcp`), sorted; absent from the JSON when there are none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ports: Vec<String>,
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]
@@ -309,6 +312,14 @@ fn summarize(image: &str, opened: &BaseImage, manifest: &ImageManifest) -> Image
                 .unwrap_or_default()
                 .into_iter()
                 .collect(),
+            ports: config
+                .exposed_ports()
+                .clone()
+                .unwrap_or_default()
+                .into_iter()
+                .collect::<BTreeSet<_>>()
+                .into_iter()
+                .collect(),
         },
         base,
         conda,
@@ -453,6 +464,8 @@ pub struct ImageDiff {
     pub removed: Vec<PackageId>,
     /// Packages in both with a different version or build, sorted by name.
     pub changed: Vec<PackageChange>,
+    /// How the image runs, where it differs (see [`config_changes`]).
+    pub config: Vec<ConfigChange>,
     /// Layers of B that A also has (by digest): a node holding A pulls none of them.
     pub shared_layers: Vec<LayerRef>,
     /// Layers of B that A does not have: what a node holding A downloads to run B.
@@ -463,6 +476,74 @@ pub struct ImageDiff {
     pub new_bytes: u64,
     /// `to.total_size - from.total_size`.
     pub size_delta: i64,
+}
+
+/// One setting of the config that differs: `entrypoint`, `cmd`, `user`, `workdir`, `ports`,
+/// or one variable (`env NAME`) or label (`label KEY`); `None` where a side does not set it.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct ConfigChange {
+    pub field: String,
+    pub from: Option<String>,
+    pub to: Option<String>,
+}
+
+/// The settings of [`RuntimeConfig`] that differ from `from` to `to`, in the order the config
+/// shows them: an image switched to root with a new entrypoint is a different image even
+/// with the same packages. Lists are compared as JSON arrays; env and labels by name, so
+/// one changed variable is one change.
+pub fn config_changes(from: &RuntimeConfig, to: &RuntimeConfig) -> Vec<ConfigChange> {
+    let list = |l: &Option<Vec<String>>| {
+        l.as_ref()
+            .map(|l| serde_json::to_string(l).unwrap_or_default())
+    };
+    let ports = |p: &[String]| (!p.is_empty()).then(|| p.join(" "));
+    let mut changes = Vec::new();
+    let mut compare = |field: String, from: Option<String>, to: Option<String>| {
+        if from != to {
+            changes.push(ConfigChange { field, from, to });
+        }
+    };
+    compare(
+        "entrypoint".into(),
+        list(&from.entrypoint),
+        list(&to.entrypoint),
+    );
+    compare("cmd".into(), list(&from.cmd), list(&to.cmd));
+    compare("user".into(), from.user.clone(), to.user.clone());
+    compare("workdir".into(), from.workdir.clone(), to.workdir.clone());
+    let (old_env, new_env) = (env_by_name(&from.env), env_by_name(&to.env));
+    for name in old_env
+        .keys()
+        .chain(new_env.keys())
+        .collect::<BTreeSet<_>>()
+    {
+        compare(
+            format!("env {name}"),
+            old_env.get(name).map(|v| v.to_string()),
+            new_env.get(name).map(|v| v.to_string()),
+        );
+    }
+    for key in from
+        .labels
+        .keys()
+        .chain(to.labels.keys())
+        .collect::<BTreeSet<_>>()
+    {
+        compare(
+            format!("label {key}"),
+            from.labels.get(key).cloned(),
+            to.labels.get(key).cloned(),
+        );
+    }
+    compare("ports".into(), ports(&from.ports), ports(&to.ports));
+    changes
+}
+
+/// `KEY=value` entries by name (an entry without `=` is a name with an empty value).
+fn env_by_name(env: &[String]) -> BTreeMap<&str, &str> {
+    env.iter()
+        .map(|entry| entry.split_once('=').unwrap_or((entry.as_str(), "")))
+        .collect()
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]
@@ -547,6 +628,7 @@ pub fn diff(from: &ImageSummary, to: &ImageSummary) -> ImageDiff {
         added,
         removed,
         changed,
+        config: config_changes(&from.config, &to.config),
         shared_layers,
         new_layers,
         dropped_layers,
@@ -682,5 +764,51 @@ mod tests {
         assert_eq!(d.size_delta, 172 - 131);
         assert!(diff(&a, &a).changed.is_empty());
         assert_eq!(diff(&a, &a).new_bytes, 0);
+        assert!(diff(&a, &a).config.is_empty());
+    }
+
+    #[test]
+    fn config_changes_name_each_setting_that_differs() {
+        let strings = |l: &[&str]| l.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let from = RuntimeConfig {
+            entrypoint: Some(strings(&["/opt/conda/bin/python"])),
+            cmd: Some(strings(&["-c", "1"])),
+            user: Some("1000".into()),
+            workdir: Some("/work".into()),
+            env: strings(&["PATH=/opt/conda/bin", "KEEP=1", "GONE=x"]),
+            labels: [("team".to_string(), "ml".to_string())].into(),
+            ports: strings(&["8080/tcp"]),
+        };
+        let to = RuntimeConfig {
+            entrypoint: Some(strings(&["/bin/sh"])),
+            cmd: Some(strings(&["-c", "1"])),
+            user: Some("0".into()),
+            workdir: Some("/work".into()),
+            env: strings(&["KEEP=1", "PATH=/usr/bin", "NEW=y"]),
+            labels: [("team".to_string(), "infra".to_string())].into(),
+            ports: strings(&["8080/tcp", "9000/udp"]),
+        };
+        let change = |field: &str, from: Option<&str>, to: Option<&str>| ConfigChange {
+            field: field.into(),
+            from: from.map(Into::into),
+            to: to.map(Into::into),
+        };
+        assert_eq!(
+            config_changes(&from, &to),
+            [
+                change(
+                    "entrypoint",
+                    Some("[\"/opt/conda/bin/python\"]"),
+                    Some("[\"/bin/sh\"]")
+                ),
+                change("user", Some("1000"), Some("0")),
+                change("env GONE", Some("x"), None),
+                change("env NEW", None, Some("y")),
+                change("env PATH", Some("/opt/conda/bin"), Some("/usr/bin")),
+                change("label team", Some("ml"), Some("infra")),
+                change("ports", Some("8080/tcp"), Some("8080/tcp 9000/udp")),
+            ]
+        );
+        assert!(config_changes(&from, &from).is_empty());
     }
 }

@@ -147,6 +147,9 @@ fn render_summary(summary: &ImageSummary) -> String {
     for (key, value) in &config.labels {
         let _ = writeln!(out, "label        {key}={value}");
     }
+    if !config.ports.is_empty() {
+        let _ = writeln!(out, "ports        {}", config.ports.join(" "));
+    }
     match &summary.cuda {
         Some(cuda) => {
             let _ = writeln!(
@@ -234,6 +237,19 @@ fn render_diff(changes: &ImageDiff) -> String {
     }
     for change in &changes.changed {
         let _ = writeln!(out, "~ {} {} -> {}", change.name, change.from, change.to);
+    }
+    if changes.config.is_empty() {
+        let _ = writeln!(out, "config       unchanged");
+    }
+    let or_dash = |v: &Option<String>| v.clone().unwrap_or_else(|| "-".to_string());
+    for change in &changes.config {
+        let _ = writeln!(
+            out,
+            "config       {}: {} -> {}",
+            change.field,
+            or_dash(&change.from),
+            or_dash(&change.to)
+        );
     }
     let _ = writeln!(out);
     for layer in &changes.new_layers {

@@ -279,3 +279,61 @@ fn inspect_of_a_missing_image_is_a_clean_error() {
     let run = project.run(&["diff", "images/nothing", "images/nothing:v2"]);
     run.assert_clean_failure(1);
 }
+
+#[test]
+fn diff_reports_config_changes_when_the_packages_are_the_same() {
+    let project = Project::new();
+    let recipes = project.path().join("recipes");
+    fs_err::create_dir_all(&recipes).unwrap();
+    let recipe = |name: &str| tiny_recipe(shared_channel(), name, &["hello 1.0"]);
+    fs_err::write(recipes.join("plain.toml"), recipe("plain")).unwrap();
+    // Same packages, but run as root with another entrypoint, env and label.
+    fs_err::write(
+        recipes.join("root.toml"),
+        recipe("root").replace(
+            "base = \"scratch\"",
+            "base = \"scratch\"\nuser = \"0\"\nentrypoint = [\"/bin/sh\", \"-c\"]",
+        ) + "\n[image.env]\nMODE = \"admin\"\n\n[image.labels]\n\"org.example.role\" = \"root\"\n",
+    )
+    .unwrap();
+    project.run(&["build", "recipes/plain.toml"]).success();
+    project.run(&["build", "recipes/root.toml"]).success();
+
+    let text = project
+        .run(&["diff", "images/plain", "images/root"])
+        .success()
+        .stdout;
+    for needle in [
+        "packages     unchanged\n",
+        " -> 0\n",
+        "config       entrypoint: ",
+        " -> [\"/bin/sh\",\"-c\"]\n",
+        "config       env MODE: - -> admin\n",
+        "config       label org.example.role: - -> root\n",
+    ] {
+        assert!(text.contains(needle), "`{needle}` in\n{text}");
+    }
+    assert!(text.contains("config       user: "), "{text}");
+
+    let diff = json(&project, &["diff", "images/plain", "images/root", "--json"]);
+    let fields: Vec<&str> = diff["config"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["field"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        fields,
+        ["entrypoint", "user", "env MODE", "label org.example.role"],
+        "{diff}"
+    );
+    let user = &diff["config"][1];
+    assert_eq!(user["to"], "0", "{user}");
+
+    // An image against itself: nothing changed.
+    let same = project
+        .run(&["diff", "images/root", "images/root"])
+        .success()
+        .stdout;
+    assert!(same.contains("config       unchanged\n"), "{same}");
+}
