@@ -814,13 +814,24 @@ pub fn check_quantity(key: &str, value: &str) -> Result<(), K8sError> {
     const SUFFIXES: &[&str] = &[
         "Ki", "Mi", "Gi", "Ti", "Pi", "Ei", "n", "u", "m", "k", "M", "G", "T", "P", "E", "",
     ];
-    let number = SUFFIXES
+    let (number, suffix) = SUFFIXES
         .iter()
-        .find_map(|suffix| value.strip_suffix(suffix).filter(|n| !n.is_empty()))
+        .find_map(|suffix| {
+            let number = value.strip_suffix(suffix).filter(|n| !n.is_empty())?;
+            Some((number, *suffix))
+        })
         .unwrap_or_default();
-    let (whole, fraction) = number.split_once('.').unwrap_or((number, "0"));
+    // A decimal exponent (`1e3`, `5E-2`) instead of a suffix, never beside one.
+    let (mantissa, exponent) = match number.split_once(['e', 'E']).filter(|_| suffix.is_empty()) {
+        Some((mantissa, exponent)) => {
+            let unsigned = exponent.strip_prefix(['+', '-']).unwrap_or(exponent);
+            (mantissa, unsigned)
+        }
+        None => (number, "0"),
+    };
+    let (whole, fraction) = mantissa.split_once('.').unwrap_or((mantissa, "0"));
     let digits = |s: &str| !s.is_empty() && s.chars().all(|c| c.is_ascii_digit());
-    if digits(whole) && digits(fraction) {
+    if digits(whole) && digits(fraction) && digits(exponent) {
         Ok(())
     } else {
         Err(K8sError::Quantity {
@@ -1393,10 +1404,12 @@ mod tests {
         for bad in ["NOVALUE", "=x", "1X=y", "A B=c"] {
             assert!(parse_env(bad).is_err(), "{bad}");
         }
-        for good in ["16Gi", "512Mi", "500m", "2", "1.5G"] {
+        for good in ["16Gi", "512Mi", "500m", "2", "1.5G", "1e3", "5E-2", "1E"] {
             assert!(check_quantity("shm", good).is_ok(), "{good}");
         }
-        for bad in ["", "16GB", "Gi", "1.Gi", "-1Gi", "16 Gi"] {
+        for bad in [
+            "", "16GB", "Gi", "1.Gi", "-1Gi", "16 Gi", "1e", "1e3Gi", "1e--3",
+        ] {
             assert!(check_quantity("shm", bad).is_err(), "{bad}");
         }
     }
