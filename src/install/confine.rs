@@ -363,6 +363,13 @@ pub(super) fn check_record_fields(records: &[&RepoDataRecord]) -> Result<(), Ins
             entry: field.to_string(),
             reason: super::scan::printable(&format!("`{value}` {reason}")),
         };
+        if p.sha256.is_none() && p.md5.is_none() {
+            return Err(bad(
+                "sha256",
+                "none",
+                "is missing, and so is the md5: every package must be pinned by a digest, which its download is checked against",
+            ));
+        }
         if let Some(site) = &p.python_site_packages_path
             && check_relative(Path::new(site)).is_err()
         {

@@ -16,7 +16,7 @@ use std::{
 
 use rattler_cache::package_cache::{CacheReporter, PackageCache};
 use rattler_conda_types::RepoDataRecord;
-use rattler_digest::Sha256Hash;
+use rattler_digest::{Md5Hash, Sha256Hash};
 
 use rattler_networking::LazyClient;
 
@@ -240,6 +240,7 @@ async fn extract_checked(job: &Job, destination: &Path) -> Result<Sha256Hash, In
             job.refuse_archive(format!("cannot be extracted: {e}"))
         })?;
     check_sha256(job, result.sha256)?;
+    check_md5(job, result.md5)?;
     Ok(result.sha256)
 }
 
@@ -266,6 +267,20 @@ fn check_sha256(job: &Job, actual: Sha256Hash) -> Result<(), InstallError> {
     }
 }
 
+/// A record without a sha256 (some old repodata) is pinned by its md5 instead, which must
+/// then match: a lock is a claim, and every package it names is checked against a digest.
+fn check_md5(job: &Job, actual: Md5Hash) -> Result<(), InstallError> {
+    let record = &job.record.package_record;
+    match (record.sha256, record.md5) {
+        (None, Some(expected)) if expected != actual => Err(job.refuse_archive(format!(
+            "has md5 {}, but its record (repodata or lock), which has no sha256, says {}",
+            hex::encode(actual),
+            hex::encode(expected)
+        ))),
+        _ => Ok(()),
+    }
+}
+
 /// Scans the archive at `path`; with `whole`, also its size and sha256 (when rattler's
 /// extraction did not just compute them).
 fn scan_file(job: &Job, path: &Path, whole: bool) -> Result<(), InstallError> {
@@ -274,6 +289,11 @@ fn scan_file(job: &Job, path: &Path, whole: bool) -> Result<(), InstallError> {
         let sha256 = rattler_digest::compute_file_digest::<rattler_digest::Sha256>(path)
             .map_err(|e| job.refuse_archive(format!("cannot be read: {e}")))?;
         check_sha256(job, sha256)?;
+        if job.record.package_record.sha256.is_none() {
+            let md5 = rattler_digest::compute_file_digest::<rattler_digest::Md5>(path)
+                .map_err(|e| job.refuse_archive(format!("cannot be read: {e}")))?;
+            check_md5(job, md5)?;
+        }
     }
     let file = std::io::BufReader::new(
         fs_err::File::open(path).map_err(|e| job.refuse_archive(format!("cannot be read: {e}")))?,

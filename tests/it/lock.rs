@@ -255,4 +255,34 @@ fn a_record_without_sha256_is_locked_and_built_from_the_lock() {
         "{}",
         run.stderr
     );
+
+    // The md5 is then what the download is checked against: a forged one is refused, and a
+    // record with neither digest is refused before anything is fetched (issue 15: a lock is
+    // a claim, not a credential). A fresh cache, so the package is fetched again.
+    let md5 = lock
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("md5: "))
+        .expect("an md5 line")
+        .to_string();
+    for (forged, needle) in [
+        (lock.replace(&md5, &"0".repeat(32)), "has md5"),
+        (lock.replace(&format!("md5: {md5}"), ""), "so is the md5"),
+    ] {
+        fs_err::write(project.lock_path(), &forged).unwrap();
+        let run = project.run_with(
+            &[
+                "build",
+                "recipes/image.toml",
+                "--locked",
+                "-o",
+                "images/forged",
+            ],
+            &[(
+                "IMGBUILD_CACHE_DIR",
+                project.path().join("fresh-cache").to_str().unwrap(),
+            )],
+            None,
+        );
+        run.assert_failure_naming(1, &["oldpkg-1.0-h0_0", needle]);
+    }
 }
