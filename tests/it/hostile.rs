@@ -86,6 +86,21 @@ fn pkg(name: &str, payload: Vec<Raw>) -> Package {
     Package::new(name, &[], false, payload)
 }
 
+/// Adds `package` as a `.tar.bz2` with a sane record (noarch python for a `pyh0_0` build),
+/// which `edit` may then make less sane.
+fn add_tar_bz2(channel: &mut Channel<'_>, package: Package, edit: &dyn Fn(&mut serde_json::Value)) {
+    let name = package.stem.split("-1.0-").next().unwrap().to_string();
+    let noarch = package.stem.contains("pyh0_0");
+    let depends: &[&str] = if noarch { &["python"] } else { &[] };
+    let index = crate::support::hostile::index_json(&name, depends, noarch);
+    channel.add(
+        &format!("{}.tar.bz2", package.stem),
+        &index,
+        &package.tar_bz2(),
+        edit,
+    );
+}
+
 /// Writes every hostile package; each test below installs one by name.
 fn write_channel(corpus: &Corpus) {
     // What the reading escapes aim at: a host file whose bytes must never reach an image.
@@ -98,20 +113,7 @@ fn write_channel(corpus: &Corpus) {
     let dir = corpus.channel();
     let mut channel = Channel::new(&dir);
     let index = |name: &str| crate::support::hostile::index_json(name, &[], false);
-    let add_bz2 =
-        |channel: &mut Channel, package: Package, edit: &dyn Fn(&mut serde_json::Value)| {
-            let name = package.stem.split("-1.0-").next().unwrap().to_string();
-            let mut idx = crate::support::hostile::index_json(&name, &[], false);
-            if package.stem.contains("pyh0_0") {
-                idx = crate::support::hostile::index_json(&name, &["python"], true);
-            }
-            channel.add(
-                &format!("{}.tar.bz2", package.stem),
-                &idx,
-                &package.tar_bz2(),
-                edit,
-            );
-        };
+    let add_bz2 = add_tar_bz2;
     let none = |_: &mut serde_json::Value| {};
 
     // A good package, for the lock and checksum cases.
@@ -459,22 +461,7 @@ fn chain_to(corpus: &Corpus, from_depth: usize, to: &str) -> String {
 /// Issue 15, class 1: link chains, writes and reads through links of an earlier package,
 /// metadata-derived paths, and a `.conda` whose zip directory hides a member.
 fn write_confinement_cases(corpus: &Corpus, channel: &mut Channel<'_>) {
-    let add =
-        |channel: &mut Channel<'_>, package: Package, edit: &dyn Fn(&mut serde_json::Value)| {
-            let name = package.stem.split("-1.0-").next().unwrap().to_string();
-            let noarch = package.stem.contains("pyh0_0");
-            let idx = crate::support::hostile::index_json(
-                &name,
-                if noarch { &["python"] } else { &[] },
-                noarch,
-            );
-            channel.add(
-                &format!("{}.tar.bz2", package.stem),
-                &idx,
-                &package.tar_bz2(),
-                edit,
-            );
-        };
+    let add = add_tar_bz2;
     let none = |_: &mut serde_json::Value| {};
     let x = || Raw::Symlink("lib/x".into(), "..".into());
     add(channel, pkg("chain-link", vec![ok_file(), x()]), &none);

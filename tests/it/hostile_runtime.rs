@@ -536,6 +536,25 @@ fn assert_intact(dir: &Path, before: &std::collections::BTreeMap<PathBuf, String
     }
 }
 
+/// A run that ran out of disk: exit 2, no panic, the full path under `dir` and the OS's
+/// reason named, never taken for a refused package.
+#[track_caller]
+fn assert_disk_full(run: &Run, dir: &str) {
+    assert_eq!(run.code, 2, "{}", run.stderr);
+    assert!(!run.stderr.contains("panicked"), "{}", run.stderr);
+    assert!(!run.stderr.contains("is refused"), "{}", run.stderr);
+    assert!(
+        run.stderr.contains(&format!("{dir}/")),
+        "names the path:\n{}",
+        run.stderr
+    );
+    assert!(
+        run.stderr.contains("No space left on device"),
+        "{}",
+        run.stderr
+    );
+}
+
 /// Fills the file system holding `dir` with one file, `dir/filler`, leaving about `free`
 /// bytes, so what a build writes next runs out of space whatever it is.
 fn fill_leaving(dir: &Path, free: u64) {
@@ -579,18 +598,7 @@ fn a_full_output_disk_exits_2_naming_the_path_and_keeps_the_image() {
             args.push("--json");
         }
         let full = run(&project, &args, &[]);
-        assert_eq!(full.code, 2, "{}", full.stderr);
-        assert!(!full.stderr.contains("panicked"), "{}", full.stderr);
-        assert!(
-            full.stderr.contains(&format!("{output_arg}/")),
-            "names the path:\n{}",
-            full.stderr
-        );
-        assert!(
-            full.stderr.contains("No space left on device"),
-            "{}",
-            full.stderr
-        );
+        assert_disk_full(&full, output_arg);
         if json {
             assert!(full.stdout.contains("\"exit_code\":2"), "{}", full.stdout);
         }
@@ -635,18 +643,7 @@ fn a_full_cache_disk_exits_2_naming_the_path_and_keeps_the_image() {
         &["build", "recipes/image.toml", "--insecure"],
         &[("IMGBUILD_CACHE_DIR", cache)],
     );
-    assert_eq!(full.code, 2, "{}", full.stderr);
-    assert!(!full.stderr.contains("panicked"), "{}", full.stderr);
-    assert!(
-        full.stderr.contains(&format!("{cache}/")),
-        "names the path:\n{}",
-        full.stderr
-    );
-    assert!(
-        full.stderr.contains("No space left on device"),
-        "{}",
-        full.stderr
-    );
+    assert_disk_full(&full, cache);
     assert_intact(&layout, &before);
     run(&project, &["verify", "images/app"], &[]).success();
     assert_eq!(LayoutView::new(&layout).manifest_digest(), first.digest());
@@ -669,17 +666,5 @@ fn a_full_cache_disk_while_unpacking_a_package_exits_2() {
         &["build", "recipes/image.toml"],
         &[("IMGBUILD_CACHE_DIR", cache)],
     );
-    assert_eq!(full.code, 2, "{}", full.stderr);
-    assert!(!full.stderr.contains("panicked"), "{}", full.stderr);
-    assert!(!full.stderr.contains("is refused"), "{}", full.stderr);
-    assert!(
-        full.stderr.contains(&format!("{cache}/")),
-        "names the path:\n{}",
-        full.stderr
-    );
-    assert!(
-        full.stderr.contains("No space left on device"),
-        "{}",
-        full.stderr
-    );
+    assert_disk_full(&full, cache);
 }
