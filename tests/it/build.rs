@@ -235,20 +235,7 @@ fn a_cuda_image_is_configured_like_nvidias() {
     project.write_recipe(&recipe);
     project.build(&[]).success();
     let layout = LayoutView::new(project.path().join("images/cuda"));
-    let config = layout.config();
-    let env = env_of(&config);
-    for expected in [
-        "NVIDIA_VISIBLE_DEVICES=all",
-        "NVIDIA_DRIVER_CAPABILITIES=compute,utility",
-        "NVIDIA_REQUIRE_CUDA=cuda>=11.8",
-        "CUDA_VERSION=11.8.89",
-        "LD_LIBRARY_PATH=/usr/local/nvidia/lib:/usr/local/nvidia/lib64",
-    ] {
-        assert!(env.contains(&expected), "{expected} in {env:?}");
-    }
-    let annotations = &layout.manifest()["annotations"];
-    assert_eq!(annotations["dev.imgbuild.cuda.version"], "11.8");
-    assert_eq!(annotations["dev.imgbuild.cuda.min-driver"], "520.61.05");
+    crate::common::assert_cuda_11_8_config(&layout);
     let lock = fs_err::read_to_string(project.lock_path()).unwrap();
     assert!(lock.contains("__cuda=11.8=0"), "{lock}");
 }

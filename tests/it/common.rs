@@ -188,6 +188,27 @@ pub fn run_with_deadline(mut command: Command, project: &Project, args: &[&str])
     }
 }
 
+/// The image is configured for the NVIDIA container toolkit as a recipe with `[cuda] version
+/// = "11.8"` and `min-driver = "520.61.05"` configures it (on the shared channel's 11.8.89
+/// runtime): its environment and its annotations.
+#[track_caller]
+pub fn assert_cuda_11_8_config(layout: &LayoutView) {
+    let config = layout.config();
+    let env = env_of(&config);
+    for expected in [
+        "NVIDIA_VISIBLE_DEVICES=all",
+        "NVIDIA_DRIVER_CAPABILITIES=compute,utility",
+        "NVIDIA_REQUIRE_CUDA=cuda>=11.8",
+        "CUDA_VERSION=11.8.89",
+        "LD_LIBRARY_PATH=/usr/local/nvidia/lib:/usr/local/nvidia/lib64",
+    ] {
+        assert!(env.contains(&expected), "{expected} in {env:?}");
+    }
+    let annotations = &layout.manifest()["annotations"];
+    assert_eq!(annotations["dev.imgbuild.cuda.version"], "11.8");
+    assert_eq!(annotations["dev.imgbuild.cuda.min-driver"], "520.61.05");
+}
+
 /// A parsed OCI layout.
 pub struct LayoutView {
     pub dir: PathBuf,

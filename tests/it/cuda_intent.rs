@@ -2,7 +2,7 @@
 //! built as if it had the section that runtime implies, with a warning showing it.
 
 use crate::{
-    common::{LayoutView, Project, env_of},
+    common::{LayoutView, Project},
     support::{channel::tiny_recipe, shared_channel},
 };
 
@@ -26,19 +26,7 @@ fn a_cuda_runtime_without_cuda_section_is_configured_for_the_toolkit_with_a_warn
     );
 
     let layout = LayoutView::new(project.path().join("images/gpu"));
-    let config = layout.config();
-    let env = env_of(&config);
-    for expected in [
-        "NVIDIA_VISIBLE_DEVICES=all",
-        "NVIDIA_DRIVER_CAPABILITIES=compute,utility",
-        "NVIDIA_REQUIRE_CUDA=cuda>=11.8",
-        "CUDA_VERSION=11.8.89",
-    ] {
-        assert!(env.contains(&expected), "{expected} in {env:?}");
-    }
-    let annotations = &layout.manifest()["annotations"];
-    assert_eq!(annotations["dev.imgbuild.cuda.version"], "11.8");
-    assert_eq!(annotations["dev.imgbuild.cuda.min-driver"], "520.61.05");
+    crate::common::assert_cuda_11_8_config(&layout);
 
     // Kubernetes follows the image: one GPU, on nodes whose driver runs it.
     let k8s = project
