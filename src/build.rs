@@ -78,31 +78,9 @@ pub struct BuildSettings {
     pub smoke_exe: Vec<PathBuf>,
 }
 
-/// Pipeline stages, for progress reports.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Stage {
-    Solve,
-    Install,
-    Layers,
-    Write,
-}
-
-/// Receives progress; the library never prints.
-pub trait Reporter: Send + Sync {
-    /// A stage starts; the previous one, if any, has finished.
-    fn on_stage(&self, _stage: Stage, _detail: &str) {}
-    fn on_warning(&self, _message: &str) {}
-    /// How many items the stage will report done: packages to install, layers to write.
-    fn on_stage_total(&self, _stage: Stage, _total: usize) {}
-    /// Package bytes downloaded since the last call (install stage).
-    fn on_download_bytes(&self, _bytes: u64) {}
-    /// One item done: a package linked (`bytes` 0) or a layer written (`bytes` compressed).
-    fn on_item_done(&self, _stage: Stage, _name: &str, _bytes: u64) {}
-}
-
-/// A reporter that drops everything.
-pub struct Silent;
-impl Reporter for Silent {}
+// Progress reporting lives in `report`, below the stages that report; re-exported here,
+// where callers of `build` look for it.
+pub use crate::report::{Reporter, Silent, Stage};
 
 /// How the lock was obtained.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -745,7 +723,7 @@ pub async fn build(
             annotations = settings.annotations;
         }
         // Which GPUs the kernels run on, read from the libraries' fatbins (issue 16).
-        let (architectures, warnings) = crate::cuda::fatbin::scan_staged(&staged);
+        let (architectures, warnings) = scan_architectures(&staged);
         for warning in &warnings {
             reporter.on_warning(warning);
         }
@@ -1030,6 +1008,24 @@ fn write_output(
         manifests,
         layers: platform_layers.into_iter().flatten().collect(),
     })
+}
+
+/// [`crate::cuda::fatbin::scan_packages`] over a staged environment: its conda packages and its wheels, named
+/// as layer annotations name them.
+fn scan_architectures(
+    staged: &crate::install::StagedPrefix,
+) -> (Vec<crate::cuda::fatbin::PackageArchitectures>, Vec<String>) {
+    let conda = staged
+        .packages
+        .iter()
+        .map(|p| (p.dist_name(), p.files.as_slice()));
+    let wheels = staged.wheels.iter().map(|w| {
+        (
+            crate::layers::plan::wheel_label(&w.dist_name),
+            w.files.as_slice(),
+        )
+    });
+    crate::cuda::fatbin::scan_packages(&staged.prefix_dir(), conda.chain(wheels))
 }
 
 /// `1 package`, `2 packages`: a count with its noun in the number it takes. Only for

@@ -21,6 +21,7 @@ pub mod pypi;
 pub mod rebuild;
 pub mod recipe;
 pub mod registry;
+pub mod report;
 pub mod resolve;
 pub mod sbom;
 pub mod smoke;

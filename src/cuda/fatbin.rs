@@ -283,24 +283,6 @@ pub fn scan_packages<'a>(
     (found, warnings)
 }
 
-/// [`scan_packages`] over a staged environment: its conda packages and its wheels, named
-/// as layer annotations name them.
-pub fn scan_staged(
-    staged: &crate::install::StagedPrefix,
-) -> (Vec<PackageArchitectures>, Vec<String>) {
-    let conda = staged
-        .packages
-        .iter()
-        .map(|p| (p.dist_name(), p.files.as_slice()));
-    let wheels = staged.wheels.iter().map(|w| {
-        (
-            crate::layers::plan::wheel_label(&w.dist_name),
-            w.files.as_slice(),
-        )
-    });
-    scan_packages(&staged.prefix_dir(), conda.chain(wheels))
-}
-
 /// The manifest annotations of what [`scan_packages`] found: the union of every library's
 /// architectures ([`annotations::CUDA_ARCHITECTURES`]) and each package's
 /// ([`annotations::CUDA_PACKAGE_ARCHITECTURES`], `package=sm_80,compute_90;…` by name).
@@ -342,26 +324,6 @@ pub fn parse_package_annotation(value: &str) -> Vec<(String, Architectures)> {
             Some((name.to_string(), parse_list(list).ok()?))
         })
         .collect()
-}
-
-/// The architectures `image`'s manifest records ([`annotations::CUDA_ARCHITECTURES`]), for
-/// the smoke run to classify the device. `None` when the manifest cannot be read back or
-/// records none: the run then says nothing about kernel images.
-pub fn recorded_architectures(image: &crate::oci::base::BaseImage) -> Option<String> {
-    // A manifest is a few KiB; one larger than this is not one imgbuild wrote.
-    const MAX_MANIFEST: u64 = 4 << 20;
-    let hex = image.manifest_digest.strip_prefix("sha256:")?;
-    let path = image.blobs_dir.join(hex);
-    if std::fs::metadata(&path).ok()?.len() > MAX_MANIFEST {
-        return None;
-    }
-    let manifest: oci_spec::image::ImageManifest =
-        serde_json::from_slice(&std::fs::read(path).ok()?).ok()?;
-    manifest
-        .annotations()
-        .as_ref()?
-        .get(annotations::CUDA_ARCHITECTURES)
-        .cloned()
 }
 
 /// Libraries with no kernel that runs on any of the recipe's `[cuda] architectures`.

@@ -170,7 +170,7 @@ pub async fn install(
         root,
         prefix,
         options,
-        &crate::build::Silent,
+        &crate::report::Silent,
     )
     .await
 }
@@ -214,7 +214,7 @@ pub async fn fetch_only(
             events_tx,
         ),
         &mut events_rx,
-        &crate::build::Silent,
+        &crate::report::Silent,
     )
     .await?;
     drop(cache_lock);
@@ -228,7 +228,7 @@ pub async fn install_reporting(
     root: &Path,
     prefix: &str,
     options: &InstallOptions<'_>,
-    reporter: &dyn crate::build::Reporter,
+    reporter: &dyn crate::report::Reporter,
 ) -> Result<StagedPrefix, InstallError> {
     let staged = StagedPrefix {
         root: root.to_path_buf(),
@@ -464,7 +464,7 @@ mod tests {
 }
 
 /// rattler's installer reports through a `'static` [`rattler::install::Reporter`]; this
-/// forwards its events over a channel to the build's borrowed [`crate::build::Reporter`].
+/// forwards its events over a channel to the build's borrowed [`crate::report::Reporter`].
 mod progress {
     use std::{collections::HashMap, future::Future, sync::Mutex};
 
@@ -472,7 +472,7 @@ mod progress {
     use rattler_conda_types::{PrefixRecord, RepoDataRecord};
     use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender};
 
-    use crate::build::Stage;
+    use crate::report::Stage;
 
     pub(super) enum Event {
         Total(usize),
@@ -594,7 +594,7 @@ mod progress {
         fn on_download_completed(&self, _index: usize) {}
     }
 
-    fn deliver(event: Event, reporter: &dyn crate::build::Reporter) {
+    fn deliver(event: Event, reporter: &dyn crate::report::Reporter) {
         match event {
             Event::Total(total) => reporter.on_stage_total(Stage::Install, total),
             Event::Downloaded(bytes) => reporter.on_download_bytes(bytes),
@@ -606,7 +606,7 @@ mod progress {
     pub(super) async fn forward_until_done<T>(
         installing: impl Future<Output = T>,
         events: &mut UnboundedReceiver<Event>,
-        reporter: &dyn crate::build::Reporter,
+        reporter: &dyn crate::report::Reporter,
     ) -> T {
         let mut installing = std::pin::pin!(installing);
         let result = loop {

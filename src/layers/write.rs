@@ -212,7 +212,7 @@ impl LayerWriter<'_> {
     pub fn write_all(
         &self,
         plan: &LayerPlan,
-        reporter: &dyn crate::build::Reporter,
+        reporter: &dyn crate::report::Reporter,
     ) -> Result<Vec<BuiltLayer>, WriteError> {
         let next = AtomicUsize::new(0);
         let results: Mutex<Vec<Option<Result<BuiltLayer, WriteError>>>> =
@@ -233,7 +233,7 @@ impl LayerWriter<'_> {
                         let result = self.write(&plan.layers[index]);
                         if let Ok(layer) = &result {
                             reporter.on_item_done(
-                                crate::build::Stage::Layers,
+                                crate::report::Stage::Layers,
                                 &layer.blob.digest,
                                 layer.blob.size,
                             );

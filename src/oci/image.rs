@@ -154,7 +154,7 @@ pub fn write_image(layout: &Layout, inputs: &ImageInputs<'_>) -> Result<WrittenI
         .unwrap_or_default();
     for layer in inputs.layers {
         diff_ids.push(layer.blob.diff_id.clone());
-        let created_by = if layer.name == crate::smoke::embed::LAYER_NAME {
+        let created_by = if layer.name == super::smoke_layer::LAYER_NAME {
             "imgbuild: smoke test executable".to_string()
         } else if layer.packages.is_empty() {
             "imgbuild: image files".to_string()
@@ -229,10 +229,10 @@ pub fn write_image(layout: &Layout, inputs: &ImageInputs<'_>) -> Result<WrittenI
                 annotations::PACKAGES.to_string(),
                 layer.packages.join(","),
             )])));
-        } else if layer.name == crate::smoke::embed::LAYER_NAME {
+        } else if layer.name == super::smoke_layer::LAYER_NAME {
             descriptor.set_annotations(Some(HashMap::from([(
                 annotations::SMOKE.to_string(),
-                crate::smoke::embed::in_image_path(),
+                super::smoke_layer::in_image_path(),
             )])));
         }
         layer_descriptors.push(descriptor);

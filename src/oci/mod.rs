@@ -28,6 +28,21 @@ pub fn sha256_digest(bytes: &[u8]) -> String {
 }
 
 /// Annotation keys of our own, under a reverse-DNS namespace as the image spec asks.
+/// The layer `[smoke] embed = true` adds (`crate::smoke::embed`): the image's history and
+/// its smoke settings name it.
+pub mod smoke_layer {
+    /// Where the executable lies in the image, relative to `/`: outside the environment, so
+    /// it never collides with a package's files.
+    pub const IN_IMAGE_PATH: &str = "opt/imgbuild/bin/imgbuild-smoke";
+    /// [`IN_IMAGE_PATH`] as the absolute path a container sees.
+    pub fn in_image_path() -> String {
+        format!("/{IN_IMAGE_PATH}")
+    }
+
+    /// The name of its layer in plans, reports and history.
+    pub const LAYER_NAME: &str = "imgbuild-smoke";
+}
+
 pub mod annotations {
     pub const COMPRESSION: &str = "dev.imgbuild.compression";
     pub const CUDA_VERSION: &str = "dev.imgbuild.cuda.version";

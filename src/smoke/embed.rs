@@ -21,16 +21,9 @@ use rattler_conda_types::{Subdir, Version};
 
 use crate::layers::PlannedLayer;
 
-/// Where the executable lies in the image, relative to `/`: outside the environment, so it
-/// never collides with a package's files.
-pub const IN_IMAGE_PATH: &str = "opt/imgbuild/bin/imgbuild-smoke";
-/// [`IN_IMAGE_PATH`] as the absolute path a container sees.
-pub fn in_image_path() -> String {
-    format!("/{IN_IMAGE_PATH}")
-}
-
-/// The name of its layer in plans, reports and history.
-pub const LAYER_NAME: &str = "imgbuild-smoke";
+// Where the executable lies in the image and its layer's name: the image writer (`oci`)
+// names them too, so they are defined there, below both.
+pub use crate::oci::smoke_layer::{IN_IMAGE_PATH, LAYER_NAME, in_image_path};
 /// The environment variable naming the executable to embed (also `--smoke-exe`).
 pub const EXE_ENV: &str = "IMGBUILD_SMOKE_EXE";
 /// The layer's modification time. Fixed rather than the image's `created`, so every image

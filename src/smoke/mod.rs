@@ -127,7 +127,7 @@ pub async fn smoke(
         cuda.libraries.cuda_version.clone(),
         cuda.sources.values().cloned().collect(),
     );
-    let recorded = crate::cuda::fatbin::recorded_architectures(&opened);
+    let recorded = recorded_architectures(&opened);
     // The child runs while `cuda.dir`, which holds the libraries it loads, still exists.
     let child = |source| SmokeError::Child {
         image: image.to_string(),
@@ -151,6 +151,26 @@ fn with_kernel_images(mut report: SmokeReport, recorded: Option<&str>) -> SmokeR
         imgbuild_smoke::architectures::classify(list, &gpu.compute_capability)
     });
     report
+}
+
+/// The architectures `image`'s manifest records ([`crate::oci::annotations::CUDA_ARCHITECTURES`]), for
+/// the smoke run to classify the device. `None` when the manifest cannot be read back or
+/// records none: the run then says nothing about kernel images.
+fn recorded_architectures(image: &crate::oci::base::BaseImage) -> Option<String> {
+    // A manifest is a few KiB; one larger than this is not one imgbuild wrote.
+    const MAX_MANIFEST: u64 = 4 << 20;
+    let hex = image.manifest_digest.strip_prefix("sha256:")?;
+    let path = image.blobs_dir.join(hex);
+    if std::fs::metadata(&path).ok()?.len() > MAX_MANIFEST {
+        return None;
+    }
+    let manifest: oci_spec::image::ImageManifest =
+        serde_json::from_slice(&std::fs::read(path).ok()?).ok()?;
+    manifest
+        .annotations()
+        .as_ref()?
+        .get(crate::oci::annotations::CUDA_ARCHITECTURES)
+        .cloned()
 }
 
 #[cfg(test)]
