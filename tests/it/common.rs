@@ -114,6 +114,20 @@ impl Project {
     }
 
     /// Runs imgbuild with extra environment variables and, optionally, a umask.
+    /// imgbuild with `args` in this project: its cache, and none of the caller's environment
+    /// that would change a build.
+    pub fn command(&self, args: &[&str]) -> Command {
+        let mut command = Command::new(imgbuild_bin());
+        command
+            .args(args)
+            .current_dir(self.path())
+            .env("IMGBUILD_CACHE_DIR", &self.cache)
+            .env_remove("SOURCE_DATE_EPOCH")
+            .env_remove("IMGBUILD_JOBS")
+            .env_remove("IMGBUILD_CHANNEL_ALIAS");
+        command
+    }
+
     pub fn run_with(&self, args: &[&str], envs: &[(&str, &str)], umask: Option<&str>) -> Run {
         let bin = imgbuild_bin();
         let mut command = match umask {

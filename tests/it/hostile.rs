@@ -10,7 +10,6 @@
 
 use std::{
     path::{Path, PathBuf},
-    process::Command,
     sync::OnceLock,
 };
 
@@ -18,10 +17,7 @@ use serde_json::json;
 
 use crate::{
     common::{Project, Run},
-    support::{
-        hostile::{Channel, Package, Raw, json_bytes, paths_json, sha256_hex},
-        imgbuild_bin,
-    },
+    support::hostile::{Channel, Package, Raw, json_bytes, paths_json, sha256_hex},
 };
 
 /// The corpus's temp directory: the channel in `channel/`, and the place every escape aims.
@@ -670,13 +666,7 @@ fn write_bomb_and_clobber_cases(channel: &mut Channel<'_>) {
 /// Runs imgbuild with a deadline: a package that makes it hang (a fifo opened for copying)
 /// fails the test instead of the whole run.
 fn run(project: &Project, args: &[&str]) -> Run {
-    let mut command = Command::new(imgbuild_bin());
-    command
-        .args(args)
-        .env("IMGBUILD_CACHE_DIR", &project.cache)
-        .env_remove("SOURCE_DATE_EPOCH")
-        .env_remove("IMGBUILD_CHANNEL_ALIAS");
-    crate::common::run_with_deadline(command, project, args)
+    crate::common::run_with_deadline(project.command(args), project, args)
 }
 
 /// Builds `recipe` (bytes, so it can be invalid UTF-8) in a fresh project and checks the

@@ -18,23 +18,15 @@ use std::{
 
 use crate::{
     common::Project,
-    support::{channel::tiny_recipe, imgbuild_bin, shared_channel},
+    support::{channel::tiny_recipe, shared_channel},
 };
 
 const SIGPIPE: i32 = 13;
 
 /// imgbuild with `args` in `project`, its cache and a clean environment plus `envs`.
 fn imgbuild(project: &Project, args: &[&str], envs: &[(&str, &str)]) -> Command {
-    let mut command = Command::new(imgbuild_bin());
-    command
-        .args(args)
-        .current_dir(project.path())
-        .env("IMGBUILD_CACHE_DIR", &project.cache)
-        .env_remove("SOURCE_DATE_EPOCH")
-        .env_remove("IMGBUILD_JOBS")
-        .env_remove("IMGBUILD_CHANNEL_ALIAS")
-        .envs(envs.iter().copied())
-        .stdin(Stdio::null());
+    let mut command = project.command(args);
+    command.envs(envs.iter().copied()).stdin(Stdio::null());
     command
 }
 

@@ -29,7 +29,7 @@ use std::{
 use crate::{
     common::{LayoutView, Project, Run, is_root, run_tool, unpack},
     registry::{Auth, Registry},
-    support::{base::busybox_base_layout, channel::tiny_recipe, imgbuild_bin, shared_channel},
+    support::{base::busybox_base_layout, channel::tiny_recipe, shared_channel},
 };
 
 /// Runs imgbuild in `project` with `envs`, an empty Docker config (no host credentials),
@@ -37,14 +37,10 @@ use crate::{
 fn run(project: &Project, args: &[&str], envs: &[(&str, &str)]) -> Run {
     let docker = project.path().join("docker-config");
     fs_err::create_dir_all(&docker).unwrap();
-    let mut command = Command::new(imgbuild_bin());
+    let mut command = project.command(args);
     command
-        .args(args)
-        .env("IMGBUILD_CACHE_DIR", &project.cache)
         .env("DOCKER_CONFIG", &docker)
         .env("REGISTRY_AUTH_FILE", docker.join("auth.json"))
-        .env_remove("SOURCE_DATE_EPOCH")
-        .env_remove("IMGBUILD_CHANNEL_ALIAS")
         .env_remove("IMGBUILD_REGISTRY_TIMEOUT");
     for (key, value) in envs {
         command.env(key, value);
