@@ -28,6 +28,7 @@ mod init;
 mod inspect;
 mod k8s;
 mod layer_cache;
+mod layering;
 mod lock;
 mod matrix;
 mod platforms;
