@@ -467,12 +467,12 @@ fn check_cuda_runtimes(
         match &recipe.cuda {
             Some(cuda) => {
                 crate::cuda::check_no_cpu_builds(cuda, &platform.records)?;
-                for runtime in crate::cuda::locked_runtimes(platform) {
+                for runtime in platform.cuda_runtimes() {
                     warnings.extend(crate::cuda::check_runtime(cuda, &runtime)?);
                 }
             }
             None => {
-                if let Some(runtime) = crate::cuda::locked_runtime(platform) {
+                if let Some(runtime) = platform.cuda_runtime() {
                     let derived = crate::cuda::intent::derived_target(&runtime);
                     warnings.insert(crate::cuda::intent::undeclared_runtime_warning(
                         &runtime, &derived,
@@ -703,7 +703,7 @@ pub async fn build(
             reporter.on_warning(&warning);
         }
         let mut annotations = indexmap::IndexMap::new();
-        let runtime = crate::cuda::locked_runtime(locked);
+        let runtime = locked.cuda_runtime();
         // A runtime without `[cuda]` is configured as the section it implies (warned about
         // with the lock).
         let derived = match (&recipe.cuda, &runtime) {

@@ -4,8 +4,10 @@
 //! [`recipe`] → [`resolve`] → [`lock`] → [`install`] → [`layers`] → [`oci`], driven by
 //! [`build`].
 
+pub mod annotations;
 pub mod build;
 pub mod cli;
+pub mod compression;
 pub mod cuda;
 pub mod download;
 pub mod fs;
@@ -16,10 +18,12 @@ pub mod install;
 pub mod k8s;
 pub mod layers;
 pub mod lock;
+pub mod names;
 pub mod oci;
 pub mod pypi;
 pub mod rebuild;
 pub mod recipe;
+pub mod reference;
 pub mod registry;
 pub mod report;
 pub mod resolve;

@@ -21,6 +21,7 @@ use rattler_lock::{
 use rattler_solve::ChannelPriority;
 
 use crate::{
+    cuda::{SolvedCuda, solved_cuda, solved_cuda_from_wheels},
     pypi::{FindLinks, ResolvedWheel, Sources},
     recipe::{Recipe, lexical_path},
     resolve::Target,
@@ -816,6 +817,26 @@ fn parse_bases(text: &str) -> Option<Bases> {
 }
 
 impl PlatformLock {
+    /// The CUDA runtime of this platform: its conda packages', else NVIDIA's runtime wheel's.
+    pub fn cuda_runtime(&self) -> Option<SolvedCuda> {
+        solved_cuda(&self.records).or_else(|| solved_cuda_from_wheels(self.wheel_versions()))
+    }
+
+    /// Every CUDA runtime this platform holds: its conda packages' and NVIDIA's runtime
+    /// wheels' (a `-cu12` wheel beside conda's 11.8 `cuda-cudart` is a second runtime).
+    pub fn cuda_runtimes(&self) -> Vec<SolvedCuda> {
+        let conda = solved_cuda(&self.records);
+        let wheel = solved_cuda_from_wheels(self.wheel_versions());
+        conda.into_iter().chain(wheel).collect()
+    }
+
+    /// (normalized name, version) of each locked wheel.
+    fn wheel_versions(&self) -> impl Iterator<Item = (&str, String)> {
+        self.wheels
+            .iter()
+            .map(|w| (w.name.as_ref(), w.version.to_string()))
+    }
+
     fn check_target(&self, target: &Target) -> Result<(), Staleness> {
         if self.target.virtual_package_strings() != target.virtual_package_strings() {
             return Err(Staleness::VirtualPackages {

@@ -27,7 +27,7 @@ pub use imgbuild_smoke::architectures::{
     Arch, ArchKind, ArchParseError, Architectures, Coverage, coverage, format_list, parse_list,
 };
 
-use crate::oci::annotations;
+use crate::annotations;
 use object::{
     Endianness, FileKind, ReadCache,
     elf::{FileHeader32, FileHeader64, SHT_NOBITS},

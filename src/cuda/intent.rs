@@ -3,11 +3,11 @@
 
 use rattler_conda_types::{MatchSpec, Matches, ParseStrictness, RepoDataRecord};
 
+use super::CudaTarget;
 use super::{
     SolvedCuda,
     compat::{self, CudaVersion},
 };
-use crate::recipe::CudaTarget;
 
 /// The packages that pin the CUDA runtime, one per channel family: conda-forge's and the
 /// nvidia channel's `cuda-version` (12.x and conda-forge's 11.x), the nvidia channel's 11.x

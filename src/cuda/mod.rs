@@ -9,8 +9,7 @@ pub mod intent;
 use indexmap::IndexMap;
 use rattler_conda_types::RepoDataRecord;
 
-use crate::recipe::CudaTarget;
-use compat::CudaVersion;
+use compat::{CudaVersion, DriverVersion, Support, driver_cuda_version};
 
 /// Where the NVIDIA container toolkit mounts the driver's libraries when it does not use
 /// the loader cache (NVIDIA's own images put these on `LD_LIBRARY_PATH`).
@@ -18,6 +17,29 @@ pub const NVIDIA_LIBRARY_PATH: &str = "/usr/local/nvidia/lib:/usr/local/nvidia/l
 
 /// Packages whose version is the CUDA runtime version, most telling first.
 const RUNTIME_PACKAGES: &[&str] = &["cuda-cudart", "cuda-version", "cudatoolkit", "cuda-runtime"];
+
+/// The CUDA runtime an image targets and the oldest driver it must run on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CudaTarget {
+    pub version: CudaVersion,
+    /// As the recipe gave it, or the release's own minimum.
+    pub min_driver: DriverVersion,
+    /// Whether NVIDIA's forward-compatibility libraries are added.
+    pub compat: bool,
+    /// How the runtime runs on `min_driver`; never `Unsupported` (that is a recipe error).
+    pub support: Support,
+    /// `architectures`: the GPUs (`sm_80`) every library with kernels must run on one of;
+    /// empty when the recipe names none.
+    pub architectures: fatbin::Architectures,
+}
+
+impl CudaTarget {
+    /// The `__cuda` virtual package: the CUDA version `min_driver` fully supports, so
+    /// packages that need a newer driver are never chosen.
+    pub fn virtual_cuda(&self) -> CudaVersion {
+        driver_cuda_version(&self.min_driver).unwrap_or(self.version)
+    }
+}
 
 /// The CUDA runtime of a solved environment.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -37,31 +59,6 @@ pub fn solved_cuda(records: &[RepoDataRecord]) -> Option<SolvedCuda> {
             .find(|r| r.package_record.name.as_normalized() == *name)?;
         SolvedCuda::from_version(name, &record.package_record.version.to_string())
     })
-}
-
-/// The CUDA runtime of a locked platform: its conda packages', else NVIDIA's runtime wheel's.
-pub fn locked_runtime(platform: &crate::lock::PlatformLock) -> Option<SolvedCuda> {
-    solved_cuda(&platform.records).or_else(|| {
-        solved_cuda_from_wheels(
-            platform
-                .wheels
-                .iter()
-                .map(|w| (w.name.as_ref(), w.version.to_string())),
-        )
-    })
-}
-
-/// Every CUDA runtime a locked platform holds: its conda packages' and NVIDIA's runtime
-/// wheels' (a `-cu12` wheel beside conda's 11.8 `cuda-cudart` is a second runtime).
-pub fn locked_runtimes(platform: &crate::lock::PlatformLock) -> Vec<SolvedCuda> {
-    let conda = solved_cuda(&platform.records);
-    let wheel = solved_cuda_from_wheels(
-        platform
-            .wheels
-            .iter()
-            .map(|w| (w.name.as_ref(), w.version.to_string())),
-    );
-    conda.into_iter().chain(wheel).collect()
 }
 
 /// The solved runtime is not the one `[cuda]` names.
@@ -223,11 +220,11 @@ pub fn image_settings(target: &CudaTarget, solved: Option<&SolvedCuda>, prefix: 
     ]);
     let annotations = IndexMap::from([
         (
-            crate::oci::annotations::CUDA_VERSION.to_string(),
+            crate::annotations::CUDA_VERSION.to_string(),
             runtime.to_string(),
         ),
         (
-            crate::oci::annotations::CUDA_MIN_DRIVER.to_string(),
+            crate::annotations::CUDA_MIN_DRIVER.to_string(),
             target.min_driver.to_string(),
         ),
     ]);

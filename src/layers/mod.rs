@@ -9,6 +9,6 @@ pub mod plan;
 pub mod tar;
 pub mod write;
 
-pub use compress::Compression;
+pub use crate::compression::Compression;
 pub use plan::{LayerPlan, PlannedLayer, plan_layers};
 pub use write::{BuiltLayer, LayerBlob};

@@ -17,7 +17,8 @@ use super::{
     layout::{Layout, LayoutError},
 };
 use crate::{
-    layers::{BuiltLayer, Compression},
+    compression::Compression,
+    layers::BuiltLayer,
     recipe::{Recipe, oci_architecture},
 };
 

@@ -27,7 +27,6 @@ pub fn sha256_digest(bytes: &[u8]) -> String {
     format!("sha256:{}", hex::encode(Sha256::digest(bytes)))
 }
 
-/// Annotation keys of our own, under a reverse-DNS namespace as the image spec asks.
 /// The layer `[smoke] embed = true` adds (`crate::smoke::embed`): the image's history and
 /// its smoke settings name it.
 pub mod smoke_layer {
@@ -43,19 +42,5 @@ pub mod smoke_layer {
     pub const LAYER_NAME: &str = "imgbuild-smoke";
 }
 
-pub mod annotations {
-    pub const COMPRESSION: &str = "dev.imgbuild.compression";
-    pub const CUDA_VERSION: &str = "dev.imgbuild.cuda.version";
-    pub const CUDA_MIN_DRIVER: &str = "dev.imgbuild.cuda.min-driver";
-    /// The GPU architectures the environment's libraries carry kernels for, SASS then PTX
-    /// (`sm_80,sm_90,compute_90`); see `crate::cuda::fatbin`.
-    pub const CUDA_ARCHITECTURES: &str = "dev.imgbuild.cuda.architectures";
-    /// The same per package: `package=sm_80,compute_90;…`, by package name.
-    pub const CUDA_PACKAGE_ARCHITECTURES: &str = "dev.imgbuild.cuda.package-architectures";
-    pub const PACKAGES: &str = "dev.imgbuild.layer.packages";
-    pub const PLATFORM: &str = "dev.imgbuild.conda.platform";
-    pub const PREFIX: &str = "dev.imgbuild.conda.prefix";
-    /// In-image path of the embedded `imgbuild-smoke` executable (`[smoke] embed = true`),
-    /// on the manifest and on the layer that holds it.
-    pub const SMOKE: &str = "dev.imgbuild.smoke";
-}
+/// The annotation keys, at their old path for the readers of images.
+pub use crate::annotations;

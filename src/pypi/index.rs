@@ -2,13 +2,15 @@
 //! PEP 503 HTML otherwise (one request asks for both, the JSON preferred), and `find-links`
 //! locations: a local directory of distributions or an HTML page of links.
 
-use std::{path::PathBuf, str::FromStr};
+use std::path::PathBuf;
 
 use pep508_rs::PackageName;
 use rattler_digest::Sha256Hash;
 use rattler_networking::LazyClient;
 use serde::Deserialize;
 use url::Url;
+
+pub use crate::recipe::pypi::{FindLinks, Sources};
 
 const JSON_TYPE: &str = "application/vnd.pypi.simple.v1+json";
 const ACCEPT: &str = "application/vnd.pypi.simple.v1+json, application/vnd.pypi.simple.v1+html;q=0.2, text/html;q=0.01";
@@ -25,44 +27,6 @@ pub struct DistFile {
     /// The index serves the file's core metadata at `<url>.metadata` (PEP 658/714), with
     /// this sha256 when it gave one.
     pub metadata: Option<Option<Sha256Hash>>,
-}
-
-/// Where distributions are looked up: indexes in order (the first that knows a project
-/// answers for it, so a later index can never shadow a project of an earlier one), plus
-/// `find-links` locations whose files join every answer.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Sources {
-    pub indexes: Vec<Url>,
-    pub find_links: Vec<FindLinks>,
-}
-
-impl Sources {
-    /// Resolving from these asks a server (an index or a find-links page).
-    pub fn needs_network(&self) -> bool {
-        !self.indexes.is_empty()
-            || self
-                .find_links
-                .iter()
-                .any(|f| matches!(f, FindLinks::Page(url) if url.scheme() != "file"))
-    }
-}
-
-impl std::fmt::Display for Sources {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let mut places: Vec<String> = self.indexes.iter().map(|u| format!("`{u}`")).collect();
-        places.extend(self.find_links.iter().map(|l| match l {
-            FindLinks::Directory(path) => format!("`{}`", path.display()),
-            FindLinks::Page(url) => format!("`{url}`"),
-        }));
-        f.write_str(&places.join(", "))
-    }
-}
-
-/// A `find-links` location.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum FindLinks {
-    Directory(PathBuf),
-    Page(Url),
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -362,22 +326,6 @@ pub async fn find_links_files(
                 format: "HTML",
                 reason,
             })
-        }
-    }
-}
-
-impl FromStr for FindLinks {
-    type Err = String;
-    /// A URL, or else a path (absolute here; the recipe resolves relative paths first).
-    fn from_str(text: &str) -> Result<Self, Self::Err> {
-        match Url::parse(text) {
-            Ok(url) if url.scheme() == "file" => url
-                .to_file_path()
-                .map(FindLinks::Directory)
-                .map_err(|()| format!("`{text}` is not a local path")),
-            Ok(url) if matches!(url.scheme(), "http" | "https") => Ok(FindLinks::Page(url)),
-            Ok(url) => Err(format!("`{}` URLs are not supported", url.scheme())),
-            Err(_) => Ok(FindLinks::Directory(PathBuf::from(text))),
         }
     }
 }

@@ -34,15 +34,7 @@ pub use index::{FindLinks, Sources};
 pub use install::StagedWheel;
 pub use resolve::{PythonTarget, ResolvedWheel};
 
-/// The index used when the recipe names none.
-pub const DEFAULT_INDEX_URL: &str = "https://pypi.org/simple";
-
-/// The `[pypi]` section of a recipe, validated.
-#[derive(Debug, Clone)]
-pub struct PypiRecipe {
-    pub requirements: Vec<Requirement>,
-    pub sources: Sources,
-}
+pub use crate::recipe::pypi::{DEFAULT_INDEX_URL, PypiRecipe};
 
 #[derive(Debug, thiserror::Error)]
 pub enum PypiError {

@@ -13,10 +13,13 @@ use toml::Spanned;
 use url::Url;
 
 use crate::cuda::compat::{
-    CudaVersion, DriverVersion, Support, driver_cuda_version, minor_version_minimum,
-    release_minimum, support,
+    CudaVersion, DriverVersion, Support, minor_version_minimum, release_minimum, support,
 };
-use crate::layers::Compression;
+use crate::{
+    compression::Compression,
+    cuda::CudaTarget,
+    names::{is_valid_tag, oci_architecture},
+};
 
 use super::{Platforms, matrix::Variant};
 
@@ -55,7 +58,7 @@ pub enum Base {
     /// An image in a local OCI image layout, selected by tag (`latest` when none is given).
     OciLayout { path: PathBuf, tag: String },
     /// An image in a registry, by tag or digest.
-    Registry(crate::registry::Reference),
+    Registry(crate::reference::Reference),
 }
 
 impl std::fmt::Display for Base {
@@ -65,29 +68,6 @@ impl std::fmt::Display for Base {
             Base::OciLayout { path, tag } => write!(f, "oci:{}:{tag}", path.display()),
             Base::Registry(reference) => write!(f, "{reference}"),
         }
-    }
-}
-
-/// The CUDA runtime an image targets and the oldest driver it must run on.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CudaTarget {
-    pub version: CudaVersion,
-    /// As the recipe gave it, or the release's own minimum.
-    pub min_driver: DriverVersion,
-    /// Whether NVIDIA's forward-compatibility libraries are added.
-    pub compat: bool,
-    /// How the runtime runs on `min_driver`; never `Unsupported` (that is a recipe error).
-    pub support: Support,
-    /// `architectures`: the GPUs (`sm_80`) every library with kernels must run on one of;
-    /// empty when the recipe names none.
-    pub architectures: crate::cuda::fatbin::Architectures,
-}
-
-impl CudaTarget {
-    /// The `__cuda` virtual package: the CUDA version `min_driver` fully supports, so
-    /// packages that need a newer driver are never chosen.
-    pub fn virtual_cuda(&self) -> CudaVersion {
-        driver_cuda_version(&self.min_driver).unwrap_or(self.version)
     }
 }
 
@@ -134,7 +114,7 @@ pub struct Recipe {
     /// `[smoke] embed`: the image carries the `imgbuild-smoke` executable.
     pub embed_smoke: bool,
     /// `[pypi]`: wheels installed into the environment; `None` without the section.
-    pub pypi: Option<crate::pypi::PypiRecipe>,
+    pub pypi: Option<super::pypi::PypiRecipe>,
 }
 
 impl Recipe {
@@ -548,7 +528,7 @@ impl Checker {
             return Ok(Base::Scratch);
         }
         let Some(rest) = raw.strip_prefix("oci:") else {
-            return crate::registry::Reference::parse(raw)
+            return crate::reference::Reference::parse(raw)
                 .map(Base::Registry)
                 .map_err(|err| {
                     self.error(
@@ -579,7 +559,7 @@ impl Checker {
     fn pypi(
         &self,
         pypi: &super::schema::PypiSection,
-    ) -> Result<crate::pypi::PypiRecipe, RecipeError> {
+    ) -> Result<super::pypi::PypiRecipe, RecipeError> {
         let requirements = pypi
             .dependencies
             .iter()
@@ -643,7 +623,7 @@ impl Checker {
         } else {
             indexes.push(match &pypi.index_url {
                 Some(url) => index_url(url)?,
-                None => Url::parse(crate::pypi::DEFAULT_INDEX_URL).expect("a valid URL"),
+                None => Url::parse(super::pypi::DEFAULT_INDEX_URL).expect("a valid URL"),
             });
             for url in &pypi.extra_index_urls {
                 indexes.push(index_url(url)?);
@@ -654,22 +634,22 @@ impl Checker {
             .iter()
             .map(|location| {
                 let parsed =
-                    crate::pypi::FindLinks::from_str(location.get_ref()).map_err(|reason| {
+                    super::pypi::FindLinks::from_str(location.get_ref()).map_err(|reason| {
                         self.error(location, format!("invalid `find-links` entry: {reason}"))
                     })?;
                 Ok(match parsed {
                     // By name, so the lock, which writes it relative to itself, reads
                     // back the same directory.
-                    crate::pypi::FindLinks::Directory(dir) => crate::pypi::FindLinks::Directory(
+                    super::pypi::FindLinks::Directory(dir) => super::pypi::FindLinks::Directory(
                         lexical_path(&recipe_dir(&self.path).join(dir)),
                     ),
                     other => other,
                 })
             })
             .collect::<Result<Vec<_>, RecipeError>>()?;
-        Ok(crate::pypi::PypiRecipe {
+        Ok(super::pypi::PypiRecipe {
             requirements,
-            sources: crate::pypi::Sources {
+            sources: super::pypi::Sources {
                 indexes,
                 find_links,
             },
@@ -974,27 +954,6 @@ fn is_valid_image_name(name: &str) -> bool {
         && name
             .chars()
             .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || matches!(c, '.' | '_' | '-'))
-}
-
-/// The OCI distribution spec's tag grammar: `[A-Za-z0-9_][A-Za-z0-9._-]{0,127}`.
-pub fn is_valid_tag(tag: &str) -> bool {
-    let mut chars = tag.chars();
-    matches!(chars.next(), Some(c) if c.is_ascii_alphanumeric() || c == '_')
-        && tag.len() <= 128
-        && chars.all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
-}
-
-/// The OCI `architecture` (and `variant`) of a conda subdir.
-pub fn oci_architecture(subdir: Subdir) -> Option<(&'static str, Option<&'static str>)> {
-    Some(match subdir {
-        Subdir::Linux64 => ("amd64", None),
-        Subdir::LinuxAarch64 => ("arm64", Some("v8")),
-        Subdir::LinuxPpc64le => ("ppc64le", None),
-        Subdir::LinuxS390X => ("s390x", None),
-        Subdir::LinuxArmV7l => ("arm", Some("v7")),
-        Subdir::LinuxRiscv64 => ("riscv64", None),
-        _ => return None,
-    })
 }
 
 #[cfg(test)]

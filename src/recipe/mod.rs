@@ -9,14 +9,15 @@ mod error;
 mod load;
 pub mod matrix;
 mod platforms;
+pub mod pypi;
 mod schema;
 pub mod suggest;
 
 pub use error::{RecipeError, SourceSpan};
 pub(crate) use load::lexical_path;
-pub use load::{
-    Base, CudaTarget, Recipe, RecipeOptions, is_valid_tag, oci_architecture, read_recipe_text,
-};
+pub use crate::cuda::CudaTarget;
+pub use crate::names::{is_valid_tag, oci_architecture};
+pub use load::{Base, Recipe, RecipeOptions, read_recipe_text};
 pub use platforms::{OciPlatform, Platforms};
 
 /// Where channel names such as `conda-forge` resolve when no alias is configured.

@@ -5,7 +5,7 @@ use std::fmt;
 
 use rattler_conda_types::Subdir;
 
-use super::oci_architecture;
+use crate::names::oci_architecture;
 
 /// The conda subdirs of a recipe, in the recipe's order: never empty, no duplicates, each a
 /// Linux subdir with an OCI architecture (checked when the recipe is read).

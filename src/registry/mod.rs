@@ -4,8 +4,7 @@ pub mod auth;
 pub mod client;
 pub mod pull;
 pub mod push;
-pub mod reference;
 pub mod referrers;
 
 pub use client::{ClientOptions, RegistryError, RepositoryClient};
-pub use reference::Reference;
+pub use crate::reference::{self, Reference};

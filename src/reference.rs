@@ -131,7 +131,7 @@ impl Reference {
             ));
         }
         if let Some(tag) = &tag
-            && !crate::recipe::is_valid_tag(tag)
+            && !crate::names::is_valid_tag(tag)
         {
             return Err(err(
                 "a tag is up to 128 of `A-Za-z0-9_.-`, not starting with `.` or `-`",
