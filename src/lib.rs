@@ -21,6 +21,7 @@ pub mod lock;
 pub mod names;
 pub mod oci;
 pub mod pypi;
+pub mod python;
 pub mod rebuild;
 pub mod recipe;
 pub mod reference;

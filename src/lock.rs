@@ -22,7 +22,7 @@ use rattler_solve::ChannelPriority;
 
 use crate::{
     cuda::{SolvedCuda, solved_cuda, solved_cuda_from_wheels},
-    pypi::{FindLinks, ResolvedWheel, Sources},
+    recipe::pypi::{FindLinks, Sources},
     recipe::{Recipe, lexical_path},
     resolve::Target,
 };
@@ -71,6 +71,20 @@ pub struct PlatformLock {
     pub records: Vec<RepoDataRecord>,
     /// PyPI wheels sorted by name, installed after the conda packages.
     pub wheels: Vec<ResolvedWheel>,
+}
+
+/// A wheel the resolution picked, with what the lock records about it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResolvedWheel {
+    pub name: pep508_rs::PackageName,
+    pub version: pep440_rs::Version,
+    pub filename: String,
+    pub url: url::Url,
+    pub sha256: rattler_digest::Sha256Hash,
+    /// The index it came from; `None` for a `find-links` file.
+    pub index: Option<url::Url>,
+    pub requires_dist: Vec<pep508_rs::Requirement>,
+    pub requires_python: Option<pep440_rs::VersionSpecifiers>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -862,7 +876,7 @@ impl PlatformLock {
     /// packages provide), and are all needed.
     fn check_pypi(
         &self,
-        wanted: Option<&crate::pypi::PypiRecipe>,
+        wanted: Option<&crate::recipe::pypi::PypiRecipe>,
         locked: Option<&Sources>,
     ) -> Result<(), Staleness> {
         let stale = |reason: String| Err(Staleness::Pypi(reason));
@@ -883,9 +897,13 @@ impl PlatformLock {
         if self.wheels.is_empty() && wanted.requirements.is_empty() {
             return Ok(());
         }
-        let python = crate::pypi::python_target(&self.target, &self.records)
-            .map_err(|e| Staleness::Pypi(e.to_string()))?;
-        let provided = crate::pypi::conda::provided(&self.records);
+        let python = crate::python::python_target(
+            self.target.platform,
+            &self.target.virtual_packages,
+            &self.records,
+        )
+        .map_err(|e| Staleness::Pypi(e.to_string()))?;
+        let provided = crate::python::provided(&self.records);
         let by_name: HashMap<&pep508_rs::PackageName, &ResolvedWheel> =
             self.wheels.iter().map(|w| (&w.name, w)).collect();
         let mut reached: BTreeSet<&pep508_rs::PackageName> = BTreeSet::new();
@@ -914,7 +932,7 @@ impl PlatformLock {
             };
             let satisfied = match &requirement.version_or_url {
                 Some(pep508_rs::VersionOrUrl::VersionSpecifier(specifiers)) => {
-                    crate::pypi::ranges::specifiers_ranges(specifiers).contains(&version)
+                    crate::python::ranges::specifiers_ranges(specifiers).contains(&version)
                 }
                 _ => true,
             };

@@ -67,15 +67,7 @@ impl StagedPackage {
     }
 }
 
-/// `name-version-build` of a record.
-pub fn dist_name(record: &RepoDataRecord) -> String {
-    format!(
-        "{}-{}-{}",
-        record.package_record.name.as_normalized(),
-        record.package_record.version,
-        record.package_record.build
-    )
-}
+pub use crate::names::dist_name;
 
 /// An installed environment in a staging root.
 #[derive(Debug, Clone)]
@@ -86,8 +78,6 @@ pub struct StagedPrefix {
     pub prefix: String,
     /// Packages in the order of the lock (by name).
     pub packages: Vec<StagedPackage>,
-    /// PyPI wheels installed after the packages, by name.
-    pub wheels: Vec<crate::pypi::StagedWheel>,
 }
 
 impl StagedPrefix {
@@ -234,7 +224,6 @@ pub async fn install_reporting(
         root: root.to_path_buf(),
         prefix: prefix.to_string(),
         packages: Vec::new(),
-        wheels: Vec::new(),
     };
     let prefix_dir = staged.prefix_dir();
     fs_err::create_dir_all(&prefix_dir).map_err(|source| InstallError::Staging {

@@ -8,21 +8,12 @@
 //! (`pkg:pypi/torch@2.1.0`), the field pixi uses for the same purpose, so a build from the
 //! lock needs no package to decide it again.
 
-use std::{collections::BTreeMap, path::Path, str::FromStr};
+use std::{path::Path, str::FromStr};
 
-use pep440_rs::Version;
-use pep508_rs::PackageName;
 use rattler_conda_types::{PackageUrl, RepoDataRecord};
 
 use super::metadata::CoreMetadata;
-
-/// A distribution the conda environment provides.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Provided {
-    pub version: Version,
-    /// The conda package that provides it (`name-version-build`).
-    pub package: String,
-}
+pub use crate::python::{Provided, provided};
 
 /// Does the record install into a Python environment (a `python` dependency or a
 /// `noarch: python` package)? Only those are looked into.
@@ -85,36 +76,6 @@ pub fn record_provided(
         found += 1;
     }
     found
-}
-
-/// The distributions the locked conda packages provide, from their `pypi` purls (a purl
-/// without a version stands for the conda package's own version).
-pub fn provided(records: &[RepoDataRecord]) -> BTreeMap<PackageName, Provided> {
-    let mut provided = BTreeMap::new();
-    for record in records {
-        for purl in record.package_record.purls.iter().flatten() {
-            if purl.package_type().as_str() != "pypi" {
-                continue;
-            }
-            let Ok(name) = PackageName::new(purl.name().to_string()) else {
-                continue;
-            };
-            let version = purl
-                .version()
-                .and_then(|v| Version::from_str(v).ok())
-                .or_else(|| Version::from_str(&record.package_record.version.to_string()).ok());
-            if let Some(version) = version {
-                provided.insert(
-                    name,
-                    Provided {
-                        version,
-                        package: crate::install::dist_name(record),
-                    },
-                );
-            }
-        }
-    }
-    provided
 }
 
 #[cfg(test)]

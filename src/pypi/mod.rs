@@ -26,22 +26,21 @@ pub mod fetch;
 pub mod index;
 pub mod install;
 pub mod metadata;
-pub mod ranges;
 pub mod resolve;
-pub mod tags;
 
+pub use crate::{
+    lock::ResolvedWheel,
+    python::{PythonTarget, ranges, tags},
+};
 pub use index::{FindLinks, Sources};
 pub use install::StagedWheel;
-pub use resolve::{PythonTarget, ResolvedWheel};
 
 pub use crate::recipe::pypi::{DEFAULT_INDEX_URL, PypiRecipe};
 
 #[derive(Debug, thiserror::Error)]
 pub enum PypiError {
-    #[error(
-        "The recipe has PyPI dependencies but the conda environment for {platform} has no `python` 3.x package; add `python` to [conda] dependencies"
-    )]
-    NoPython { platform: String },
+    #[error(transparent)]
+    NoPython(#[from] crate::python::NoPython),
     #[error(transparent)]
     Http(#[from] crate::http::HttpError),
     #[error(transparent)]
@@ -54,36 +53,16 @@ pub enum PypiError {
     Conda(#[source] Box<crate::install::InstallError>),
 }
 
-/// The Python of a solved conda environment.
-pub fn python_of(records: &[RepoDataRecord]) -> Option<tags::PythonVersion> {
-    records
-        .iter()
-        .find(|r| r.package_record.name.as_normalized() == "python")
-        .and_then(|r| tags::PythonVersion::from_conda(&r.package_record.version.to_string()))
-}
-
 /// The image's Python target for `target` with the solved conda `records`.
 pub fn python_target(
     target: &Target,
     records: &[RepoDataRecord],
 ) -> Result<PythonTarget, PypiError> {
-    let python = python_of(records).ok_or_else(|| PypiError::NoPython {
-        platform: target.platform.to_string(),
-    })?;
-    let glibc = target
-        .virtual_packages
-        .iter()
-        .find(|v| v.name.as_normalized() == "__glibc")
-        .and_then(|v| {
-            let text = v.version.to_string();
-            let mut parts = text.split('.').map(|p| p.parse::<u64>().ok());
-            Some((parts.next()??, parts.next().flatten().unwrap_or(0)))
-        });
-    Ok(PythonTarget::new(tags::WheelTarget {
-        python,
-        platform: target.platform,
-        glibc,
-    }))
+    Ok(crate::python::python_target(
+        target.platform,
+        &target.virtual_packages,
+        records,
+    )?)
 }
 
 /// Resolves the recipe's PyPI requirements for one platform of a solved conda environment.
@@ -157,25 +136,29 @@ pub async fn fetch_locked(
         .await
 }
 
-/// Installs the locked wheels of one platform (`locked`) into `prefix_dir` (the staging path
-/// of `prefix`), after the conda packages whose files are `owned`.
+/// Installs the locked `wheels` of one platform (`target`, whose solved conda packages are
+/// `records`) into `prefix_dir` (the staging path of `prefix`), after the conda packages
+/// whose files are `owned`.
+#[allow(clippy::too_many_arguments)] // the plain inputs of one step, each named
 pub async fn install_platform(
-    locked: &crate::lock::PlatformLock,
+    wheels: &[ResolvedWheel],
+    target: &Target,
+    records: &[RepoDataRecord],
     requested: &[Requirement],
     prefix_dir: &Path,
     prefix: &str,
     cache_dir: &Path,
     mut owned: BTreeMap<String, String>,
 ) -> Result<Vec<StagedWheel>, PypiError> {
-    if locked.wheels.is_empty() {
+    if wheels.is_empty() {
         return Ok(Vec::new());
     }
-    let python = python_target(&locked.target, &locked.records)?;
+    let python = python_target(target, records)?;
     let scheme = install::Scheme::conda(prefix, &python.wheel.python.short());
-    let paths = fetch_locked(&locked.wheels, cache_dir).await?;
+    let paths = fetch_locked(wheels, cache_dir).await?;
     let requested: Vec<&PackageName> = requested.iter().map(|r| &r.name).collect();
-    let mut staged = Vec::with_capacity(locked.wheels.len());
-    for (wheel, path) in locked.wheels.iter().zip(paths) {
+    let mut staged = Vec::with_capacity(wheels.len());
+    for (wheel, path) in wheels.iter().zip(paths) {
         staged.push(install::install_wheel(
             &path,
             &wheel.filename,

@@ -18,78 +18,23 @@ use std::{
 };
 
 use pep440_rs::{Version, VersionSpecifiers};
-use pep508_rs::{
-    ExtraName, MarkerEnvironment, MarkerEnvironmentBuilder, PackageName, Requirement, VersionOrUrl,
-};
+use pep508_rs::{ExtraName, PackageName, Requirement, VersionOrUrl};
 use pubgrub::{
     DefaultStringReporter, Dependencies, DependencyProvider, PackageResolutionStatistics,
     PubGrubError, Ranges, Reporter,
 };
-use rattler_digest::Sha256Hash;
 use rattler_networking::LazyClient;
 use url::Url;
 
 use super::{
+    PythonTarget, ResolvedWheel,
     conda::Provided,
     fetch::{FetchError, fetch_wheel},
     index::{DistFile, IndexError, Sources, find_links_files, project_files},
     metadata::CoreMetadata,
     ranges::specifiers_ranges,
-    tags::{SupportedTags, WheelName, WheelTarget, sdist_version},
+    tags::{SupportedTags, WheelName, sdist_version},
 };
-
-/// The image's Python environment as PEP 508 markers see it, and the wheel tags it takes.
-#[derive(Debug, Clone)]
-pub struct PythonTarget {
-    pub wheel: WheelTarget,
-    pub markers: MarkerEnvironment,
-}
-
-impl PythonTarget {
-    pub fn new(wheel: WheelTarget) -> PythonTarget {
-        let full = wheel.python.full.to_string();
-        let short = wheel.python.short();
-        let markers = MarkerEnvironment::try_from(MarkerEnvironmentBuilder {
-            implementation_name: "cpython",
-            implementation_version: &full,
-            os_name: "posix",
-            platform_machine: wheel.machine().unwrap_or(""),
-            platform_python_implementation: "CPython",
-            platform_release: "",
-            platform_system: "Linux",
-            platform_version: "",
-            python_full_version: &full,
-            python_version: &short,
-            sys_platform: "linux",
-        })
-        .expect("a parsed version prints as a valid version");
-        PythonTarget { wheel, markers }
-    }
-
-    /// Does the requirement apply to this target (with `extras` asked for)?
-    pub fn applies(&self, requirement: &Requirement, extras: &[ExtraName]) -> bool {
-        requirement.evaluate_markers(&self.markers, extras)
-    }
-
-    /// Does a `Requires-Python` allow this target's Python?
-    pub fn python_allowed(&self, requires: &VersionSpecifiers) -> bool {
-        requires.contains(&self.wheel.python.full)
-    }
-}
-
-/// A wheel the resolution picked, with what the lock records about it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ResolvedWheel {
-    pub name: PackageName,
-    pub version: Version,
-    pub filename: String,
-    pub url: Url,
-    pub sha256: Sha256Hash,
-    /// The index it came from; `None` for a `find-links` file.
-    pub index: Option<Url>,
-    pub requires_dist: Vec<Requirement>,
-    pub requires_python: Option<VersionSpecifiers>,
-}
 
 #[derive(Debug, thiserror::Error)]
 pub enum ResolveError {
