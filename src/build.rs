@@ -653,7 +653,7 @@ pub async fn build(
         } else {
             staging.dir().join("rootfs")
         };
-        let mut staged = install_reporting(
+        let staged = install_reporting(
             &locked.records,
             platform.platform,
             &root,
@@ -671,13 +671,16 @@ pub async fn build(
         // Wheels are packages of the stage too: counted in its total and as done, so the
         // finished line agrees with the `Installing N packages` line (issue 18).
         install_reporter.add_to_total(locked.wheels.len());
+        let mut wheels = Vec::new();
         if !locked.wheels.is_empty() {
             let owned = crate::install::ownership(&staged.packages)
                 .into_iter()
                 .map(|(path, owner)| (path.to_string(), staged.packages[owner].dist_name()))
                 .collect();
-            staged.wheels = crate::pypi::install_platform(
-                locked,
+            wheels = crate::pypi::install_platform(
+                &locked.wheels,
+                &locked.target,
+                &locked.records,
                 recipe
                     .pypi
                     .as_ref()
@@ -688,7 +691,7 @@ pub async fn build(
                 owned,
             )
             .await?;
-            for wheel in &staged.wheels {
+            for wheel in &wheels {
                 install_reporter.on_item_done(Stage::Install, wheel.name.as_ref(), 0);
             }
         }
@@ -723,7 +726,7 @@ pub async fn build(
             annotations = settings.annotations;
         }
         // Which GPUs the kernels run on, read from the libraries' fatbins (issue 16).
-        let (architectures, warnings) = scan_architectures(&staged);
+        let (architectures, warnings) = scan_architectures(&staged, &wheels);
         for warning in &warnings {
             reporter.on_warning(warning);
         }
@@ -735,6 +738,7 @@ pub async fn build(
         // top.
         let mut plan = plan_layers(
             &staged,
+            &wheels,
             recipe.layer_budget,
             platform.base.as_ref().map_or(0, |b| b.layers.len())
                 + usize::from(platform.smoke.is_some()),
@@ -1014,12 +1018,13 @@ fn write_output(
 /// as layer annotations name them.
 fn scan_architectures(
     staged: &crate::install::StagedPrefix,
+    wheels: &[crate::pypi::StagedWheel],
 ) -> (Vec<crate::cuda::fatbin::PackageArchitectures>, Vec<String>) {
     let conda = staged
         .packages
         .iter()
         .map(|p| (p.dist_name(), p.files.as_slice()));
-    let wheels = staged.wheels.iter().map(|w| {
+    let wheels = wheels.iter().map(|w| {
         (
             crate::layers::plan::wheel_label(&w.dist_name),
             w.files.as_slice(),

@@ -17,7 +17,7 @@ use sha2::{Digest, Sha256};
 use serde::{Deserialize, Serialize};
 
 use crate::{
-    layers::{BuiltLayer, Compression, LayerBlob},
+    layers::{BuiltLayer, Compression, LayerBlob, LayerKind},
     oci::layout::{Layout, tagged},
 };
 
@@ -67,6 +67,7 @@ pub struct BuildRecord {
 
 #[derive(Debug, Serialize, Deserialize)]
 struct RecordedLayer {
+    kind: LayerKind,
     name: String,
     packages: Vec<String>,
     digest: String,
@@ -83,6 +84,7 @@ impl BuildRecord {
             layers: layers
                 .iter()
                 .map(|layer| RecordedLayer {
+                    kind: layer.kind,
                     name: layer.name.clone(),
                     packages: layer.packages.clone(),
                     digest: layer.blob.digest.clone(),
@@ -199,6 +201,7 @@ pub fn unchanged_image(
         }
         let compression = Compression::from_name(&recorded.compression)?;
         layers.push(BuiltLayer {
+            kind: recorded.kind,
             name: recorded.name.clone(),
             packages: recorded.packages.clone(),
             blob: LayerBlob {

@@ -284,14 +284,13 @@ pub fn verify(dir: &Path, recipe: Option<&BuildSettings>) -> Result<VerifyReport
 
 /// `pypi:NAME-VERSION` with NAME normalized, for a wheel's layer label.
 fn normalized_wheel_label(label: &str) -> Option<String> {
-    let stem = label.strip_prefix(crate::layers::plan::WHEEL_LABEL_PREFIX)?;
+    let stem = crate::layers::plan::wheel_of_label(label)?;
     let (name, version) = stem.rsplit_once('-')?;
     let name = pep508_rs::PackageName::new(name.to_string()).ok()?;
     let version: pep440_rs::Version = version.parse().ok()?;
-    Some(format!(
-        "{}{name}-{version}",
-        crate::layers::plan::WHEEL_LABEL_PREFIX
-    ))
+    Some(crate::layers::plan::wheel_label(&format!(
+        "{name}-{version}"
+    )))
 }
 
 /// What one platform image of a layout holds, as its manifest and layers say.
@@ -345,14 +344,12 @@ fn check_against_lock(
             }
         };
         let mut locked_names: BTreeSet<String> = locked.records.iter().map(dist_name).collect();
-        locked_names.extend(locked.wheels.iter().map(|w| {
-            format!(
-                "{}{}-{}",
-                crate::layers::plan::WHEEL_LABEL_PREFIX,
-                w.name,
-                w.version
-            )
-        }));
+        locked_names.extend(
+            locked
+                .wheels
+                .iter()
+                .map(|w| crate::layers::plan::wheel_label(&format!("{}-{}", w.name, w.version))),
+        );
         // A wheel's layer names its `.dist-info` stem (`python_dateutil-2.9.0.post0`):
         // compared by normalized name and version.
         let image_packages: BTreeSet<String> = image

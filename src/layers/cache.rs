@@ -21,7 +21,12 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use super::{compress::Compression, plan::PlannedLayer, tar::Entry, write::LayerBlob};
+use super::{
+    compress::Compression,
+    plan::{LayerKind, PlannedLayer},
+    tar::Entry,
+    write::LayerBlob,
+};
 
 /// Bump when the tar writer or the planner change what a layer holds for the same inputs.
 const KEY_FORMAT: &str = "imgbuild-layer-key/1";
@@ -137,9 +142,9 @@ pub fn layer_key(
         .map(|package| {
             // A wheel's RECORD lists every installed file with its sha256, as a conda-meta
             // record does.
-            match package.strip_prefix(super::plan::WHEEL_LABEL_PREFIX) {
-                Some(dist) => format!("/{dist}.dist-info/RECORD"),
-                None => format!("/conda-meta/{package}.json"),
+            match layer.kind {
+                LayerKind::Wheels => format!("/{package}.dist-info/RECORD"),
+                _ => format!("/conda-meta/{package}.json"),
             }
         })
         .collect();

@@ -10,5 +10,5 @@ pub mod tar;
 pub mod write;
 
 pub use crate::compression::Compression;
-pub use plan::{LayerPlan, PlannedLayer, plan_layers};
+pub use plan::{LayerKind, LayerPlan, PlannedLayer, plan_layers};
 pub use write::{BuiltLayer, LayerBlob};

@@ -16,15 +16,45 @@ use std::{
 
 use rattler_conda_types::{MatchSpec, ParseStrictness};
 
-use crate::install::{StagedPrefix, ownership};
+use crate::{
+    install::{StagedPrefix, ownership},
+    pypi::StagedWheel,
+};
+
+/// What a layer holds. It decides the layer's history line, its annotations and where the
+/// layer cache finds its packages' file lists, so no stage has to read it back from a name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum LayerKind {
+    /// One or more conda packages, named `name-version-build`.
+    Conda,
+    /// One or more PyPI wheels, named by their `.dist-info` stem (`six-1.16.0`).
+    Wheels,
+    /// The image's own files: what no package owns.
+    Image,
+    /// The embedded `imgbuild-smoke` executable (`[smoke] embed = true`).
+    Smoke,
+}
+
+impl LayerKind {
+    /// How a package of a layer of this kind is named in the layer's packages annotation
+    /// and in reports: a wheel as [`wheel_label`], a conda package as it is.
+    pub fn package_label(self, package: &str) -> String {
+        match self {
+            LayerKind::Wheels => wheel_label(package),
+            _ => package.to_string(),
+        }
+    }
+}
 
 /// One planned layer.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PlannedLayer {
-    /// What the layer holds, for history and annotations: a package's `name-version-build`,
-    /// or `image` for the image's own files.
+    pub kind: LayerKind,
+    /// What the layer holds, for history and reports: a package's `name-version-build`, a
+    /// wheel's [`wheel_label`], `N small packages`, or `image` for the image's own files.
     pub name: String,
-    /// The packages in the layer (`name-version-build`), empty for the image layer.
+    /// The packages in the layer, named as [`LayerKind`] says, empty for the image layer.
     pub packages: Vec<String>,
     /// Paths relative to the staging root (`opt/conda/lib/libz.so`), without parents;
     /// the tar writer adds parent directories.
@@ -74,16 +104,18 @@ fn is_cuda_runtime(name: &str) -> bool {
     PREFIXES.iter().any(|p| name.starts_with(p))
 }
 
-/// Plans the layers of `staged` within `budget` layers in all, `base_layers` of which the
-/// base already uses. `image_mtime` stamps the image's own layer.
+/// Plans the layers of `staged` and the `wheels` installed into it within `budget` layers
+/// in all, `base_layers` of which the base already uses. `image_mtime` stamps the image's
+/// own layer.
 pub fn plan_layers(
     staged: &StagedPrefix,
+    wheels: &[StagedWheel],
     budget: u32,
     base_layers: usize,
     image_mtime: u64,
 ) -> Result<LayerPlan, PlanError> {
     // Conda packages and wheels each need a shared layer when they do not all fit alone.
-    let kinds = usize::from(!staged.packages.is_empty()) + usize::from(!staged.wheels.is_empty());
+    let kinds = usize::from(!staged.packages.is_empty()) + usize::from(!wheels.is_empty());
     let slots = (budget as usize)
         .checked_sub(base_layers + 1)
         .filter(|slots| *slots >= kinds.max(1) || kinds == 0)
@@ -91,109 +123,158 @@ pub fn plan_layers(
             budget,
             base_layers,
         })?;
-
-    let prefix_rel = staged.prefix.trim_start_matches('/').to_string();
-    let full = |rel: &str| format!("{prefix_rel}/{rel}");
     let owners = ownership(&staged.packages);
+    let mut units = package_units(staged, &owners);
+    units.extend(wheel_units(staged, wheels));
+    let mut layers = fit_budget(&units, slots, kinds);
+    layers.push(image_layer(staged, wheels, &owners, image_mtime)?);
+    Ok(LayerPlan { layers })
+}
 
-    // Files per package, as claimed (a clobbered path belongs to its last owner).
-    let mut package_paths: Vec<Vec<String>> = vec![Vec::new(); staged.packages.len()];
-    for (path, owner) in &owners {
-        package_paths[*owner].push(full(path));
+/// A package's layer contents before the budget groups any.
+struct Unit {
+    kind: LayerKind,
+    /// The package, named as `kind` says.
+    package: String,
+    paths: Vec<String>,
+    size: u64,
+    mtime: u64,
+}
+
+impl Unit {
+    fn layer(&self) -> PlannedLayer {
+        PlannedLayer {
+            kind: self.kind,
+            name: self.kind.package_label(&self.package),
+            packages: vec![self.package.clone()],
+            paths: self.paths.clone(),
+            mtime: self.mtime,
+            size: self.size,
+        }
     }
-    let prefix_dir = staged.prefix_dir();
-    let size_of =
-        |paths: &[String]| -> u64 { paths.iter().map(|p| file_size(&staged.root.join(p))).sum() };
+}
 
-    // Conda packages from most shared to most specific, then wheels (which depend on the
-    // conda environment, never the other way round), CUDA runtime wheels first.
-    let mut units: Vec<Unit> = dependency_order(staged)
+/// `rel` (under the prefix) relative to the staging root.
+fn in_prefix(staged: &StagedPrefix, rel: &str) -> String {
+    format!("{}/{rel}", staged.prefix.trim_start_matches('/'))
+}
+
+fn size_of(staged: &StagedPrefix, paths: &[String]) -> u64 {
+    paths.iter().map(|p| file_size(&staged.root.join(p))).sum()
+}
+
+/// The conda packages from most shared to most specific, each with the files it claims
+/// (a clobbered path belongs to its last owner).
+fn package_units(staged: &StagedPrefix, owners: &BTreeMap<&str, usize>) -> Vec<Unit> {
+    let mut package_paths: Vec<Vec<String>> = vec![Vec::new(); staged.packages.len()];
+    for (path, owner) in owners {
+        package_paths[*owner].push(in_prefix(staged, path));
+    }
+    dependency_order(staged)
         .into_iter()
         .map(|index| {
             let package = &staged.packages[index];
             Unit {
-                name: package.dist_name(),
-                paths: package_paths[index].clone(),
-                size: size_of(&package_paths[index]),
+                kind: LayerKind::Conda,
+                package: package.dist_name(),
+                size: size_of(staged, &package_paths[index]),
+                paths: std::mem::take(&mut package_paths[index]),
                 mtime: package_mtime(package),
-                wheel: false,
             }
         })
-        .collect();
-    let mut wheels: Vec<&crate::pypi::StagedWheel> = staged.wheels.iter().collect();
+        .collect()
+}
+
+/// The wheels, above the conda packages (they depend on the conda environment, never the
+/// other way round), CUDA runtime wheels first.
+fn wheel_units(staged: &StagedPrefix, wheels: &[StagedWheel]) -> Vec<Unit> {
+    let mut wheels: Vec<&StagedWheel> = wheels.iter().collect();
     wheels.sort_by(|a, b| {
         (!is_cuda_runtime(a.name.as_ref()), &a.name)
             .cmp(&(!is_cuda_runtime(b.name.as_ref()), &b.name))
     });
-    units.extend(wheels.into_iter().map(|wheel| {
-        let paths: Vec<String> = wheel.files.iter().map(|f| full(f)).collect();
-        Unit {
-            name: wheel_label(&wheel.dist_name),
-            size: size_of(&paths),
-            paths,
-            mtime: wheel.mtime,
-            wheel: true,
-        }
-    }));
-
-    let single = |unit: &Unit| PlannedLayer {
-        name: unit.name.clone(),
-        packages: vec![unit.name.clone()],
-        paths: unit.paths.clone(),
-        mtime: unit.mtime,
-        size: unit.size,
-    };
-    let mut layers = Vec::new();
-    if units.len() <= slots {
-        layers.extend(units.iter().map(single));
-    } else {
-        // The largest keep a layer each; the rest of each kind share one.
-        let mut by_size: Vec<usize> = (0..units.len()).collect();
-        by_size.sort_by(|a, b| units[*b].size.cmp(&units[*a].size).then(a.cmp(b)));
-        let alone: BTreeSet<usize> = by_size.iter().take(slots - kinds).copied().collect();
-        for wheel in [false, true] {
-            let kind: Vec<usize> = (0..units.len())
-                .filter(|&i| units[i].wheel == wheel)
-                .collect();
-            layers.extend(
-                kind.iter()
-                    .filter(|i| alone.contains(i))
-                    .map(|&i| single(&units[i])),
-            );
-            let grouped: Vec<&Unit> = kind
-                .iter()
-                .filter(|i| !alone.contains(i))
-                .map(|&i| &units[i])
-                .collect();
-            if grouped.is_empty() {
-                continue;
-            }
-            let mut paths: Vec<String> = grouped
-                .iter()
-                .flat_map(|u| u.paths.iter().cloned())
-                .collect();
-            paths.sort();
-            layers.push(PlannedLayer {
-                name: format!(
-                    "{} small {}",
-                    grouped.len(),
-                    if wheel { "wheels" } else { "packages" }
-                ),
-                mtime: grouped.iter().map(|u| u.mtime).max().unwrap_or(0),
-                size: grouped.iter().map(|u| u.size).sum(),
-                packages: grouped.iter().map(|u| u.name.clone()).collect(),
+    wheels
+        .into_iter()
+        .map(|wheel| {
+            let paths: Vec<String> = wheel.files.iter().map(|f| in_prefix(staged, f)).collect();
+            Unit {
+                kind: LayerKind::Wheels,
+                package: wheel.dist_name.clone(),
+                size: size_of(staged, &paths),
                 paths,
-            });
+                mtime: wheel.mtime,
+            }
+        })
+        .collect()
+}
+
+/// A layer per unit when they fit in `slots`; else the largest keep a layer each and the
+/// rest of each of the `kinds` share one.
+fn fit_budget(units: &[Unit], slots: usize, kinds: usize) -> Vec<PlannedLayer> {
+    if units.len() <= slots {
+        return units.iter().map(Unit::layer).collect();
+    }
+    let mut by_size: Vec<usize> = (0..units.len()).collect();
+    by_size.sort_by(|a, b| units[*b].size.cmp(&units[*a].size).then(a.cmp(b)));
+    let alone: BTreeSet<usize> = by_size.iter().take(slots - kinds).copied().collect();
+    let mut layers = Vec::new();
+    for kind in [LayerKind::Conda, LayerKind::Wheels] {
+        let of_kind: Vec<usize> = (0..units.len())
+            .filter(|&i| units[i].kind == kind)
+            .collect();
+        layers.extend(
+            of_kind
+                .iter()
+                .filter(|i| alone.contains(i))
+                .map(|&i| units[i].layer()),
+        );
+        let grouped: Vec<&Unit> = of_kind
+            .iter()
+            .filter(|i| !alone.contains(i))
+            .map(|&i| &units[i])
+            .collect();
+        if !grouped.is_empty() {
+            layers.push(shared_layer(kind, &grouped));
         }
     }
-    let owned_by_wheels: BTreeSet<&str> = staged
-        .wheels
+    layers
+}
+
+/// One layer for the small packages of one kind.
+fn shared_layer(kind: LayerKind, grouped: &[&Unit]) -> PlannedLayer {
+    let mut paths: Vec<String> = grouped
+        .iter()
+        .flat_map(|u| u.paths.iter().cloned())
+        .collect();
+    paths.sort();
+    let what = if kind == LayerKind::Wheels {
+        "wheels"
+    } else {
+        "packages"
+    };
+    PlannedLayer {
+        kind,
+        name: format!("{} small {what}", grouped.len()),
+        mtime: grouped.iter().map(|u| u.mtime).max().unwrap_or(0),
+        size: grouped.iter().map(|u| u.size).sum(),
+        packages: grouped.iter().map(|u| u.package.clone()).collect(),
+        paths,
+    }
+}
+
+/// The image's own layer: everything under the prefix no package or wheel owns.
+fn image_layer(
+    staged: &StagedPrefix,
+    wheels: &[StagedWheel],
+    owners: &BTreeMap<&str, usize>,
+    image_mtime: u64,
+) -> Result<PlannedLayer, PlanError> {
+    let owned_by_wheels: BTreeSet<&str> = wheels
         .iter()
         .flat_map(|w| w.files.iter().map(String::as_str))
         .collect();
     let owned = |rel: &str| owners.contains_key(rel) || owned_by_wheels.contains(rel);
-
-    // The image's own files: everything under the prefix no package owns.
+    let prefix_dir = staged.prefix_dir();
     let mut own = Vec::new();
     let mut own_size = 0;
     if prefix_dir.exists() {
@@ -213,55 +294,49 @@ pub fn plan_layers(
                 .to_str()
                 .ok_or_else(|| PlanError::NonUtf8 {
                     path: entry.path().to_path_buf(),
-                })?
-                .to_string();
-            if owned(rel.as_str()) {
-                continue;
-            }
-            let is_dir = entry.file_type().is_dir();
-            // A directory is the image's only when it is empty; parents of owned files are
-            // written by the layers that hold those files.
-            let keep = !is_dir
-                || fs_err::read_dir(entry.path())
-                    .map(|mut d| d.next().is_none())
-                    .unwrap_or(false);
-            if keep {
+                })?;
+            if !owned(rel) && is_own_entry(&entry) {
                 own_size += file_size(entry.path());
-                own.push(full(&rel));
+                own.push(in_prefix(staged, rel));
             }
         }
     }
     if own.is_empty() {
         // An image always has its own layer (it marks the prefix), even when empty of files.
-        own.push(prefix_rel.clone());
+        own.push(staged.prefix.trim_start_matches('/').to_string());
     }
-    layers.push(PlannedLayer {
+    Ok(PlannedLayer {
+        kind: LayerKind::Image,
         name: "image".to_string(),
         packages: Vec::new(),
         paths: own,
         mtime: image_mtime,
         size: own_size,
-    });
-    Ok(LayerPlan { layers })
+    })
 }
 
-/// A package's layer contents before the budget groups any.
-struct Unit {
-    name: String,
-    paths: Vec<String>,
-    size: u64,
-    mtime: u64,
-    wheel: bool,
+/// A file or link no package owns is the image's; a directory only when it is empty, since
+/// the layers that hold an owned file write its parents.
+fn is_own_entry(entry: &walkdir::DirEntry) -> bool {
+    !entry.file_type().is_dir()
+        || fs_err::read_dir(entry.path())
+            .map(|mut d| d.next().is_none())
+            .unwrap_or(false)
 }
 
-/// The name a wheel has in layer annotations and history: `pypi:` and its `.dist-info`
+/// The name a wheel has in layer annotations and reports: `pypi:` and its `.dist-info`
 /// directory's stem (`pypi:python_dateutil-2.9.0.post0`), which also finds its `RECORD`.
 pub fn wheel_label(dist_name: &str) -> String {
     format!("{WHEEL_LABEL_PREFIX}{dist_name}")
 }
 
+/// The `.dist-info` stem a [`wheel_label`] read back from an image names, if it is one.
+pub fn wheel_of_label(label: &str) -> Option<&str> {
+    label.strip_prefix(WHEEL_LABEL_PREFIX)
+}
+
 /// What [`wheel_label`] puts before a wheel's name.
-pub const WHEEL_LABEL_PREFIX: &str = "pypi:";
+const WHEEL_LABEL_PREFIX: &str = "pypi:";
 
 fn file_size(path: &Path) -> u64 {
     std::fs::symlink_metadata(path)
@@ -405,7 +480,6 @@ mod tests {
             root: root.to_path_buf(),
             prefix: "/opt/conda".into(),
             packages,
-            wheels: Vec::new(),
         }
     }
 
@@ -424,7 +498,7 @@ mod tests {
     #[test]
     fn one_layer_per_package_cuda_first_libraries_before_users() {
         let dir = tempfile::tempdir().unwrap();
-        let plan = plan_layers(&staged(dir.path(), PACKAGES), 60, 0, 7).unwrap();
+        let plan = plan_layers(&staged(dir.path(), PACKAGES), &[], 60, 0, 7).unwrap();
         assert_eq!(
             names(&plan),
             [
@@ -458,7 +532,7 @@ mod tests {
     fn over_budget_the_largest_stay_alone_and_the_rest_share_a_layer() {
         let dir = tempfile::tempdir().unwrap();
         // 6 layers in all, 2 from the base, 1 for the image: 3 for 5 packages.
-        let plan = plan_layers(&staged(dir.path(), PACKAGES), 6, 2, 0).unwrap();
+        let plan = plan_layers(&staged(dir.path(), PACKAGES), &[], 6, 2, 0).unwrap();
         assert_eq!(
             names(&plan),
             ["cuda-cudart-1-0", "numpy-1-0", "3 small packages", "image"]
@@ -478,7 +552,7 @@ mod tests {
     #[test]
     fn a_budget_the_base_already_fills_is_an_error() {
         let dir = tempfile::tempdir().unwrap();
-        let err = plan_layers(&staged(dir.path(), PACKAGES), 10, 9, 0).unwrap_err();
+        let err = plan_layers(&staged(dir.path(), PACKAGES), &[], 10, 9, 0).unwrap_err();
         assert!(err.to_string().contains("the base has 9 layers"), "{err}");
     }
 }
@@ -488,10 +562,9 @@ mod wheel_tests {
     use std::path::Path;
 
     use super::*;
-    use crate::pypi::StagedWheel;
 
     /// A prefix with one conda-less environment's wheels of the given sizes.
-    fn with_wheels(root: &Path, wheels: &[(&str, usize)]) -> StagedPrefix {
+    fn with_wheels(root: &Path, wheels: &[(&str, usize)]) -> (StagedPrefix, Vec<StagedWheel>) {
         let prefix = root.join("opt/conda");
         let site = "lib/python3.9/site-packages";
         let wheels = wheels
@@ -512,12 +585,12 @@ mod wheel_tests {
                 }
             })
             .collect();
-        StagedPrefix {
+        let staged = StagedPrefix {
             root: root.to_path_buf(),
             prefix: "/opt/conda".into(),
             packages: Vec::new(),
-            wheels,
-        }
+        };
+        (staged, wheels)
     }
 
     #[test]
@@ -530,11 +603,11 @@ mod wheel_tests {
             ("idna", 20),
             ("numpy", 900),
         ];
-        let staged = with_wheels(dir.path(), &wheels);
+        let (staged, wheels) = with_wheels(dir.path(), &wheels);
         let names = |plan: &LayerPlan| -> Vec<String> {
             plan.layers.iter().map(|l| l.name.clone()).collect()
         };
-        let plan = plan_layers(&staged, 60, 0, 0).unwrap();
+        let plan = plan_layers(&staged, &wheels, 60, 0, 0).unwrap();
         assert_eq!(
             names(&plan),
             [
@@ -548,7 +621,7 @@ mod wheel_tests {
         );
         assert_eq!(plan.layers[4].mtime, 1_700_000_000);
         // 5 layers in all, 1 for the image: torch, cuDNN and numpy alone, the rest share.
-        let plan = plan_layers(&staged, 5, 0, 0).unwrap();
+        let plan = plan_layers(&staged, &wheels, 5, 0, 0).unwrap();
         assert_eq!(
             names(&plan),
             [
@@ -559,7 +632,11 @@ mod wheel_tests {
                 "image"
             ]
         );
-        assert_eq!(plan.layers[3].packages, ["pypi:idna-1.0", "pypi:six-1.0"]);
+        // The shared layer knows it holds wheels by its kind, not by their names.
+        assert_eq!(plan.layers[3].kind, LayerKind::Wheels);
+        assert_eq!(plan.layers[3].packages, ["idna-1.0", "six-1.0"]);
+        assert!(plan.layers[..4].iter().all(|l| l.kind == LayerKind::Wheels));
+        assert_eq!(plan.layers[4].kind, LayerKind::Image);
         // The image's own layer holds none of the wheels' files.
         assert_eq!(plan.layers[4].paths, ["opt/conda"]);
     }

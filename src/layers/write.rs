@@ -19,7 +19,7 @@ use super::{
     blob_file::BlobFile,
     cache::{LayerCache, layer_key},
     compress::{CompressPool, Compression},
-    plan::{LayerPlan, PlannedLayer},
+    plan::{LayerKind, LayerPlan, PlannedLayer},
     tar::{TarError, entries, write_entries},
 };
 
@@ -95,9 +95,10 @@ impl<W: Write> Write for HashingWriter<W> {
 /// A layer of the image as built: what it holds and its blob.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BuiltLayer {
-    /// A package's `name-version-build`, or `image` for the image's own files.
+    pub kind: LayerKind,
+    /// As [`PlannedLayer::name`].
     pub name: String,
-    /// The packages in the layer, empty for the image layer.
+    /// The packages in the layer, named as [`LayerKind`] says, empty for the image layer.
     pub packages: Vec<String>,
     pub blob: LayerBlob,
     /// Taken from the layer cache (or an unchanged image) instead of compressed.
@@ -127,6 +128,7 @@ impl LayerWriter<'_> {
         };
         let entries = entries(self.root, &layer.paths).map_err(tar_err)?;
         let built = |blob: LayerBlob, reused: bool| BuiltLayer {
+            kind: layer.kind,
             name: layer.name.clone(),
             packages: layer.packages.clone(),
             blob,

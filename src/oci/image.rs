@@ -18,7 +18,7 @@ use super::{
 };
 use crate::{
     compression::Compression,
-    layers::BuiltLayer,
+    layers::{BuiltLayer, LayerKind},
     recipe::{Recipe, oci_architecture},
 };
 
@@ -155,35 +155,7 @@ pub fn write_image(layout: &Layout, inputs: &ImageInputs<'_>) -> Result<WrittenI
         .unwrap_or_default();
     for layer in inputs.layers {
         diff_ids.push(layer.blob.diff_id.clone());
-        let created_by = if layer.name == super::smoke_layer::LAYER_NAME {
-            "imgbuild: smoke test executable".to_string()
-        } else if layer.packages.is_empty() {
-            "imgbuild: image files".to_string()
-        } else {
-            let (wheels, conda): (Vec<&String>, Vec<&String>) = layer
-                .packages
-                .iter()
-                .partition(|p| p.starts_with(crate::layers::plan::WHEEL_LABEL_PREFIX));
-            let mut parts = Vec::new();
-            if !conda.is_empty() {
-                parts.push(format!(
-                    "conda {}",
-                    conda
-                        .iter()
-                        .map(|s| s.as_str())
-                        .collect::<Vec<_>>()
-                        .join(" ")
-                ));
-            }
-            if !wheels.is_empty() {
-                let names: Vec<&str> = wheels
-                    .iter()
-                    .map(|w| &w[crate::layers::plan::WHEEL_LABEL_PREFIX.len()..])
-                    .collect();
-                parts.push(format!("pypi {}", names.join(" ")));
-            }
-            format!("imgbuild: {}", parts.join("; "))
-        };
+        let created_by = history_line(layer);
         history.push(
             HistoryBuilder::default()
                 .created(inputs.created.clone())
@@ -225,16 +197,8 @@ pub fn write_image(layout: &Layout, inputs: &ImageInputs<'_>) -> Result<WrittenI
                 .parse::<oci_spec::image::Digest>()
                 .expect("sha256 digest"),
         );
-        if !layer.packages.is_empty() {
-            descriptor.set_annotations(Some(HashMap::from([(
-                annotations::PACKAGES.to_string(),
-                layer.packages.join(","),
-            )])));
-        } else if layer.name == super::smoke_layer::LAYER_NAME {
-            descriptor.set_annotations(Some(HashMap::from([(
-                annotations::SMOKE.to_string(),
-                super::smoke_layer::in_image_path(),
-            )])));
+        if let Some(annotation) = layer_annotation(layer) {
+            descriptor.set_annotations(Some(HashMap::from([annotation])));
         }
         layer_descriptors.push(descriptor);
     }
@@ -366,6 +330,35 @@ pub fn index_of(manifests: Vec<Descriptor>) -> Result<oci_spec::image::ImageInde
         .manifests(manifests)
         .build()
         .map_err(spec_err("index"))
+}
+
+/// The history line of one of our layers: what it holds, as `imgbuild: conda a b`.
+fn history_line(layer: &BuiltLayer) -> String {
+    match layer.kind {
+        LayerKind::Smoke => "imgbuild: smoke test executable".to_string(),
+        LayerKind::Image => "imgbuild: image files".to_string(),
+        LayerKind::Conda => format!("imgbuild: conda {}", layer.packages.join(" ")),
+        LayerKind::Wheels => format!("imgbuild: pypi {}", layer.packages.join(" ")),
+    }
+}
+
+/// The annotation a layer carries: the packages it holds, or where the smoke executable is.
+fn layer_annotation(layer: &BuiltLayer) -> Option<(String, String)> {
+    match layer.kind {
+        LayerKind::Conda | LayerKind::Wheels => {
+            let labels: Vec<String> = layer
+                .packages
+                .iter()
+                .map(|p| layer.kind.package_label(p))
+                .collect();
+            Some((annotations::PACKAGES.to_string(), labels.join(",")))
+        }
+        LayerKind::Smoke => Some((
+            annotations::SMOKE.to_string(),
+            super::smoke_layer::in_image_path(),
+        )),
+        LayerKind::Image => None,
+    }
 }
 
 #[cfg(test)]

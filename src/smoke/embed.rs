@@ -19,7 +19,7 @@ use object::{
 };
 use rattler_conda_types::{Subdir, Version};
 
-use crate::layers::PlannedLayer;
+use crate::layers::{LayerKind, PlannedLayer};
 
 // Where the executable lies in the image and its layer's name: the image writer (`oci`)
 // names them too, so they are defined there, below both.
@@ -262,6 +262,7 @@ impl SmokeExecutable {
         fs_err::copy(&self.path, &target).map_err(stage_err)?;
         crate::fs::set_mode(&target, 0o755).map_err(stage_err)?;
         Ok(PlannedLayer {
+            kind: LayerKind::Smoke,
             name: LAYER_NAME.to_string(),
             packages: Vec::new(),
             paths: vec![IN_IMAGE_PATH.to_string()],
