@@ -26,7 +26,7 @@ use super::{Platforms, matrix::Variant};
 use super::{
     DEFAULT_CHANNEL_ALIAS, DEFAULT_LAYER_BUDGET, DEFAULT_PREFIX, MAX_RECIPE_BYTES,
     error::{RecipeError, SourceSpan, is_hidden},
-    schema::RecipeFile,
+    schema::{CondaSection, ImageSection, LayersSection, RecipeFile},
 };
 
 /// Settings that change how a recipe is read but are not part of it.
@@ -256,19 +256,47 @@ impl Checker {
         }
     }
 
+    /// Checks the sections in the order their errors are reported: what the image is, the
+    /// conda environment, `[cuda]`, `[pypi]`, how the image runs, then `[layers]`.
     fn validate(&self, file: RecipeFile, options: &RecipeOptions) -> Result<Recipe, RecipeError> {
-        let image = file.image;
+        let target = self.image_target(&file.image)?;
+        let conda = self.conda(&file.conda, &options.channel_alias)?;
+        let cuda = file.cuda.as_ref().map(|cuda| self.cuda(cuda)).transpose()?;
+        let pypi = file.pypi.as_ref().map(|pypi| self.pypi(pypi)).transpose()?;
+        let specs = with_cuda_compat(conda.specs, cuda.as_ref());
+        let config = self.image_config(&file.image)?;
+        let layers = self.layers(&file.layers)?;
+        Ok(Recipe {
+            path: self.path.clone(),
+            name: target.name,
+            tags: target.tags,
+            base: target.base,
+            base_reference: target.base_reference,
+            platforms: target.platforms,
+            prefix: target.prefix,
+            glibc: target.glibc,
+            channels: conda.channels,
+            channel_names: conda.channel_names,
+            channel_priority: conda.channel_priority,
+            specs,
+            cuda,
+            env: config.env,
+            entrypoint: config.entrypoint,
+            cmd: config.cmd,
+            workdir: config.workdir,
+            user: config.user,
+            labels: config.labels,
+            layer_budget: layers.budget,
+            compression: layers.compression,
+            variant: None,
+            embed_smoke: file.smoke.embed,
+            pypi,
+        })
+    }
 
-        let name = image.name.get_ref().clone();
-        if !is_valid_image_name(&name) {
-            return Err(self.error(
-                &image.name,
-                format!(
-                    "invalid image name `{name}`: expected lowercase letters, digits, `.`, `_` and `-`, starting with a letter or digit"
-                ),
-            ));
-        }
-
+    /// The `[image]` keys that say what is built and for which platforms.
+    fn image_target(&self, image: &ImageSection) -> Result<ImageTarget, RecipeError> {
+        let name = self.image_name(&image.name)?;
         let tags = match &image.tags {
             None => vec!["latest".to_string()],
             Some(tags) if tags.get_ref().is_empty() => {
@@ -276,40 +304,57 @@ impl Checker {
             }
             Some(tags) => self.tags(tags.get_ref())?,
         };
-
         let base = match &image.base {
             None => Base::Scratch,
             Some(base) => self.base(base)?,
         };
-
         let platforms = match &image.platforms {
             None => Platforms::single(Subdir::Linux64),
             Some(platforms) => self.platforms(platforms)?,
         };
-
         let prefix = match &image.prefix {
             None => DEFAULT_PREFIX.to_string(),
             Some(prefix) => self.prefix(prefix)?,
         };
-
         let glibc = image
             .glibc
             .as_ref()
             .map(|glibc| self.version(glibc, "glibc version"))
             .transpose()?;
+        Ok(ImageTarget {
+            name,
+            tags,
+            base,
+            base_reference: image
+                .base
+                .as_ref()
+                .map_or_else(|| "scratch".to_string(), |b| b.get_ref().clone()),
+            platforms,
+            prefix,
+            glibc,
+        })
+    }
 
-        // `Url::join` drops the last path segment unless it ends with `/`, so a mirror alias
-        // like `https://mirror/conda` would lose `conda` without this.
-        let mut channel_alias = options.channel_alias.clone();
-        if !channel_alias.path().ends_with('/') {
-            let path = format!("{}/", channel_alias.path());
-            channel_alias.set_path(&path);
+    fn image_name(&self, name: &Spanned<String>) -> Result<String, RecipeError> {
+        let raw = name.get_ref();
+        if !is_valid_image_name(raw) {
+            return Err(self.error(
+                name,
+                format!(
+                    "invalid image name `{raw}`: expected lowercase letters, digits, `.`, `_` and `-`, starting with a letter or digit"
+                ),
+            ));
         }
-        let channel_config = ChannelConfig {
-            channel_alias,
-            root_dir: recipe_dir(&self.path),
-        };
-        if file.conda.channels.is_empty() && !file.conda.dependencies.is_empty() {
+        Ok(raw.clone())
+    }
+
+    /// `[conda]`: channels resolved against `channel_alias`, the priority and the specs.
+    fn conda(
+        &self,
+        conda: &CondaSection,
+        channel_alias: &Url,
+    ) -> Result<CondaEnvironment, RecipeError> {
+        if conda.channels.is_empty() && !conda.dependencies.is_empty() {
             return Err(RecipeError::Invalid {
                 path: self.path.clone(),
                 message: "`[conda] dependencies` need at least one entry in `[conda] channels`"
@@ -317,30 +362,57 @@ impl Checker {
                 span: None,
             });
         }
-        let mut channels = Vec::new();
-        let mut channel_names = Vec::new();
-        for channel in &file.conda.channels {
-            let parsed = Channel::from_str(channel.get_ref(), &channel_config).map_err(|err| {
-                self.error(
-                    channel,
-                    format!("invalid channel `{}`: {err}", channel.get_ref()),
-                )
-            })?;
-            channels.push(parsed);
-            channel_names.push(channel.get_ref().clone());
-        }
-
-        let channel_priority = file
-            .conda
+        let channels = self.channels(&conda.channels, &self.channel_config(channel_alias))?;
+        let channel_priority = conda
             .channel_priority
             .as_ref()
             .map(|priority| self.channel_priority(priority))
             .transpose()?
             .unwrap_or_default();
+        Ok(CondaEnvironment {
+            channels,
+            channel_names: conda.channels.iter().map(|c| c.get_ref().clone()).collect(),
+            channel_priority,
+            specs: self.specs(&conda.dependencies)?,
+        })
+    }
 
-        let specs = file
-            .conda
-            .dependencies
+    /// Where channel names and relative channel paths resolve.
+    fn channel_config(&self, channel_alias: &Url) -> ChannelConfig {
+        // `Url::join` drops the last path segment unless it ends with `/`, so a mirror alias
+        // like `https://mirror/conda` would lose `conda` without this.
+        let mut channel_alias = channel_alias.clone();
+        if !channel_alias.path().ends_with('/') {
+            let path = format!("{}/", channel_alias.path());
+            channel_alias.set_path(&path);
+        }
+        ChannelConfig {
+            channel_alias,
+            root_dir: recipe_dir(&self.path),
+        }
+    }
+
+    fn channels(
+        &self,
+        channels: &[Spanned<String>],
+        config: &ChannelConfig,
+    ) -> Result<Vec<Channel>, RecipeError> {
+        channels
+            .iter()
+            .map(|channel| {
+                Channel::from_str(channel.get_ref(), config).map_err(|err| {
+                    self.error(
+                        channel,
+                        format!("invalid channel `{}`: {err}", channel.get_ref()),
+                    )
+                })
+            })
+            .collect()
+    }
+
+    /// `[conda] dependencies`: every entry parsed first, then each must name one package.
+    fn specs(&self, dependencies: &[Spanned<String>]) -> Result<Vec<MatchSpec>, RecipeError> {
+        let specs = dependencies
             .iter()
             .map(|dep| {
                 // Lenient, as conda itself: `python 3.9` means `3.9.*`, as users write in environment.yml.
@@ -352,7 +424,7 @@ impl Checker {
                 })
             })
             .collect::<Result<Vec<_>, _>>()?;
-        for (spec, raw) in specs.iter().zip(&file.conda.dependencies) {
+        for (spec, raw) in specs.iter().zip(dependencies) {
             if spec.name.as_exact().is_none() {
                 return Err(self.error(
                     raw,
@@ -360,22 +432,11 @@ impl Checker {
                 ));
             }
         }
+        Ok(specs)
+    }
 
-        let cuda = file.cuda.as_ref().map(|cuda| self.cuda(cuda)).transpose()?;
-        let pypi = file.pypi.as_ref().map(|pypi| self.pypi(pypi)).transpose()?;
-        let mut specs = specs;
-        if let Some(cuda) = cuda.as_ref().filter(|c| c.compat) {
-            // NVIDIA's forward-compatibility libraries for this runtime (conda-forge and
-            // the nvidia channel name them `cuda-compat`).
-            specs.push(
-                MatchSpec::from_str(
-                    &format!("cuda-compat {}.*", cuda.version),
-                    ParseStrictness::Lenient,
-                )
-                .expect("a valid spec"),
-            );
-        }
-
+    /// The `[image]` keys that say how the image runs.
+    fn image_config(&self, image: &ImageSection) -> Result<ImageConfig, RecipeError> {
         let workdir = image
             .workdir
             .as_ref()
@@ -394,8 +455,19 @@ impl Checker {
             .as_ref()
             .map(|args| self.command(args, "cmd"))
             .transpose()?;
+        Ok(ImageConfig {
+            env,
+            entrypoint,
+            cmd,
+            workdir,
+            user,
+            labels,
+        })
+    }
 
-        let layer_budget = match &file.layers.max {
+    /// `[layers]`: the layer budget and the compression of new layers.
+    fn layers(&self, layers: &LayersSection) -> Result<LayerSettings, RecipeError> {
+        let budget = match &layers.max {
             None => DEFAULT_LAYER_BUDGET,
             Some(max) => match u32::try_from(*max.get_ref()) {
                 Ok(n @ 2..=127) => n,
@@ -407,8 +479,7 @@ impl Checker {
                 }
             },
         };
-
-        let compression = match &file.layers.compression {
+        let compression = match &layers.compression {
             None => Compression::default(),
             Some(name) => Compression::from_name(name.get_ref()).ok_or_else(|| {
                 self.error(
@@ -417,35 +488,9 @@ impl Checker {
                 )
             })?,
         };
-
-        Ok(Recipe {
-            path: self.path.clone(),
-            name,
-            tags,
-            base,
-            base_reference: image
-                .base
-                .as_ref()
-                .map_or_else(|| "scratch".to_string(), |b| b.get_ref().clone()),
-            platforms,
-            prefix,
-            glibc,
-            channels,
-            channel_names,
-            channel_priority,
-            specs,
-            cuda,
-            env,
-            entrypoint,
-            cmd,
-            workdir,
-            user,
-            labels,
-            layer_budget,
+        Ok(LayerSettings {
+            budget,
             compression,
-            variant: None,
-            embed_smoke: file.smoke.embed,
-            pypi,
         })
     }
 
@@ -875,6 +920,56 @@ impl Checker {
             )
         })
     }
+}
+
+/// The `[image]` keys that say what is built, checked.
+struct ImageTarget {
+    name: String,
+    tags: Vec<String>,
+    base: Base,
+    base_reference: String,
+    platforms: Platforms,
+    prefix: String,
+    glibc: Option<Version>,
+}
+
+/// `[conda]`, checked.
+struct CondaEnvironment {
+    channels: Vec<Channel>,
+    channel_names: Vec<String>,
+    channel_priority: ChannelPriority,
+    specs: Vec<MatchSpec>,
+}
+
+/// The `[image]` keys that say how the image runs, checked.
+struct ImageConfig {
+    env: BTreeMap<String, String>,
+    entrypoint: Option<Vec<String>>,
+    cmd: Option<Vec<String>>,
+    workdir: Option<String>,
+    user: Option<String>,
+    labels: BTreeMap<String, String>,
+}
+
+/// `[layers]`, checked.
+struct LayerSettings {
+    budget: u32,
+    compression: Compression,
+}
+
+/// `specs` with NVIDIA's forward-compatibility libraries for the runtime when `[cuda]`
+/// asks for them (conda-forge and the nvidia channel name them `cuda-compat`).
+fn with_cuda_compat(mut specs: Vec<MatchSpec>, cuda: Option<&CudaTarget>) -> Vec<MatchSpec> {
+    if let Some(cuda) = cuda.filter(|c| c.compat) {
+        specs.push(
+            MatchSpec::from_str(
+                &format!("cuda-compat {}.*", cuda.version),
+                ParseStrictness::Lenient,
+            )
+            .expect("a valid spec"),
+        );
+    }
+    specs
 }
 
 /// The largest user or group ID: Linux IDs are 32 bits and `(uid_t)-1` means "no ID".
