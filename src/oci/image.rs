@@ -5,9 +5,9 @@ use std::collections::{BTreeMap, HashMap};
 
 use indexmap::IndexMap;
 use oci_spec::image::{
-    Arch, Config, ConfigBuilder, Descriptor, DescriptorBuilder, HistoryBuilder,
-    ImageConfigurationBuilder, ImageIndexBuilder, ImageManifestBuilder, MediaType, Os, Platform,
-    PlatformBuilder, RootFsBuilder, SCHEMA_VERSION,
+    Arch, Config, ConfigBuilder, Descriptor, DescriptorBuilder, HistoryBuilder, ImageConfiguration,
+    ImageConfigurationBuilder, ImageIndexBuilder, ImageManifest, ImageManifestBuilder, MediaType,
+    Os, Platform, PlatformBuilder, RootFsBuilder, SCHEMA_VERSION,
 };
 use rattler_conda_types::Subdir;
 
@@ -115,10 +115,68 @@ pub fn merge_env(
 }
 
 /// Writes config and manifest blobs into `layout` and returns the index entries to commit.
+/// The documents are built first ([`image_config`], [`image_manifest`]), then written.
 pub fn write_image(layout: &Layout, inputs: &ImageInputs<'_>) -> Result<WrittenImage, ImageError> {
-    let recipe = inputs.recipe;
-    let (architecture, variant) = oci_architecture(inputs.platform).expect("validated platform");
+    let config = image_config(inputs)?;
+    let (config_descriptor, _) =
+        layout.write_json_blob(&config, MediaType::ImageConfig, "the image config")?;
+    let manifest = image_manifest(inputs, config_descriptor.clone())?;
+    let (manifest_descriptor, _) =
+        layout.write_json_blob(&manifest, MediaType::ImageManifest, "the image manifest")?;
+    Ok(WrittenImage {
+        config_digest: config_descriptor.digest().to_string(),
+        manifest: manifest_descriptor,
+        platform: oci_platform(inputs.platform)?,
+    })
+}
 
+/// The image config: the base's runtime config with the recipe's settings, and the base's
+/// diff ids and history followed by ours.
+pub fn image_config(inputs: &ImageInputs<'_>) -> Result<ImageConfiguration, ImageError> {
+    let (architecture, variant) = oci_architecture(inputs.platform).expect("validated platform");
+    let mut diff_ids: Vec<String> = inputs
+        .base
+        .map(|b| b.config.rootfs().diff_ids().clone())
+        .unwrap_or_default();
+    let mut history = inputs
+        .base
+        .and_then(|b| b.config.history().clone())
+        .unwrap_or_default();
+    for layer in inputs.layers {
+        diff_ids.push(layer.blob.diff_id.clone());
+        history.push(
+            HistoryBuilder::default()
+                .created(inputs.created.clone())
+                .created_by(history_line(layer))
+                .build()
+                .map_err(spec_err("history"))?,
+        );
+    }
+    let mut image_config = ImageConfigurationBuilder::default()
+        .created(inputs.created.clone())
+        .architecture(Arch::from(architecture))
+        .os(Os::Linux)
+        .config(runtime_config(inputs)?)
+        .rootfs(
+            RootFsBuilder::default()
+                .typ("layers")
+                .diff_ids(diff_ids)
+                .build()
+                .map_err(spec_err("rootfs"))?,
+        )
+        .history(history)
+        .build()
+        .map_err(spec_err("config"))?;
+    if let Some(variant) = variant {
+        image_config.set_variant(Some(variant.to_string()));
+    }
+    Ok(image_config)
+}
+
+/// The config a container runs with: the base's, with the environment's activation and the
+/// recipe's env, entrypoint, cmd, workdir, user and labels on top.
+fn runtime_config(inputs: &ImageInputs<'_>) -> Result<Config, ImageError> {
+    let recipe = inputs.recipe;
     let base_config = inputs.base.and_then(|b| b.config.config().clone());
     let mut config: Config = match base_config {
         Some(config) => config,
@@ -144,66 +202,47 @@ pub fn write_image(layout: &Layout, inputs: &ImageInputs<'_>) -> Result<WrittenI
     let mut labels: HashMap<String, String> = config.labels().clone().unwrap_or_default();
     labels.extend(recipe.labels.iter().map(|(k, v)| (k.clone(), v.clone())));
     config.set_labels((!labels.is_empty()).then_some(labels));
+    Ok(config)
+}
 
-    let mut diff_ids: Vec<String> = inputs
-        .base
-        .map(|b| b.config.rootfs().diff_ids().clone())
-        .unwrap_or_default();
-    let mut history = inputs
-        .base
-        .and_then(|b| b.config.history().clone())
-        .unwrap_or_default();
-    for layer in inputs.layers {
-        diff_ids.push(layer.blob.diff_id.clone());
-        let created_by = history_line(layer);
-        history.push(
-            HistoryBuilder::default()
-                .created(inputs.created.clone())
-                .created_by(created_by)
-                .build()
-                .map_err(spec_err("history"))?,
-        );
-    }
-
-    let mut image_config = ImageConfigurationBuilder::default()
-        .created(inputs.created.clone())
-        .architecture(Arch::from(architecture))
-        .os(Os::Linux)
+/// The manifest of the image whose config blob is `config`: the base's layers, then ours.
+pub fn image_manifest(
+    inputs: &ImageInputs<'_>,
+    config: Descriptor,
+) -> Result<ImageManifest, ImageError> {
+    let mut layers: Vec<Descriptor> = inputs.base.map(|b| b.layers.clone()).unwrap_or_default();
+    layers.extend(inputs.layers.iter().map(layer_descriptor));
+    ImageManifestBuilder::default()
+        .schema_version(SCHEMA_VERSION)
+        .media_type(MediaType::ImageManifest)
         .config(config)
-        .rootfs(
-            RootFsBuilder::default()
-                .typ("layers")
-                .diff_ids(diff_ids)
-                .build()
-                .map_err(spec_err("rootfs"))?,
-        )
-        .history(history)
+        .layers(layers)
+        .annotations(manifest_annotations(inputs))
         .build()
-        .map_err(spec_err("config"))?;
-    if let Some(variant) = variant {
-        image_config.set_variant(Some(variant.to_string()));
-    }
-    let (config_descriptor, _) =
-        layout.write_json_blob(&image_config, MediaType::ImageConfig, "the image config")?;
+        .map_err(spec_err("manifest"))
+}
 
-    let mut layer_descriptors: Vec<Descriptor> =
-        inputs.base.map(|b| b.layers.clone()).unwrap_or_default();
-    for layer in inputs.layers {
-        let blob = &layer.blob;
-        let mut descriptor = Descriptor::new(
-            MediaType::from(blob.media_type),
-            blob.size,
-            blob.digest
-                .parse::<oci_spec::image::Digest>()
-                .expect("sha256 digest"),
-        );
-        if let Some(annotation) = layer_annotation(layer) {
-            descriptor.set_annotations(Some(HashMap::from([annotation])));
-        }
-        layer_descriptors.push(descriptor);
+/// The manifest's descriptor of one of our layers, with its annotation.
+fn layer_descriptor(layer: &BuiltLayer) -> Descriptor {
+    let blob = &layer.blob;
+    let mut descriptor = Descriptor::new(
+        MediaType::from(blob.media_type),
+        blob.size,
+        blob.digest
+            .parse::<oci_spec::image::Digest>()
+            .expect("sha256 digest"),
+    );
+    if let Some(annotation) = layer_annotation(layer) {
+        descriptor.set_annotations(Some(HashMap::from([annotation])));
     }
+    descriptor
+}
 
-    let mut manifest_annotations = HashMap::from([
+/// The manifest's annotations: when and what it is, how its layers are compressed, its
+/// conda platform and prefix, the base it is built on, and the caller's (CUDA) ones.
+fn manifest_annotations(inputs: &ImageInputs<'_>) -> HashMap<String, String> {
+    let recipe = inputs.recipe;
+    let mut annotations = HashMap::from([
         (
             "org.opencontainers.image.created".to_string(),
             inputs.created.clone(),
@@ -222,40 +261,30 @@ pub fn write_image(layout: &Layout, inputs: &ImageInputs<'_>) -> Result<WrittenI
         ),
         (annotations::PREFIX.to_string(), recipe.prefix.clone()),
     ]);
-    manifest_annotations.extend(inputs.annotations.clone());
+    annotations.extend(inputs.annotations.clone());
     if let Some(base) = inputs.base {
-        manifest_annotations.insert(
+        annotations.insert(
             "org.opencontainers.image.base.name".to_string(),
             recipe.base_reference.clone(),
         );
-        manifest_annotations.insert(
+        annotations.insert(
             "org.opencontainers.image.base.digest".to_string(),
             base.manifest_digest.clone(),
         );
     }
-    let manifest = ImageManifestBuilder::default()
-        .schema_version(SCHEMA_VERSION)
-        .media_type(MediaType::ImageManifest)
-        .config(config_descriptor.clone())
-        .layers(layer_descriptors)
-        .annotations(manifest_annotations)
-        .build()
-        .map_err(spec_err("manifest"))?;
-    let (manifest_descriptor, _) =
-        layout.write_json_blob(&manifest, MediaType::ImageManifest, "the image manifest")?;
+    annotations
+}
 
+/// The OCI platform of a conda subdir, as index entries name it.
+fn oci_platform(subdir: Subdir) -> Result<Platform, ImageError> {
+    let (architecture, variant) = oci_architecture(subdir).expect("validated platform");
     let mut platform = PlatformBuilder::default()
         .architecture(Arch::from(architecture))
         .os(Os::Linux);
     if let Some(variant) = variant {
         platform = platform.variant(variant.to_string());
     }
-    let platform = platform.build().map_err(spec_err("platform"))?;
-    Ok(WrittenImage {
-        config_digest: config_descriptor.digest().to_string(),
-        manifest: manifest_descriptor,
-        platform,
-    })
+    platform.build().map_err(spec_err("platform"))
 }
 
 /// The `index.json` entries of an image, one per tag: the platform image itself when there
