@@ -6,6 +6,9 @@
 //! namespace and serial number are derived from its content and its `created` time is the
 //! image's, never a random value or the clock.
 
+mod cyclonedx;
+mod spdx;
+
 use std::{
     collections::BTreeSet,
     fmt::Write as _,
@@ -13,11 +16,10 @@ use std::{
 };
 
 use rattler_conda_types::{MatchSpec, ParseStrictness, RepoDataRecord};
-use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
 use crate::{
-    lock::{Lock, LockError, LockedBase},
+    lock::{Lock, LockError, LockedBase, ResolvedWheel},
     recipe::{Base, OciPlatform, Recipe, RecipeError, RecipeOptions},
 };
 
@@ -117,8 +119,8 @@ pub fn load_input(
 /// The SBOM as pretty JSON text, ending in a newline.
 pub fn render(lock: &Lock, subject: &SbomSubject, format: SbomFormat) -> String {
     let document = match format {
-        SbomFormat::Spdx => spdx(lock, subject),
-        SbomFormat::Cyclonedx => cyclonedx(lock, subject),
+        SbomFormat::Spdx => spdx::document(lock, subject),
+        SbomFormat::Cyclonedx => cyclonedx::document(lock, subject),
     };
     let mut text = serde_json::to_string_pretty(&document).expect("JSON values serialize");
     text.push('\n');
@@ -189,7 +191,7 @@ impl Licence {
         };
         // Strict: only identifiers on the SPDX licence list, so every expression we emit is
         // one an SPDX consumer can resolve. Anything else is kept verbatim.
-        if spdx::Expression::parse(text).is_ok() {
+        if ::spdx::Expression::parse(text).is_ok() {
             return Licence::Expression(text.to_string());
         }
         Licence::Text {
@@ -233,9 +235,9 @@ fn packages(lock: &Lock) -> Vec<Package<'_>> {
 
 /// The PyPI wheels of every platform, each once (a pure wheel locked for two platforms is
 /// one file), by name.
-fn wheels(lock: &Lock) -> Vec<&crate::pypi::ResolvedWheel> {
+fn wheels(lock: &Lock) -> Vec<&ResolvedWheel> {
     let mut seen = BTreeSet::new();
-    let mut wheels: Vec<&crate::pypi::ResolvedWheel> = lock
+    let mut wheels: Vec<&ResolvedWheel> = lock
         .platforms
         .iter()
         .flat_map(|p| p.wheels.iter())
@@ -246,7 +248,7 @@ fn wheels(lock: &Lock) -> Vec<&crate::pypi::ResolvedWheel> {
 }
 
 /// The package URL of a wheel (purl spec, type `pypi`): `pkg:pypi/NAME@VERSION?file_name=F`.
-fn wheel_purl(wheel: &crate::pypi::ResolvedWheel) -> String {
+fn wheel_purl(wheel: &ResolvedWheel) -> String {
     format!(
         "pkg:pypi/{}@{}?file_name={}",
         percent_encode(wheel.name.as_ref()),
@@ -502,312 +504,6 @@ fn base_entries(lock: &Lock, subject: &SbomSubject) -> Vec<BaseEntry> {
             })
         })
         .collect()
-}
-
-/// The SPDX 2.3 document: the image as the described package, every conda package it
-/// contains, the base image it descends from, and dependencies between packages.
-pub fn spdx(lock: &Lock, subject: &SbomSubject) -> Value {
-    let digest = content_digest(lock, subject);
-    let packages = packages(lock);
-    let image_id = "SPDXRef-Image";
-    let mut spdx_packages = Vec::new();
-    let mut relationships = vec![json!({
-        "spdxElementId": "SPDXRef-DOCUMENT",
-        "relationshipType": "DESCRIBES",
-        "relatedSpdxElement": image_id,
-    })];
-    let mut extracted = Vec::new();
-
-    let mut image = json!({
-        "SPDXID": image_id,
-        "name": subject.name,
-        "downloadLocation": "NOASSERTION",
-        "filesAnalyzed": false,
-        "primaryPackagePurpose": "CONTAINER",
-        "licenseConcluded": "NOASSERTION",
-        "licenseDeclared": "NOASSERTION",
-        "copyrightText": "NOASSERTION",
-    });
-    if let Some(image_digest) = &subject.image_digest {
-        image["versionInfo"] = json!(image_digest);
-        image["checksums"] = json!([{
-            "algorithm": "SHA256",
-            "checksumValue": image_digest.trim_start_matches("sha256:"),
-        }]);
-        image["externalRefs"] = json!([{
-            "referenceCategory": "PACKAGE-MANAGER",
-            "referenceType": "purl",
-            "referenceLocator": oci_purl(&subject.name, image_digest, &[]),
-        }]);
-    }
-    spdx_packages.push(image);
-
-    for base in base_entries(lock, subject) {
-        let id = format!("SPDXRef-{}", base.id);
-        spdx_packages.push(json!({
-            "SPDXID": id,
-            "name": base.name,
-            "versionInfo": base.digest,
-            "downloadLocation": "NOASSERTION",
-            "filesAnalyzed": false,
-            "primaryPackagePurpose": "CONTAINER",
-            "checksums": [{
-                "algorithm": "SHA256",
-                "checksumValue": base.digest.trim_start_matches("sha256:"),
-            }],
-            "externalRefs": [{
-                "referenceCategory": "PACKAGE-MANAGER",
-                "referenceType": "purl",
-                "referenceLocator": base.purl,
-            }],
-            "licenseConcluded": "NOASSERTION",
-            "licenseDeclared": "NOASSERTION",
-            "copyrightText": "NOASSERTION",
-            "comment": base.description,
-        }));
-        relationships.push(json!({
-            "spdxElementId": image_id,
-            "relationshipType": "DESCENDANT_OF",
-            "relatedSpdxElement": id,
-        }));
-    }
-
-    let mut references = BTreeSet::new();
-    for package in &packages {
-        let record = package.record;
-        let mut checksums = vec![json!({"algorithm": "SHA256", "checksumValue": package.sha256})];
-        if let Some(md5) = &package.md5 {
-            checksums.push(json!({"algorithm": "MD5", "checksumValue": md5}));
-        }
-        let licence = match &package.licence {
-            Licence::Expression(expression) => expression.clone(),
-            Licence::Text { reference, text } => {
-                if references.insert(reference.clone()) {
-                    extracted.push(json!({
-                        "licenseId": reference,
-                        "name": text,
-                        "extractedText": text,
-                    }));
-                }
-                reference.clone()
-            }
-            Licence::None => "NOASSERTION".to_string(),
-        };
-        let id = package_spdx_id(package);
-        spdx_packages.push(json!({
-            "SPDXID": id,
-            "name": package.name,
-            "versionInfo": record.package_record.version.to_string(),
-            "packageFileName": record.identifier.to_string(),
-            "downloadLocation": download_location(&record.url),
-            "filesAnalyzed": false,
-            "primaryPackagePurpose": "LIBRARY",
-            "checksums": checksums,
-            "licenseConcluded": "NOASSERTION",
-            "licenseDeclared": licence,
-            "copyrightText": "NOASSERTION",
-            "sourceInfo": format!(
-                "conda package {} build {} for {} from {}",
-                package.name,
-                record.package_record.build,
-                record.package_record.subdir,
-                record.url
-            ),
-            "externalRefs": [{
-                "referenceCategory": "PACKAGE-MANAGER",
-                "referenceType": "purl",
-                "referenceLocator": package.purl,
-            }],
-        }));
-        relationships.push(json!({
-            "spdxElementId": image_id,
-            "relationshipType": "CONTAINS",
-            "relatedSpdxElement": id,
-        }));
-    }
-    for wheel in wheels(lock) {
-        let sha256 = hex::encode(wheel.sha256);
-        let id = format!(
-            "SPDXRef-Package-pypi-{}-{}",
-            spdx_id_part(wheel.name.as_ref()),
-            &sha256[..8]
-        );
-        spdx_packages.push(json!({
-            "SPDXID": id,
-            "name": wheel.name.to_string(),
-            "versionInfo": wheel.version.to_string(),
-            "packageFileName": wheel.filename,
-            "downloadLocation": download_location(&wheel.url),
-            "filesAnalyzed": false,
-            "primaryPackagePurpose": "LIBRARY",
-            "checksums": [{"algorithm": "SHA256", "checksumValue": sha256}],
-            "licenseConcluded": "NOASSERTION",
-            "licenseDeclared": "NOASSERTION",
-            "copyrightText": "NOASSERTION",
-            "sourceInfo": format!("PyPI wheel {} from {}", wheel.filename, wheel.url),
-            "externalRefs": [{
-                "referenceCategory": "PACKAGE-MANAGER",
-                "referenceType": "purl",
-                "referenceLocator": wheel_purl(wheel),
-            }],
-        }));
-        relationships.push(json!({
-            "spdxElementId": image_id,
-            "relationshipType": "CONTAINS",
-            "relatedSpdxElement": id,
-        }));
-    }
-    let ids: std::collections::BTreeMap<&str, String> = packages
-        .iter()
-        .map(|p| (p.name.as_str(), package_spdx_id(p)))
-        .collect();
-    for package in &packages {
-        for dependency in &package.depends {
-            relationships.push(json!({
-                "spdxElementId": ids[package.name.as_str()],
-                "relationshipType": "DEPENDS_ON",
-                "relatedSpdxElement": ids[dependency.as_str()],
-            }));
-        }
-    }
-
-    let mut document = json!({
-        "spdxVersion": "SPDX-2.3",
-        "dataLicense": "CC0-1.0",
-        "SPDXID": "SPDXRef-DOCUMENT",
-        "name": subject.name,
-        "documentNamespace": format!(
-            "https://spdx.org/spdxdocs/imgbuild/{}-{}",
-            spdx_id_part(&subject.name),
-            content_uuid(&digest)
-        ),
-        "creationInfo": {
-            "created": timestamp(subject.created),
-            "creators": [format!("Tool: {}", tool())],
-            "comment": "Generated from the imgbuild lock file; every conda package is pinned by URL and sha256",
-        },
-        "documentDescribes": [image_id],
-        "packages": spdx_packages,
-        "relationships": relationships,
-    });
-    if !extracted.is_empty() {
-        document["hasExtractedLicensingInfos"] = json!(extracted);
-    }
-    document
-}
-
-/// The CycloneDX 1.5 document: the image as the BOM's subject, its conda packages and base
-/// as components, and the dependency graph.
-pub fn cyclonedx(lock: &Lock, subject: &SbomSubject) -> Value {
-    let digest = content_digest(lock, subject);
-    let packages = packages(lock);
-    let image_ref = "image";
-    let mut image = json!({
-        "type": "container",
-        "bom-ref": image_ref,
-        "name": subject.name,
-    });
-    if let Some(image_digest) = &subject.image_digest {
-        image["version"] = json!(image_digest);
-        image["purl"] = json!(oci_purl(&subject.name, image_digest, &[]));
-        image["hashes"] = json!([{
-            "alg": "SHA-256",
-            "content": image_digest.trim_start_matches("sha256:"),
-        }]);
-    }
-
-    let mut components = Vec::new();
-    let mut image_depends = Vec::new();
-    for base in base_entries(lock, subject) {
-        components.push(json!({
-            "type": "container",
-            "bom-ref": base.purl,
-            "name": base.name,
-            "version": base.digest,
-            "purl": base.purl,
-            "hashes": [{"alg": "SHA-256", "content": base.digest.trim_start_matches("sha256:")}],
-            "description": base.description,
-        }));
-        image_depends.push(base.purl);
-    }
-    for package in &packages {
-        let record = package.record;
-        let mut hashes = vec![json!({"alg": "SHA-256", "content": package.sha256})];
-        if let Some(md5) = &package.md5 {
-            hashes.push(json!({"alg": "MD5", "content": md5}));
-        }
-        let mut component = json!({
-            "type": "library",
-            "bom-ref": package.purl,
-            "name": package.name,
-            "version": record.package_record.version.to_string(),
-            "purl": package.purl,
-            "hashes": hashes,
-            "externalReferences": [{"type": "distribution", "url": record.url.as_str()}],
-            "properties": [
-                {"name": "conda:build", "value": record.package_record.build},
-                {"name": "conda:channel", "value": channel_url(record)},
-                {"name": "conda:subdir", "value": record.package_record.subdir},
-                {"name": "conda:file_name", "value": record.identifier.to_string()},
-            ],
-        });
-        match &package.licence {
-            Licence::Expression(expression) => {
-                component["licenses"] = json!([{"expression": expression}]);
-            }
-            Licence::Text { text, .. } => {
-                component["licenses"] = json!([{"license": {"name": text}}]);
-            }
-            Licence::None => {}
-        }
-        components.push(component);
-        image_depends.push(package.purl.clone());
-    }
-    for wheel in wheels(lock) {
-        let purl = wheel_purl(wheel);
-        components.push(json!({
-            "type": "library",
-            "bom-ref": purl,
-            "name": wheel.name.to_string(),
-            "version": wheel.version.to_string(),
-            "purl": purl,
-            "hashes": [{"alg": "SHA-256", "content": hex::encode(wheel.sha256)}],
-            "externalReferences": [{"type": "distribution", "url": wheel.url.as_str()}],
-            "properties": [{"name": "pypi:file_name", "value": wheel.filename}],
-        }));
-        image_depends.push(purl);
-    }
-    let purls: std::collections::BTreeMap<&str, &str> = packages
-        .iter()
-        .map(|p| (p.name.as_str(), p.purl.as_str()))
-        .collect();
-    let mut dependencies = vec![json!({"ref": image_ref, "dependsOn": image_depends})];
-    for package in &packages {
-        dependencies.push(json!({
-            "ref": package.purl,
-            "dependsOn": package.depends.iter().map(|d| purls[d.as_str()]).collect::<Vec<_>>(),
-        }));
-    }
-
-    json!({
-        "bomFormat": "CycloneDX",
-        "specVersion": "1.5",
-        "serialNumber": format!("urn:uuid:{}", content_uuid(&digest)),
-        "version": 1,
-        "metadata": {
-            "timestamp": timestamp(subject.created),
-            "tools": {
-                "components": [{
-                    "type": "application",
-                    "name": "imgbuild",
-                    "version": env!("CARGO_PKG_VERSION"),
-                }],
-            },
-            "component": image,
-        },
-        "components": components,
-        "dependencies": dependencies,
-    })
 }
 
 #[cfg(test)]
