@@ -11,7 +11,7 @@ use std::{
 use imgbuild::download::{DownloadError, DownloadProgress, Expected, download_resumable};
 use rattler_digest::{Sha256, compute_bytes_digest};
 
-use crate::range_server::{Drops, RangeServer, Ranges};
+use crate::servers::range::{Drops, RangeServer, Ranges};
 
 const NAME: &str = "pkg-1.0-h0_0.tar.bz2";
 

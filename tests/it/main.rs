@@ -6,6 +6,9 @@
 
 #[path = "../support/mod.rs"]
 mod support;
+// The token, range and fault-injecting servers.
+#[path = "../support/servers/mod.rs"]
+mod servers;
 
 mod archive;
 mod build;
@@ -18,7 +21,6 @@ mod download;
 mod error_messages;
 mod errors;
 mod fatbin;
-mod fault_proxy;
 mod fixtures_smoke;
 mod hostile;
 mod hostile_inputs;
@@ -35,7 +37,6 @@ mod platforms;
 mod progress;
 mod pypi;
 mod pypi_index;
-mod range_server;
 mod recipes;
 mod registry;
 mod reproducible;
@@ -44,6 +45,5 @@ mod sbom;
 mod smoke;
 mod smoke_embed;
 mod standalone;
-mod token_server;
 mod torch_solve;
 mod verify;

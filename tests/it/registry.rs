@@ -532,7 +532,7 @@ fn login(
 #[test]
 fn bearer_token_flow() {
     let dir = tempfile::tempdir().unwrap();
-    let tokens = crate::token_server::TokenServer::start(dir.path(), "ci", "token-pass-42");
+    let tokens = crate::servers::token::TokenServer::start(dir.path(), "ci", "token-pass-42");
     let registry = Registry::start(Auth::Token {
         realm: tokens.realm.clone(),
         cert: tokens.cert.clone(),
@@ -585,7 +585,7 @@ fn pushes_through_errors_and_resumes_after_an_outage() {
 
     // Every 4th request answered 500, every 7th connection dropped: the push still lands,
     // with the right digest.
-    let flaky = crate::fault_proxy::FaultProxy::start(&registry.host, 4, 7);
+    let flaky = crate::servers::fault_proxy::FaultProxy::start(&registry.host, 4, 7);
     let target = format!("{}/flaky/app:v1", flaky.host);
     let pushed = run(
         &project,
@@ -626,7 +626,7 @@ fn pushes_through_errors_and_resumes_after_an_outage() {
     assert_eq!(inspect["Digest"], digest);
 
     // A registry that goes down mid-push: a clear error after bounded retries...
-    let outage = crate::fault_proxy::FaultProxy::start(&registry.host, 0, 0);
+    let outage = crate::servers::fault_proxy::FaultProxy::start(&registry.host, 0, 0);
     let target = format!("{}/outage/app:v1", outage.host);
     // Let the first blob uploads through, then fail everything: with 4 blobs at a time
     // (HEAD, POST, PUT each), at least one PUT is among the first 10 requests.

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 
 use crate::{
     common::{Project, Run},
-    range_server::{Drops, Logged, RangeServer, Ranges},
+    servers::range::{Drops, Logged, RangeServer, Ranges},
     support::{
         hostile::{Channel, Package, Raw, sha256_hex},
         shared_channel,

@@ -1,0 +1,10 @@
+//! Local servers the integration tests put between imgbuild and what it talks to: a bearer
+//! token service for registry auth, a file server with (or without) range support that can
+//! drop connections, and a proxy that injects registry faults.
+//!
+//! Mounted by the `it` test binary (`tests/it/main.rs`), whose `common` and `support`
+//! modules they use.
+
+pub mod fault_proxy;
+pub mod range;
+pub mod token;
