@@ -11,6 +11,19 @@ pub enum Stage {
     Write,
 }
 
+impl Stage {
+    /// The stage's one name, wherever it is shown: the `stage` of the `--json` events, the
+    /// keys of the result's `timings` and the `Took` line.
+    pub fn name(self) -> &'static str {
+        match self {
+            Stage::Solve => "solve",
+            Stage::Install => "install",
+            Stage::Layers => "layers",
+            Stage::Write => "write",
+        }
+    }
+}
+
 /// Receives progress; the library never prints.
 pub trait Reporter: Send + Sync {
     /// A stage starts; the previous one, if any, has finished.

@@ -5,7 +5,10 @@ use std::process::ExitCode;
 
 use clap::{Args, CommandFactory};
 
-use super::{Cli, fail};
+use super::{
+    Cli,
+    printer::{Failure, Printer},
+};
 
 #[derive(Debug, Args)]
 pub struct CompletionsArgs {
@@ -23,27 +26,20 @@ pub(super) const MAN_EXAMPLES: &str = "\
 Examples:
   imgbuild man > ~/.local/share/man/man1/imgbuild.1 && man imgbuild";
 
-pub(super) fn run_completions(args: &CompletionsArgs) -> ExitCode {
+pub(super) fn run_completions(args: &CompletionsArgs) -> Result<ExitCode, Failure> {
     let mut command = Cli::command();
     clap_complete::generate(args.shell, &mut command, "imgbuild", &mut std::io::stdout());
-    ExitCode::SUCCESS
+    Ok(ExitCode::SUCCESS)
 }
 
 /// The man page (roff): synopsis, global options, each subcommand with its summary, the
 /// examples and the version. clap_mangen's own subcommand list names a page per subcommand
 /// (`imgbuild-build(1)`) that is not generated; this one names the subcommands and points
 /// to their `--help`, which has their flags and examples.
-pub(super) fn run_man() -> ExitCode {
-    match man_page() {
-        Ok(page) => {
-            use std::io::Write;
-            if let Err(err) = std::io::stdout().write_all(&page) {
-                return fail(&err, 2);
-            }
-            ExitCode::SUCCESS
-        }
-        Err(err) => fail(&err, 2),
-    }
+pub(super) fn run_man(printer: &Printer) -> Result<ExitCode, Failure> {
+    let page = man_page().map_err(|err| Failure::new(err, 2))?;
+    printer.bytes(&page).map_err(|err| Failure::new(err, 2))?;
+    Ok(ExitCode::SUCCESS)
 }
 
 fn man_page() -> std::io::Result<Vec<u8>> {

@@ -4,7 +4,7 @@ use std::{path::PathBuf, process::ExitCode};
 
 use clap::Args;
 
-use super::fail;
+use super::printer::{Failure, Printer};
 use crate::init::{InitError, from_environment_file, image_name, starter_recipe, write_new};
 
 pub(super) const INIT_EXAMPLES: &str = "\
@@ -34,8 +34,7 @@ pub struct InitArgs {
     pub name: Option<String>,
 }
 
-#[allow(clippy::print_stdout, clippy::print_stderr)]
-pub(super) fn run_init(args: &InitArgs, quiet: bool) -> ExitCode {
+pub(super) fn run_init(args: &InitArgs, printer: &Printer) -> Result<ExitCode, Failure> {
     let made = match &args.from {
         Some(path) => from_environment_file(path, args.name.as_deref()),
         None => Ok(crate::init::InitRecipe {
@@ -43,29 +42,23 @@ pub(super) fn run_init(args: &InitArgs, quiet: bool) -> ExitCode {
             notes: Vec::new(),
         }),
     };
-    let made = match made {
-        Ok(made) => made,
-        Err(err) => return fail_init(&err),
-    };
+    let made = made.map_err(failure)?;
     // Notes are warnings about the conversion: shown even with --quiet.
     for note in &made.notes {
-        eprintln!("warning: {note}");
+        printer.warning(note);
     }
     match &args.output {
-        None => print!("{}", made.text),
+        None => printer.document(&made.text),
         Some(path) => {
-            if let Err(err) = write_new(path, &made.text) {
-                return fail_init(&err);
-            }
-            if !quiet {
-                eprintln!("{:>12} {}", "Wrote", path.display());
-            }
-            println!("{}", path.display());
+            write_new(path, &made.text).map_err(failure)?;
+            printer.status("Wrote", path.display());
+            printer.result(path.display());
         }
     }
-    ExitCode::SUCCESS
+    Ok(ExitCode::SUCCESS)
 }
 
-fn fail_init(err: &InitError) -> ExitCode {
-    fail(err, err.exit_code() as u8)
+fn failure(err: InitError) -> Failure {
+    let code = err.exit_code() as u8;
+    Failure::new(err, code)
 }

@@ -4,7 +4,7 @@ use std::{fmt::Write, process::ExitCode};
 
 use clap::Args;
 
-use super::{fail, human_bytes};
+use super::printer::{Failure, Printer, human_bytes};
 use crate::inspect::{ImageDiff, ImageSummary, describe_layer, diff, inspect_platform};
 
 /// `--platform`: an OCI platform or a conda subdir that maps to one.
@@ -54,42 +54,32 @@ pub struct DiffArgs {
     pub json: bool,
 }
 
-#[allow(clippy::print_stdout)]
-pub(super) fn run_inspect(args: &InspectArgs) -> ExitCode {
-    let summary = match inspect_platform(&args.image, args.platform) {
-        Ok(summary) => summary,
-        Err(err) => return fail(&err, 1),
-    };
+pub(super) fn run_inspect(args: &InspectArgs, printer: &Printer) -> Result<ExitCode, Failure> {
+    let summary =
+        inspect_platform(&args.image, args.platform).map_err(|err| Failure::new(err, 1))?;
     if args.json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&summary).expect("the summary serializes")
-        );
+        printer.result(serde_json::to_string_pretty(&summary).expect("the summary serializes"));
     } else {
-        print!("{}", render_summary(&summary));
+        printer.document(&render_summary(&summary));
     }
-    ExitCode::SUCCESS
+    Ok(ExitCode::SUCCESS)
 }
 
-#[allow(clippy::print_stdout)]
-pub(super) fn run_diff(args: &DiffArgs) -> ExitCode {
+pub(super) fn run_diff(args: &DiffArgs, printer: &Printer) -> Result<ExitCode, Failure> {
     let (from, to) = match (
         inspect_platform(&args.from, args.platform),
         inspect_platform(&args.to, args.platform),
     ) {
         (Ok(from), Ok(to)) => (from, to),
-        (Err(err), _) | (_, Err(err)) => return fail(&err, 1),
+        (Err(err), _) | (_, Err(err)) => return Err(Failure::new(err, 1)),
     };
     let changes = diff(&from, &to);
     if args.json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&changes).expect("the diff serializes")
-        );
+        printer.result(serde_json::to_string_pretty(&changes).expect("the diff serializes"));
     } else {
-        print!("{}", render_diff(&changes));
+        printer.document(&render_diff(&changes));
     }
-    ExitCode::SUCCESS
+    Ok(ExitCode::SUCCESS)
 }
 
 fn short(digest: &str) -> &str {
@@ -103,11 +93,22 @@ fn words(list: &Option<Vec<String>>) -> String {
         .unwrap_or_else(|| "-".to_string())
 }
 
+fn or_dash(value: &Option<String>) -> String {
+    value.clone().unwrap_or_else(|| "-".to_string())
+}
+
 /// The summary as text: the config, CUDA needs, then a table of layers.
 fn render_summary(summary: &ImageSummary) -> String {
     let mut out = String::new();
-    let or_dash = |v: &Option<String>| v.clone().unwrap_or_else(|| "-".to_string());
-    let config = &summary.config;
+    render_origin(&mut out, summary);
+    render_config(&mut out, &summary.config);
+    render_cuda(&mut out, summary);
+    render_layers(&mut out, summary);
+    out
+}
+
+/// Where the image comes from: its name, digests, platform, time, base and conda prefix.
+fn render_origin(out: &mut String, summary: &ImageSummary) {
     let _ = writeln!(out, "image        {}", summary.image);
     if let Some(index) = &summary.index_digest {
         let _ = writeln!(
@@ -137,6 +138,10 @@ fn render_summary(summary: &ImageSummary) -> String {
             or_dash(&conda.prefix)
         );
     }
+}
+
+/// What the image runs, as whom, where and with what.
+fn render_config(out: &mut String, config: &crate::inspect::RuntimeConfig) {
     let _ = writeln!(out, "entrypoint   {}", words(&config.entrypoint));
     let _ = writeln!(out, "cmd          {}", words(&config.cmd));
     let _ = writeln!(out, "user         {}", or_dash(&config.user));
@@ -150,6 +155,10 @@ fn render_summary(summary: &ImageSummary) -> String {
     if !config.ports.is_empty() {
         let _ = writeln!(out, "ports        {}", config.ports.join(" "));
     }
+}
+
+/// The CUDA the image needs, its GPU architectures and its embedded smoke test.
+fn render_cuda(out: &mut String, summary: &ImageSummary) {
     match &summary.cuda {
         Some(cuda) => {
             let _ = writeln!(
@@ -166,7 +175,7 @@ fn render_summary(summary: &ImageSummary) -> String {
         }
     }
     if let Some(gpu) = &summary.gpu {
-        render_gpu(&mut out, gpu);
+        render_gpu(out, gpu);
     }
     if let Some(smoke) = &summary.smoke {
         let _ = writeln!(
@@ -174,6 +183,10 @@ fn render_summary(summary: &ImageSummary) -> String {
             "smoke        {smoke} (`imgbuild k8s --smoke-job` runs it)"
         );
     }
+}
+
+/// The layers, one row each, and the totals.
+fn render_layers(out: &mut String, summary: &ImageSummary) {
     let _ = writeln!(out);
     let _ = writeln!(out, "{:>3}  {:<12}  {:>10}  holds", "#", "digest", "size");
     for (position, layer) in summary.layers.iter().enumerate() {
@@ -193,7 +206,6 @@ fn render_summary(summary: &ImageSummary) -> String {
         summary.packages.len(),
         human_bytes(summary.total_size)
     );
-    out
 }
 
 /// The GPU architectures: all of them, then each package's.
@@ -241,7 +253,6 @@ fn render_diff(changes: &ImageDiff) -> String {
     if changes.config.is_empty() {
         let _ = writeln!(out, "config       unchanged");
     }
-    let or_dash = |v: &Option<String>| v.clone().unwrap_or_else(|| "-".to_string());
     for change in &changes.config {
         let _ = writeln!(
             out,

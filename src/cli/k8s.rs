@@ -4,8 +4,9 @@ use std::process::ExitCode;
 
 use clap::Args;
 
-use super::fail;
 use k8s_openapi::api::core::v1::Toleration;
+
+use super::printer::{Failure, Printer};
 
 use crate::k8s::{
     BuildJobOptions, DataVolume, WorkloadKind, WorkloadOptions, build_job, check_quantity,
@@ -209,6 +210,7 @@ fn build_job_options(
     args: &K8sArgs,
     recipe_path: &std::path::Path,
     options: &WorkloadOptions,
+    printer: &Printer,
 ) -> Result<BuildJobOptions, Box<dyn std::error::Error>> {
     use crate::recipe::{Recipe, RecipeOptions, matrix};
 
@@ -235,19 +237,7 @@ fn build_job_options(
             },
         )?;
         let suffix = variant.as_ref().map(matrix::Variant::suffix);
-        let lock_path = recipe.lock_path();
-        let lock = fs_err::read_to_string(&lock_path).map_err(|_| {
-            format!(
-                "`{}` does not exist: the pods build with `--locked`, so lock every variant first (`imgbuild build {}`)",
-                lock_path.display(),
-                recipe_path.display()
-            )
-        })?;
-        let file_name = lock_path
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default();
-        locks.push((file_name, lock));
+        locks.push(read_lock(&recipe, recipe_path)?);
         let tag = recipe.tags.first().cloned().unwrap_or_default();
         if let Some(other) = tags.insert(tag.clone(), suffix.clone()) {
             return Err(format!(
@@ -257,17 +247,7 @@ fn build_job_options(
             )
             .into());
         }
-        for channel in &recipe.channels {
-            if channel.base_url.url().scheme() == "file" {
-                #[allow(clippy::print_stderr)]
-                {
-                    eprintln!(
-                        "warning: channel `{}` is on this machine; the build pods must see it at the same path",
-                        channel.base_url
-                    );
-                }
-            }
-        }
+        warn_of_local_channels(&recipe, printer);
         base_name.get_or_insert_with(|| match &suffix {
             Some(suffix) => recipe
                 .name
@@ -300,43 +280,60 @@ fn build_job_options(
     })
 }
 
-#[allow(clippy::print_stdout)]
-pub(super) fn run_k8s(args: &K8sArgs) -> ExitCode {
-    let (options, user) = match options(args) {
-        Ok(parsed) => parsed,
-        Err(err) => return fail(&err, 1),
-    };
+/// A variant's lock, as the ConfigMap holds it: (file name, text). The pods build with
+/// `--locked`, so a missing lock is an error here rather than a failed pod.
+fn read_lock(
+    recipe: &crate::recipe::Recipe,
+    recipe_path: &std::path::Path,
+) -> Result<(String, String), String> {
+    let lock_path = recipe.lock_path();
+    let lock = fs_err::read_to_string(&lock_path).map_err(|_| {
+        format!(
+            "`{}` does not exist: the pods build with `--locked`, so lock every variant first (`imgbuild build {}`)",
+            lock_path.display(),
+            recipe_path.display()
+        )
+    })?;
+    let file_name = lock_path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    Ok((file_name, lock))
+}
+
+/// Warns of channels on this machine's disk, which the pods see only if mounted alike.
+fn warn_of_local_channels(recipe: &crate::recipe::Recipe, printer: &Printer) {
+    for channel in &recipe.channels {
+        if channel.base_url.url().scheme() == "file" {
+            printer.warning(&format!(
+                "channel `{}` is on this machine; the build pods must see it at the same path",
+                channel.base_url
+            ));
+        }
+    }
+}
+
+pub(super) fn run_k8s(args: &K8sArgs, printer: &Printer) -> Result<ExitCode, Failure> {
+    let (options, user) = options(args).map_err(|err| Failure::new(err, 1))?;
     if let Some(recipe) = &args.build_job {
-        let yaml = build_job_options(args, recipe, &options).and_then(|o| {
-            build_job(&o)
-                .and_then(|w| w.to_yaml())
-                .map_err(|e| Box::new(e) as Box<dyn std::error::Error>)
-        });
-        return match yaml {
-            Ok(yaml) => {
-                print!("{yaml}");
-                ExitCode::SUCCESS
-            }
-            Err(err) => fail(err.as_ref(), 1),
-        };
+        let yaml = build_job_options(args, recipe, &options, printer)
+            .and_then(|o| {
+                build_job(&o)
+                    .and_then(|w| w.to_yaml())
+                    .map_err(|e| Box::new(e) as Box<dyn std::error::Error>)
+            })
+            .map_err(|err| Failure::new(err, 1))?;
+        printer.document(&yaml);
+        return Ok(ExitCode::SUCCESS);
     }
     let image_ref = args.image.as_deref().unwrap_or_default();
-    let image = match crate::inspect::inspect(image_ref) {
-        Ok(image) => image,
-        Err(err) => return fail(&err, 1),
-    };
-    let (manifest, warnings) = match workload(&image, &options, user.as_deref()) {
-        Ok(built) => built,
-        Err(err) => return fail(&err, 1),
-    };
-    let yaml = match manifest.to_yaml() {
-        Ok(yaml) => yaml,
-        Err(err) => return fail(&err, 1),
-    };
-    #[allow(clippy::print_stderr)]
+    let image = crate::inspect::inspect(image_ref).map_err(|err| Failure::new(err, 1))?;
+    let (manifest, warnings) =
+        workload(&image, &options, user.as_deref()).map_err(|err| Failure::new(err, 1))?;
+    let yaml = manifest.to_yaml().map_err(|err| Failure::new(err, 1))?;
     for warning in &warnings {
-        eprintln!("warning: {warning}");
+        printer.warning(warning);
     }
-    print!("{yaml}");
-    ExitCode::SUCCESS
+    printer.document(&yaml);
+    Ok(ExitCode::SUCCESS)
 }

@@ -7,7 +7,10 @@ use rattler_conda_types::Subdir;
 
 use serde_json::json;
 
-use super::{fail, human_bytes, progress};
+use super::{
+    printer::{Failure, Printer, human_bytes},
+    progress,
+};
 use crate::{
     build::{self, BuildReport, BuildSettings, Reporter},
     recipe::matrix::Variant,
@@ -55,20 +58,20 @@ pub fn sharing(variants: &[Vec<(String, u64)>]) -> Sharing {
 /// fetch pass before the builds reports nothing: every warning comes again from the build.
 struct VariantWarnings {
     variant: String,
-    json: bool,
+    printer: Printer,
 }
 
 impl Reporter for VariantWarnings {
-    #[allow(clippy::print_stderr)]
     fn on_warning(&self, message: &str) {
-        if self.json {
-            progress::emit(&json!({
+        if self.printer.json() {
+            self.printer.event(&json!({
                 "event": "warning",
                 "variant": self.variant,
                 "message": message,
             }));
         } else {
-            eprintln!("warning: {}: {message}", self.variant);
+            self.printer
+                .warning(&format!("{}: {message}", self.variant));
         }
     }
 }
@@ -100,22 +103,25 @@ fn layers_of(report: &BuildReport) -> Result<Vec<(String, u64)>, crate::inspect:
     Ok(layers)
 }
 
-#[allow(clippy::print_stdout, clippy::print_stderr)]
+/// Builds every variant, then prints each one's result and what they share. A matrix build
+/// fails in text only, even with `--json` (no `error` event), as it always has.
 pub(super) async fn run_matrix(
     settings: &BuildSettings,
     variants: Vec<Variant>,
-    json: bool,
-    quiet: bool,
-) -> ExitCode {
+    printer: &Printer,
+) -> Result<ExitCode, Failure> {
     let count = variants.len();
     // The machine's threads shared between the variants (each at least one).
     let jobs = (settings.jobs / count).max(1);
-    if !quiet && !json {
-        eprintln!(
-            "{:>12} {count} variants at once, {jobs} compression thread(s) each",
-            "Matrix"
-        );
-    }
+    printer.status(
+        "Matrix",
+        format_args!("{count} variants at once, {jobs} compression thread(s) each"),
+    );
+    let variant_failed = |variant: &Variant, err: build::BuildError| {
+        Failure::from(err)
+            .without_event()
+            .after(vec![format!("variant `{}` failed", variant.suffix())])
+    };
     // Locks and packages first, one variant after another: builds running at once in one
     // process must not fetch the same package at the same time.
     for variant in &variants {
@@ -123,52 +129,67 @@ pub(super) async fn run_matrix(
             variant: Some(variant.clone()),
             ..settings.clone()
         };
-        if let Err(err) = build::lock_and_fetch(&settings).await {
-            eprintln!("error: variant `{}` failed", variant.suffix());
-            return fail(&err, err.exit_code() as u8);
-        }
+        build::lock_and_fetch(&settings)
+            .await
+            .map_err(|err| variant_failed(variant, err))?;
     }
+    let results = build_all(settings, variants, jobs, printer);
+    report_all(results, printer)
+}
+
+type Built = (Variant, Result<BuildReport, build::BuildError>);
+
+/// Builds the variants at once, `jobs` compression threads each.
+fn build_all(
+    settings: &BuildSettings,
+    variants: Vec<Variant>,
+    jobs: usize,
+    printer: &Printer,
+) -> Vec<Built> {
     // One thread and runtime per variant: the builds run their CPU work (install, layers)
     // on their own threads, so they overlap for real.
-    let results: Vec<(Variant, Result<BuildReport, build::BuildError>)> =
-        tokio::task::block_in_place(|| {
-            std::thread::scope(|scope| {
-                let handles: Vec<_> = variants
-                    .into_iter()
-                    .map(|variant| {
-                        let settings = BuildSettings {
-                            variant: Some(variant.clone()),
-                            jobs,
-                            ..settings.clone()
-                        };
-                        let reporter = VariantWarnings {
-                            variant: variant.suffix(),
-                            json,
-                        };
-                        scope.spawn(move || {
-                            let result = tokio::runtime::Builder::new_multi_thread()
-                                .worker_threads(1)
-                                .enable_all()
-                                .build()
-                                .map_err(|source| build::BuildError::Staging {
-                                    path: settings.cache_dir.clone(),
-                                    source,
-                                })
-                                .and_then(|runtime| {
-                                    runtime.block_on(build::build(&settings, &reporter))
-                                });
-                            (variant, result)
-                        })
+    tokio::task::block_in_place(|| {
+        std::thread::scope(|scope| {
+            let handles: Vec<_> = variants
+                .into_iter()
+                .map(|variant| {
+                    let settings = BuildSettings {
+                        variant: Some(variant.clone()),
+                        jobs,
+                        ..settings.clone()
+                    };
+                    let reporter = VariantWarnings {
+                        variant: variant.suffix(),
+                        printer: *printer,
+                    };
+                    scope.spawn(move || {
+                        let result = tokio::runtime::Builder::new_multi_thread()
+                            .worker_threads(1)
+                            .enable_all()
+                            .build()
+                            .map_err(|source| build::BuildError::Staging {
+                                path: settings.cache_dir.clone(),
+                                source,
+                            })
+                            .and_then(|runtime| {
+                                runtime.block_on(build::build(&settings, &reporter))
+                            });
+                        (variant, result)
                     })
-                    .collect();
-                handles
-                    .into_iter()
-                    .map(|h| h.join().expect("a variant's build thread panicked"))
-                    .collect()
-            })
-        });
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| h.join().expect("a variant's build thread panicked"))
+                .collect()
+        })
+    })
+}
 
-    let mut failed = None;
+/// Each variant's result event, or its failure; then the images and what they share.
+fn report_all(results: Vec<Built>, printer: &Printer) -> Result<ExitCode, Failure> {
+    let mut failed: Vec<String> = Vec::new();
+    let mut last_error = None;
     let mut layer_lists = Vec::new();
     let mut built: Vec<(String, PathBuf, String, String)> = Vec::new();
     for (variant, result) in results {
@@ -176,10 +197,10 @@ pub(super) async fn run_matrix(
             Ok(report) => {
                 match layers_of(&report) {
                     Ok(layers) => layer_lists.push(layers),
-                    Err(err) => return fail(&err, 1),
+                    Err(err) => return Err(Failure::new(err, 1).without_event().after(failed)),
                 }
-                if json {
-                    progress::emit(&progress::result_event(&report));
+                if printer.json() {
+                    printer.event(&progress::result_event(&report));
                 }
                 for tag in &report.tags {
                     built.push((
@@ -191,17 +212,26 @@ pub(super) async fn run_matrix(
                 }
             }
             Err(err) => {
-                eprintln!("error: variant `{}` failed", variant.suffix());
-                failed = Some((err.exit_code(), err));
+                failed.push(format!("variant `{}` failed", variant.suffix()));
+                last_error = Some(err);
             }
         }
     }
-    if let Some((code, err)) = failed {
-        return fail(&err, code as u8);
+    if let Some(err) = last_error {
+        return Err(Failure::from(err).without_event().after(failed));
     }
-    let sharing = sharing(&layer_lists);
-    if json {
-        progress::emit(&json!({
+    print_sharing(&built, &sharing(&layer_lists), printer);
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The `matrix` event with `--json`; else the sharing line and every variant's image.
+fn print_sharing(
+    built: &[(String, PathBuf, String, String)],
+    sharing: &Sharing,
+    printer: &Printer,
+) {
+    if printer.json() {
+        printer.event(&json!({
             "event": "matrix",
             "variants": built
                 .iter()
@@ -216,21 +246,20 @@ pub(super) async fn run_matrix(
             "shared_bytes": sharing.shared_bytes,
         }));
     } else {
-        if !quiet {
-            eprintln!(
-                "{:>12} {} of {} distinct layers ({} of {}) are in two or more variants and stored once",
-                "Shared",
+        printer.status(
+            "Shared",
+            format_args!(
+                "{} of {} distinct layers ({} of {}) are in two or more variants and stored once",
                 sharing.shared_layers,
                 sharing.layers,
                 human_bytes(sharing.shared_bytes),
                 human_bytes(sharing.bytes),
-            );
-        }
-        for (_, layout, tag, digest) in &built {
-            println!("{}:{tag}@{digest}", layout.display());
+            ),
+        );
+        for (_, layout, tag, digest) in built {
+            printer.result(format_args!("{}:{tag}@{digest}", layout.display()));
         }
     }
-    ExitCode::SUCCESS
 }
 
 #[cfg(test)]

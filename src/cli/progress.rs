@@ -13,7 +13,6 @@
 //!   "retries":…,"sboms":[…],"sboms_found_by":…}`
 
 use std::{
-    io::IsTerminal,
     sync::Mutex,
     time::{Duration, Instant},
 };
@@ -23,7 +22,7 @@ use serde_json::{Value, json};
 
 use crate::build::{BuildReport, LockOutcome, LockReport, Reporter, Stage, counted};
 
-use super::human_bytes;
+use super::printer::{Printer, human_bytes};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Mode {
@@ -37,35 +36,6 @@ pub(crate) enum Mode {
     Json,
 }
 
-impl Mode {
-    pub(crate) fn new(quiet: bool, json: bool) -> Self {
-        if json {
-            Mode::Json
-        } else if quiet {
-            Mode::Quiet
-        } else if std::io::stderr().is_terminal() {
-            Mode::Bars
-        } else {
-            Mode::Plain
-        }
-    }
-}
-
-pub(crate) fn stage_id(stage: Stage) -> &'static str {
-    match stage {
-        Stage::Solve => "solve",
-        Stage::Install => "install",
-        Stage::Layers => "layers",
-        Stage::Write => "write",
-    }
-}
-
-/// Prints one JSON event as a line on stdout.
-#[allow(clippy::print_stdout)]
-pub(crate) fn emit(event: &Value) {
-    println!("{event}");
-}
-
 #[derive(Default)]
 struct Current {
     stage: Option<(Stage, Instant)>,
@@ -77,14 +47,16 @@ struct Current {
 
 /// The build's [`Reporter`] for the command line.
 pub(crate) struct BuildProgress {
+    printer: Printer,
     mode: Mode,
     current: Mutex<Current>,
 }
 
 impl BuildProgress {
-    pub(crate) fn new(mode: Mode) -> Self {
+    pub(crate) fn new(printer: &Printer) -> Self {
         BuildProgress {
-            mode,
+            printer: *printer,
+            mode: printer.progress_mode(),
             current: Mutex::default(),
         }
     }
@@ -99,7 +71,6 @@ impl BuildProgress {
         self.finish_stage(&mut current, ok);
     }
 
-    #[allow(clippy::print_stderr)]
     fn finish_stage(&self, current: &mut Current, ok: bool) {
         let Some((stage, started)) = current.stage.take() else {
             return;
@@ -111,9 +82,9 @@ impl BuildProgress {
         match self.mode {
             Mode::Quiet => {}
             Mode::Plain | Mode::Bars if !ok => {}
-            Mode::Json => emit(&json!({
+            Mode::Json => self.printer.event(&json!({
                 "event": "stage-finished",
-                "stage": stage_id(stage),
+                "stage": stage.name(),
                 "ok": ok,
                 "seconds": round(elapsed),
                 "items": current.items,
@@ -145,7 +116,9 @@ impl BuildProgress {
                     ),
                     Stage::Write => ("Committed", String::new()),
                 };
-                eprintln!("{done:>12} {what}in {:.2}s", elapsed.as_secs_f64());
+                let took = elapsed.as_secs_f64();
+                self.printer
+                    .status(done, format_args!("{what}in {took:.2}s"));
             }
         }
         *current = Current::default();
@@ -166,7 +139,6 @@ fn verb(stage: Stage) -> &'static str {
 }
 
 impl Reporter for BuildProgress {
-    #[allow(clippy::print_stderr)]
     fn on_stage(&self, stage: Stage, detail: &str) {
         let mut current = self
             .current
@@ -176,12 +148,12 @@ impl Reporter for BuildProgress {
         current.stage = Some((stage, Instant::now()));
         match self.mode {
             Mode::Quiet => {}
-            Mode::Json => emit(&json!({
+            Mode::Json => self.printer.event(&json!({
                 "event": "stage-started",
-                "stage": stage_id(stage),
+                "stage": stage.name(),
                 "detail": detail,
             })),
-            Mode::Plain => eprintln!("{:>12} {detail}", verb(stage)),
+            Mode::Plain => self.printer.status(verb(stage), detail),
             Mode::Bars => {
                 let bar = ProgressBar::new_spinner();
                 bar.set_style(
@@ -247,10 +219,9 @@ impl Reporter for BuildProgress {
         }
     }
 
-    #[allow(clippy::print_stderr)]
     fn on_warning(&self, message: &str) {
         if self.mode == Mode::Json {
-            emit(&json!({"event": "warning", "message": message}));
+            self.printer.warning(message);
             return;
         }
         let current = self
@@ -258,8 +229,8 @@ impl Reporter for BuildProgress {
             .lock()
             .expect("no panics while holding the lock");
         match &current.bar {
-            Some(bar) => bar.suspend(|| eprintln!("warning: {message}")),
-            None => eprintln!("warning: {message}"),
+            Some(bar) => bar.suspend(|| self.printer.warning(message)),
+            None => self.printer.warning(message),
         }
     }
 }
@@ -291,7 +262,7 @@ pub(crate) fn result_event(report: &BuildReport) -> Value {
     let timings: serde_json::Map<String, Value> = report
         .timings
         .iter()
-        .map(|(stage, time)| (stage_id(*stage).to_string(), json!(round(*time))))
+        .map(|(stage, time)| (stage.name().to_string(), json!(round(*time))))
         .collect();
     let images: Vec<String> = report
         .tags

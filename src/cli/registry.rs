@@ -4,6 +4,7 @@ use std::{io::Read, path::PathBuf, process::ExitCode};
 
 use clap::Args;
 
+use super::printer::{Failure, Printer, human_bytes};
 use crate::registry::{
     ClientOptions, Reference, RepositoryClient,
     auth::{self, Credentials},
@@ -18,12 +19,11 @@ struct PushBar {
 }
 
 impl PushBar {
-    fn new(quiet: bool) -> PushBar {
-        use std::io::IsTerminal;
-        let bar = if quiet || !std::io::stderr().is_terminal() {
-            indicatif::ProgressBar::hidden()
-        } else {
+    fn new(printer: &Printer) -> PushBar {
+        let bar = if printer.bars() {
             indicatif::ProgressBar::new(0)
+        } else {
+            indicatif::ProgressBar::hidden()
         };
         bar.set_style(
             indicatif::ProgressStyle::with_template(
@@ -145,7 +145,7 @@ pub async fn push_layout(
     tags: &[String],
     options: &ClientOptions,
     mount_from: Option<&Reference>,
-    quiet: bool,
+    printer: &Printer,
 ) -> Result<PushReport, Box<dyn std::error::Error>> {
     let (layout, tag) = split_layout(image);
     let target = Reference::parse(reference)?;
@@ -162,7 +162,7 @@ pub async fn push_layout(
         }
     }
     let client = client_for(&target, options)?;
-    let bar = PushBar::new(quiet);
+    let bar = PushBar::new(printer);
     let mut report = push(&layout, &tag, &client, tags, mount_from, &bar).await?;
     attach_sboms(&client, &layout, &mut report).await?;
     Ok(report)
@@ -240,59 +240,55 @@ fn describes(sbom: &[u8], digest: &str) -> bool {
             .any(|window| window == hex.as_bytes())
 }
 
-#[allow(clippy::print_stdout, clippy::print_stderr)]
-pub fn print_push(report: &PushReport, quiet: bool) {
-    if !quiet {
-        eprintln!(
-            "{:>12} {} blobs: {} uploaded ({}), {} mounted, {} already there; {} requests, {} retries",
-            "Pushed",
+/// The push's status lines, then the pushed `REF@sha256:…` on stdout.
+pub fn print_push(report: &PushReport, printer: &Printer) {
+    printer.status(
+        "Pushed",
+        format_args!(
+            "{} blobs: {} uploaded ({}), {} mounted, {} already there; {} requests, {} retries",
             report.blobs_total,
             report.blobs_uploaded,
-            super::human_bytes(report.bytes_uploaded),
+            human_bytes(report.bytes_uploaded),
             report.blobs_mounted,
             report.blobs_total - report.blobs_uploaded - report.blobs_mounted,
             report.requests,
             report.retries,
-        );
-    }
-    if !quiet && let Some(found_by) = &report.sboms_found_by {
-        eprintln!(
-            "{:>12} {} SBOM(s) to the image, found by {found_by}",
+        ),
+    );
+    if let Some(found_by) = &report.sboms_found_by {
+        printer.status(
             "Attached",
-            report.sboms.len()
+            format_args!(
+                "{} SBOM(s) to the image, found by {found_by}",
+                report.sboms.len()
+            ),
         );
     }
-    println!("{}", report.pushed);
+    printer.result(&report.pushed);
 }
 
-pub async fn run_push(args: &PushArgs, options: &ClientOptions, quiet: bool) -> ExitCode {
+pub(super) async fn run_push(
+    args: &PushArgs,
+    options: &ClientOptions,
+    printer: &Printer,
+) -> Result<ExitCode, Failure> {
     let mount_from = base_of(&args.image);
-    match push_layout(
+    let report = push_layout(
         &args.image,
         &args.reference,
         &args.tags,
         options,
         mount_from.as_ref(),
-        quiet,
+        printer,
     )
     .await
-    {
-        Ok(report) if args.json => {
-            #[allow(clippy::print_stdout)]
-            {
-                println!(
-                    "{}",
-                    serde_json::to_string(&report).expect("the report serializes")
-                );
-            }
-            ExitCode::SUCCESS
-        }
-        Ok(report) => {
-            print_push(&report, quiet);
-            ExitCode::SUCCESS
-        }
-        Err(err) => super::fail(err.as_ref(), 1),
+    .map_err(|err| Failure::new(err, 1))?;
+    if args.json {
+        printer.result(serde_json::to_string(&report).expect("the report serializes"));
+    } else {
+        print_push(&report, printer);
     }
+    Ok(ExitCode::SUCCESS)
 }
 
 /// The registry base an image was built on (its `org.opencontainers.image.base.name`), for
@@ -316,52 +312,47 @@ pub fn base_of(image: &str) -> Option<Reference> {
     Reference::parse(name).ok()
 }
 
-#[allow(clippy::print_stderr)]
-pub async fn run_login(args: &LoginArgs, options: &ClientOptions) -> ExitCode {
+pub(super) async fn run_login(
+    args: &LoginArgs,
+    options: &ClientOptions,
+    printer: &Printer,
+) -> Result<ExitCode, Failure> {
     let mut password = String::new();
-    if let Err(err) = std::io::stdin().read_to_string(&mut password) {
-        return super::fail(&err, 1);
-    }
+    std::io::stdin()
+        .read_to_string(&mut password)
+        .map_err(|err| Failure::new(err, 1))?;
     let password = password.trim_end_matches(['\n', '\r']).to_string();
     if password.is_empty() {
-        eprintln!("error: no password on stdin");
-        return ExitCode::from(1);
+        return Err(Failure::new("no password on stdin", 1));
     }
     let credentials = Credentials::new(args.username.clone(), password);
     // Any repository name does: `/v2/` is what is checked.
-    let reference = match Reference::parse(&format!("{}/imgbuild-login-check", args.registry)) {
-        Ok(reference) => reference,
-        Err(err) => return super::fail(&err, 1),
-    };
-    let client = match RepositoryClient::new(&reference, Some(credentials.clone()), options) {
-        Ok(client) => client,
-        Err(err) => return super::fail(&err, 1),
-    };
-    if let Err(err) = client.check_login().await {
-        return super::fail(&err, 1);
-    }
+    let reference = Reference::parse(&format!("{}/imgbuild-login-check", args.registry))
+        .map_err(|err| Failure::new(err, 1))?;
+    let client = RepositoryClient::new(&reference, Some(credentials.clone()), options)
+        .map_err(|err| Failure::new(err, 1))?;
+    client
+        .check_login()
+        .await
+        .map_err(|err| Failure::new(err, 1))?;
     // A registry that answers anyone needs no login: storing credentials would only put a
     // secret on disk for nothing (issue 18).
     if auth::asks_for_no_credentials(&reference, options).await {
-        eprintln!(
+        printer.notice(format_args!(
             "Registry {} asks for no credentials; nothing stored",
             reference.registry
-        );
-        return ExitCode::SUCCESS;
+        ));
+        return Ok(ExitCode::SUCCESS);
     }
     let file = std::env::var_os("REGISTRY_AUTH_FILE")
         .filter(|v| !v.is_empty())
         .map(PathBuf::from)
         .unwrap_or_else(auth::docker_config_file);
-    match auth::store(&file, &reference.registry, &credentials) {
-        Ok(()) => {
-            eprintln!(
-                "Login succeeded; credentials for {} stored in {}",
-                reference.registry,
-                file.display()
-            );
-            ExitCode::SUCCESS
-        }
-        Err(err) => super::fail(&err, 2),
-    }
+    auth::store(&file, &reference.registry, &credentials).map_err(|err| Failure::new(err, 2))?;
+    printer.notice(format_args!(
+        "Login succeeded; credentials for {} stored in {}",
+        reference.registry,
+        file.display()
+    ));
+    Ok(ExitCode::SUCCESS)
 }

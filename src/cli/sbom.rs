@@ -3,9 +3,11 @@
 use std::{path::PathBuf, process::ExitCode};
 
 use clap::Args;
-use url::Url;
 
-use super::{fail, source_date_epoch};
+use super::{
+    Env,
+    printer::{Failure, Printer},
+};
 use crate::{
     recipe::RecipeOptions,
     sbom::{SbomFormat, load_input, render},
@@ -31,39 +33,33 @@ pub struct SbomArgs {
     pub output: Option<PathBuf>,
 }
 
-#[allow(clippy::print_stdout, clippy::print_stderr)]
-pub(super) fn run_sbom(args: &SbomArgs, channel_alias: &Url) -> ExitCode {
-    let source_date_epoch = match source_date_epoch() {
-        Ok(value) => value,
-        Err(message) => {
-            eprintln!("error: {message}");
-            return ExitCode::from(1);
-        }
-    };
+pub(super) fn run_sbom(
+    args: &SbomArgs,
+    env: &Env<'_>,
+    printer: &Printer,
+) -> Result<ExitCode, Failure> {
     let options = RecipeOptions {
-        channel_alias: channel_alias.clone(),
+        channel_alias: env.global.channel_alias.clone(),
         variant: None,
     };
-    let (lock, subject) = match load_input(&args.input, &options, source_date_epoch) {
-        Ok(input) => input,
-        Err(err) => {
+    let (lock, subject) =
+        load_input(&args.input, &options, env.source_date_epoch).map_err(|err| {
             let code = err.exit_code() as u8;
-            return fail(&err, code);
-        }
-    };
+            Failure::new(err, code)
+        })?;
     let text = render(&lock, &subject, args.format);
     match &args.output {
-        None => print!("{text}"),
+        None => printer.document(&text),
         Some(path) => {
-            if let Err(source) = crate::fs::write_atomic(path, text.as_bytes()) {
+            crate::fs::write_atomic(path, text.as_bytes()).map_err(|source| {
                 let err = crate::sbom::SbomError::Write {
                     path: path.clone(),
                     source,
                 };
-                return fail(&err, 2);
-            }
-            println!("{}", path.display());
+                Failure::new(err, 2)
+            })?;
+            printer.result(path.display());
         }
     }
-    ExitCode::SUCCESS
+    Ok(ExitCode::SUCCESS)
 }

@@ -4,6 +4,7 @@ use std::{path::PathBuf, process::ExitCode};
 
 use clap::Args;
 
+use super::printer::{Failure, Printer, human_bytes};
 use crate::{build::BuildSettings, verify};
 
 pub const VERIFY_EXAMPLES: &str = "\
@@ -30,37 +31,33 @@ pub struct VerifyArgs {
     pub json: bool,
 }
 
-#[allow(clippy::print_stdout, clippy::print_stderr)]
-pub async fn run_verify(
+pub(super) async fn run_verify(
     args: &VerifyArgs,
     settings: Option<BuildSettings>,
-    quiet: bool,
-) -> ExitCode {
-    let mut report = match verify::verify(&args.image, settings.as_ref()) {
-        Ok(report) => report,
-        Err(err) => return super::fail(&err, 1),
-    };
+    printer: &Printer,
+) -> Result<ExitCode, Failure> {
+    let mut report =
+        verify::verify(&args.image, settings.as_ref()).map_err(|err| Failure::new(err, 1))?;
     if args.rebuild
         && let Some(settings) = settings
     {
-        match verify::rebuild_and_compare(&args.image, &report, &settings).await {
-            Ok(digest) => report.rebuilt = Some(digest),
-            Err(err) => return super::fail(&err, 1),
-        }
+        let digest = verify::rebuild_and_compare(&args.image, &report, &settings)
+            .await
+            .map_err(|err| Failure::new(err, 1))?;
+        report.rebuilt = Some(digest);
     }
     if args.json {
-        println!(
-            "{}",
-            serde_json::to_string(&report).expect("the report serializes")
-        );
-    } else if !quiet {
-        eprintln!(
-            "{:>12} {}: {} manifest(s), {} blobs ({}), {} layers' diff_ids{}{}",
-            "Verified",
+        printer.result(serde_json::to_string(&report).expect("the report serializes"));
+        return Ok(ExitCode::SUCCESS);
+    }
+    printer.status(
+        "Verified",
+        format_args!(
+            "{}: {} manifest(s), {} blobs ({}), {} layers' diff_ids{}{}",
             report.image,
             report.manifests.len(),
             report.blobs_checked,
-            super::human_bytes(report.bytes_checked),
+            human_bytes(report.bytes_checked),
             report.layers_checked,
             report
                 .lock
@@ -72,7 +69,7 @@ pub async fn run_verify(
                 .as_ref()
                 .map(|d| format!(", rebuilt to the same {d}"))
                 .unwrap_or_default(),
-        );
-    }
-    ExitCode::SUCCESS
+        ),
+    );
+    Ok(ExitCode::SUCCESS)
 }

@@ -1,0 +1,295 @@
+//! `imgbuild build`: one image, one variant of a `[matrix]` recipe or all of them, then the
+//! archive and the push it asks for.
+
+use std::{path::Path, path::PathBuf, process::ExitCode};
+
+use clap::Args;
+use serde_json::json;
+
+use super::{
+    Env, compression_threads,
+    lock::describe_lock,
+    matrix,
+    printer::{Failure, Printer, human_bytes},
+    progress::{BuildProgress, lock_event, result_event},
+    registry,
+};
+use crate::{
+    build::{self, BuildReport, BuildSettings, LockMode, counted},
+    oci::archive::OutputFormat,
+    recipe::matrix::Variant,
+};
+
+pub(super) const BUILD_EXAMPLES: &str = "\
+Examples:
+  imgbuild recipes/py39-torch21.toml              # same as `imgbuild build …`
+  imgbuild build recipes/demo.toml --locked       # fail if recipes/demo.lock is stale
+  imgbuild build recipes/demo.toml --offline -o /tmp/demo-image
+  SOURCE_DATE_EPOCH=1700000000 imgbuild build recipes/demo.toml";
+
+#[derive(Debug, Args)]
+pub struct BuildArgs {
+    /// The recipe, e.g. recipes/py39-torch21.toml
+    pub recipe: PathBuf,
+    /// Fail instead of re-solving when the lock is missing or no longer satisfies the recipe
+    #[arg(long)]
+    pub locked: bool,
+    /// Use only cached repodata and packages (local channels still work)
+    #[arg(long)]
+    pub offline: bool,
+    /// The OCI layout directory to write [default: images/<name>]
+    #[arg(short, long, value_name = "DIR")]
+    pub output: Option<PathBuf>,
+    /// Compression threads, shared by all layers; never changes the bytes. At most 4 per
+    /// CPU: a larger N is cut down to that, with a warning; 0 is refused (exit 2)
+    /// [default: the number of CPUs]
+    #[arg(
+        short,
+        long,
+        env = "IMGBUILD_JOBS",
+        value_name = "N",
+        value_parser = crate::layers::compress::parse_jobs
+    )]
+    pub jobs: Option<usize>,
+    /// After building, push the image to this reference (`registry/repository[:tag]`)
+    #[arg(long, value_name = "REF")]
+    pub push: Option<String>,
+    /// Also write the image as one file next to the layout: `oci-archive`
+    /// (`NAME.oci.tar`) or `docker-archive` (`NAME.docker.tar`, for `docker load` and
+    /// `podman load`)
+    #[arg(long, value_enum, default_value = "oci")]
+    pub format: OutputFormat,
+    /// Print one JSON event per line on stdout (stages, lock, result) instead of progress
+    /// and result lines
+    #[arg(long)]
+    pub json: bool,
+    /// Build one variant of a `[matrix]` recipe: its 0-based index (in the order a matrix
+    /// build lists them) or its name (`cuda11.8-python3.9`)
+    #[arg(long, value_name = "INDEX|NAME")]
+    pub variant: Option<String>,
+}
+
+pub(super) async fn run_build(
+    args: &BuildArgs,
+    env: &Env<'_>,
+    printer: &Printer,
+) -> Result<ExitCode, Failure> {
+    let lock_mode = if args.locked {
+        LockMode::Locked
+    } else {
+        LockMode::Reuse
+    };
+    let mut settings = BuildSettings {
+        output: args.output.clone(),
+        offline: args.offline,
+        jobs: compression_threads(args.jobs, printer),
+        ..env.build_settings(args.recipe.clone(), lock_mode)
+    };
+    match variants_to_build(args)? {
+        Variants::One(variant) => settings.variant = variant,
+        Variants::All(variants) => return matrix::run_matrix(&settings, variants, printer).await,
+    }
+    check_docker_archive(args, &settings)?;
+    let reporter = BuildProgress::new(printer);
+    let built = build::build(&settings, &reporter).await;
+    reporter.finish(built.is_ok());
+    let report = built?;
+    print_build(&report, printer);
+    if let (Some(suffix), Some(tag)) = (args.format.archive_suffix(), report.tags.first()) {
+        write_archive(&report.layout_dir, tag, args.format, suffix, printer)?;
+    }
+    if let (Some(reference), Some(tag)) = (&args.push, report.tags.first()) {
+        let image = format!("{}:{tag}", report.layout_dir.display());
+        push_built(&image, reference, env, printer).await?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// What a build of a recipe makes: one image (of the `--variant` chosen, if any), or every
+/// variant of its `[matrix]`.
+enum Variants {
+    One(Option<Variant>),
+    All(Vec<Variant>),
+}
+
+/// Reads the recipe's `[matrix]` and picks `--variant` from it. A file that cannot be read
+/// builds one image: its errors are left to the build, which reports them with their place.
+fn variants_to_build(args: &BuildArgs) -> Result<Variants, Failure> {
+    let Ok(text) = crate::recipe::read_recipe_text(&args.recipe) else {
+        return Ok(Variants::One(None));
+    };
+    // These checks come before the build: text only, even with `--json`.
+    let variants = crate::recipe::matrix::variants(&text, &args.recipe)
+        .map_err(|err| Failure::new(err, 1).without_event())?;
+    let refuse = |message: String| Err(Failure::new(message, 1).without_event());
+    let recipe = args.recipe.display();
+    if let Some(wanted) = args.variant.as_deref() {
+        return match crate::recipe::matrix::select(&variants, wanted) {
+            Some(variant) => Ok(Variants::One(Some(variant.clone()))),
+            None if variants.is_empty() => refuse(format!(
+                "`{recipe}` has no [matrix], so no variant `{wanted}`"
+            )),
+            None => refuse(format!(
+                "`{recipe}` has no variant `{wanted}`; its variants are {}",
+                variants
+                    .iter()
+                    .enumerate()
+                    .map(|(i, v)| format!("{i}: {}", v.suffix()))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )),
+        };
+    }
+    if variants.is_empty() {
+        return Ok(Variants::One(None));
+    }
+    if args.output.is_some() || args.push.is_some() || args.format.archive_suffix().is_some() {
+        return refuse(format!(
+            "`-o`, `--push` and `--format` name one image; a matrix builds {} (images/NAME-VARIANT): push them one by one",
+            variants.len()
+        ));
+    }
+    Ok(Variants::All(variants))
+}
+
+/// Refuses `--format docker-archive` for a recipe of several platforms before building.
+fn check_docker_archive(args: &BuildArgs, settings: &BuildSettings) -> Result<(), Failure> {
+    if args.format != OutputFormat::DockerArchive {
+        return Ok(());
+    }
+    match multi_platforms(settings) {
+        Some(platforms) => Err(Failure::new(
+            format!(
+                "a docker-archive holds one platform's image, and `{}` builds {platforms}: use `--format oci-archive` (it holds the image index), or a recipe with one platform",
+                settings.recipe_path.display()
+            ),
+            1,
+        )
+        .without_event()),
+        None => Ok(()),
+    }
+}
+
+/// The platforms of the recipe `settings` builds, when it has several (errors in the recipe
+/// are left to the build, which reports them with their place).
+fn multi_platforms(settings: &BuildSettings) -> Option<crate::recipe::Platforms> {
+    let options = crate::recipe::RecipeOptions {
+        channel_alias: settings.channel_alias.clone(),
+        variant: settings.variant.clone(),
+    };
+    crate::recipe::Recipe::load(&settings.recipe_path, &options)
+        .ok()
+        .map(|recipe| recipe.platforms)
+        .filter(|platforms| platforms.is_multi())
+}
+
+/// The lock and result events with `--json`; else the status lines, then the result on
+/// stdout: one `layout:tag@digest` line per tag.
+fn print_build(report: &BuildReport, printer: &Printer) {
+    if printer.json() {
+        printer.event(&lock_event(&report.lock));
+        printer.event(&result_event(report));
+        return;
+    }
+    describe_lock(&report.lock, printer);
+    let compressed: u64 = report.layers.iter().map(|l| l.blob.size).sum();
+    let uncompressed: u64 = report.layers.iter().map(|l| l.blob.tar_size).sum();
+    let reused = report.layers.iter().filter(|l| l.reused).count();
+    if report.unchanged {
+        printer.status(
+            "Unchanged",
+            format_args!(
+                "{}: the recipe, lock and base are those of the image in place",
+                report.layout_dir.display()
+            ),
+        );
+    }
+    printer.status(
+        "Built",
+        format_args!(
+            "{} ({} from the base, {} ours: {} written, {} reused): {} compressed, {} uncompressed",
+            counted(report.base_layers + report.layers.len(), "layer"),
+            report.base_layers,
+            report.layers.len(),
+            report.layers.len() - reused,
+            reused,
+            human_bytes(compressed),
+            human_bytes(uncompressed),
+        ),
+    );
+    for path in &report.sboms {
+        printer.status("SBOM", path.display());
+    }
+    let timings: Vec<String> = report
+        .timings
+        .iter()
+        .map(|(stage, time)| {
+            let name = match stage {
+                crate::build::Stage::Solve => "lock",
+                other => other.name(),
+            };
+            format!("{name} {:.2}s", time.as_secs_f64())
+        })
+        .collect();
+    printer.status("Took", timings.join(", "));
+    for tag in &report.tags {
+        printer.result(format_args!(
+            "{}:{tag}@{}",
+            report.layout_dir.display(),
+            report.manifest_digest
+        ));
+    }
+}
+
+/// `--format …-archive`: the image `tag` of the layout also written as one file beside it.
+fn write_archive(
+    layout_dir: &Path,
+    tag: &str,
+    format: OutputFormat,
+    suffix: &str,
+    printer: &Printer,
+) -> Result<(), Failure> {
+    let name = layout_dir
+        .file_name()
+        .map_or_else(|| "image".to_string(), |n| n.to_string_lossy().into_owned());
+    let archive = layout_dir.with_file_name(format!("{name}.{suffix}"));
+    let layout = crate::oci::layout::Layout::new(layout_dir);
+    crate::oci::archive::write_archive(&layout, tag, &format!("{name}:{tag}"), format, &archive)
+        // After the result event, and text only, as it always was.
+        .map_err(|err| Failure::new(err, 2).without_event())?;
+    if printer.json() {
+        printer.event(&json!({"event": "archive", "path": archive}));
+    } else {
+        printer.result(archive.display());
+    }
+    Ok(())
+}
+
+/// `--push REF`: the built `image` (layout and first tag) pushed once the build succeeded.
+async fn push_built(
+    image: &str,
+    reference: &str,
+    env: &Env<'_>,
+    printer: &Printer,
+) -> Result<(), Failure> {
+    let options = env.global.registry_options();
+    let mount_from = registry::base_of(image);
+    let report = registry::push_layout(
+        image,
+        reference,
+        &[],
+        &options,
+        mount_from.as_ref(),
+        printer,
+    )
+    .await
+    .map_err(|err| Failure::new(err, 1))?;
+    if printer.json() {
+        let mut event = serde_json::to_value(&report).expect("the report serializes");
+        event["event"] = "push".into();
+        printer.event(&event);
+    } else {
+        registry::print_push(&report, printer);
+    }
+    Ok(())
+}

@@ -1,0 +1,69 @@
+//! `imgbuild lock`: solve the recipe and write its lock, without building.
+
+use std::{path::PathBuf, process::ExitCode};
+
+use clap::Args;
+
+use super::{
+    Env,
+    printer::{Failure, Printer},
+    progress::{BuildProgress, lock_event},
+};
+use crate::build::{self, BuildSettings, LockMode, LockOutcome, LockReport, counted};
+
+pub(super) const LOCK_EXAMPLES: &str = "\
+Examples:
+  imgbuild lock recipes/py39-torch21.toml         # writes recipes/py39-torch21.lock
+  imgbuild lock recipes/x.toml --channel-alias https://mirror.example/conda";
+
+#[derive(Debug, Args)]
+pub struct LockArgs {
+    /// The recipe, e.g. recipes/py39-torch21.toml
+    pub recipe: PathBuf,
+    /// Use only cached repodata
+    #[arg(long)]
+    pub offline: bool,
+    /// Print one JSON event per line on stdout (stages, lock, result)
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub(super) async fn run_lock(
+    args: &LockArgs,
+    env: &Env<'_>,
+    printer: &Printer,
+) -> Result<ExitCode, Failure> {
+    let settings = BuildSettings {
+        offline: args.offline,
+        ..env.build_settings(args.recipe.clone(), LockMode::Refresh)
+    };
+    let reporter = BuildProgress::new(printer);
+    let locked = build::lock(&settings, &reporter).await;
+    reporter.finish(locked.is_ok());
+    let report = locked?;
+    if printer.json() {
+        printer.event(&lock_event(&report));
+    } else {
+        describe_lock(&report, printer);
+        printer.result(report.lock_path.display());
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The status line of a lock: reused, or written and why.
+pub(super) fn describe_lock(report: &LockReport, printer: &Printer) {
+    let path = report.lock_path.display();
+    let packages = counted(report.packages, "package");
+    match &report.outcome {
+        LockOutcome::Reused => printer.status("Reusing", format_args!("{path} ({packages})")),
+        LockOutcome::Written { reason: None } => {
+            printer.status("Locked", format_args!("{path} ({packages})"))
+        }
+        LockOutcome::Written {
+            reason: Some(reason),
+        } => printer.status(
+            "Locked",
+            format_args!("{path} ({packages}; re-solved because {reason})"),
+        ),
+    }
+}

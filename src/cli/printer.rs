@@ -1,0 +1,207 @@
+//! Where the command line's output goes. One [`Printer`] is made from the flags and passed
+//! to every command, so the choice between status lines, JSON events and silence is made
+//! here once instead of in each command. This module and the progress bars are the only
+//! writers of stdout and stderr; a command that fails returns a [`Failure`], which `main`
+//! renders once.
+
+use std::{fmt::Display, io::IsTerminal, process::ExitCode};
+
+use serde_json::{Value, json};
+
+use super::progress::Mode;
+
+/// The output mode of one run: `--quiet`, the `--json` event stream of `build` and `lock`,
+/// and whether stderr is a terminal (for progress bars).
+///
+/// The `--json` of `inspect`, `verify`, `push` and `smoke` is not this mode: those print one
+/// JSON report as their result, and their status and errors stay text.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Printer {
+    quiet: bool,
+    json: bool,
+    tty: bool,
+}
+
+impl Printer {
+    pub(crate) fn new(quiet: bool, json: bool) -> Self {
+        Printer {
+            quiet,
+            json,
+            tty: std::io::stderr().is_terminal(),
+        }
+    }
+
+    /// Whether this run prints JSON events on stdout instead of status and result lines.
+    pub(crate) fn json(&self) -> bool {
+        self.json
+    }
+
+    /// How build progress is shown.
+    pub(crate) fn progress_mode(&self) -> Mode {
+        if self.json {
+            Mode::Json
+        } else if self.quiet {
+            Mode::Quiet
+        } else if self.tty {
+            Mode::Bars
+        } else {
+            Mode::Plain
+        }
+    }
+
+    /// Whether progress bars are drawn: on a terminal, neither quiet nor JSON.
+    pub(crate) fn bars(&self) -> bool {
+        self.progress_mode() == Mode::Bars
+    }
+
+    /// Whether status lines are printed: neither quiet nor JSON.
+    pub(crate) fn shows_status(&self) -> bool {
+        !self.quiet && !self.json
+    }
+
+    /// A status line on stderr, `{verb:>12} {text}` as cargo and uv align them; nothing
+    /// with `--quiet` or `--json`.
+    #[allow(clippy::print_stderr)]
+    pub(crate) fn status(&self, verb: &str, text: impl Display) {
+        if self.shows_status() {
+            eprintln!("{verb:>12} {text}");
+        }
+    }
+
+    /// A line on stderr that `--quiet` keeps: the outcome of a command whose result goes
+    /// nowhere else (`login`).
+    #[allow(clippy::print_stderr)]
+    pub(crate) fn notice(&self, text: impl Display) {
+        eprintln!("{text}");
+    }
+
+    /// A warning: shown even with `--quiet`; a `warning` event with `--json`.
+    #[allow(clippy::print_stderr)]
+    pub(crate) fn warning(&self, message: &str) {
+        if self.json {
+            self.event(&json!({"event": "warning", "message": message}));
+        } else {
+            eprintln!("warning: {message}");
+        }
+    }
+
+    /// One line of the result on stdout (a path, `LAYOUT:TAG@DIGEST`).
+    #[allow(clippy::print_stdout)]
+    pub(crate) fn result(&self, line: impl Display) {
+        println!("{line}");
+    }
+
+    /// A document on stdout as it is (a recipe, an SBOM, YAML, a rendered report).
+    #[allow(clippy::print_stdout)]
+    pub(crate) fn document(&self, text: &str) {
+        print!("{text}");
+    }
+
+    /// Bytes on stdout as they are (the man page); a failed write is returned, not a panic.
+    pub(crate) fn bytes(&self, bytes: &[u8]) -> std::io::Result<()> {
+        use std::io::Write;
+        std::io::stdout().write_all(bytes)
+    }
+
+    /// One JSON event (or report) as a line on stdout.
+    #[allow(clippy::print_stdout)]
+    pub(crate) fn event(&self, event: &Value) {
+        println!("{event}");
+    }
+
+    /// Renders a failed command, once: the `error` event with `--json`, then the error and
+    /// its causes on stderr. Returns the exit code.
+    #[allow(clippy::print_stderr)]
+    pub(crate) fn fail(&self, failure: &Failure) -> ExitCode {
+        let rendered = render_error(failure.error.as_ref());
+        for line in &failure.context {
+            eprintln!("error: {line}");
+        }
+        if self.json && failure.event {
+            self.event(&json!({
+                "event": "error",
+                "message": rendered.trim_start_matches("error: "),
+                "exit_code": failure.code,
+            }));
+        }
+        eprintln!("{rendered}");
+        ExitCode::from(failure.code)
+    }
+}
+
+/// A command that failed: the error, the exit code, and what to say before it.
+#[derive(Debug)]
+pub(crate) struct Failure {
+    error: Box<dyn std::error::Error>,
+    code: u8,
+    /// `error: …` lines printed before the error (which variant of a matrix failed).
+    context: Vec<String>,
+    /// Whether a `--json` run ends with an `error` event for it. Failures of the build, the
+    /// lock and the push after a build do; the checks made before a build starts (a
+    /// `--variant`, `--format` for a matrix or several platforms), a matrix build and the
+    /// archive written after it have always failed in text only, and still do.
+    event: bool,
+}
+
+impl Failure {
+    pub(crate) fn new(error: impl Into<Box<dyn std::error::Error>>, code: u8) -> Self {
+        Failure {
+            error: error.into(),
+            code,
+            context: Vec::new(),
+            event: true,
+        }
+    }
+
+    /// A failure that a `--json` run reports in text only (see [`Failure::event`]).
+    pub(crate) fn without_event(mut self) -> Self {
+        self.event = false;
+        self
+    }
+
+    /// The same failure, preceded by `error: {lines}`.
+    pub(crate) fn after(mut self, lines: Vec<String>) -> Self {
+        self.context = lines;
+        self
+    }
+}
+
+impl From<crate::build::BuildError> for Failure {
+    fn from(err: crate::build::BuildError) -> Self {
+        let code = err.exit_code() as u8;
+        Failure::new(err, code)
+    }
+}
+
+/// Renders an error and its causes the way uv does: `error: …` then `Caused by: …` lines.
+pub(crate) fn render_error(err: &(dyn std::error::Error + 'static)) -> String {
+    let mut out = format!("error: {err}");
+    let mut source = err.source();
+    let mut last = err.to_string();
+    while let Some(cause) = source {
+        let text = cause.to_string();
+        // Some errors repeat their source in their own message; print each text once.
+        if !last.contains(&text) {
+            out.push_str(&format!("\n  Caused by: {text}"));
+        }
+        last = text;
+        source = cause.source();
+    }
+    out
+}
+
+/// A byte count for people: `512 B`, `1.5 KiB`, `2.7 GiB`.
+pub(crate) fn human_bytes(bytes: u64) -> String {
+    const UNITS: &[&str] = &["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut value = bytes as f64;
+    let mut unit = 0;
+    while value >= 1024.0 && unit < UNITS.len() - 1 {
+        value /= 1024.0;
+        unit += 1;
+    }
+    if unit == 0 {
+        format!("{bytes} B")
+    } else {
+        format!("{value:.1} {}", UNITS[unit])
+    }
+}
