@@ -10,11 +10,16 @@
 //! - `INSTALLER` says `imgbuild`, `REQUESTED` marks what the recipe asked for, and `RECORD` is
 //!   rewritten to list what was installed.
 //!
+//! [`install_wheel`] takes the spec's steps ("Installing a wheel") in order, one function
+//! each. It differs from the spec's wording in one way: the archive is never unpacked into
+//! site-packages first and its `.data` directory moved afterwards. Each member goes straight
+//! to its final place, so a file is written once, and only after it matched `RECORD`.
+//!
 //! No `.pyc` is compiled: that would run the target's Python (the same rule as conda
 //! packages, whose link scripts are not run either).
 
 use std::{
-    collections::{BTreeMap, BTreeSet},
+    collections::BTreeMap,
     io::{Read, Write},
     path::{Component, Path, PathBuf},
 };
@@ -24,8 +29,13 @@ use pep440_rs::Version;
 use pep508_rs::PackageName;
 use sha2::{Digest, Sha256};
 
+use super::tags::WheelName;
+
 /// The most a wheel's own metadata file (`WHEEL`, `RECORD`, `entry_points.txt`) may hold.
 const METADATA_LIMIT: u64 = 64 << 20;
+
+type Archive = zip::ZipArchive<fs_err::File>;
+type ArchiveEntry<'a> = zip::read::ZipFile<'a, fs_err::File>;
 
 /// A wheel installed in the staging tree.
 #[derive(Debug, Clone)]
@@ -79,7 +89,229 @@ impl Scheme {
             python: format!("{}/bin/python{python_short}", prefix.trim_end_matches('/')),
         }
     }
+
+    /// The spec's `purelib`. A conda prefix has one site-packages for both libraries.
+    fn purelib(&self) -> &str {
+        &self.site_packages
+    }
+
+    /// The spec's `platlib`: the same site-packages as `purelib`.
+    fn platlib(&self) -> &str {
+        &self.site_packages
+    }
+
+    /// Where the archive's root goes (1.c and 1.d): `purelib` when `WHEEL` says
+    /// `Root-Is-Purelib: true`, else `platlib`.
+    fn root(&self, root_is_purelib: bool) -> &str {
+        if root_is_purelib {
+            self.purelib()
+        } else {
+            self.platlib()
+        }
+    }
 }
+
+/// Installs the wheel at `wheel_path` into `prefix_dir` (the staging path of the in-image
+/// prefix). `owned` holds the prefix-relative paths already installed, with their owner;
+/// the wheel's paths are added to it.
+pub fn install_wheel(
+    wheel_path: &Path,
+    wheel_file: &str,
+    prefix_dir: &Path,
+    scheme: &Scheme,
+    requested: bool,
+    owned: &mut BTreeMap<String, String>,
+) -> Result<StagedWheel, WheelInstallError> {
+    let install = Install {
+        wheel_file,
+        prefix_dir,
+        scheme,
+    };
+    let (name, mut archive) = open_wheel(wheel_path, &install)?;
+    let dist_info = find_dist_info(&archive, &name.name, &install)?;
+    let wheel = read_wheel_file(&mut archive, &dist_info, &install)?;
+    let record = read_record(&mut archive, &dist_info, &install)?;
+    let Unpacked {
+        mut installed,
+        mtime,
+    } = unpack_archive(&mut archive, &wheel, &dist_info, &record, owned, &install)?;
+    write_entry_points(&mut archive, &dist_info, owned, &mut installed, &install)?;
+    write_installer_metadata(&dist_info, requested, &mut installed, &install)?;
+    let record_path = write_record(&dist_info, &installed, &install)?;
+    let files = register_files(installed, record_path, &dist_info.dist_name, owned);
+    Ok(StagedWheel {
+        name: name.name,
+        version: name.version,
+        dist_name: dist_info.dist_name,
+        files,
+        mtime,
+    })
+}
+
+/// The wheel being installed and where it goes: what every step needs, and what its errors
+/// name.
+struct Install<'a> {
+    wheel_file: &'a str,
+    prefix_dir: &'a Path,
+    scheme: &'a Scheme,
+}
+
+impl Install<'_> {
+    /// The wheel is refused, for `reason`.
+    fn invalid(&self, reason: String) -> WheelInstallError {
+        WheelInstallError::Invalid {
+            wheel: self.wheel_file.to_string(),
+            reason,
+        }
+    }
+
+    /// An I/O error at `path` (the wheel itself, or a prefix-relative path).
+    fn io(&self, path: &Path) -> impl FnOnce(std::io::Error) -> WheelInstallError + use<> {
+        let path = path.to_path_buf();
+        let wheel = self.wheel_file.to_string();
+        move |source| WheelInstallError::Io {
+            wheel,
+            path,
+            source,
+        }
+    }
+
+    fn conflict(&self, path: String, owner: &str) -> WheelInstallError {
+        WheelInstallError::Conflict {
+            wheel: self.wheel_file.to_string(),
+            path,
+            owner: owner.to_string(),
+        }
+    }
+}
+
+/// Opens the archive, once its file name has been read as a wheel name.
+fn open_wheel(
+    wheel_path: &Path,
+    install: &Install,
+) -> Result<(WheelName, Archive), WheelInstallError> {
+    let name = WheelName::parse(install.wheel_file)
+        .ok_or_else(|| install.invalid("its file name is not a wheel name".to_string()))?;
+    let file = fs_err::File::open(wheel_path).map_err(install.io(wheel_path))?;
+    let archive = zip::ZipArchive::new(file)
+        .map_err(|e| install.invalid(format!("it is not a zip file: {e}")))?;
+    Ok((name, archive))
+}
+
+/// The wheel's `NAME-VER.dist-info` directory.
+struct DistInfo {
+    /// `NAME-VER.dist-info`, as the archive spells it.
+    dir: String,
+    /// `NAME-VER`, which also names the `.data` directory.
+    dist_name: String,
+}
+
+impl DistInfo {
+    /// The archive member `NAME-VER.dist-info/<file>`.
+    fn member(&self, file: &str) -> String {
+        format!("{}/{file}", self.dir)
+    }
+
+    /// `NAME-VER.data`, the top directory of the files that go elsewhere than the root.
+    fn data_dir(&self) -> String {
+        format!("{}.data", self.dist_name)
+    }
+
+    /// Where the directory is installed, relative to the prefix: site-packages.
+    fn installed_dir(&self, scheme: &Scheme) -> String {
+        format!("{}/{}", scheme.site_packages, self.dir)
+    }
+}
+
+/// The one top-level `*.dist-info` directory whose name matches the wheel.
+fn find_dist_info(
+    archive: &Archive,
+    name: &PackageName,
+    install: &Install,
+) -> Result<DistInfo, WheelInstallError> {
+    let names = member_names(archive);
+    let dir = names
+        .iter()
+        .filter_map(|n| n.split('/').next())
+        .filter(|top| top.ends_with(".dist-info"))
+        .find(|top| {
+            top.strip_suffix(".dist-info")
+                .and_then(|stem| stem.rsplit_once('-'))
+                .and_then(|(n, _)| PackageName::new(n.to_string()).ok())
+                .is_some_and(|n| n == *name)
+        })
+        .map(str::to_string)
+        .ok_or_else(|| {
+            install.invalid("it has no `.dist-info` directory for its own name".to_string())
+        })?;
+    let dist_name = dir
+        .strip_suffix(".dist-info")
+        .expect("filtered on the suffix")
+        .to_string();
+    Ok(DistInfo { dir, dist_name })
+}
+
+/// A metadata file of the archive, or `None` when the wheel has none.
+fn read_metadata_file(
+    archive: &mut Archive,
+    member: &str,
+    install: &Install,
+) -> Result<Option<Vec<u8>>, WheelInstallError> {
+    match archive.by_name(member) {
+        Ok(entry) => {
+            // Metadata files are small; a huge one is a zip bomb, not metadata.
+            let mut bytes = Vec::new();
+            entry
+                .take(METADATA_LIMIT + 1)
+                .read_to_end(&mut bytes)
+                .map_err(|e| install.invalid(format!("`{member}` cannot be read: {e}")))?;
+            if bytes.len() as u64 > METADATA_LIMIT {
+                return Err(install.invalid(format!("`{member}` is larger than 64 MiB")));
+            }
+            Ok(Some(bytes))
+        }
+        Err(zip::result::ZipError::FileNotFound) => Ok(None),
+        Err(e) => Err(install.invalid(format!("`{member}` cannot be read: {e}"))),
+    }
+}
+
+/// What `WHEEL` says that the install depends on.
+struct WheelFile {
+    root_is_purelib: bool,
+}
+
+/// Reads `WHEEL` (1.a) and refuses a `Wheel-Version` whose major version is not 1, the only
+/// one there is (1.b).
+fn read_wheel_file(
+    archive: &mut Archive,
+    dist_info: &DistInfo,
+    install: &Install,
+) -> Result<WheelFile, WheelInstallError> {
+    let member = dist_info.member("WHEEL");
+    let bytes = read_metadata_file(archive, &member, install)?
+        .ok_or_else(|| install.invalid(format!("`{member}` is missing")))?;
+    let text = String::from_utf8_lossy(&bytes);
+    if let Some(version) = wheel_field(&text, "Wheel-Version")
+        && !version.starts_with("1.")
+    {
+        return Err(install.invalid(format!("its Wheel-Version {version} is not 1.x")));
+    }
+    let root_is_purelib =
+        wheel_field(&text, "Root-Is-Purelib").is_some_and(|v| v.eq_ignore_ascii_case("true"));
+    Ok(WheelFile { root_is_purelib })
+}
+
+/// The value of the first `key: value` line of `WHEEL` for `key`, any case.
+fn wheel_field(text: &str, key: &str) -> Option<String> {
+    text.lines().find_map(|l| {
+        l.split_once(':')
+            .filter(|(k, _)| k.trim().eq_ignore_ascii_case(key))
+            .map(|(_, v)| v.trim().to_string())
+    })
+}
+
+/// `RECORD` as the wheel ships it: archive path → what it says of that file.
+type Record = BTreeMap<String, RecordEntry>;
 
 /// One `RECORD` line: where, sha256 and size.
 struct RecordEntry {
@@ -87,7 +319,19 @@ struct RecordEntry {
     size: Option<u64>,
 }
 
-fn parse_record(text: &str) -> BTreeMap<String, RecordEntry> {
+/// Reads the wheel's `RECORD`, which every member is checked against as it is unpacked.
+fn read_record(
+    archive: &mut Archive,
+    dist_info: &DistInfo,
+    install: &Install,
+) -> Result<Record, WheelInstallError> {
+    let member = dist_info.member("RECORD");
+    let bytes = read_metadata_file(archive, &member, install)?
+        .ok_or_else(|| install.invalid(format!("`{member}` is missing")))?;
+    Ok(parse_record(&String::from_utf8_lossy(&bytes)))
+}
+
+fn parse_record(text: &str) -> Record {
     let mut entries = BTreeMap::new();
     for line in text.lines().filter(|l| !l.trim().is_empty()) {
         // RECORD is CSV; paths with commas are quoted.
@@ -114,22 +358,342 @@ fn parse_record(text: &str) -> BTreeMap<String, RecordEntry> {
     entries
 }
 
-fn urlsafe_sha256(bytes: &[u8]) -> String {
-    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(Sha256::digest(bytes))
+/// What the install has written: prefix-relative path → the file as installed.
+type Installed = BTreeMap<String, InstalledFile>;
+
+/// A file as installed, for the new `RECORD`: its hash (urlsafe base64 sha256) and size.
+struct InstalledFile {
+    hash: String,
+    size: u64,
 }
 
-/// A relative path with no `..`, no root, no `.`-only parts.
-fn safe_relative(path: &str) -> Option<PathBuf> {
-    let candidate = Path::new(path);
-    let mut clean = PathBuf::new();
-    for component in candidate.components() {
-        match component {
-            Component::Normal(part) => clean.push(part),
-            Component::CurDir => {}
-            _ => return None,
+impl InstalledFile {
+    fn of(bytes: &[u8]) -> InstalledFile {
+        InstalledFile {
+            hash: urlsafe_sha256(bytes),
+            size: bytes.len() as u64,
         }
     }
-    (!clean.as_os_str().is_empty()).then_some(clean)
+}
+
+/// What [`unpack_archive`] wrote, and the newest entry time among the members it read.
+struct Unpacked {
+    installed: Installed,
+    mtime: u64,
+}
+
+/// Unpacks every member to its place (1.c and 1.d for the root, 2.b for `NAME-VER.data/`),
+/// each checked against `RECORD` before it is moved there, with the shebangs of scripts
+/// rewritten as they are copied (2.c).
+fn unpack_archive(
+    archive: &mut Archive,
+    wheel: &WheelFile,
+    dist_info: &DistInfo,
+    record: &Record,
+    owned: &BTreeMap<String, String>,
+    install: &Install,
+) -> Result<Unpacked, WheelInstallError> {
+    let record_name = dist_info.member("RECORD");
+    let mut installed = Installed::new();
+    let mut newest_mtime = 0u64;
+    for index in 0..archive.len() {
+        let mut entry = archive
+            .by_index(index)
+            .map_err(|e| install.invalid(format!("entry {index} cannot be read: {e}")))?;
+        let Some(member) = check_member(&entry, index, &record_name, install)? else {
+            continue;
+        };
+        if let Some(time) = entry_time(&entry) {
+            newest_mtime = newest_mtime.max(time);
+        }
+        let recorded = recorded(record, &member.name, install)?;
+        let destination = destination(&member, wheel, dist_info, install)?;
+        // Every path written so far is in `installed`, so a second member for one path
+        // (`a.py` at the root and in `.data/purelib`) is found here.
+        if installed.contains_key(&destination.text) {
+            return Err(install.invalid(format!("`{}` is in the wheel twice", destination.text)));
+        }
+        let (temp, copied) = copy_verified(&mut entry, &member, &destination, &recorded, install)?;
+        drop(entry);
+        let mode = if member.executable || destination.script {
+            0o755
+        } else {
+            0o644
+        };
+        place(
+            temp,
+            &destination,
+            mode,
+            &copied.installed_hash,
+            owned,
+            install,
+        )?;
+        installed.insert(
+            destination.text,
+            InstalledFile {
+                hash: copied.installed_hash,
+                size: copied.installed_size,
+            },
+        );
+    }
+    Ok(Unpacked {
+        installed,
+        mtime: newest_mtime,
+    })
+}
+
+/// A file member of the archive, at a path inside the wheel.
+struct Member {
+    name: String,
+    relative: PathBuf,
+    executable: bool,
+}
+
+/// Refuses a symbolic link or a path that leaves the wheel. `None` for the members that are
+/// not unpacked: directories, `RECORD` (rewritten at the end) and its signatures, which sign
+/// the `RECORD` replaced.
+fn check_member(
+    entry: &ArchiveEntry,
+    index: usize,
+    record_name: &str,
+    install: &Install,
+) -> Result<Option<Member>, WheelInstallError> {
+    let name = entry
+        .name()
+        .map_err(|e| install.invalid(format!("entry {index} has no readable name: {e}")))?
+        .into_owned();
+    if entry.is_dir() {
+        return Ok(None);
+    }
+    if entry.is_symlink() {
+        return Err(install.invalid(format!(
+            "`{name}` is a symbolic link, which wheels cannot hold"
+        )));
+    }
+    let relative = safe_relative(&name)
+        .ok_or_else(|| install.invalid(format!("`{name}` is not a path inside the wheel")))?;
+    if name == record_name
+        || name.ends_with(".dist-info/RECORD.jws")
+        || name.ends_with(".dist-info/RECORD.p7s")
+    {
+        return Ok(None);
+    }
+    let executable = entry.unix_mode().is_some_and(|m| m & 0o111 != 0);
+    Ok(Some(Member {
+        name,
+        relative,
+        executable,
+    }))
+}
+
+/// An entry's modification time in seconds since the epoch. Zip times carry no zone; they
+/// are read as UTC, so the result depends on the wheel's bytes only.
+fn entry_time(entry: &ArchiveEntry) -> Option<u64> {
+    let time = entry.last_modified()?;
+    let civil = jiff::civil::DateTime::new(
+        time.year() as i16,
+        time.month() as i8,
+        time.day() as i8,
+        time.hour() as i8,
+        time.minute() as i8,
+        time.second() as i8,
+        0,
+    )
+    .ok()?;
+    let stamp = civil.to_zoned(jiff::tz::TimeZone::UTC).ok()?;
+    Some(stamp.timestamp().as_second().max(0) as u64)
+}
+
+/// What `RECORD` says a member holds. A member it gives no sha256 for is refused: nothing is
+/// installed that `RECORD` does not vouch for.
+struct Recorded<'a> {
+    hash: &'a str,
+    size: Option<u64>,
+}
+
+fn recorded<'a>(
+    record: &'a Record,
+    member: &str,
+    install: &Install,
+) -> Result<Recorded<'a>, WheelInstallError> {
+    match record.get(member) {
+        Some(RecordEntry {
+            hash: Some(hash),
+            size,
+        }) => Ok(Recorded { hash, size: *size }),
+        _ => Err(install.invalid(format!("`{member}` has no sha256 in RECORD"))),
+    }
+}
+
+/// Where a member goes, relative to the prefix.
+struct Destination {
+    path: PathBuf,
+    /// The same path as UTF-8: the key of `installed` and `owned`.
+    text: String,
+    /// A file of `NAME-VER.data/scripts`: executable, with its `#!python` rewritten.
+    script: bool,
+}
+
+/// The root of the archive goes to purelib or platlib (1.c and 1.d); a member under
+/// `NAME-VER.data/` goes where its scheme says (2.b).
+fn destination(
+    member: &Member,
+    wheel: &WheelFile,
+    dist_info: &DistInfo,
+    install: &Install,
+) -> Result<Destination, WheelInstallError> {
+    let (path, script) = match member.relative.strip_prefix(dist_info.data_dir()) {
+        Ok(rest) => data_destination(rest, member, dist_info, install)?,
+        Err(_) => (
+            Path::new(install.scheme.root(wheel.root_is_purelib)).join(&member.relative),
+            false,
+        ),
+    };
+    if path.components().count() == 0 {
+        return Err(install.invalid(format!("`{}` names no file", member.name)));
+    }
+    let text = path
+        .to_str()
+        .ok_or_else(|| install.invalid(format!("`{}` is not UTF-8", member.name)))?
+        .to_string();
+    Ok(Destination { path, text, script })
+}
+
+/// Where `NAME-VER.data/<scheme>/<rest>` goes, and whether it is a script: `purelib` and
+/// `platlib` to site-packages, `scripts` to `bin`, `headers` to `include/pythonX.Y/NAME`,
+/// `data` to the prefix. Any other scheme is refused.
+fn data_destination(
+    rest: &Path,
+    member: &Member,
+    dist_info: &DistInfo,
+    install: &Install,
+) -> Result<(PathBuf, bool), WheelInstallError> {
+    let mut parts = rest.components();
+    let scheme_name = parts
+        .next()
+        .and_then(|c| c.as_os_str().to_str())
+        .unwrap_or("")
+        .to_string();
+    let rest: PathBuf = parts.collect();
+    let scheme = install.scheme;
+    let dist_name = &dist_info.dist_name;
+    Ok(match scheme_name.as_str() {
+        "purelib" => (Path::new(scheme.purelib()).join(rest), false),
+        "platlib" => (Path::new(scheme.platlib()).join(rest), false),
+        "scripts" => (Path::new("bin").join(rest), true),
+        "headers" => (
+            Path::new(&scheme.include)
+                .join(dist_name.split('-').next().unwrap_or(dist_name))
+                .join(rest),
+            false,
+        ),
+        "data" => (rest, false),
+        other => {
+            return Err(install.invalid(format!(
+                "`{}` is in the unknown data scheme `{other}`",
+                member.name
+            )));
+        }
+    })
+}
+
+/// Streams a member into a temporary file beside its destination (a 1 GB library is never
+/// in memory), hashed as it comes, and checks it against RECORD; a file larger than RECORD
+/// says is refused as soon as it is. A script's `#!python` becomes the in-image Python
+/// (2.c).
+fn copy_verified(
+    entry: &mut impl Read,
+    member: &Member,
+    destination: &Destination,
+    recorded: &Recorded,
+    install: &Install,
+) -> Result<(tempfile::NamedTempFile, Copied), WheelInstallError> {
+    let target = install.prefix_dir.join(&destination.path);
+    let parent = target.parent().expect("a file under the prefix");
+    fs_err::create_dir_all(parent).map_err(install.io(&destination.path))?;
+    let mut temp =
+        tempfile::NamedTempFile::new_in(parent).map_err(install.io(&destination.path))?;
+    let name = &member.name;
+    let copied = copy_checked(
+        entry,
+        temp.as_file_mut(),
+        recorded.size,
+        (destination.script).then_some(install.scheme.python.as_str()),
+    )
+    .map_err(|e| match e {
+        CopyError::Read(e) => install.invalid(format!("`{name}` cannot be read: {e}")),
+        CopyError::TooLarge => {
+            install.invalid(format!("`{name}` is larger than its RECORD entry says"))
+        }
+        CopyError::Write(e) => install.io(&destination.path)(e),
+    })?;
+    if copied.original_hash != recorded.hash
+        || recorded.size.is_some_and(|s| s != copied.original_size)
+    {
+        return Err(install.invalid(format!(
+            "`{name}` does not match its RECORD entry (sha256 or size)"
+        )));
+    }
+    Ok((temp, copied))
+}
+
+/// Moves a verified file into place with `mode`, unless another package installed that path.
+fn place(
+    temp: tempfile::NamedTempFile,
+    destination: &Destination,
+    mode: u32,
+    installed_hash: &str,
+    owned: &BTreeMap<String, String>,
+    install: &Install,
+) -> Result<(), WheelInstallError> {
+    let target = install.prefix_dir.join(&destination.path);
+    if let Some(owner) = owned.get(&destination.text) {
+        // Namespace packages: NVIDIA's wheels all ship the same empty
+        // `nvidia/__init__.py`. The same bytes are the same file (and stay in each
+        // wheel's layer, so every layer stands alone); different bytes would make the
+        // environment depend on install order.
+        let existing = hash_file(&target).map_err(install.io(&destination.path))?;
+        if existing != installed_hash {
+            return Err(install.conflict(destination.text.clone(), owner));
+        }
+    } else {
+        use std::os::unix::fs::PermissionsExt;
+        temp.as_file()
+            .set_permissions(std::fs::Permissions::from_mode(mode))
+            .map_err(install.io(&destination.path))?;
+        temp.persist(&target)
+            .map_err(|e| install.io(&destination.path)(e.error))?;
+    }
+    Ok(())
+}
+
+/// Console and GUI entry points become scripts in `bin` with the in-image Python's shebang.
+/// A name that is not a plain file name, or a script another package installed, is refused.
+fn write_entry_points(
+    archive: &mut Archive,
+    dist_info: &DistInfo,
+    owned: &BTreeMap<String, String>,
+    installed: &mut Installed,
+    install: &Install,
+) -> Result<(), WheelInstallError> {
+    let member = dist_info.member("entry_points.txt");
+    let Some(text) = read_metadata_file(archive, &member, install)? else {
+        return Ok(());
+    };
+    for (script_name, module, function) in entry_points(&String::from_utf8_lossy(&text)) {
+        if safe_relative(&script_name).is_none_or(|p| p.components().count() != 1) {
+            return Err(install.invalid(format!("entry point `{script_name}` is not a file name")));
+        }
+        let destination = format!("bin/{script_name}");
+        if let Some(owner) = owned.get(&destination) {
+            return Err(install.conflict(destination, owner));
+        }
+        let bytes = entry_point_script(&install.scheme.python, &module, &function).into_bytes();
+        write_file(&install.prefix_dir.join(&destination), &bytes, 0o755)
+            .map_err(install.io(Path::new(&destination)))?;
+        installed.insert(destination, InstalledFile::of(&bytes));
+    }
+    Ok(())
 }
 
 /// Entry points of `entry_points.txt`: `(script name, module, function)` of the console and
@@ -173,301 +737,71 @@ fn entry_point_script(python: &str, module: &str, function: &str) -> String {
     )
 }
 
-/// Installs the wheel at `wheel_path` into `prefix_dir` (the staging path of the in-image
-/// prefix). `owned` holds the prefix-relative paths already installed, with their owner;
-/// the wheel's paths are added to it.
-pub fn install_wheel(
-    wheel_path: &Path,
-    wheel_file: &str,
-    prefix_dir: &Path,
-    scheme: &Scheme,
+/// `INSTALLER` says `imgbuild`; `REQUESTED` marks a wheel the recipe asked for, not one
+/// pulled in by another.
+fn write_installer_metadata(
+    dist_info: &DistInfo,
     requested: bool,
-    owned: &mut BTreeMap<String, String>,
-) -> Result<StagedWheel, WheelInstallError> {
-    let invalid = |reason: String| WheelInstallError::Invalid {
-        wheel: wheel_file.to_string(),
-        reason,
-    };
-    let io = |path: &Path| {
-        let path = path.to_path_buf();
-        let wheel = wheel_file.to_string();
-        move |source| WheelInstallError::Io {
-            wheel,
-            path,
-            source,
-        }
-    };
-    let name = super::tags::WheelName::parse(wheel_file)
-        .ok_or_else(|| invalid("its file name is not a wheel name".to_string()))?;
-    let file = fs_err::File::open(wheel_path).map_err(io(wheel_path))?;
-    let mut archive =
-        zip::ZipArchive::new(file).map_err(|e| invalid(format!("it is not a zip file: {e}")))?;
-
-    // The one top-level `*.dist-info` directory whose name matches the wheel.
-    let names = member_names(&archive);
-    let dist_info = names
-        .iter()
-        .filter_map(|n| n.split('/').next())
-        .filter(|top| top.ends_with(".dist-info"))
-        .find(|top| {
-            top.strip_suffix(".dist-info")
-                .and_then(|stem| stem.rsplit_once('-'))
-                .and_then(|(n, _)| PackageName::new(n.to_string()).ok())
-                .is_some_and(|n| n == name.name)
-        })
-        .map(str::to_string)
-        .ok_or_else(|| invalid("it has no `.dist-info` directory for its own name".to_string()))?;
-    let dist_name = dist_info
-        .strip_suffix(".dist-info")
-        .expect("filtered on the suffix")
-        .to_string();
-    let read = |archive: &mut zip::ZipArchive<fs_err::File>,
-                member: &str|
-     -> Result<Option<Vec<u8>>, WheelInstallError> {
-        match archive.by_name(member) {
-            Ok(entry) => {
-                // Metadata files are small; a huge one is a zip bomb, not metadata.
-                let mut bytes = Vec::new();
-                entry
-                    .take(METADATA_LIMIT + 1)
-                    .read_to_end(&mut bytes)
-                    .map_err(|e| invalid(format!("`{member}` cannot be read: {e}")))?;
-                if bytes.len() as u64 > METADATA_LIMIT {
-                    return Err(invalid(format!("`{member}` is larger than 64 MiB")));
-                }
-                Ok(Some(bytes))
-            }
-            Err(zip::result::ZipError::FileNotFound) => Ok(None),
-            Err(e) => Err(invalid(format!("`{member}` cannot be read: {e}"))),
-        }
-    };
-    let wheel_meta = read(&mut archive, &format!("{dist_info}/WHEEL"))?
-        .ok_or_else(|| invalid(format!("`{dist_info}/WHEEL` is missing")))?;
-    let wheel_meta = String::from_utf8_lossy(&wheel_meta).into_owned();
-    let field = |key: &str| {
-        wheel_meta.lines().find_map(|l| {
-            l.split_once(':')
-                .filter(|(k, _)| k.trim().eq_ignore_ascii_case(key))
-                .map(|(_, v)| v.trim().to_string())
-        })
-    };
-    if let Some(version) = field("Wheel-Version")
-        && !version.starts_with("1.")
-    {
-        return Err(invalid(format!("its Wheel-Version {version} is not 1.x")));
-    }
-    let purelib = field("Root-Is-Purelib").is_some_and(|v| v.eq_ignore_ascii_case("true"));
-    let _ = purelib; // Both roots are site-packages in a conda prefix.
-    let record_name = format!("{dist_info}/RECORD");
-    let record = read(&mut archive, &record_name)?
-        .ok_or_else(|| invalid(format!("`{record_name}` is missing")))?;
-    let record = parse_record(&String::from_utf8_lossy(&record));
-    let data_dir = format!("{dist_name}.data/");
-
-    let mut installed: BTreeMap<String, (String, u64)> = BTreeMap::new(); // prefix path → (hash, size)
-    let mut newest_mtime = 0u64;
-    let mut seen = BTreeSet::new();
-    for index in 0..archive.len() {
-        let mut entry = archive
-            .by_index(index)
-            .map_err(|e| invalid(format!("entry {index} cannot be read: {e}")))?;
-        let member = entry
-            .name()
-            .map_err(|e| invalid(format!("entry {index} has no readable name: {e}")))?
-            .into_owned();
-        if entry.is_dir() {
-            continue;
-        }
-        if entry.is_symlink() {
-            return Err(invalid(format!(
-                "`{member}` is a symbolic link, which wheels cannot hold"
-            )));
-        }
-        let relative = safe_relative(&member)
-            .ok_or_else(|| invalid(format!("`{member}` is not a path inside the wheel")))?;
-        if member == record_name
-            || member.ends_with(".dist-info/RECORD.jws")
-            || member.ends_with(".dist-info/RECORD.p7s")
-        {
-            continue;
-        }
-        if let Some(time) = entry.last_modified()
-            && let Ok(time) = jiff::civil::DateTime::new(
-                time.year() as i16,
-                time.month() as i8,
-                time.day() as i8,
-                time.hour() as i8,
-                time.minute() as i8,
-                time.second() as i8,
-                0,
-            )
-            && let Ok(stamp) = time.to_zoned(jiff::tz::TimeZone::UTC)
-        {
-            newest_mtime = newest_mtime.max(stamp.timestamp().as_second().max(0) as u64);
-        }
-        let executable = entry.unix_mode().is_some_and(|m| m & 0o111 != 0);
-        let (expected_hash, expected_size) = match record.get(&member) {
-            Some(RecordEntry {
-                hash: Some(hash),
-                size,
-            }) => (hash.clone(), *size),
-            _ => return Err(invalid(format!("`{member}` has no sha256 in RECORD"))),
-        };
-        // Where the file goes, relative to the prefix.
-        let mut script = false;
-        let destination: PathBuf = match relative.strip_prefix(data_dir.trim_end_matches('/')) {
-            Ok(rest) => {
-                let mut parts = rest.components();
-                let scheme_name = parts
-                    .next()
-                    .and_then(|c| c.as_os_str().to_str())
-                    .unwrap_or("")
-                    .to_string();
-                let rest: PathBuf = parts.collect();
-                match scheme_name.as_str() {
-                    "purelib" | "platlib" => Path::new(&scheme.site_packages).join(rest),
-                    "scripts" => {
-                        script = true;
-                        Path::new("bin").join(rest)
-                    }
-                    "headers" => Path::new(&scheme.include)
-                        .join(dist_name.split('-').next().unwrap_or(&dist_name))
-                        .join(rest),
-                    "data" => rest,
-                    other => {
-                        return Err(invalid(format!(
-                            "`{member}` is in the unknown data scheme `{other}`"
-                        )));
-                    }
-                }
-            }
-            Err(_) => Path::new(&scheme.site_packages).join(&relative),
-        };
-        if destination.components().count() == 0 {
-            return Err(invalid(format!("`{member}` names no file")));
-        }
-        let destination_text = destination
-            .to_str()
-            .ok_or_else(|| invalid(format!("`{member}` is not UTF-8")))?
-            .to_string();
-        if !seen.insert(destination_text.clone()) {
-            return Err(invalid(format!(
-                "`{destination_text}` is in the wheel twice"
-            )));
-        }
-
-        // Streamed into a temporary file beside its destination (a 1 GB library is never
-        // in memory), hashed as it comes, and checked against RECORD before it is moved
-        // into place; a file larger than RECORD says is refused as soon as it is.
-        let target = prefix_dir.join(&destination);
-        let parent = target.parent().expect("a file under the prefix");
-        fs_err::create_dir_all(parent).map_err(io(&destination))?;
-        let mut temp = tempfile::NamedTempFile::new_in(parent).map_err(io(&destination))?;
-        let copied = copy_checked(
-            &mut entry,
-            temp.as_file_mut(),
-            expected_size,
-            (script).then_some(scheme.python.as_str()),
-        )
-        .map_err(|e| match e {
-            CopyError::Read(e) => invalid(format!("`{member}` cannot be read: {e}")),
-            CopyError::TooLarge => {
-                invalid(format!("`{member}` is larger than its RECORD entry says"))
-            }
-            CopyError::Write(e) => WheelInstallError::Io {
-                wheel: wheel_file.to_string(),
-                path: destination.clone(),
-                source: e,
-            },
-        })?;
-        drop(entry);
-        if copied.original_hash != expected_hash
-            || expected_size.is_some_and(|s| s != copied.original_size)
-        {
-            return Err(invalid(format!(
-                "`{member}` does not match its RECORD entry (sha256 or size)"
-            )));
-        }
-        let mode = if executable || script { 0o755 } else { 0o644 };
-        if let Some(owner) = owned.get(&destination_text) {
-            // Namespace packages: NVIDIA's wheels all ship the same empty
-            // `nvidia/__init__.py`. The same bytes are the same file (and stay in each
-            // wheel's layer, so every layer stands alone); different bytes would make the
-            // environment depend on install order.
-            let existing = hash_file(&target).map_err(io(&destination))?;
-            if existing != copied.installed_hash {
-                return Err(WheelInstallError::Conflict {
-                    wheel: wheel_file.to_string(),
-                    path: destination_text,
-                    owner: owner.clone(),
-                });
-            }
-        } else {
-            use std::os::unix::fs::PermissionsExt;
-            temp.as_file()
-                .set_permissions(std::fs::Permissions::from_mode(mode))
-                .map_err(io(&destination))?;
-            temp.persist(&target)
-                .map_err(|e| io(&destination)(e.error))?;
-        }
-        installed.insert(
-            destination_text,
-            (copied.installed_hash, copied.installed_size),
-        );
-    }
-
-    let dist_info_dir = format!("{}/{dist_info}", scheme.site_packages);
-    // Entry points become scripts.
-    if let Some(text) = read(&mut archive, &format!("{dist_info}/entry_points.txt"))? {
-        for (script_name, module, function) in entry_points(&String::from_utf8_lossy(&text)) {
-            if safe_relative(&script_name).is_none_or(|p| p.components().count() != 1) {
-                return Err(invalid(format!(
-                    "entry point `{script_name}` is not a file name"
-                )));
-            }
-            let destination = format!("bin/{script_name}");
-            if let Some(owner) = owned.get(&destination) {
-                return Err(WheelInstallError::Conflict {
-                    wheel: wheel_file.to_string(),
-                    path: destination,
-                    owner: owner.clone(),
-                });
-            }
-            let bytes = entry_point_script(&scheme.python, &module, &function).into_bytes();
-            write_file(&prefix_dir.join(&destination), &bytes, 0o755)
-                .map_err(io(Path::new(&destination)))?;
-            installed.insert(destination, (urlsafe_sha256(&bytes), bytes.len() as u64));
-        }
-    }
-    let mut extra_files = vec![(format!("{dist_info_dir}/INSTALLER"), b"imgbuild\n".to_vec())];
+    installed: &mut Installed,
+    install: &Install,
+) -> Result<(), WheelInstallError> {
+    let dir = dist_info.installed_dir(install.scheme);
+    let mut files = vec![(format!("{dir}/INSTALLER"), b"imgbuild\n".to_vec())];
     if requested {
-        extra_files.push((format!("{dist_info_dir}/REQUESTED"), Vec::new()));
+        files.push((format!("{dir}/REQUESTED"), Vec::new()));
     }
-    for (path, bytes) in extra_files {
-        write_file(&prefix_dir.join(&path), &bytes, 0o644).map_err(io(Path::new(&path)))?;
-        installed.insert(path, (urlsafe_sha256(&bytes), bytes.len() as u64));
+    for (path, bytes) in files {
+        write_file(&install.prefix_dir.join(&path), &bytes, 0o644)
+            .map_err(install.io(Path::new(&path)))?;
+        installed.insert(path, InstalledFile::of(&bytes));
     }
-    // RECORD lists paths relative to site-packages; files elsewhere get `../` paths.
-    let record_path = format!("{dist_info_dir}/RECORD");
-    let depth = scheme.site_packages.split('/').count();
-    let mut record_text = String::new();
-    for (path, (hash, size)) in &installed {
-        let relative = match path.strip_prefix(&format!("{}/", scheme.site_packages)) {
+    Ok(())
+}
+
+/// Rewrites `RECORD` to list what was installed, with each file's hash as installed (a
+/// rewritten shebang differs from the wheel's). Returns its prefix-relative path.
+fn write_record(
+    dist_info: &DistInfo,
+    installed: &Installed,
+    install: &Install,
+) -> Result<String, WheelInstallError> {
+    let record_path = format!("{}/RECORD", dist_info.installed_dir(install.scheme));
+    let text = record_text(installed, &install.scheme.site_packages, &dist_info.dir);
+    write_file(
+        &install.prefix_dir.join(&record_path),
+        text.as_bytes(),
+        0o644,
+    )
+    .map_err(install.io(Path::new(&record_path)))?;
+    Ok(record_path)
+}
+
+/// `RECORD`'s lines: paths relative to site-packages, where files elsewhere get `../`
+/// paths, and last `RECORD` itself, with no hash.
+fn record_text(installed: &Installed, site_packages: &str, dist_info_dir: &str) -> String {
+    let depth = site_packages.split('/').count();
+    let mut text = String::new();
+    for (path, file) in installed {
+        let relative = match path.strip_prefix(&format!("{site_packages}/")) {
             Some(inside) => inside.to_string(),
             None => format!("{}{path}", "../".repeat(depth)),
         };
-        record_text.push_str(&csv_field(&relative));
-        record_text.push_str(&format!(",sha256={hash},{size}\n"));
+        text.push_str(&csv_field(&relative));
+        text.push_str(&format!(",sha256={},{}\n", file.hash, file.size));
     }
-    record_text.push_str(&csv_field(&format!("{dist_info}/RECORD")));
-    record_text.push_str(",,\n");
-    write_file(
-        &prefix_dir.join(&record_path),
-        record_text.as_bytes(),
-        0o644,
-    )
-    .map_err(io(Path::new(&record_path)))?;
+    text.push_str(&csv_field(&format!("{dist_info_dir}/RECORD")));
+    text.push_str(",,\n");
+    text
+}
 
+/// Every path the wheel installed, `RECORD` included, sorted. Each is added to `owned` for
+/// the wheel, unless another package owns it already (an identical shared file).
+fn register_files(
+    installed: Installed,
+    record_path: String,
+    dist_name: &str,
+    owned: &mut BTreeMap<String, String>,
+) -> Vec<String> {
     let mut files: Vec<String> = installed.into_keys().collect();
     files.push(record_path);
     files.sort();
@@ -475,13 +809,25 @@ pub fn install_wheel(
     for file in &files {
         owned.entry(file.clone()).or_insert_with(|| label.clone());
     }
-    Ok(StagedWheel {
-        name: name.name,
-        version: name.version,
-        dist_name,
-        files,
-        mtime: newest_mtime,
-    })
+    files
+}
+
+fn urlsafe_sha256(bytes: &[u8]) -> String {
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(Sha256::digest(bytes))
+}
+
+/// A relative path with no `..`, no root, no `.`-only parts.
+fn safe_relative(path: &str) -> Option<PathBuf> {
+    let candidate = Path::new(path);
+    let mut clean = PathBuf::new();
+    for component in candidate.components() {
+        match component {
+            Component::Normal(part) => clean.push(part),
+            Component::CurDir => {}
+            _ => return None,
+        }
+    }
+    (!clean.as_os_str().is_empty()).then_some(clean)
 }
 
 /// What [`copy_checked`] copied: the hash and size of the wheel's bytes (for RECORD) and
