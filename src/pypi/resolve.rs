@@ -2,7 +2,8 @@
 //!
 //! Every version considered is one with a wheel the target accepts (its tags, its
 //! `Requires-Python`); a project that offers only source distributions is refused by name,
-//! since building one would run the project's code on the build host. Distributions the
+//! since building one would run the project's code on the build host (the recipe's own
+//! requirements all in one error, each with the versions that do have wheels). Distributions the
 //! conda environment provides stand as their one conda version, with no dependencies of
 //! their own (conda's solver already met those). Extras are packages of their own
 //! (`name[extra]`), pinned to their base package's version, as uv models them.
@@ -36,12 +37,71 @@ use super::{
     tags::{SupportedTags, WheelName, sdist_version},
 };
 
+/// A project whose versions in the asked range have only source distributions.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SdistOnly {
+    pub package: String,
+    /// The source distributions in the range.
+    pub files: Vec<String>,
+    /// The versions that do have a wheel for the image, newest first.
+    pub wheel_versions: Vec<String>,
+}
+
+impl SdistOnly {
+    /// `only source distributions (a.tar.gz); versions with a wheel for this image: 2.0`
+    fn describe(&self) -> String {
+        let wheels = if self.wheel_versions.is_empty() {
+            "no version has a wheel for this image".to_string()
+        } else {
+            // The newest few: an old project can have a hundred.
+            let shown = &self.wheel_versions[..self.wheel_versions.len().min(5)];
+            let more = self.wheel_versions.len() - shown.len();
+            let more = if more > 0 {
+                format!(" and {more} older")
+            } else {
+                String::new()
+            };
+            format!(
+                "versions with a wheel for this image: {}{more}",
+                shown.join(", ")
+            )
+        };
+        format!(
+            "only source distributions ({}); {wheels}",
+            self.files.join(", ")
+        )
+    }
+}
+
+/// One requirement keeps the message it always had; several are listed in one.
+fn sdist_only_message(projects: &[SdistOnly]) -> String {
+    const WHY: &str = "imgbuild installs wheels only, since building a source distribution would run its code on the build host";
+    match projects {
+        [one] => format!(
+            "`{}` has no wheel for this image, {}; {WHY}: pin a version that has a wheel, or build the wheel yourself and add it with `find-links`",
+            one.package,
+            one.describe()
+        ),
+        many => {
+            let list: Vec<String> = many
+                .iter()
+                .map(|p| format!("\n  - `{}`: {}", p.package, p.describe()))
+                .collect();
+            format!(
+                "{} requirements have no wheel for this image:{}\n{WHY}: pin versions that have wheels, or build the wheels yourself and add them with `find-links`",
+                many.len(),
+                list.concat()
+            )
+        }
+    }
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum ResolveError {
-    #[error(
-        "`{package}` has no wheel for this image, only source distributions ({files}); imgbuild installs wheels only, since building a source distribution would run its code on the build host: pin a version that has a wheel, or build the wheel yourself and add it with `find-links`"
-    )]
-    SdistOnly { package: String, files: String },
+    /// Every requirement that asks for versions with only source distributions, named in
+    /// one error so a user fixes them all at once.
+    #[error("{}", sdist_only_message(.0))]
+    SdistOnly(Vec<SdistOnly>),
     #[error(
         "`{package}` has no wheel the image can use (Python {python}, {platform}, {glibc}); it offers: {files}"
     )]
@@ -373,6 +433,30 @@ impl Provider<'_> {
     }
 
     /// The dependencies that `requirements` add, under `extras`.
+    /// Refuses the recipe's own requirements that only source distributions meet, all of
+    /// them at once (the solver would meet them one at a time).
+    fn refuse_sdist_only(
+        &self,
+        constraints: &[(Node, Ranges<Version>)],
+    ) -> Result<(), ResolveError> {
+        let mut refused = Vec::new();
+        for (node, range) in constraints {
+            let Node::Package(name) = node else { continue };
+            if self.provided.contains_key(name) {
+                continue;
+            }
+            let project = self.project(name)?;
+            if let Some(sdist_only) = sdist_only(name, &project, range) {
+                refused.push(sdist_only);
+            }
+        }
+        if refused.is_empty() {
+            Ok(())
+        } else {
+            Err(ResolveError::SdistOnly(refused))
+        }
+    }
+
     fn constraints(
         &self,
         requirements: &[Requirement],
@@ -436,6 +520,30 @@ pub fn wheel_metadata(path: &Path) -> Result<String, String> {
         return Err("is larger than 64 MiB".to_string());
     }
     Ok(text)
+}
+
+/// `project` as a refusal when no wheel it offers is in `range` but a source distribution is.
+fn sdist_only(name: &PackageName, project: &Project, range: &Ranges<Version>) -> Option<SdistOnly> {
+    let in_range = |v: &Version| range.contains(v);
+    if project.candidates.iter().any(|c| in_range(&c.version)) {
+        return None;
+    }
+    let files: Vec<String> = project
+        .sdists
+        .iter()
+        .filter(|(v, _)| in_range(v))
+        .map(|(_, f)| f.clone())
+        .collect();
+    (!files.is_empty()).then(|| SdistOnly {
+        package: name.to_string(),
+        files,
+        wheel_versions: project
+            .candidates
+            .iter()
+            .filter(|c| !c.file.yanked)
+            .map(|c| c.version.to_string())
+            .collect(),
+    })
 }
 
 impl DependencyProvider for Provider<'_> {
@@ -502,17 +610,8 @@ impl DependencyProvider for Provider<'_> {
                 version: yanked.version.to_string(),
             });
         }
-        let sdists: Vec<&str> = project
-            .sdists
-            .iter()
-            .filter(|(v, _)| range.contains(v))
-            .map(|(_, f)| f.as_str())
-            .collect();
-        if !sdists.is_empty() {
-            return Err(ResolveError::SdistOnly {
-                package: name.to_string(),
-                files: sdists.join(", "),
-            });
+        if let Some(sdist_only) = sdist_only(name, &project, range) {
+            return Err(ResolveError::SdistOnly(vec![sdist_only]));
         }
         if project.candidates.is_empty() && !project.other_wheels.is_empty() {
             let wheel = &self.target.wheel;
@@ -538,6 +637,7 @@ impl DependencyProvider for Provider<'_> {
             Node::Root => {
                 let constraints = self.constraints(self.requirements, &[])?;
                 self.prefetch(&constraints);
+                self.refuse_sdist_only(&constraints)?;
                 return Ok(Dependencies::Available(constraints.into_iter().collect()));
             }
             Node::Package(name) => (name, None),

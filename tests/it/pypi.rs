@@ -275,6 +275,33 @@ fn a_distribution_conda_provides_is_not_installed_again_from_pypi() {
 }
 
 #[test]
+fn every_requirement_with_only_source_distributions_is_named_in_one_error() {
+    // `six<1.16` has only an sdist in range though 1.16.0 has a wheel; `sdist-only` has no
+    // wheel at all. A newcomer used to meet them one build at a time.
+    let dir = tempfile::tempdir().unwrap();
+    let mut dists = pinned_dists(&[SIX_1_16_0]).unwrap();
+    dists.push((write_sdist(dir.path(), "six", "1.15.0").unwrap(), "six".to_string()));
+    dists.push((
+        write_sdist(dir.path(), "sdist-only", "1.0").unwrap(),
+        "sdist-only".to_string(),
+    ));
+    let index = SimpleIndex::serve(&dists).unwrap();
+    let project = project("pysdists", &["python"], &["six<1.16", "sdist-only"], &index);
+    let run = project.build(&[]);
+    run.assert_failure_naming(
+        1,
+        &[
+            "2 requirements have no wheel for this image:",
+            "- `six`: only source distributions (six-1.15.0.tar.gz); versions with a wheel for this image: 1.16.0",
+            "- `sdist-only`: only source distributions (sdist_only-1.0.tar.gz); no version has a wheel for this image",
+            "run its code on the build host: pin versions that have wheels",
+        ],
+    );
+    project.assert_no_image();
+    assert_eq!(index.downloads("six-1.15.0.tar.gz"), 0, "never downloaded");
+}
+
+#[test]
 fn a_requirement_with_only_a_source_distribution_is_refused_by_name() {
     let dir = tempfile::tempdir().unwrap();
     let sdist = write_sdist(dir.path(), "sdist-only", "1.0").unwrap();
