@@ -223,13 +223,7 @@ fn print_build(report: &BuildReport, printer: &Printer) {
     let timings: Vec<String> = report
         .timings
         .iter()
-        .map(|(stage, time)| {
-            let name = match stage {
-                crate::build::Stage::Solve => "lock",
-                other => other.name(),
-            };
-            format!("{name} {:.2}s", time.as_secs_f64())
-        })
+        .map(|(stage, time)| format!("{} {:.2}s", stage.name(), time.as_secs_f64()))
         .collect();
     printer.status("Took", timings.join(", "));
     for tag in &report.tags {

@@ -137,6 +137,24 @@ fn plain_lines_when_stderr_is_not_a_terminal() {
 }
 
 #[test]
+fn the_took_line_names_the_stages_as_the_json_events_do() {
+    let project = project();
+    let run = project.build(&[]).success();
+    let took = run
+        .stderr
+        .lines()
+        .find_map(|l| l.trim_start().strip_prefix("Took "))
+        .unwrap_or_else(|| panic!("a `Took` line in:\n{}", run.stderr));
+    // `stage seconds` pairs: the stage names of `stage-started` and of `timings` (the
+    // solve stage was once `lock` here).
+    let stages: Vec<&str> = took
+        .split(", ")
+        .map(|timing| timing.split(' ').next().unwrap())
+        .collect();
+    assert_eq!(stages, ["solve", "install", "layers", "write"], "{took}");
+}
+
+#[test]
 fn json_counts_bytes_downloaded_from_a_served_channel() {
     let served = tempfile::tempdir().unwrap();
     std::os::unix::fs::symlink(shared_channel(), served.path().join("testchan")).unwrap();
