@@ -11,12 +11,10 @@ use k8s_openapi::{
         apps::v1::{Deployment, DeploymentSpec},
         batch::v1::{Job, JobSpec},
         core::v1::{
-            Affinity, Capabilities, ConfigMap, ConfigMapVolumeSource, Container,
-            EmptyDirVolumeSource, EnvVar, EnvVarSource, HostPathVolumeSource, LocalObjectReference,
-            NodeAffinity, NodeSelector, NodeSelectorRequirement, NodeSelectorTerm,
-            ObjectFieldSelector, PersistentVolumeClaimVolumeSource, PodSecurityContext, PodSpec,
-            PodTemplateSpec, ResourceRequirements, SeccompProfile, SecretVolumeSource,
-            SecurityContext, Toleration, Volume, VolumeMount,
+            Capabilities, ConfigMap, Container, EmptyDirVolumeSource, EnvVar, HostPathVolumeSource,
+            LocalObjectReference, PersistentVolumeClaimVolumeSource, PodSecurityContext, PodSpec,
+            PodTemplateSpec, ResourceRequirements, SeccompProfile, SecurityContext, Toleration,
+            Volume, VolumeMount,
         },
     },
     apimachinery::pkg::{
@@ -25,7 +23,14 @@ use k8s_openapi::{
     },
 };
 
-use crate::{cuda::compat::DriverVersion, inspect::ImageSummary};
+use crate::inspect::ImageSummary;
+
+mod build_job;
+mod scheduling;
+
+pub use build_job::{BuildJobOptions, build_job};
+use scheduling::{affinity, tolerations};
+pub use scheduling::{compute_terms, driver_terms, node_terms};
 
 /// GPU feature discovery's labels for the host driver version (`535.104.05` → `535`, `104`,
 /// `05`).
@@ -35,9 +40,6 @@ pub const DRIVER_REV_LABEL: &str = "nvidia.com/cuda.driver.rev";
 /// GPU feature discovery's labels for the GPU's compute capability (`8.6` → `8`, `6`).
 pub const COMPUTE_MAJOR_LABEL: &str = "nvidia.com/gpu.compute.major";
 pub const COMPUTE_MINOR_LABEL: &str = "nvidia.com/gpu.compute.minor";
-/// The newest compute capability major the requirement spells out one by one; above it
-/// only PTX runs, so a node either runs everything there (every package has PTX) or nothing.
-const NEWEST_KNOWN_MAJOR: u32 = 12;
 /// The extended resource NVIDIA's device plugin advertises.
 pub const GPU_RESOURCE: &str = "nvidia.com/gpu";
 /// The well-known node labels of the kubelet: a pod goes only to nodes that can run the
@@ -184,216 +186,6 @@ impl Workload {
     }
 }
 
-/// What `--build-job` builds: a recipe (with its `[matrix]`, if any) and the locks of every
-/// variant, which pin what the pods build.
-#[derive(Debug, Clone)]
-pub struct BuildJobOptions {
-    pub name: String,
-    pub namespace: Option<String>,
-    /// The imgbuild image the pods run.
-    pub builder_image: String,
-    /// Where each pod pushes its image (`REGISTRY/REPO`; the tag is the variant's own).
-    pub repository: String,
-    pub recipe_file_name: String,
-    pub recipe_text: String,
-    /// `(file name, text)` of every variant's lock.
-    pub locks: Vec<(String, String)>,
-    /// Number of variants; 0 for a recipe without a matrix (one pod).
-    pub variants: usize,
-    pub pull_secrets: Vec<String>,
-    /// A `kubernetes.io/dockerconfigjson` Secret with the credentials to push.
-    pub push_secret: Option<String>,
-    pub cpu: Option<String>,
-    pub memory: Option<String>,
-    /// `--toleration`: taints the build pods tolerate (e.g. of dedicated build nodes).
-    pub tolerations: Vec<Toleration>,
-}
-
-/// The ConfigMap holding the recipe and locks, and an Indexed Job with one pod per variant:
-/// pod `i` runs `imgbuild build RECIPE --locked --variant i --push REPO`. imgbuild needs no
-/// daemon and no privileges, so the pods are plain non-root pods with two scratch volumes.
-pub fn build_job(options: &BuildJobOptions) -> Result<Workload, K8sError> {
-    if !is_dns_label(&options.name) {
-        return Err(K8sError::Name {
-            name: options.name.clone(),
-        });
-    }
-    let config_name = format!("{}-recipe", options.name);
-    let mut data = BTreeMap::from([(
-        options.recipe_file_name.clone(),
-        options.recipe_text.clone(),
-    )]);
-    data.extend(options.locks.iter().cloned());
-    let labels = labels(&options.name);
-    let config = ConfigMap {
-        metadata: ObjectMeta {
-            name: Some(config_name.clone()),
-            namespace: options.namespace.clone(),
-            labels: Some(labels.clone()),
-            ..Default::default()
-        },
-        data: Some(data),
-        ..Default::default()
-    };
-
-    let mut args = vec![
-        "build".to_string(),
-        format!("/recipes/{}", options.recipe_file_name),
-        "--locked".to_string(),
-        "--push".to_string(),
-        options.repository.clone(),
-    ];
-    if options.variants > 0 {
-        args.extend(["--variant".to_string(), "$(VARIANT_INDEX)".to_string()]);
-    }
-    let mut env = vec![
-        EnvVar {
-            name: "IMGBUILD_CACHE_DIR".into(),
-            value: Some("/cache".into()),
-            ..Default::default()
-        },
-        EnvVar {
-            name: "HOME".into(),
-            value: Some("/work".into()),
-            ..Default::default()
-        },
-        // The pod's index in the Job, through the downward API, so `$(VARIANT_INDEX)` in
-        // the arguments is expanded by the kubelet.
-        EnvVar {
-            name: "VARIANT_INDEX".into(),
-            value_from: Some(EnvVarSource {
-                field_ref: Some(ObjectFieldSelector {
-                    field_path: "metadata.annotations['batch.kubernetes.io/job-completion-index']"
-                        .into(),
-                    ..Default::default()
-                }),
-                ..Default::default()
-            }),
-            ..Default::default()
-        },
-    ];
-    let mut mounts = vec![
-        VolumeMount {
-            name: "recipes".into(),
-            mount_path: "/recipes".into(),
-            read_only: Some(true),
-            ..Default::default()
-        },
-        VolumeMount {
-            name: "work".into(),
-            mount_path: "/work".into(),
-            ..Default::default()
-        },
-        VolumeMount {
-            name: "cache".into(),
-            mount_path: "/cache".into(),
-            ..Default::default()
-        },
-    ];
-    let mut volumes = vec![
-        Volume {
-            name: "recipes".into(),
-            config_map: Some(ConfigMapVolumeSource {
-                name: config_name,
-                ..Default::default()
-            }),
-            ..Default::default()
-        },
-        Volume {
-            name: "work".into(),
-            empty_dir: Some(EmptyDirVolumeSource::default()),
-            ..Default::default()
-        },
-        Volume {
-            name: "cache".into(),
-            empty_dir: Some(EmptyDirVolumeSource::default()),
-            ..Default::default()
-        },
-    ];
-    if let Some(secret) = &options.push_secret {
-        env.push(EnvVar {
-            name: "REGISTRY_AUTH_FILE".into(),
-            value: Some("/auth/.dockerconfigjson".into()),
-            ..Default::default()
-        });
-        mounts.push(VolumeMount {
-            name: "auth".into(),
-            mount_path: "/auth".into(),
-            read_only: Some(true),
-            ..Default::default()
-        });
-        volumes.push(Volume {
-            name: "auth".into(),
-            secret: Some(SecretVolumeSource {
-                secret_name: Some(secret.clone()),
-                ..Default::default()
-            }),
-            ..Default::default()
-        });
-    }
-    let mut limits = BTreeMap::new();
-    if let Some(cpu) = &options.cpu {
-        limits.insert("cpu".to_string(), Quantity(cpu.clone()));
-    }
-    if let Some(memory) = &options.memory {
-        limits.insert("memory".to_string(), Quantity(memory.clone()));
-    }
-    let container = Container {
-        name: "imgbuild".into(),
-        image: Some(options.builder_image.clone()),
-        args: Some(args),
-        env: Some(env),
-        working_dir: Some("/work".into()),
-        volume_mounts: Some(mounts),
-        resources: (!limits.is_empty()).then(|| ResourceRequirements {
-            requests: Some(limits.clone()),
-            limits: Some(limits),
-            ..Default::default()
-        }),
-        security_context: Some(container_security()),
-        ..Default::default()
-    };
-    let pods = i32::try_from(options.variants.max(1)).unwrap_or(i32::MAX);
-    let job = Job {
-        metadata: ObjectMeta {
-            name: Some(options.name.clone()),
-            namespace: options.namespace.clone(),
-            labels: Some(labels.clone()),
-            ..Default::default()
-        },
-        spec: Some(JobSpec {
-            completion_mode: Some("Indexed".into()),
-            completions: Some(pods),
-            parallelism: Some(pods),
-            // One retry per variant: a flaky registry should not fail the matrix, a broken
-            // variant should not be rebuilt in a loop.
-            backoff_limit_per_index: Some(1),
-            template: PodTemplateSpec {
-                metadata: Some(ObjectMeta {
-                    labels: Some(labels),
-                    ..Default::default()
-                }),
-                spec: Some(PodSpec {
-                    containers: vec![container],
-                    restart_policy: Some("Never".into()),
-                    volumes: Some(volumes),
-                    image_pull_secrets: pull_secrets(&options.pull_secrets),
-                    tolerations: tolerations(&options.tolerations, false),
-                    // fsGroup: the scratch volumes are the builder's to write.
-                    security_context: Some(PodSecurityContext {
-                        fs_group: Some(DEFAULT_UID),
-                        ..pod_security(DEFAULT_UID, DEFAULT_UID)
-                    }),
-                    ..Default::default()
-                }),
-            },
-            ..Default::default()
-        }),
-        ..Default::default()
-    };
-    Ok(Workload::BuildJob(Box::new(config), Box::new(job)))
-}
-
 /// Builds the manifest of `image` (read from its layout) with `options`, and the warnings to
 /// print; `user` overrides the image's user (`UID` or `UID:GID`).
 pub fn workload(
@@ -401,19 +193,7 @@ pub fn workload(
     options: &WorkloadOptions,
     user: Option<&str>,
 ) -> Result<(Workload, Vec<String>), K8sError> {
-    let repository = options.repository.trim_end_matches('/');
-    let last = repository.rsplit('/').next().unwrap_or_default();
-    if repository.is_empty()
-        || repository.contains('@')
-        || last.contains(':')
-        || !repository.contains('/')
-    {
-        return Err(K8sError::Repository {
-            repository: options.repository.clone(),
-        });
-    }
-    // A multi-platform image by its index: each node pulls its own platform.
-    let image_ref = format!("{repository}@{}", image.image_digest());
+    let image_ref = image_reference(&options.repository, image)?;
     let smoke = match options.kind {
         WorkloadKind::SmokeJob => {
             Some(image.smoke.as_deref().ok_or_else(|| K8sError::NoSmoke {
@@ -440,33 +220,89 @@ pub fn workload(
             image.image
         ));
     }
-    let cuda = image.cuda.as_ref();
     // The smoke test needs a GPU even in an image that does not say it is a CUDA image.
     let gpus = options
         .gpus
-        .unwrap_or(if cuda.is_some() || smoke.is_some() {
+        .unwrap_or(if image.cuda.is_some() || smoke.is_some() {
             1
         } else {
             0
         });
-    // The smoke test finds the image's CUDA libraries under the environment's prefix.
-    let (command, args) = match smoke {
-        Some(smoke) => (
-            options
-                .command
-                .clone()
-                .or_else(|| Some(vec![smoke.to_string()])),
-            options.args.clone().or_else(|| {
-                let prefix = image.conda.as_ref().and_then(|c| c.prefix.clone());
-                Some(vec![
-                    "--prefix".to_string(),
-                    prefix.unwrap_or_else(|| "/opt/conda".to_string()),
-                ])
-            }),
-        ),
-        None => (options.command.clone(), options.args.clone()),
-    };
 
+    let (volumes, mounts) = data_volumes(options)?;
+    let (command, args) = command_and_args(image, options, smoke);
+    let container = Container {
+        name: name.clone(),
+        image: Some(image_ref),
+        command,
+        args,
+        resources: resources(gpus, options),
+        security_context: Some(container_security()),
+        env: env_vars(&options.env)?,
+        volume_mounts: (!mounts.is_empty()).then_some(mounts),
+        ..Default::default()
+    };
+    let pod = PodSpec {
+        containers: vec![container],
+        restart_policy: Some(
+            match options.kind {
+                WorkloadKind::Job | WorkloadKind::SmokeJob => "Never",
+                WorkloadKind::Deployment => "Always",
+            }
+            .to_string(),
+        ),
+        runtime_class_name: options.runtime_class.clone(),
+        image_pull_secrets: pull_secrets(&options.pull_secrets),
+        security_context: Some(pod_security(uid, gid)),
+        affinity: Some(affinity(image, options, gpus)?),
+        tolerations: tolerations(&options.tolerations, gpus > 0 && options.gpu_toleration),
+        volumes: (!volumes.is_empty()).then_some(volumes),
+        ..Default::default()
+    };
+    let workload = wrap_pod(options, name, pod, smoke.is_some());
+    Ok((workload, warnings))
+}
+
+/// The image as the manifest references it, `REPOSITORY@DIGEST`: by its digest (an index's,
+/// for a multi-platform image, so each node pulls its own platform), never by a tag.
+fn image_reference(repository: &str, image: &ImageSummary) -> Result<String, K8sError> {
+    let trimmed = repository.trim_end_matches('/');
+    let last = trimmed.rsplit('/').next().unwrap_or_default();
+    if trimmed.is_empty() || trimmed.contains('@') || last.contains(':') || !trimmed.contains('/') {
+        return Err(K8sError::Repository {
+            repository: repository.to_string(),
+        });
+    }
+    Ok(format!("{trimmed}@{}", image.image_digest()))
+}
+
+/// The container's command and arguments: the overrides, else the image's own (none in the
+/// manifest), or for the smoke test its executable, which finds the image's CUDA libraries
+/// under the environment's prefix.
+fn command_and_args(
+    image: &ImageSummary,
+    options: &WorkloadOptions,
+    smoke: Option<&str>,
+) -> (Option<Vec<String>>, Option<Vec<String>>) {
+    let Some(smoke) = smoke else {
+        return (options.command.clone(), options.args.clone());
+    };
+    let command = options
+        .command
+        .clone()
+        .or_else(|| Some(vec![smoke.to_string()]));
+    let args = options.args.clone().or_else(|| {
+        let prefix = image.conda.as_ref().and_then(|c| c.prefix.clone());
+        Some(vec![
+            "--prefix".to_string(),
+            prefix.unwrap_or_else(|| "/opt/conda".to_string()),
+        ])
+    });
+    (command, args)
+}
+
+/// The container's GPUs, CPU and memory; none when nothing is asked for.
+fn resources(gpus: u32, options: &WorkloadOptions) -> Option<ResourceRequirements> {
     let mut limits = BTreeMap::new();
     let mut requests = BTreeMap::new();
     if gpus > 0 {
@@ -481,68 +317,16 @@ pub fn workload(
         requests.insert("memory".to_string(), Quantity(memory.clone()));
         limits.insert("memory".to_string(), Quantity(memory.clone()));
     }
-
-    let (volumes, mounts) = data_volumes(options)?;
-    let container = Container {
-        name: name.clone(),
-        image: Some(image_ref),
-        command,
-        args,
-        resources: (!limits.is_empty()).then(|| ResourceRequirements {
-            limits: Some(limits),
-            requests: (!requests.is_empty()).then_some(requests),
-            ..Default::default()
-        }),
-        security_context: Some(container_security()),
-        env: env_vars(&options.env)?,
-        volume_mounts: (!mounts.is_empty()).then_some(mounts),
+    (!limits.is_empty()).then(|| ResourceRequirements {
+        limits: Some(limits),
+        requests: (!requests.is_empty()).then_some(requests),
         ..Default::default()
-    };
+    })
+}
 
-    let min_driver = match cuda.and_then(|c| c.min_driver.as_deref()) {
-        Some(text) => Some(
-            text.parse::<DriverVersion>()
-                .map_err(|message| K8sError::Driver {
-                    value: text.to_string(),
-                    message,
-                })?,
-        ),
-        None => None,
-    };
-    // Without GPU feature discovery no node carries its labels: only the kubelet's remain.
-    let gfd = gpus > 0 && options.gpu_feature_discovery;
-    let mut terms = node_terms(&architectures(image), min_driver.as_ref().filter(|_| gfd));
-    if gfd && !options.any_gpu_architecture {
-        terms = with_compute_capability(terms, image)?;
-    }
-    let affinity = Affinity {
-        node_affinity: Some(NodeAffinity {
-            required_during_scheduling_ignored_during_execution: Some(NodeSelector {
-                node_selector_terms: terms,
-            }),
-            ..Default::default()
-        }),
-        ..Default::default()
-    };
-
+/// The Job or Deployment named `name` that runs `pod`; `smoke` for the smoke test's Job.
+fn wrap_pod(options: &WorkloadOptions, name: String, pod: PodSpec, smoke: bool) -> Workload {
     let labels = labels(&name);
-    let pod = PodSpec {
-        containers: vec![container],
-        restart_policy: Some(
-            match options.kind {
-                WorkloadKind::Job | WorkloadKind::SmokeJob => "Never",
-                WorkloadKind::Deployment => "Always",
-            }
-            .to_string(),
-        ),
-        runtime_class_name: options.runtime_class.clone(),
-        image_pull_secrets: pull_secrets(&options.pull_secrets),
-        security_context: Some(pod_security(uid, gid)),
-        affinity: Some(affinity),
-        tolerations: tolerations(&options.tolerations, gpus > 0 && options.gpu_toleration),
-        volumes: (!volumes.is_empty()).then_some(volumes),
-        ..Default::default()
-    };
     let template = PodTemplateSpec {
         metadata: Some(ObjectMeta {
             labels: Some(labels.clone()),
@@ -556,14 +340,14 @@ pub fn workload(
         labels: Some(labels.clone()),
         ..Default::default()
     };
-    let workload = match options.kind {
+    match options.kind {
         WorkloadKind::Job | WorkloadKind::SmokeJob => Workload::Job(Box::new(Job {
             metadata,
             spec: Some(JobSpec {
                 // A failed training run is looked at, not retried in a loop.
                 backoff_limit: Some(0),
                 // The smoke test takes seconds; one that hangs (a wedged GPU) must end.
-                active_deadline_seconds: smoke.map(|_| SMOKE_DEADLINE_SECONDS),
+                active_deadline_seconds: smoke.then_some(SMOKE_DEADLINE_SECONDS),
                 template,
                 ..Default::default()
             }),
@@ -582,8 +366,7 @@ pub fn workload(
             }),
             ..Default::default()
         })),
-    };
-    Ok((workload, warnings))
+    }
 }
 
 /// The container's environment, in the order given (a value may use an earlier `$(NAME)`).
@@ -676,32 +459,6 @@ fn data_volumes(options: &WorkloadOptions) -> Result<(Vec<Volume>, Vec<VolumeMou
         });
     }
     Ok((volumes, mounts))
-}
-
-/// The GPU node pools' taint `nvidia.com/gpu` (any value, NoSchedule: what GKE, EKS's
-/// guides and the GPU operator's examples put on GPU nodes) when `gpu`, and `extra`;
-/// sorted and without repeats, since their order means nothing.
-fn tolerations(extra: &[Toleration], gpu: bool) -> Option<Vec<Toleration>> {
-    let mut all = extra.to_vec();
-    if gpu {
-        all.push(Toleration {
-            key: Some(GPU_RESOURCE.into()),
-            operator: Some("Exists".into()),
-            effect: Some("NoSchedule".into()),
-            ..Default::default()
-        });
-    }
-    let order = |t: &Toleration| {
-        (
-            t.key.clone(),
-            t.operator.clone(),
-            t.value.clone(),
-            t.effect.clone(),
-        )
-    };
-    all.sort_by_key(order);
-    all.dedup_by(|a, b| order(a) == order(b));
-    (!all.is_empty()).then_some(all)
 }
 
 /// Parses `--toleration KEY[=VALUE][:EFFECT]`: without a value the taint's key alone
@@ -838,202 +595,6 @@ pub fn check_quantity(key: &str, value: &str) -> Result<(), K8sError> {
             key: key.to_string(),
             value: value.to_string(),
         })
-    }
-}
-
-/// The OCI architectures of the image: each platform's of a multi-platform image (a node of
-/// any of them pulls its own), else the one image's.
-fn architectures(image: &ImageSummary) -> Vec<String> {
-    if image.platforms.is_empty() {
-        return vec![image.architecture.clone()];
-    }
-    let mut arches: Vec<String> = image
-        .platforms
-        .iter()
-        .filter_map(|p| p.split('/').nth(1).map(str::to_string))
-        .collect();
-    arches.dedup();
-    arches
-}
-
-/// The pod's required node terms: Linux nodes of one of `arches`, and, for a GPU pod of an
-/// image with a minimum driver, a driver at least that ([`driver_terms`]; the platform
-/// requirements are ANDed into each of its ORed terms).
-pub fn node_terms(arches: &[String], driver: Option<&DriverVersion>) -> Vec<NodeSelectorTerm> {
-    let platform = [
-        NodeSelectorRequirement {
-            key: OS_LABEL.to_string(),
-            operator: "In".to_string(),
-            values: Some(vec!["linux".to_string()]),
-        },
-        NodeSelectorRequirement {
-            key: ARCH_LABEL.to_string(),
-            operator: "In".to_string(),
-            values: Some(arches.to_vec()),
-        },
-    ];
-    let Some(driver) = driver else {
-        return vec![NodeSelectorTerm {
-            match_expressions: Some(platform.to_vec()),
-            ..Default::default()
-        }];
-    };
-    driver_terms(driver)
-        .into_iter()
-        .map(|mut term| {
-            term.match_expressions
-                .get_or_insert_with(Vec::new)
-                .extend(platform.iter().cloned());
-            term
-        })
-        .collect()
-}
-
-/// `terms` ANDed with [`compute_terms`] for the architectures the image records (each
-/// package's, else all together); `terms` as they are when it records none.
-fn with_compute_capability(
-    terms: Vec<NodeSelectorTerm>,
-    image: &ImageSummary,
-) -> Result<Vec<NodeSelectorTerm>, K8sError> {
-    use crate::cuda::fatbin::{Architectures, format_list, parse_list};
-    let Some(gpu) = &image.gpu else {
-        return Ok(terms);
-    };
-    let parse = |names: &[String]| parse_list(&names.join(",")).unwrap_or_default();
-    let mut packages: Vec<Architectures> = gpu
-        .packages
-        .iter()
-        .map(|p| parse(&p.architectures))
-        .filter(|a| !a.is_empty())
-        .collect();
-    if packages.is_empty() {
-        packages.push(parse(&gpu.architectures));
-    }
-    if packages.iter().all(Architectures::is_empty) {
-        return Ok(terms);
-    }
-    let compute = compute_terms(&packages);
-    if compute.is_empty() {
-        return Err(K8sError::NoGpuArchitecture {
-            image: image.image.clone(),
-            packages: packages
-                .iter()
-                .map(format_list)
-                .collect::<Vec<_>>()
-                .join("; "),
-        });
-    }
-    // (a or b) and (c or d): every pair, each requirement list ANDed.
-    Ok(terms
-        .iter()
-        .flat_map(|term| {
-            compute.iter().map(move |extra| {
-                let mut term = term.clone();
-                term.match_expressions
-                    .get_or_insert_with(Vec::new)
-                    .extend(extra.iter().cloned());
-                term
-            })
-        })
-        .collect())
-}
-
-/// The requirement lists (ORed) matching GPUs, by GPU feature discovery's compute capability
-/// labels, on which every one of `packages` runs its kernels (SASS of the major at or below
-/// the minor, or PTX at or below the capability). Empty when no GPU does.
-///
-/// Within a major, what runs is every minor from some minor up (SASS and PTX alike), so each
-/// major needs one `minor > m - 1`; majors that run from minor 0 share one `In`, and past
-/// [`NEWEST_KNOWN_MAJOR`] only PTX runs, the same for every major there.
-pub fn compute_terms(
-    packages: &[crate::cuda::fatbin::Architectures],
-) -> Vec<Vec<NodeSelectorRequirement>> {
-    use crate::cuda::fatbin::{Coverage, coverage};
-    let runs = |sm: u32| {
-        packages
-            .iter()
-            .all(|archs| coverage(archs, sm) != Coverage::None)
-    };
-    let newest = packages
-        .iter()
-        .flatten()
-        .map(|a| a.sm / 10)
-        .max()
-        .unwrap_or(0)
-        .max(NEWEST_KNOWN_MAJOR);
-    let requirement = |label: &str, operator: &str, values: Vec<String>| NodeSelectorRequirement {
-        key: label.to_string(),
-        operator: operator.to_string(),
-        values: Some(values),
-    };
-    let mut whole_majors = Vec::new();
-    let mut terms = Vec::new();
-    for major in 1..=newest {
-        match (0..=9).find(|minor| runs(major * 10 + minor)) {
-            Some(0) => whole_majors.push(major.to_string()),
-            Some(minor) => terms.push(vec![
-                requirement(COMPUTE_MAJOR_LABEL, "In", vec![major.to_string()]),
-                requirement(COMPUTE_MINOR_LABEL, "Gt", vec![(minor - 1).to_string()]),
-            ]),
-            None => {}
-        }
-    }
-    if !whole_majors.is_empty() {
-        terms.insert(
-            0,
-            vec![requirement(COMPUTE_MAJOR_LABEL, "In", whole_majors)],
-        );
-    }
-    if runs((newest + 1) * 10) {
-        terms.push(vec![requirement(
-            COMPUTE_MAJOR_LABEL,
-            "Gt",
-            vec![newest.to_string()],
-        )]);
-    }
-    terms
-}
-
-/// Node selector terms (ORed; requirements within a term ANDed) matching nodes whose driver
-/// is at least `driver`: `Gt` compares integers, so `≥ 520.61.05` becomes major > 520, or
-/// major 520 and minor > 61, or 520.61 and rev > 4.
-pub fn driver_terms(driver: &DriverVersion) -> Vec<NodeSelectorTerm> {
-    let text = driver.to_string();
-    let parts: Vec<u32> = text.split('.').filter_map(|p| p.parse().ok()).collect();
-    let labels = [DRIVER_MAJOR_LABEL, DRIVER_MINOR_LABEL, DRIVER_REV_LABEL];
-    let requirement = |label: &str, operator: &str, value: String| NodeSelectorRequirement {
-        key: label.to_string(),
-        operator: operator.to_string(),
-        values: Some(vec![value]),
-    };
-    let mut terms = Vec::new();
-    for depth in 0..parts.len() {
-        let mut expressions: Vec<NodeSelectorRequirement> = (0..depth)
-            .map(|i| requirement(labels[i], "In", label_value(i, parts[i])))
-            .collect();
-        // The last part may equal the minimum: "> n - 1".
-        let last = depth == parts.len() - 1;
-        let bound = if last {
-            i64::from(parts[depth]) - 1
-        } else {
-            i64::from(parts[depth])
-        };
-        expressions.push(requirement(labels[depth], "Gt", bound.to_string()));
-        terms.push(NodeSelectorTerm {
-            match_expressions: Some(expressions),
-            ..Default::default()
-        });
-    }
-    terms
-}
-
-/// GPU feature discovery writes minor versions as the driver does (`104`), and the
-/// revision zero-padded to two digits (`05`).
-fn label_value(index: usize, value: u32) -> String {
-    if index == 2 {
-        format!("{value:02}")
-    } else {
-        value.to_string()
     }
 }
 
@@ -1192,129 +753,6 @@ fn is_dns_label(name: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn terms(driver: &str) -> Vec<Vec<(String, String, String)>> {
-        driver_terms(&driver.parse().unwrap())
-            .into_iter()
-            .map(|t| {
-                t.match_expressions
-                    .unwrap()
-                    .into_iter()
-                    .map(|r| (r.key, r.operator, r.values.unwrap()[0].clone()))
-                    .collect()
-            })
-            .collect()
-    }
-
-    /// [`compute_terms`] of packages given as `sm_80,compute_80`, as `label op values`.
-    fn compute(packages: &[&str]) -> Vec<String> {
-        let packages: Vec<_> = packages
-            .iter()
-            .map(|p| crate::cuda::fatbin::parse_list(p).unwrap())
-            .collect();
-        compute_terms(&packages)
-            .into_iter()
-            .map(|term| {
-                term.iter()
-                    .map(|r| {
-                        let key = r.key.trim_start_matches("nvidia.com/gpu.compute.");
-                        format!(
-                            "{key} {} {}",
-                            r.operator,
-                            r.values.as_ref().unwrap().join(",")
-                        )
-                    })
-                    .collect::<Vec<_>>()
-                    .join(" & ")
-            })
-            .collect()
-    }
-
-    #[test]
-    fn compute_capability_terms_are_the_gpus_every_package_runs_on() {
-        // CUDA 12.1's cuRAND: SASS from 5.0 to 9.0, PTX compute_90 for anything newer.
-        assert_eq!(
-            compute(&["sm_50,sm_60,sm_70,sm_75,sm_80,sm_86,sm_89,sm_90,compute_90"]),
-            ["major In 5,6,7,8,9,10,11,12", "major Gt 12"]
-        );
-        // SASS alone: its major only, from its minor (8.6 and 8.9, not 8.0 or 9.0).
-        assert_eq!(compute(&["sm_86"]), ["major In 8 & minor Gt 5"]);
-        // Every package must run: 8.x by SASS of one and PTX of the other, 9.0 and newer by
-        // PTX of both; 6.x and 7.x run only the second.
-        assert_eq!(
-            compute(&["sm_80,sm_86,compute_86", "sm_60,compute_60"]),
-            ["major In 8,9,10,11,12", "major Gt 12"]
-        );
-        // A minor threshold beside whole majors.
-        assert_eq!(
-            compute(&["sm_75,sm_80"]),
-            ["major In 8", "major In 7 & minor Gt 4"]
-        );
-        // Hopper-only and Ampere-only packages: no GPU runs both.
-        assert!(compute(&["sm_90", "sm_80"]).is_empty());
-    }
-
-    #[test]
-    fn every_term_asks_for_linux_nodes_of_the_image_architectures() {
-        let arches = vec!["amd64".to_string(), "arm64".to_string()];
-        let platform = vec![
-            (
-                OS_LABEL.to_string(),
-                "In".to_string(),
-                vec!["linux".to_string()],
-            ),
-            (ARCH_LABEL.to_string(), "In".to_string(), arches.clone()),
-        ];
-        let of = |terms: Vec<NodeSelectorTerm>| -> Vec<Vec<(String, String, Vec<String>)>> {
-            terms
-                .into_iter()
-                .map(|t| {
-                    t.match_expressions
-                        .unwrap()
-                        .into_iter()
-                        .map(|r| (r.key, r.operator, r.values.unwrap()))
-                        .collect()
-                })
-                .collect()
-        };
-        assert_eq!(of(node_terms(&arches, None)), vec![platform.clone()]);
-        let with_driver = of(node_terms(&arches, Some(&"520.61.05".parse().unwrap())));
-        assert_eq!(with_driver.len(), 3);
-        for term in &with_driver {
-            assert_eq!(term[term.len() - 2..], platform[..], "{term:?}");
-        }
-        assert_eq!(with_driver[0][0].0, DRIVER_MAJOR_LABEL);
-    }
-
-    #[test]
-    fn driver_minimum_becomes_ored_terms() {
-        let t = terms("520.61.05");
-        assert_eq!(t.len(), 3);
-        assert_eq!(
-            t[0],
-            vec![(DRIVER_MAJOR_LABEL.into(), "Gt".into(), "520".into())]
-        );
-        assert_eq!(
-            t[1],
-            vec![
-                (DRIVER_MAJOR_LABEL.into(), "In".into(), "520".into()),
-                (DRIVER_MINOR_LABEL.into(), "Gt".into(), "61".into()),
-            ]
-        );
-        assert_eq!(
-            t[2],
-            vec![
-                (DRIVER_MAJOR_LABEL.into(), "In".into(), "520".into()),
-                (DRIVER_MINOR_LABEL.into(), "In".into(), "61".into()),
-                (DRIVER_REV_LABEL.into(), "Gt".into(), "4".into()),
-            ]
-        );
-        // A bare major: major > 579 (that is, ≥ 580).
-        assert_eq!(
-            terms("580"),
-            vec![vec![(DRIVER_MAJOR_LABEL.into(), "Gt".into(), "579".into())]]
-        );
-    }
 
     #[test]
     fn users() {
