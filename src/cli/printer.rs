@@ -13,8 +13,8 @@ use super::progress::Mode;
 /// The output mode of one run: `--quiet`, the `--json` event stream of `build` and `lock`,
 /// and whether stderr is a terminal (for progress bars).
 ///
-/// The `--json` of `inspect`, `verify`, `push` and `smoke` is not this mode: those print one
-/// JSON report as their result, and their status and errors stay text.
+/// The `--json` of `inspect`, `diff`, `verify`, `push` and `smoke` is not this mode: they
+/// print one JSON report as their result, and their status and errors stay text.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Printer {
     quiet: bool,
