@@ -1,0 +1,337 @@
+//! `imgbuild init`: a commented starter recipe, or a recipe converted from a conda
+//! `environment.yml`, read as conda reads it (the `environment` module).
+
+use std::path::{Path, PathBuf};
+
+use crate::recipe::RecipeError;
+
+mod cuda;
+mod environment;
+mod pip;
+
+pub use environment::{DEFAULTS_CHANNEL_URLS, from_environment_yaml};
+
+/// A recipe made by `init`, with what the user should know about it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InitRecipe {
+    /// The recipe text (TOML with comments).
+    pub text: String,
+    /// Things that were not carried over, or carried over differently, one sentence each.
+    pub notes: Vec<String>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum InitError {
+    #[error("Failed to read `{}`", path.display())]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("`{}` is not a valid conda environment file", path.display())]
+    Parse {
+        path: PathBuf,
+        // serde_yaml's error, which rattler does not re-export.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    #[error("The recipe made from `{}` does not validate", path.display())]
+    Invalid {
+        path: PathBuf,
+        #[source]
+        source: RecipeError,
+    },
+    #[error("`{}` already exists; refusing to overwrite it", path.display())]
+    Exists { path: PathBuf },
+    #[error("Failed to write `{}`", path.display())]
+    Write {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl InitError {
+    /// 1 when the input is at fault, 2 when the machine is.
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            InitError::Write { .. } => 2,
+            _ => 1,
+        }
+    }
+}
+
+/// A TOML basic string.
+fn quote(text: &str) -> String {
+    toml::Value::String(text.to_string()).to_string()
+}
+
+/// Turns any name into a valid image name (`[a-z0-9][a-z0-9._-]*`).
+pub fn image_name(name: &str) -> String {
+    let mut out: String = name
+        .to_lowercase()
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') {
+                c
+            } else {
+                '-'
+            }
+        })
+        .collect();
+    out = out
+        .trim_start_matches(|c: char| !c.is_ascii_alphanumeric())
+        .to_string();
+    if out.is_empty() {
+        "app".to_string()
+    } else {
+        out
+    }
+}
+
+/// The commented starter recipe for an image called `name`.
+pub fn starter_recipe(name: &str) -> String {
+    format!(
+        r#"# An imgbuild recipe: a conda environment as a reproducible OCI image.
+#
+#   imgbuild build THIS_FILE      # solves, writes THIS_FILE.lock and images/{name}/
+#
+# Every key is shown below, most of them commented out, and documented in the README's
+# "Recipe schema"; unknown keys are errors.
+
+[image]
+name = {quoted}                 # also the output directory images/<name>
+tags = ["latest"]
+# The root filesystem under the environment: "scratch" (empty, the default), a local OCI
+# layout "oci:PATH[:TAG]", or a registry image. A base with glibc lets the image run
+# ordinary binaries, e.g. one made with
+#   skopeo copy docker://docker.io/library/ubuntu:22.04 oci:images/ubuntu:22.04
+base = "scratch"
+platforms = ["linux-64"]        # conda subdir of the target: linux-64 or linux-aarch64
+prefix = "/opt/conda"           # where the environment lives in the image
+# glibc = "2.28"                # the oldest glibc the image must run on (default: the base's)
+entrypoint = ["/opt/conda/bin/python"]
+# cmd = ["-c", "print('hello')"]
+# workdir = "/workspace"
+# user = "1000:1000"            # run as non-root
+
+# [image.env]                   # set after conda's activation variables
+# MY_SETTING = "value"
+
+# [image.labels]
+# "org.opencontainers.image.description" = "What this image is for"
+
+# [cuda]                        # for GPU images
+# version = "12.4"              # CUDA runtime the image targets
+# min-driver = "550.54.14"      # oldest host driver it must run on (default: the release's)
+# compat = false                # add NVIDIA's forward-compatibility libraries (cuda-compat)
+# architectures = ["sm_80", "sm_90"]   # GPUs it must run kernels on: a library that runs
+#                               # on none of them fails the build
+
+[conda]
+channels = ["conda-forge"]      # names, https:// or file:// URLs, or paths
+dependencies = [                # conda match specs
+    "python 3.12.*",
+]
+# channel-priority = "strict"   # or "disabled": the best version from any channel
+
+# [pypi]                        # wheels, resolved for the image's Python, installed after conda
+# dependencies = ["requests>=2.31"]    # PEP 508 requirements
+# index-url = "https://pypi.org/simple"
+# extra-index-urls = []         # asked in order for projects the earlier ones lack
+# find-links = []               # directories (relative to this file) or HTML pages of wheels
+# no-index = false              # true: ask no index, only find-links
+
+# [layers]
+# max = 60                      # layer budget, base layers included
+# compression = "gzip"          # or "zstd"
+
+# [smoke]
+# embed = false                 # true: add imgbuild-smoke, so `imgbuild k8s --smoke-job`
+#                               # can run the GPU smoke test inside the image
+
+# Build variants: one image per combination of the values, each placeholder {{{{KEY}}}} in
+# the recipe taking every value of its key (see recipes/torch21-matrix.toml):
+#   [matrix]
+#   python = ["3.11", "3.12"]   # with dependencies = ["python {{{{python}}}}.*"]
+"#,
+        quoted = quote(name),
+    )
+}
+
+/// Writes `text` to `path`, refusing to replace an existing file.
+pub fn write_new(path: &Path, text: &str) -> Result<(), InitError> {
+    use std::io::Write;
+    let mut file = match fs_err::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(path)
+    {
+        Ok(file) => file,
+        Err(err) if err.kind() == std::io::ErrorKind::AlreadyExists => {
+            return Err(InitError::Exists {
+                path: path.to_path_buf(),
+            });
+        }
+        Err(source) => {
+            return Err(InitError::Write {
+                path: path.to_path_buf(),
+                source,
+            });
+        }
+    };
+    file.write_all(text.as_bytes())
+        .map_err(|source| InitError::Write {
+            path: path.to_path_buf(),
+            source,
+        })
+}
+
+/// Reads an environment file and converts it.
+pub fn from_environment_file(path: &Path, name: Option<&str>) -> Result<InitRecipe, InitError> {
+    // environment.yml files come from strangers' repositories: bounded like a recipe.
+    let text = crate::fs::read_input_text(path, crate::recipe::MAX_RECIPE_BYTES).map_err(|e| {
+        InitError::Read {
+            path: path.to_path_buf(),
+            source: match e {
+                crate::fs::InputError::Io(source) => source,
+                other => std::io::Error::other(other),
+            },
+        }
+    })?;
+    from_environment_yaml(&text, path, name)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::recipe::{Recipe, RecipeOptions};
+
+    #[test]
+    fn the_starter_recipe_is_a_valid_recipe() {
+        let text = starter_recipe("my-app");
+        let recipe =
+            Recipe::from_str_at(&text, Path::new("r.toml"), &RecipeOptions::default()).unwrap();
+        assert_eq!(recipe.name, "my-app");
+        assert_eq!(recipe.specs[0].to_string(), "python 3.12.*");
+    }
+
+    /// The starter with every commented-out key and section (`# key = …`, `# [section]`)
+    /// uncommented; the indented `#   [matrix]` example stays a comment, since a matrix
+    /// recipe is built variant by variant.
+    fn uncommented_starter() -> String {
+        starter_recipe("my-app")
+            .lines()
+            .map(|line| match line.strip_prefix("# ") {
+                Some(rest)
+                    if rest.starts_with('[')
+                        || rest.split_once(" = ").is_some_and(|(key, _)| {
+                            !key.is_empty()
+                                && key
+                                    .chars()
+                                    .all(|c| c.is_ascii_alphanumeric() || "-_.\"".contains(c))
+                        }) =>
+                {
+                    rest.to_string()
+                }
+                _ => line.to_string(),
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+
+    #[test]
+    fn the_starter_recipe_with_every_key_uncommented_is_a_valid_recipe() {
+        let text = uncommented_starter();
+        let recipe = Recipe::from_str_at(&text, Path::new("r.toml"), &RecipeOptions::default())
+            .unwrap_or_else(|e| panic!("{e}\n{text}"));
+        assert_eq!(recipe.name, "my-app");
+        for key in [
+            "compression = ",
+            "[pypi]",
+            "[smoke]",
+            "channel-priority = ",
+            "compat = ",
+        ] {
+            assert!(text.lines().any(|l| l.starts_with(key)), "{key}\n{text}");
+        }
+    }
+
+    /// The keys serde accepts in `section` (`None`: the top level), read from the
+    /// `deny_unknown_fields` error of a recipe with an unknown key there, so the list comes
+    /// from the schema types themselves.
+    fn schema_keys(section: Option<&str>) -> Vec<String> {
+        let text = match section {
+            None => "zzz-unknown = 1\n[image]\nname = \"x\"\n".to_string(),
+            Some("image") => "[image]\nname = \"x\"\nzzz-unknown = 1\n".to_string(),
+            Some(section) => format!("[image]\nname = \"x\"\n[{section}]\nzzz-unknown = 1\n"),
+        };
+        let err = Recipe::from_str_at(&text, Path::new("r.toml"), &RecipeOptions::default())
+            .expect_err("an unknown key is an error")
+            .to_string();
+        // serde: "expected `a`", "expected `a` or `b`", "expected one of `a`, `b`, `c`".
+        let (_, expected) = err
+            .split_once("`, expected ")
+            .unwrap_or_else(|| panic!("{section:?}: no key list in {err}"));
+        let expected = expected.lines().next().unwrap_or_default();
+        expected
+            .split('`')
+            .skip(1)
+            .step_by(2)
+            .map(str::to_string)
+            .collect()
+    }
+
+    #[test]
+    fn the_starter_recipe_shows_every_schema_key() {
+        // (section, key) for every `key = ` and `[section.key]` line, commented or not.
+        let text = starter_recipe("my-app");
+        let mut shown = std::collections::BTreeSet::new();
+        let mut section = String::new();
+        for line in text.lines() {
+            let line = line.trim_start_matches('#').trim();
+            if let Some(header) = line.strip_prefix('[') {
+                let header = header.split(']').next().unwrap_or_default();
+                match header.split_once('.') {
+                    Some((parent, key)) => {
+                        shown.insert((parent.to_string(), key.to_string()));
+                    }
+                    None => section = header.to_string(),
+                }
+                shown.insert((String::new(), header.to_string()));
+            } else if let Some((key, _)) = line.split_once(" = ") {
+                shown.insert((section.clone(), key.trim().to_string()));
+            }
+        }
+        let sections = schema_keys(None);
+        assert!(sections.len() >= 7, "{sections:?}");
+        let mut missing = Vec::new();
+        for section in &sections {
+            if !shown.contains(&(String::new(), section.clone())) {
+                missing.push(format!("[{section}]"));
+            }
+            if section == "matrix" {
+                continue; // a free table of variant keys
+            }
+            let keys = schema_keys(Some(section));
+            assert!(!keys.is_empty(), "[{section}]");
+            for key in keys {
+                if !shown.contains(&(section.clone(), key.clone())) {
+                    missing.push(format!("[{section}] {key}"));
+                }
+            }
+        }
+        assert!(
+            missing.is_empty(),
+            "not in the starter recipe: {missing:?}\n{text}"
+        );
+    }
+
+    #[test]
+    fn image_names_are_made_valid() {
+        assert_eq!(image_name("My Env"), "my-env");
+        assert_eq!(image_name("_private"), "private");
+        assert_eq!(image_name("py3.11"), "py3.11");
+        assert_eq!(image_name("!!"), "app");
+    }
+}
