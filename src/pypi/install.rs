@@ -1082,6 +1082,55 @@ mod tests {
     }
 
     #[test]
+    fn data_schemes_go_to_their_directories_and_an_unknown_one_or_a_path_twice_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = wheel(
+            dir.path(),
+            &[
+                ("demo-1.0.data/purelib/demo/pure.py", b"p\n"),
+                ("demo-1.0.data/platlib/demo/plat.py", b"q\n"),
+                ("demo-1.0.data/headers/demo.h", b"h\n"),
+            ],
+            &[],
+        );
+        let staged = install(dir.path(), &path, &mut BTreeMap::new()).unwrap();
+        let site = "lib/python3.9/site-packages";
+        for file in [
+            format!("{site}/demo/pure.py"),
+            format!("{site}/demo/plat.py"),
+            "include/python3.9/demo/demo.h".to_string(),
+        ] {
+            assert!(staged.files.contains(&file), "{file}: {:?}", staged.files);
+            assert!(dir.path().join("prefix").join(&file).is_file(), "{file}");
+        }
+
+        let dir = tempfile::tempdir().unwrap();
+        let path = wheel(dir.path(), &[("demo-1.0.data/etc/x.conf", b"")], &[]);
+        let err = install(dir.path(), &path, &mut BTreeMap::new()).unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("`demo-1.0.data/etc/x.conf` is in the unknown data scheme `etc`"),
+            "{err}"
+        );
+
+        let dir = tempfile::tempdir().unwrap();
+        let path = wheel(
+            dir.path(),
+            &[
+                ("demo/a.py", b"1\n"),
+                ("demo-1.0.data/purelib/demo/a.py", b"2\n"),
+            ],
+            &[],
+        );
+        let err = install(dir.path(), &path, &mut BTreeMap::new()).unwrap_err();
+        assert!(
+            err.to_string()
+                .contains(&format!("`{site}/demo/a.py` is in the wheel twice")),
+            "{err}"
+        );
+    }
+
+    #[test]
     fn a_file_that_does_not_match_record_is_refused_and_leaves_nothing() {
         let dir = tempfile::tempdir().unwrap();
         let lie = format!("demo/__init__.py,sha256={},6", urlsafe_sha256(b"other\n"));
