@@ -1,25 +1,21 @@
-//! Knowing that a build has nothing to do. A rebuild whose inputs are byte-for-byte the
-//! ones of the image already in the layout skips install and layers: the answer is the
-//! image that is there.
+//! Build records: knowing that a build has nothing to do. A rebuild whose inputs are
+//! byte-for-byte the ones of the image already in the layout skips install and layers: the
+//! answer is the image that is there.
 //!
 //! The inputs key is the sha256 of imgbuild's version, the recipe file, the lock file, the
 //! base manifest digest and `SOURCE_DATE_EPOCH`: together they decide every byte of the
 //! image (the lock pins every package by sha256). `<cache>/builds/<key>` records the
-//! manifest digest and layers the build with that key produced. The record is only a hint: the build
-//! is skipped only when the layout still holds that manifest under exactly the recipe's
-//! tags and every blob it names is present with its size.
+//! manifest digest and layers the build with that key produced. The record is only a hint:
+//! the build plan (`build::plan`) skips the build only when the layout still holds that
+//! manifest under exactly the recipe's tags and every blob it names is present with its size.
 
 use std::path::{Path, PathBuf};
 
-use oci_spec::image::{ImageIndex, ImageManifest, MediaType};
 use sha2::{Digest, Sha256};
 
 use serde::{Deserialize, Serialize};
 
-use crate::{
-    layers::{BuiltLayer, Compression, LayerBlob, LayerKind},
-    oci::layout::{Layout, tagged},
-};
+use crate::layers::{BuiltLayer, Compression, LayerBlob, LayerKind};
 
 /// The parts of a build that decide its output.
 pub struct BuildInputs<'a> {
@@ -96,6 +92,35 @@ impl BuildRecord {
                 .collect(),
         }
     }
+
+    /// The recorded layers, as layers reused, when `digests` (the image's own layers,
+    /// platform after platform) are exactly the recorded ones; `None` otherwise.
+    pub fn reused_layers(&self, digests: &[&str]) -> Option<Vec<BuiltLayer>> {
+        if digests.len() != self.layers.len() {
+            return None;
+        }
+        let mut layers = Vec::with_capacity(digests.len());
+        for (digest, recorded) in digests.iter().zip(&self.layers) {
+            if *digest != recorded.digest {
+                return None;
+            }
+            let compression = Compression::from_name(&recorded.compression)?;
+            layers.push(BuiltLayer {
+                kind: recorded.kind,
+                name: recorded.name.clone(),
+                packages: recorded.packages.clone(),
+                blob: LayerBlob {
+                    diff_id: recorded.diff_id.clone(),
+                    digest: recorded.digest.clone(),
+                    size: recorded.size,
+                    tar_size: recorded.tar_size,
+                    media_type: compression.media_type(),
+                },
+                reused: true,
+            });
+        }
+        Some(layers)
+    }
 }
 
 /// Where inputs keys are recorded.
@@ -135,84 +160,46 @@ impl BuildRecords {
     }
 }
 
-/// The layers of `record`'s image when `layout` holds that image under every one of `tags`
-/// (other images may be there too), with every blob present at its size; `None` otherwise. The image is one manifest,
-/// or an image index of one manifest per platform; the first `base_layers[i]` layers of
-/// platform `i`'s manifest come from its base.
-pub fn unchanged_image(
-    layout: &Layout,
-    tags: &[String],
-    record: &BuildRecord,
-    base_layers: &[usize],
-) -> Option<Vec<BuiltLayer>> {
-    // Other entries of the layout (other images' tags) are kept by every build, so only the
-    // recipe's own tags decide.
-    let index = layout.read_index().ok()??;
-    let mut top = None;
-    for tag in tags {
-        let descriptor = tagged(&index, tag)?;
-        if descriptor.digest().to_string() != record.manifest_digest {
-            return None;
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(dir: &Path, lock: &str) -> Option<String> {
+        let recipe_path = dir.join("recipe.toml");
+        let lock_path = dir.join("recipe.lock");
+        fs_err::write(&recipe_path, "[image]\nname = \"demo\"\n").unwrap();
+        fs_err::write(&lock_path, lock).unwrap();
+        BuildInputs {
+            recipe_path: &recipe_path,
+            lock_path: &lock_path,
+            base_manifest: None,
+            source_date_epoch: Some(0),
+            variant: None,
+            smoke_exe: None,
         }
-        top = Some(descriptor);
+        .key()
     }
-    let read = |digest: &str| {
-        let bytes = fs_err::read(layout.blob_path(digest)).ok()?;
-        (crate::oci::sha256_digest(&bytes) == digest).then_some(bytes)
-    };
-    let top = top?;
-    let manifests: Vec<String> = if *top.media_type() == MediaType::ImageIndex {
-        let nested: ImageIndex = serde_json::from_slice(&read(&record.manifest_digest)?).ok()?;
-        nested
-            .manifests()
-            .iter()
-            .map(|d| d.digest().to_string())
-            .collect()
-    } else {
-        vec![record.manifest_digest.clone()]
-    };
-    if manifests.len() != base_layers.len() {
-        return None;
+
+    #[test]
+    fn a_changed_lock_changes_the_key() {
+        let dir = tempfile::tempdir().unwrap();
+        let before = key(dir.path(), "version: 6\n").unwrap();
+        assert_eq!(key(dir.path(), "version: 6\n").unwrap(), before);
+        assert_ne!(key(dir.path(), "version: 6\n# edited\n").unwrap(), before);
     }
-    let present = |digest: &str, size: u64| {
-        fs_err::metadata(layout.blob_path(digest)).is_ok_and(|m| m.len() == size)
-    };
-    let mut ours: Vec<oci_spec::image::Descriptor> = Vec::new();
-    for (digest, base_layers) in manifests.iter().zip(base_layers) {
-        let manifest: ImageManifest = serde_json::from_slice(&read(digest)?).ok()?;
-        let config = manifest.config();
-        if !present(config.digest().as_ref(), config.size()) {
-            return None;
-        }
-        for descriptor in manifest.layers() {
-            if !present(descriptor.digest().as_ref(), descriptor.size()) {
-                return None;
-            }
-        }
-        ours.extend(manifest.layers().get(*base_layers..)?.iter().cloned());
+
+    #[test]
+    fn unreadable_inputs_have_no_key() {
+        let dir = tempfile::tempdir().unwrap();
+        let missing = dir.path().join("missing.lock");
+        let inputs = BuildInputs {
+            recipe_path: &missing,
+            lock_path: &missing,
+            base_manifest: None,
+            source_date_epoch: None,
+            variant: None,
+            smoke_exe: None,
+        };
+        assert_eq!(inputs.key(), None);
     }
-    if ours.len() != record.layers.len() {
-        return None;
-    }
-    let mut layers = Vec::with_capacity(ours.len());
-    for (descriptor, recorded) in ours.iter().zip(&record.layers) {
-        if descriptor.digest().to_string() != recorded.digest {
-            return None;
-        }
-        let compression = Compression::from_name(&recorded.compression)?;
-        layers.push(BuiltLayer {
-            kind: recorded.kind,
-            name: recorded.name.clone(),
-            packages: recorded.packages.clone(),
-            blob: LayerBlob {
-                diff_id: recorded.diff_id.clone(),
-                digest: recorded.digest.clone(),
-                size: recorded.size,
-                tar_size: recorded.tar_size,
-                media_type: compression.media_type(),
-            },
-            reused: true,
-        });
-    }
-    Some(layers)
 }

@@ -1,0 +1,286 @@
+//! Step 2: a lock that satisfies the recipe. The existing lock is reused when it still
+//! holds every platform's target and base (and, with `--locked`, must be); otherwise each
+//! platform is solved on its own, its wheels locked after its conda packages, and the lock
+//! is written and read back.
+
+use std::path::{Path, PathBuf};
+
+use rattler_conda_types::RepoDataRecord;
+
+use super::{
+    BuildError, BuildSettings, LockMode, LockOutcome, LockReport, Reporter, Stage,
+    prepare::{Prepared, PreparedPlatform},
+};
+use crate::{
+    lock::{Lock, PlatformLock, Staleness},
+    recipe::Recipe,
+    resolve::{ResolveOptions, resolve_recipe},
+};
+
+/// What to do with the lock file, decided from the mode and what the file holds.
+#[derive(Debug, PartialEq)]
+enum LockStep {
+    /// `--locked` without a lock.
+    Missing,
+    /// `--locked` with a lock that no longer satisfies the recipe.
+    Outdated(Staleness),
+    /// The lock satisfies the recipe: use it.
+    Reuse,
+    /// Solve and write a lock; `reason` says why one that exists is replaced.
+    Solve { reason: Option<String> },
+}
+
+impl LockStep {
+    /// `exists`: whether there is a lock file; `staleness`: why it no longer satisfies the
+    /// recipe, if it does not.
+    fn decide(mode: LockMode, exists: bool, staleness: Option<Staleness>) -> Self {
+        match (mode, exists, staleness) {
+            (LockMode::Locked, false, _) => LockStep::Missing,
+            (LockMode::Locked, true, Some(reason)) => LockStep::Outdated(reason),
+            (LockMode::Locked | LockMode::Reuse, true, None) => LockStep::Reuse,
+            (_, exists, staleness) => LockStep::Solve {
+                reason: match (exists, staleness) {
+                    (_, Some(reason)) => Some(reason.to_string()),
+                    (true, None) => Some("refresh requested".to_string()),
+                    (false, None) => None,
+                },
+            },
+        }
+    }
+}
+
+/// Returns a lock that satisfies the recipe, solving and writing one when needed.
+pub(super) async fn obtain_lock(
+    prepared: &Prepared,
+    settings: &BuildSettings,
+    reporter: &dyn Reporter,
+) -> Result<(Lock, LockReport), BuildError> {
+    let recipe = &prepared.recipe;
+    let lock_path = recipe.lock_path();
+    let existing = Lock::read(&lock_path)?;
+    let staleness = match &existing {
+        Some(lock) => lock.check(recipe, &prepared.wanted()).err(),
+        None => None,
+    };
+    match (
+        LockStep::decide(settings.lock_mode, existing.is_some(), staleness),
+        existing,
+    ) {
+        (LockStep::Missing, _) => Err(BuildError::LockMissing { path: lock_path }),
+        (LockStep::Outdated(reason), _) => Err(BuildError::LockOutdated {
+            path: lock_path,
+            reason,
+        }),
+        (LockStep::Reuse, existing) => {
+            let lock = existing.expect("a lock is reused only when there is one");
+            // Refused, not re-solved: a lock pinning packages from elsewhere was tampered with.
+            lock.check_sources(recipe, &lock_path)?;
+            check_cuda_runtimes(recipe, &lock.platforms, reporter)?;
+            Ok(reported(lock, lock_path, LockOutcome::Reused))
+        }
+        (LockStep::Solve { reason }, _) => {
+            let lock = solve(prepared, settings, &lock_path, reporter).await?;
+            let lock = write_and_read_back(&lock, recipe, &lock_path)?;
+            Ok(reported(lock, lock_path, LockOutcome::Written { reason }))
+        }
+    }
+}
+
+fn reported(lock: Lock, lock_path: PathBuf, outcome: LockOutcome) -> (Lock, LockReport) {
+    let packages = lock.package_count();
+    let report = LockReport {
+        lock_path,
+        outcome,
+        packages,
+    };
+    (lock, report)
+}
+
+/// Solves every platform of the recipe into a lock (not yet written).
+async fn solve(
+    prepared: &Prepared,
+    settings: &BuildSettings,
+    lock_path: &Path,
+    reporter: &dyn Reporter,
+) -> Result<Lock, BuildError> {
+    let recipe = &prepared.recipe;
+    reporter.on_stage(
+        Stage::Solve,
+        &format!(
+            "{} {} for {}",
+            recipe.specs.len(),
+            if recipe.specs.len() == 1 {
+                "dependency"
+            } else {
+                "dependencies"
+            },
+            recipe.platforms
+        ),
+    );
+    if settings.offline
+        && let Some(pypi) = &recipe.pypi
+        && pypi.sources.needs_network()
+    {
+        return Err(BuildError::PypiOffline {
+            path: lock_path.to_path_buf(),
+        });
+    }
+    // Each platform is solved on its own, for its own virtual packages.
+    let mut platforms = Vec::with_capacity(prepared.platforms.len());
+    for platform in &prepared.platforms {
+        platforms.push(solve_platform(recipe, platform, settings).await?);
+    }
+    // Before the lock is written: a runtime the image cannot run leaves no lock.
+    check_cuda_runtimes(recipe, &platforms, reporter)?;
+    Ok(Lock {
+        channels: recipe
+            .channels
+            .iter()
+            .map(|c| c.base_url.to_string())
+            .collect(),
+        channel_priority: recipe.channel_priority,
+        platforms,
+        pypi: recipe.pypi.as_ref().map(|p| p.sources.clone()),
+    })
+}
+
+/// One platform's conda packages, then its wheels.
+async fn solve_platform(
+    recipe: &Recipe,
+    platform: &PreparedPlatform,
+    settings: &BuildSettings,
+) -> Result<PlatformLock, BuildError> {
+    let mut records: Vec<RepoDataRecord> = resolve_recipe(
+        recipe,
+        &platform.target,
+        &ResolveOptions {
+            cache_dir: &settings.cache_dir,
+            offline: settings.offline,
+        },
+    )
+    .await?;
+    // PyPI after conda: its Python, and what conda already provides, decide it.
+    let wheels = match &recipe.pypi {
+        Some(pypi) => {
+            crate::pypi::lock_platform(pypi, &platform.target, &mut records, &settings.cache_dir)
+                .await?
+        }
+        None => Vec::new(),
+    };
+    Ok(PlatformLock {
+        target: platform.target.clone(),
+        base: platform.locked_base.clone(),
+        records,
+        wheels,
+    })
+}
+
+/// Writes `lock` for `recipe` and reads it back.
+fn write_and_read_back(lock: &Lock, recipe: &Recipe, lock_path: &Path) -> Result<Lock, BuildError> {
+    let recipe_file = recipe.path.file_name().map_or_else(
+        || recipe.path.display().to_string(),
+        |f| f.to_string_lossy().into_owned(),
+    );
+    lock.write(lock_path, &recipe_file)?;
+    // Build from the lock as it reads back, not from the solver's records: the lock
+    // keeps fewer fields (no `arch`/`platform`, which some channels leave to be
+    // derived), and a build from a fresh solve must equal any later build from its
+    // lock.
+    Lock::read(lock_path)?.ok_or_else(|| BuildError::LockMissing {
+        path: lock_path.to_path_buf(),
+    })
+}
+
+/// The CUDA runtimes each platform solved to, against the recipe's `[cuda]` (see
+/// [`crate::cuda::check_runtime`]): one other than `[cuda] version` is an error (with
+/// `compat`, one forward compatibility runs is a warning), and so is a CPU build of a GPU
+/// framework that an older lock pins. A recipe without `[cuda]` whose
+/// environment holds a runtime gets a warning showing the section it is built as if it had
+/// (see [`crate::cuda::intent::derived_target`]). Warnings are said once for all platforms.
+fn check_cuda_runtimes(
+    recipe: &Recipe,
+    platforms: &[PlatformLock],
+    reporter: &dyn Reporter,
+) -> Result<(), BuildError> {
+    let mut warnings = std::collections::BTreeSet::new();
+    for platform in platforms {
+        match &recipe.cuda {
+            Some(cuda) => {
+                crate::cuda::check_no_cpu_builds(cuda, &platform.records)?;
+                for runtime in platform.cuda_runtimes() {
+                    warnings.extend(crate::cuda::check_runtime(cuda, &runtime)?);
+                }
+            }
+            None => {
+                if let Some(runtime) = platform.cuda_runtime() {
+                    let derived = crate::cuda::intent::derived_target(&runtime);
+                    warnings.insert(crate::cuda::intent::undeclared_runtime_warning(
+                        &runtime, &derived,
+                    ));
+                }
+            }
+        }
+    }
+    for warning in warnings {
+        reporter.on_warning(&warning);
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn stale() -> Staleness {
+        Staleness::MissingSpec("numpy".to_string())
+    }
+
+    #[test]
+    fn locked_needs_a_lock_that_satisfies_the_recipe() {
+        use LockStep::*;
+        assert_eq!(LockStep::decide(LockMode::Locked, false, None), Missing);
+        assert_eq!(
+            LockStep::decide(LockMode::Locked, true, Some(stale())),
+            Outdated(stale())
+        );
+        assert_eq!(LockStep::decide(LockMode::Locked, true, None), Reuse);
+    }
+
+    #[test]
+    fn reuse_solves_only_a_missing_or_stale_lock() {
+        assert_eq!(
+            LockStep::decide(LockMode::Reuse, true, None),
+            LockStep::Reuse
+        );
+        assert_eq!(
+            LockStep::decide(LockMode::Reuse, false, None),
+            LockStep::Solve { reason: None }
+        );
+        assert_eq!(
+            LockStep::decide(LockMode::Reuse, true, Some(stale())),
+            LockStep::Solve {
+                reason: Some(stale().to_string())
+            }
+        );
+    }
+
+    #[test]
+    fn refresh_always_solves_and_says_why() {
+        assert_eq!(
+            LockStep::decide(LockMode::Refresh, true, None),
+            LockStep::Solve {
+                reason: Some("refresh requested".to_string())
+            }
+        );
+        assert_eq!(
+            LockStep::decide(LockMode::Refresh, false, None),
+            LockStep::Solve { reason: None }
+        );
+        assert_eq!(
+            LockStep::decide(LockMode::Refresh, true, Some(stale())),
+            LockStep::Solve {
+                reason: Some(stale().to_string())
+            }
+        );
+    }
+}

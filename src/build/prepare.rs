@@ -1,0 +1,155 @@
+//! Step 1: everything known about a recipe before solving: the recipe itself and, for each
+//! of its platforms, the base image, the solver's target and the embedded smoke executable.
+
+use rattler_conda_types::Subdir;
+
+use super::{BuildError, BuildSettings};
+use crate::{
+    lock::{Lock, LockedBase},
+    oci::base::{BaseImage, detect_glibc, open_base},
+    recipe::{Base, Recipe, RecipeOptions, oci_architecture},
+    registry::{
+        Reference, RepositoryClient,
+        pull::{PullError, pull_base},
+    },
+    resolve::Target,
+    smoke::embed::{SmokeExecutable, SmokeExecutables},
+};
+
+/// Everything known about a recipe before solving.
+pub(super) struct Prepared {
+    pub(super) recipe: Recipe,
+    /// One per platform of the recipe, in its order.
+    pub(super) platforms: Vec<PreparedPlatform>,
+}
+
+/// What one platform of the image starts from.
+pub(super) struct PreparedPlatform {
+    pub(super) platform: Subdir,
+    pub(super) base: Option<BaseImage>,
+    pub(super) target: Target,
+    pub(super) locked_base: LockedBase,
+    /// The executable `[smoke] embed = true` puts into this platform's image, checked
+    /// against it.
+    pub(super) smoke: Option<SmokeExecutable>,
+}
+
+impl Prepared {
+    /// What `value` gives for each platform that has one, `,`-joined in platform order.
+    pub(super) fn joined<'a>(
+        &'a self,
+        value: impl Fn(&'a PreparedPlatform) -> Option<&'a str>,
+    ) -> String {
+        let values: Vec<&str> = self.platforms.iter().filter_map(value).collect();
+        values.join(",")
+    }
+
+    /// What a lock must hold for this recipe: each platform's target and base.
+    pub(super) fn wanted(&self) -> Vec<(Target, LockedBase)> {
+        self.platforms
+            .iter()
+            .map(|p| (p.target.clone(), p.locked_base.clone()))
+            .collect()
+    }
+}
+
+impl PreparedPlatform {
+    /// The number of the base's layers, which come first in this platform's image.
+    pub(super) fn base_layers(&self) -> usize {
+        self.base.as_ref().map_or(0, |b| b.layers.len())
+    }
+}
+
+/// Loads the recipe and prepares each of its platforms, in the recipe's order.
+pub(super) async fn prepare(settings: &BuildSettings) -> Result<Prepared, BuildError> {
+    let options = RecipeOptions {
+        channel_alias: settings.channel_alias.clone(),
+        variant: settings.variant.clone(),
+    };
+    let recipe = Recipe::load(&settings.recipe_path, &options)?;
+    // Read once; checked against each platform before solving, so a smoke executable that
+    // cannot run in one of the images fails now.
+    let smoke = match recipe.embed_smoke {
+        true => Some(SmokeExecutables::find(&settings.smoke_exe)?),
+        false => None,
+    };
+    let mut platforms = Vec::with_capacity(recipe.platforms.len());
+    for platform in recipe.platforms.iter() {
+        platforms.push(prepare_platform(&recipe, platform, smoke.as_ref(), settings).await?);
+    }
+    Ok(Prepared { recipe, platforms })
+}
+
+/// One platform's base (pulled or opened), the glibc it bounds the environment to, the
+/// solver's target and the smoke executable that runs there.
+async fn prepare_platform(
+    recipe: &Recipe,
+    platform: Subdir,
+    smoke: Option<&SmokeExecutables>,
+    settings: &BuildSettings,
+) -> Result<PreparedPlatform, BuildError> {
+    // A base that is an index gives each platform its own manifest.
+    let base = match &recipe.base {
+        Base::Registry(reference) => Some(pull(recipe, reference, platform, settings).await?),
+        other => open_base(other, platform)?,
+    };
+    // The base's glibc bounds what the environment may need, unless the recipe says.
+    let base_glibc = match (&recipe.glibc, &base) {
+        (None, Some(base)) => detect_glibc(base)?,
+        _ => None,
+    };
+    let smoke = match smoke {
+        Some(smoke) => Some(
+            smoke
+                .for_platform(platform, recipe.glibc.as_ref().or(base_glibc.as_ref()))?
+                .clone(),
+        ),
+        None => None,
+    };
+    let target = Target::for_recipe(recipe, platform, base_glibc.as_ref());
+    let locked_base = base.as_ref().map_or(LockedBase::Scratch, |b| {
+        LockedBase::Digest(b.manifest_digest.clone())
+    });
+    Ok(PreparedPlatform {
+        platform,
+        base,
+        target,
+        locked_base,
+        smoke,
+    })
+}
+
+/// Pulls a registry base into the cache, for `platform`. Offline, the digest pinned in the
+/// lock is used, so a locked build needs no registry once the base is cached.
+async fn pull(
+    recipe: &Recipe,
+    reference: &Reference,
+    platform: Subdir,
+    settings: &BuildSettings,
+) -> Result<BaseImage, BuildError> {
+    let mut reference = reference.clone();
+    if settings.offline
+        && reference.digest.is_none()
+        && let Ok(Some(lock)) = Lock::read(&recipe.lock_path())
+        && let Some(LockedBase::Digest(digest)) = lock.platform(platform).map(|p| &p.base)
+    {
+        reference = reference.with_digest(digest);
+    }
+    let credentials = crate::registry::auth::credentials_for(&reference.registry)?;
+    let client =
+        RepositoryClient::new(&reference, credentials, &settings.registry).map_err(|e| {
+            BuildError::Pull(PullError::Registry {
+                reference: reference.to_string(),
+                source: Box::new(e),
+            })
+        })?;
+    let (architecture, variant) = oci_architecture(platform).expect("validated platform");
+    Ok(pull_base(
+        &client,
+        architecture,
+        variant,
+        &settings.cache_dir,
+        settings.offline,
+    )
+    .await?)
+}

@@ -1,0 +1,176 @@
+//! Step 5: the image into the layout. The bases' blobs are imported, every platform's
+//! planned layers are compressed (or taken from the layer cache), then each platform's
+//! config and manifest are written, and last `index.json` switches the recipe's tags to
+//! them, so a build that fails before leaves the image that was there. Unreferenced blobs
+//! are collected after.
+
+use std::time::{Duration, Instant};
+
+use super::{BuildError, Context, LayoutImage, Stage, counted, stage::StagedPlatform};
+use crate::{
+    layers::{BuiltLayer, cache::LayerCache, compress::CompressPool, write::LayerWriter},
+    oci::{
+        image::{ImageInputs, WrittenImage, index_of, tag_entries, write_image},
+        layout::Layout,
+    },
+};
+
+/// The staged platforms into one layout.
+pub(super) struct Writer<'a> {
+    cx: &'a Context<'a>,
+    layout: &'a Layout,
+}
+
+impl<'a> Writer<'a> {
+    pub(super) fn new(cx: &'a Context<'a>, layout: &'a Layout) -> Self {
+        Writer { cx, layout }
+    }
+
+    /// Writes every platform's layers and image, then switches `index.json` to them. A
+    /// layout this build created is removed again when that fails.
+    pub(super) fn write(
+        &self,
+        platforms: &[StagedPlatform<'_>],
+        timings: &mut Vec<(Stage, Duration)>,
+    ) -> Result<LayoutImage, BuildError> {
+        let created_dir = self.layout.prepare()?;
+        let result = self.write_output(platforms, timings);
+        if result.is_err() && created_dir {
+            // Nothing was there before this build: leave nothing behind.
+            let _ = fs_err::remove_dir_all(&self.layout.dir);
+        }
+        result
+    }
+
+    fn write_output(
+        &self,
+        platforms: &[StagedPlatform<'_>],
+        timings: &mut Vec<(Stage, Duration)>,
+    ) -> Result<LayoutImage, BuildError> {
+        let started = Instant::now();
+        self.import_base_blobs(platforms)?;
+        let layers = self.write_layers(platforms)?;
+        timings.push((Stage::Layers, started.elapsed()));
+
+        let started = Instant::now();
+        let layout = self.layout;
+        self.cx
+            .reporter
+            .on_stage(Stage::Write, &layout.dir.display().to_string());
+        let (digest, images) = self.write_images(platforms, &layers)?;
+        let removed = layout.collect_garbage()?;
+        tracing::debug!("removed {removed} unreferenced blobs");
+        timings.push((Stage::Write, started.elapsed()));
+        let manifests = platforms
+            .iter()
+            .zip(&images)
+            .map(|(p, image)| {
+                (
+                    p.work.prepared.platform,
+                    image.manifest.digest().to_string(),
+                )
+            })
+            .collect();
+        Ok(LayoutImage {
+            digest,
+            manifests,
+            layers: layers.into_iter().flatten().collect(),
+        })
+    }
+
+    /// The bases' layers, which the images name, from the cache into the layout.
+    fn import_base_blobs(&self, platforms: &[StagedPlatform<'_>]) -> Result<(), BuildError> {
+        for platform in platforms {
+            if let Some(base) = &platform.work.prepared.base {
+                for layer in &base.layers {
+                    let digest = layer.digest().to_string();
+                    self.layout
+                        .import_blob(&base.blobs_dir.join(layer.digest().digest()), &digest)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Every platform's planned layers as blobs, as one `Layers` stage; each platform's
+    /// layers in its plan's order.
+    fn write_layers(
+        &self,
+        platforms: &[StagedPlatform<'_>],
+    ) -> Result<Vec<Vec<BuiltLayer>>, BuildError> {
+        let (settings, reporter) = (self.cx.settings, self.cx.reporter);
+        let total: usize = platforms.iter().map(|p| p.plan.layers.len()).sum();
+        reporter.on_stage(Stage::Layers, &counted(total, "layer"));
+        reporter.on_stage_total(Stage::Layers, total);
+        let blobs_dir = self.layout.blobs_dir();
+        let cache =
+            LayerCache::open(&settings.cache_dir).map_err(|source| BuildError::Staging {
+                path: settings.cache_dir.join("layers"),
+                source,
+            })?;
+        let pool = CompressPool::new(settings.jobs).map_err(|source| BuildError::Staging {
+            path: settings.cache_dir.clone(),
+            source,
+        })?;
+        let mut platform_layers = Vec::with_capacity(platforms.len());
+        for platform in platforms {
+            let layers = LayerWriter {
+                root: &platform.root,
+                compression: self.cx.recipe.compression,
+                blobs_dir: &blobs_dir,
+                pool: pool.clone(),
+                cache: Some(&cache),
+            }
+            .write_all(&platform.plan, reporter)?;
+            platform_layers.push(layers);
+        }
+        Ok(platform_layers)
+    }
+
+    /// Each platform's config and manifest, then `index.json` naming them under the
+    /// recipe's tags (through an image index for several platforms). Returns what the tags
+    /// name and the images.
+    fn write_images(
+        &self,
+        platforms: &[StagedPlatform<'_>],
+        layers: &[Vec<BuiltLayer>],
+    ) -> Result<(String, Vec<WrittenImage>), BuildError> {
+        let (layout, recipe) = (self.layout, self.cx.recipe);
+        let created = rfc3339_utc(self.cx.created_seconds);
+        let mut images = Vec::with_capacity(platforms.len());
+        for (platform, layers) in platforms.iter().zip(layers) {
+            images.push(write_image(
+                layout,
+                &ImageInputs {
+                    recipe,
+                    platform: platform.work.prepared.platform,
+                    base: platform.work.prepared.base.as_ref(),
+                    activation: &platform.activation,
+                    layers,
+                    created: created.clone(),
+                    compression: recipe.compression,
+                    annotations: platform.annotations.clone(),
+                },
+            )?);
+        }
+        let entries = tag_entries(layout, recipe, &created, &images)?;
+        let digest = entries
+            .first()
+            .map(|e| e.digest().to_string())
+            .expect("a recipe has at least one tag");
+        layout.commit_tags(&index_of(entries)?)?;
+        Ok((digest, images))
+    }
+}
+
+/// `seconds` since the epoch as an RFC 3339 UTC time, for `created`. Civil time, because
+/// jiff's `Timestamp` ends a day before 9999-12-31T23:59:59Z (the last `SOURCE_DATE_EPOCH`
+/// accepted), where the image would silently say 1970.
+fn rfc3339_utc(seconds: i64) -> String {
+    let epoch = jiff::civil::DateTime::constant(1970, 1, 1, 0, 0, 0, 0);
+    epoch
+        .checked_add(jiff::SignedDuration::from_secs(seconds.max(0)))
+        .unwrap_or(epoch)
+        .strftime("%Y-%m-%dT%H:%M:%SZ")
+        .to_string()
+}
