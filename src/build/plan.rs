@@ -419,4 +419,75 @@ mod tests {
             BuildPlan::Build(_)
         ));
     }
+
+    /// A layout holding one manifest, with a config and `layers` as blobs, under `tags`.
+    fn layout_with(dir: &std::path::Path, layers: &[&[u8]], tags: &[&str]) -> (Layout, String) {
+        use oci_spec::image::{Descriptor, ImageIndexBuilder, ImageManifestBuilder};
+        let layout = Layout::new(dir.join("image"));
+        layout.prepare().unwrap();
+        let blob = |bytes: &[u8], media_type: MediaType| {
+            let digest = layout.write_blob(bytes).unwrap();
+            Descriptor::new(
+                media_type,
+                bytes.len() as u64,
+                digest.parse::<oci_spec::image::Digest>().unwrap(),
+            )
+        };
+        let manifest = ImageManifestBuilder::default()
+            .schema_version(2u32)
+            .media_type(MediaType::ImageManifest)
+            .config(blob(b"{}", MediaType::ImageConfig))
+            .layers(
+                layers
+                    .iter()
+                    .map(|l| blob(l, MediaType::ImageLayerGzip))
+                    .collect::<Vec<_>>(),
+            )
+            .build()
+            .unwrap();
+        let (descriptor, _) = layout
+            .write_json_blob(&manifest, MediaType::ImageManifest, "manifest")
+            .unwrap();
+        let entries = tags.iter().map(|tag| {
+            let mut entry = descriptor.clone();
+            entry.set_annotations(Some(
+                [(crate::oci::layout::REF_NAME.to_string(), tag.to_string())].into(),
+            ));
+            entry
+        });
+        let index = ImageIndexBuilder::default()
+            .schema_version(2u32)
+            .manifests(entries.collect::<Vec<_>>())
+            .build()
+            .unwrap();
+        layout.commit_index(&index).unwrap();
+        (layout, descriptor.digest().to_string())
+    }
+
+    #[test]
+    fn the_image_in_place_is_read_from_the_layout_under_every_tag() {
+        let dir = tempfile::tempdir().unwrap();
+        let (layout, manifest) = layout_with(dir.path(), &[b"one", b"two"], &["latest", "v1"]);
+        let tags = ["latest".to_string(), "v1".to_string()];
+        let image = ImageInPlace::read(&layout, &tags).unwrap();
+        assert_eq!(image.digest, manifest);
+        assert_eq!(image.manifests.len(), 1);
+        assert_eq!(image.manifests[0].digest, manifest);
+        assert_eq!(image.manifests[0].layers.len(), 2);
+        assert!(image.manifests[0].complete);
+        // A tag the layout does not have: not this recipe's image.
+        assert!(ImageInPlace::read(&layout, &["other".to_string()]).is_none());
+
+        // A layer blob gone (or cut short): the image is there, but not whole.
+        let layer = image.manifests[0].layers[1].clone();
+        fs_err::write(layout.blob_path(&layer), b"tw").unwrap();
+        let image = ImageInPlace::read(&layout, &tags).unwrap();
+        assert!(!image.manifests[0].complete);
+        fs_err::remove_file(layout.blob_path(&layer)).unwrap();
+        assert!(!ImageInPlace::read(&layout, &tags).unwrap().manifests[0].complete);
+
+        // A manifest that does not match its digest is not read at all.
+        fs_err::write(layout.blob_path(&manifest), b"{}").unwrap();
+        assert!(ImageInPlace::read(&layout, &tags).is_none());
+    }
 }
