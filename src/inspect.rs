@@ -6,19 +6,16 @@
 //! or made by an older imgbuild is described the same way. Layer contents are not read: the
 //! packages of a layer are its `dev.imgbuild.layer.packages` annotation.
 
-use std::{
-    collections::{BTreeMap, BTreeSet},
-    path::Path,
-};
+use std::collections::{BTreeMap, BTreeSet};
 
-use oci_spec::image::{Descriptor, ImageManifest};
+use oci_spec::image::Descriptor;
 use serde::Serialize;
 
 use rattler_conda_types::Subdir;
 
 use crate::oci::{
     annotations,
-    base::{BaseError, BaseImage, open_base, tag_platforms},
+    read::{DEFAULT_TAG, LayoutImage, LayoutRef, ReadError},
 };
 
 const BASE_NAME: &str = "org.opencontainers.image.base.name";
@@ -176,22 +173,15 @@ pub enum InspectError {
     Open {
         image: String,
         #[source]
-        source: BaseError,
-    },
-    #[error("Cannot read the manifest of image `{image}`")]
-    Manifest {
-        image: String,
-        #[source]
-        source: oci_spec::OciSpecError,
+        source: ReadError,
     },
 }
 
-/// `layout[:tag]` → (layout, tag); a colon followed by a path is part of the path.
+/// `layout[:tag]` → (layout, tag), tag `latest` when none is named ([`LayoutRef::parse`],
+/// borrowed).
 pub fn split_reference(image: &str) -> (&str, &str) {
-    match image.rsplit_once(':') {
-        Some((path, tag)) if !tag.contains('/') && !path.is_empty() => (path, tag),
-        _ => (image, "latest"),
-    }
+    let (layout, tag) = crate::oci::read::split(image);
+    (layout, tag.unwrap_or(DEFAULT_TAG))
 }
 
 /// Reads the image `LAYOUT[:TAG]` (tag `latest` by default); of a multi-platform image, the
@@ -205,38 +195,21 @@ pub fn inspect_platform(
     image: &str,
     platform: Option<Subdir>,
 ) -> Result<ImageSummary, InspectError> {
-    let (layout, tag) = split_reference(image);
-    let open_err = |source| InspectError::Open {
-        image: image.to_string(),
-        source,
-    };
-    let listing = tag_platforms(Path::new(layout), tag).map_err(open_err)?;
-    let base = crate::recipe::Base::OciLayout {
-        path: Path::new(layout).to_path_buf(),
-        tag: tag.to_string(),
-    };
-    let opened = open_base(&base, listing.choose(platform))
-        .map_err(open_err)?
-        .expect("a layout is never scratch");
-    // `open_image` keeps the config and layers; the manifest's own annotations (CUDA, base,
-    // conda target) are read from its blob.
-    let manifest_path = opened
-        .blobs_dir
-        .join(opened.manifest_digest.trim_start_matches("sha256:"));
-    let manifest =
-        ImageManifest::from_file(&manifest_path).map_err(|source| InspectError::Manifest {
+    let opened = LayoutRef::parse(image)
+        .image(platform)
+        .map_err(|source| InspectError::Open {
             image: image.to_string(),
             source,
         })?;
-    let mut summary = summarize(image, &opened, &manifest);
-    if listing.index_digest.is_some() {
-        summary.platforms = listing
+    let mut summary = summarize(image, &opened);
+    if let Some(index) = &opened.index {
+        summary.platforms = index
             .platforms
             .iter()
             .filter_map(|p| crate::recipe::OciPlatform::of(*p))
             .map(|p| p.to_string())
             .collect();
-        summary.index_digest = listing.index_digest;
+        summary.index_digest = Some(index.digest.clone());
     }
     Ok(summary)
 }
@@ -251,7 +224,8 @@ impl ImageSummary {
     }
 }
 
-fn summarize(image: &str, opened: &BaseImage, manifest: &ImageManifest) -> ImageSummary {
+fn summarize(image: &str, opened: &LayoutImage) -> ImageSummary {
+    let manifest = &opened.manifest;
     let manifest_annotations = manifest.annotations().clone().unwrap_or_default();
     let annotation = |key: &str| manifest_annotations.get(key).cloned();
     let config = opened.config.config().clone().unwrap_or_default();

@@ -3,14 +3,17 @@
 //! The base's layers are reused byte for byte (never recompressed); Docker media types are
 //! renamed to their OCI equivalents, which name the same bytes.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
-use oci_spec::image::{Descriptor, ImageConfiguration, ImageIndex, ImageManifest, MediaType};
+use oci_spec::image::{Descriptor, ImageConfiguration};
 use rattler_conda_types::Subdir;
 
-use crate::recipe::{Base, oci_architecture};
+use crate::recipe::Base;
 
-use super::layout::REF_NAME;
+use super::{
+    layout::Layout,
+    read::{LayoutImage, ReadError},
+};
 
 /// A resolved base image.
 #[derive(Debug, Clone)]
@@ -27,6 +30,17 @@ pub struct BaseImage {
 }
 
 impl BaseImage {
+    /// A base read from a local layout.
+    pub fn from_layout(layout: &Layout, image: LayoutImage) -> Self {
+        Self {
+            reference: image.reference,
+            manifest_digest: image.manifest_digest,
+            config: image.config,
+            layers: image.layers,
+            blobs_dir: layout.blobs_dir(),
+        }
+    }
+
     /// Calls `visit(layer digest, path, entry)` for every tar entry of every layer, bottom
     /// layer first, so a later call for a path overrides an earlier one as in the container.
     /// An error reading a layer becomes `E` through `read_error(layer digest, error)`.
@@ -56,259 +70,25 @@ impl BaseImage {
 
 #[derive(Debug, thiserror::Error)]
 pub enum BaseError {
-    #[error("OCI layout file `{}` cannot be read", path.display())]
-    Read {
-        path: PathBuf,
-        #[source]
-        source: oci_spec::OciSpecError,
-    },
-    #[error("OCI layout `{}` has no tag `{tag}`; it has: {}", path.display(), if available.is_empty() { "no tags".to_string() } else { available.join(", ") })]
-    NoSuchTag {
-        path: PathBuf,
-        tag: String,
-        available: Vec<String>,
-    },
     #[error("Base image `{reference}` is in a registry and must be pulled")]
     Remote { reference: String },
-    #[error("Image `{reference}` has no manifest for {os}/{architecture}; it has {available}")]
-    NoPlatform {
-        reference: String,
-        os: String,
-        architecture: String,
-        /// The platforms the index lists ([`index_platforms`]).
-        available: String,
-    },
-    #[error("Base image `{reference}` is for {found}, the recipe builds for {wanted}")]
-    WrongPlatform {
-        reference: String,
-        found: String,
-        wanted: String,
-    },
-    #[error("Base image `{reference}` has an unsupported {what} media type `{media_type}`")]
-    MediaType {
-        reference: String,
-        what: &'static str,
-        media_type: String,
-    },
+    #[error(transparent)]
+    Layout(#[from] ReadError),
 }
 
 /// Opens the base image of a recipe for `platform`; `None` for `scratch`.
 pub fn open_base(base: &Base, platform: Subdir) -> Result<Option<BaseImage>, BaseError> {
     match base {
         Base::Scratch => Ok(None),
-        Base::OciLayout { path, tag } => open_layout(path, tag, platform).map(Some),
+        Base::OciLayout { path, tag } => {
+            let layout = Layout::new(path);
+            let image = layout.image(tag, Some(platform))?;
+            Ok(Some(BaseImage::from_layout(&layout, image)))
+        }
         // Pulling needs the network and credentials: `registry::pull` does it.
         Base::Registry(reference) => Err(BaseError::Remote {
             reference: reference.to_string(),
         }),
-    }
-}
-
-/// The platform images a tag of a layout holds.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TagPlatforms {
-    /// The image index the tag names, for a multi-platform image.
-    pub index_digest: Option<String>,
-    /// The conda subdir of each platform image, in index order; one for a plain manifest
-    /// (none when its architecture is not one a recipe can name).
-    pub platforms: Vec<Subdir>,
-}
-
-impl TagPlatforms {
-    /// `wanted`, else the build host's platform when the image has it, else its first.
-    pub fn choose(&self, wanted: Option<Subdir>) -> Subdir {
-        let host = Subdir::current().unwrap_or(Subdir::Linux64);
-        wanted
-            .or_else(|| self.platforms.contains(&host).then_some(host))
-            .or_else(|| self.platforms.first().copied())
-            .unwrap_or(host)
-    }
-}
-
-/// What platforms tag `tag` of the layout at `dir` holds.
-pub fn tag_platforms(dir: &Path, tag: &str) -> Result<TagPlatforms, BaseError> {
-    let blobs_dir = dir.join("blobs").join("sha256");
-    let read_err = |path: PathBuf| move |source| BaseError::Read { path, source };
-    let index_path = dir.join("index.json");
-    let index = ImageIndex::from_file(&index_path).map_err(read_err(index_path.clone()))?;
-    let Some(descriptor) = super::layout::tagged(&index, tag) else {
-        // `open_base` says which tags there are.
-        return Ok(TagPlatforms {
-            index_digest: None,
-            platforms: Vec::new(),
-        });
-    };
-    let subdir = |architecture: &str, variant: Option<&str>| {
-        let text = match variant {
-            Some(variant) => format!("linux/{architecture}/{variant}"),
-            None => format!("linux/{architecture}"),
-        };
-        crate::recipe::OciPlatform::parse_subdir(&text)
-    };
-    let path = blobs_dir.join(descriptor.digest().digest());
-    if is_index(descriptor.media_type()) {
-        let nested = ImageIndex::from_file(&path).map_err(read_err(path))?;
-        return Ok(TagPlatforms {
-            index_digest: Some(descriptor.digest().to_string()),
-            platforms: nested
-                .manifests()
-                .iter()
-                .filter_map(|d| {
-                    let p = d.platform().as_ref()?;
-                    subdir(&p.architecture().to_string(), p.variant().as_deref())
-                })
-                .collect(),
-        });
-    }
-    let manifest = ImageManifest::from_file(&path).map_err(read_err(path))?;
-    let config_path = blobs_dir.join(manifest.config().digest().digest());
-    let config = ImageConfiguration::from_file(&config_path).map_err(read_err(config_path))?;
-    Ok(TagPlatforms {
-        index_digest: None,
-        platforms: subdir(
-            &config.architecture().to_string(),
-            config.variant().as_deref(),
-        )
-        .into_iter()
-        .collect(),
-    })
-}
-
-fn open_layout(dir: &Path, tag: &str, platform: Subdir) -> Result<BaseImage, BaseError> {
-    let reference = format!("oci:{}:{tag}", dir.display());
-    let blobs_dir = dir.join("blobs").join("sha256");
-    let blob = |descriptor: &Descriptor| blobs_dir.join(descriptor.digest().digest());
-    let read_err = |path: PathBuf| move |source| BaseError::Read { path, source };
-
-    let index_path = dir.join("index.json");
-    let index = ImageIndex::from_file(&index_path).map_err(read_err(index_path.clone()))?;
-    let Some(mut descriptor) = super::layout::tagged(&index, tag).cloned() else {
-        let mut available: Vec<String> = index
-            .manifests()
-            .iter()
-            .filter_map(|d| d.annotations().as_ref()?.get(REF_NAME).cloned())
-            .collect();
-        available.sort();
-        return Err(BaseError::NoSuchTag {
-            path: dir.to_path_buf(),
-            tag: tag.to_string(),
-            available,
-        });
-    };
-
-    let (architecture, variant) = oci_architecture(platform).expect("recipe platforms map to OCI");
-    // An image index: pick the manifest of our platform.
-    if is_index(descriptor.media_type()) {
-        let path = blob(&descriptor);
-        let nested = ImageIndex::from_file(&path).map_err(read_err(path))?;
-        descriptor = platform_manifest(&nested, architecture, variant)
-            .cloned()
-            .ok_or_else(|| BaseError::NoPlatform {
-                reference: reference.clone(),
-                os: "linux".into(),
-                architecture: architecture.into(),
-                available: index_platforms(&nested),
-            })?;
-    }
-    if !is_manifest(descriptor.media_type()) {
-        return Err(BaseError::MediaType {
-            reference,
-            what: "manifest",
-            media_type: descriptor.media_type().to_string(),
-        });
-    }
-    let manifest_path = blob(&descriptor);
-    let manifest = ImageManifest::from_file(&manifest_path).map_err(read_err(manifest_path))?;
-    let config_path = blob(manifest.config());
-    let config = ImageConfiguration::from_file(&config_path).map_err(read_err(config_path))?;
-    if config.architecture().to_string() != architecture {
-        return Err(BaseError::WrongPlatform {
-            reference,
-            found: format!("{}/{}", config.os(), config.architecture()),
-            wanted: format!("linux/{architecture}"),
-        });
-    }
-    let layers = manifest
-        .layers()
-        .iter()
-        .map(|layer| {
-            let media_type =
-                oci_layer_media_type(layer.media_type()).ok_or_else(|| BaseError::MediaType {
-                    reference: reference.clone(),
-                    what: "layer",
-                    media_type: layer.media_type().to_string(),
-                })?;
-            let mut layer = layer.clone();
-            layer.set_media_type(media_type);
-            Ok(layer)
-        })
-        .collect::<Result<Vec<_>, BaseError>>()?;
-    Ok(BaseImage {
-        reference,
-        manifest_digest: descriptor.digest().to_string(),
-        config,
-        layers,
-        blobs_dir,
-    })
-}
-
-/// The manifest of an image index for `linux/architecture[/variant]`; a manifest without
-/// a variant matches any variant.
-pub fn platform_manifest<'a>(
-    index: &'a ImageIndex,
-    architecture: &str,
-    variant: Option<&str>,
-) -> Option<&'a Descriptor> {
-    index.manifests().iter().find(|d| {
-        d.platform().as_ref().is_some_and(|p| {
-            p.os().to_string() == "linux"
-                && p.architecture().to_string() == architecture
-                && (variant.is_none() || p.variant().is_none() || p.variant().as_deref() == variant)
-        })
-    })
-}
-
-/// The platforms an index lists, for messages: `linux/amd64, linux/arm64/v8`. Entries
-/// without a platform, or for `unknown/unknown` (the attestations buildx adds), are left out.
-pub fn index_platforms(index: &ImageIndex) -> String {
-    let platforms: Vec<String> = index
-        .manifests()
-        .iter()
-        .filter_map(|d| d.platform().as_ref())
-        .filter(|p| p.os().to_string() != "unknown")
-        .map(|p| {
-            let mut text = format!("{}/{}", p.os(), p.architecture());
-            if let Some(variant) = p.variant() {
-                text = format!("{text}/{variant}");
-            }
-            text
-        })
-        .collect();
-    if platforms.is_empty() {
-        "no platform manifests".into()
-    } else {
-        platforms.join(", ")
-    }
-}
-
-fn is_index(media_type: &MediaType) -> bool {
-    matches!(media_type, MediaType::ImageIndex)
-        || media_type.to_string() == "application/vnd.docker.distribution.manifest.list.v2+json"
-}
-
-fn is_manifest(media_type: &MediaType) -> bool {
-    matches!(media_type, MediaType::ImageManifest)
-        || media_type.to_string() == "application/vnd.docker.distribution.manifest.v2+json"
-}
-
-/// The OCI media type for a layer, mapping Docker's names for the same bytes.
-pub fn oci_layer_media_type(media_type: &MediaType) -> Option<MediaType> {
-    match media_type.to_string().as_str() {
-        "application/vnd.oci.image.layer.v1.tar+gzip"
-        | "application/vnd.docker.image.rootfs.diff.tar.gzip" => Some(MediaType::ImageLayerGzip),
-        "application/vnd.oci.image.layer.v1.tar+zstd" => Some(MediaType::ImageLayerZstd),
-        "application/vnd.oci.image.layer.v1.tar" => Some(MediaType::ImageLayer),
-        _ => None,
     }
 }
 

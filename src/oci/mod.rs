@@ -1,11 +1,12 @@
-//! OCI output: canonical JSON, the image layout on disk, base images from local layouts,
-//! and the image config and manifest.
+//! OCI output: canonical JSON, the image layout on disk and reading images back from it,
+//! base images from local layouts, and the image config and manifest.
 
 pub mod archive;
 pub mod base;
 pub mod image;
 pub mod json;
 pub mod layout;
+pub mod read;
 
 /// The uncompressed tar stream of a layer blob, by its media type (gzip, which may be
 /// multi-member; zstd; or plain tar).

@@ -9,7 +9,10 @@ use oci_spec::image::{ImageConfiguration, ImageIndex, ImageManifest};
 use reqwest::{Method, StatusCode, header};
 
 use super::client::{Body, RegistryError, RepositoryClient};
-use crate::oci::base::{BaseImage, index_platforms, oci_layer_media_type, platform_manifest};
+use crate::oci::{
+    base::BaseImage,
+    read::{index_platforms, oci_layer_media_type, platform_manifest},
+};
 
 const ACCEPT: &str = "application/vnd.oci.image.index.v1+json, \
 application/vnd.oci.image.manifest.v1+json, \

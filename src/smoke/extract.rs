@@ -9,10 +9,7 @@ use std::{
 use imgbuild_smoke::libraries::{CudaLibraries, LibraryKind};
 use rattler_conda_types::Subdir;
 
-use crate::{
-    oci::base::{BaseError, BaseImage, open_base},
-    recipe::Base,
-};
+use crate::oci::{base::BaseImage, layout::Layout, read::ReadError};
 
 /// The CUDA libraries found in an image.
 #[derive(Debug)]
@@ -28,7 +25,7 @@ pub struct ImageCuda {
 #[derive(Debug, thiserror::Error)]
 pub enum ExtractError {
     #[error(transparent)]
-    Open(#[from] BaseError),
+    Open(#[from] ReadError),
     #[error("Failed to read layer `{digest}` of the image")]
     Layer {
         digest: String,
@@ -44,13 +41,11 @@ pub enum ExtractError {
 }
 
 /// Opens the image `tag` of the layout at `dir` (for this machine's platform).
-pub fn open_image(dir: &Path, tag: &str) -> Result<BaseImage, BaseError> {
-    let base = Base::OciLayout {
-        path: dir.to_path_buf(),
-        tag: tag.to_string(),
-    };
+pub fn open_image(dir: &Path, tag: &str) -> Result<BaseImage, ReadError> {
+    let layout = Layout::new(dir);
     let platform = Subdir::current().unwrap_or(Subdir::Linux64);
-    Ok(open_base(&base, platform)?.expect("a layout base is never scratch"))
+    let image = layout.image(tag, Some(platform))?;
+    Ok(BaseImage::from_layout(&layout, image))
 }
 
 /// Extracts the CUDA libraries of `image`; later layers win, as in the container.

@@ -18,7 +18,7 @@ pub use imgbuild_smoke::{
 };
 
 use crate::{
-    oci::base::BaseImage,
+    oci::{base::BaseImage, read::LayoutRef},
     registry::{ClientOptions, Reference, RepositoryClient, pull::pull_base},
 };
 
@@ -49,22 +49,21 @@ pub enum SmokeError {
 /// `127.0.0.1:5000/x@sha256:…`). A path that is not there stays a path, so a typo is a
 /// missing layout rather than a lookup on Docker Hub.
 #[derive(Debug, PartialEq, Eq)]
-pub enum ImageSource<'a> {
-    Layout { dir: &'a Path, tag: &'a str },
+pub enum ImageSource {
+    Layout(LayoutRef),
     Registry(Reference),
 }
 
-impl<'a> ImageSource<'a> {
-    pub fn of(image: &'a str) -> Self {
-        let (layout, tag) = split_reference(image);
-        let dir = Path::new(layout);
-        if !dir.is_dir()
+impl ImageSource {
+    pub fn of(image: &str) -> Self {
+        let layout = LayoutRef::parse(image);
+        if !layout.dir.is_dir()
             && Reference::names_registry(image)
             && let Ok(reference) = Reference::parse(image)
         {
             return ImageSource::Registry(reference);
         }
-        ImageSource::Layout { dir, tag }
+        ImageSource::Layout(layout)
     }
 }
 
@@ -76,8 +75,8 @@ pub async fn open(
     registry: &ClientOptions,
 ) -> Result<BaseImage, SmokeError> {
     match ImageSource::of(image) {
-        ImageSource::Layout { dir, tag } => {
-            extract::open_image(dir, tag).map_err(|source| SmokeError::Open {
+        ImageSource::Layout(layout) => {
+            extract::open_image(&layout.dir, layout.tag()).map_err(|source| SmokeError::Open {
                 image: image.to_string(),
                 source: source.into(),
             })
@@ -99,14 +98,6 @@ pub async fn open(
                 .await
                 .map_err(|e| pull_err(Box::new(e)))
         }
-    }
-}
-
-/// `layout[:tag]` → (layout, tag).
-fn split_reference(image: &str) -> (&str, &str) {
-    match image.rsplit_once(':') {
-        Some((path, tag)) if !tag.contains('/') && !path.is_empty() => (path, tag),
-        _ => (image, "latest"),
     }
 }
 
@@ -179,15 +170,19 @@ mod tests {
 
     #[test]
     fn image_references() {
-        assert_eq!(split_reference("images/x"), ("images/x", "latest"));
-        assert_eq!(split_reference("images/x:v1"), ("images/x", "v1"));
-        assert_eq!(split_reference("/a:b/x"), ("/a:b/x", "latest"));
         assert_eq!(
             ImageSource::of("images/none"),
-            ImageSource::Layout {
-                dir: Path::new("images/none"),
-                tag: "latest"
-            }
+            ImageSource::Layout(LayoutRef {
+                dir: "images/none".into(),
+                tag: None
+            })
+        );
+        assert_eq!(
+            ImageSource::of("images/none:v1"),
+            ImageSource::Layout(LayoutRef {
+                dir: "images/none".into(),
+                tag: Some("v1".into())
+            })
         );
         assert_eq!(
             ImageSource::of("127.0.0.1:5000/ml/x:v1"),
@@ -200,9 +195,6 @@ mod tests {
             ImageSource::Registry(_)
         ));
         // A name without a registry host is a layout path, never Docker Hub.
-        assert!(matches!(
-            ImageSource::of("ml/x:v1"),
-            ImageSource::Layout { .. }
-        ));
+        assert!(matches!(ImageSource::of("ml/x:v1"), ImageSource::Layout(_)));
     }
 }
