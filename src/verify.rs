@@ -10,7 +10,7 @@ use std::{
     path::{Path, PathBuf},
 };
 
-use oci_spec::image::{Descriptor, ImageConfiguration, ImageIndex, ImageManifest, MediaType};
+use oci_spec::image::{Descriptor, ImageManifest, MediaType};
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
@@ -18,7 +18,11 @@ use crate::{
     build::{BuildError, BuildSettings, LockMode, Silent},
     install::dist_name,
     lock::{Lock, LockedBase},
-    oci::annotations,
+    oci::{
+        annotations,
+        layout::Layout,
+        read::{ManifestContent, ReadError},
+    },
 };
 
 /// What was checked.
@@ -47,22 +51,9 @@ pub enum VerifyError {
         #[source]
         source: std::io::Error,
     },
-    #[error("`{}` is not valid OCI JSON", path.display())]
-    Json {
-        path: PathBuf,
-        #[source]
-        source: oci_spec::OciSpecError,
-    },
-    #[error("Blob {digest} is missing")]
-    Missing { digest: String },
-    #[error("Blob {digest} has {actual} bytes; its descriptor says {expected}")]
-    Size {
-        digest: String,
-        expected: u64,
-        actual: u64,
-    },
-    #[error("Blob {digest} does not match its digest: its bytes hash to {actual}")]
-    Digest { digest: String, actual: String },
+    /// A blob that is missing, of the wrong size or digest, or not the JSON it should be.
+    #[error(transparent)]
+    Layout(#[from] ReadError),
     #[error(
         "Layer {index} ({digest}) decompresses to diff_id {actual}; the config says {expected}"
     )]
@@ -96,45 +87,6 @@ pub enum VerifyError {
     },
 }
 
-/// Reads and checks one blob: present, the descriptor's size, its digest.
-fn check_blob(blobs: &Path, descriptor: &Descriptor) -> Result<PathBuf, VerifyError> {
-    let digest = descriptor.digest().to_string();
-    let path = blobs.join(descriptor.digest().digest());
-    let mut file = match fs_err::File::open(&path) {
-        Ok(file) => file,
-        Err(err) if err.kind() == std::io::ErrorKind::NotFound => {
-            return Err(VerifyError::Missing { digest });
-        }
-        Err(source) => return Err(VerifyError::Read { path, source }),
-    };
-    let mut hasher = Sha256::new();
-    let mut buffer = vec![0u8; 1 << 20];
-    let mut size = 0u64;
-    loop {
-        let n = file.read(&mut buffer).map_err(|source| VerifyError::Read {
-            path: path.clone(),
-            source,
-        })?;
-        if n == 0 {
-            break;
-        }
-        hasher.update(&buffer[..n]);
-        size += n as u64;
-    }
-    if size != descriptor.size() {
-        return Err(VerifyError::Size {
-            digest,
-            expected: descriptor.size(),
-            actual: size,
-        });
-    }
-    let actual = format!("sha256:{}", hex::encode(hasher.finalize()));
-    if actual != digest {
-        return Err(VerifyError::Digest { digest, actual });
-    }
-    Ok(path)
-}
-
 fn diff_id(path: &Path, media_type: &MediaType) -> std::io::Result<String> {
     let mut reader = crate::oci::layer_reader(path, media_type)?;
     let mut hasher = Sha256::new();
@@ -158,27 +110,15 @@ impl std::io::Write for HashSink<'_> {
 /// variant), also that its lock pins only packages from the recipe's sources and that the
 /// image holds exactly those packages and the locked base.
 pub fn verify(dir: &Path, recipe: Option<&BuildSettings>) -> Result<VerifyReport, VerifyError> {
-    let recipe = recipe
-        .map(|settings| {
-            let options = crate::recipe::RecipeOptions {
-                channel_alias: settings.channel_alias.clone(),
-                variant: settings.variant.clone(),
-            };
-            crate::recipe::Recipe::load(&settings.recipe_path, &options)
-        })
-        .transpose()?;
+    let recipe = recipe.map(load_recipe).transpose()?;
     let lock = recipe.as_ref().map(|r| r.lock_path());
-    let index_path = dir.join("index.json");
-    if !index_path.is_file() {
+    let layout = Layout::new(dir);
+    if !layout.index_path().is_file() {
         return Err(VerifyError::NoImage {
             path: dir.to_path_buf(),
         });
     }
-    let index = ImageIndex::from_file(&index_path).map_err(|source| VerifyError::Json {
-        path: index_path.clone(),
-        source,
-    })?;
-    let blobs = dir.join("blobs").join("sha256");
+    let index = layout.index()?;
     let mut report = VerifyReport {
         image: dir.display().to_string(),
         manifests: Vec::new(),
@@ -189,97 +129,117 @@ pub fn verify(dir: &Path, recipe: Option<&BuildSettings>) -> Result<VerifyReport
         lock: lock.clone(),
         rebuilt: None,
     };
-    let mut checked: BTreeSet<String> = BTreeSet::new();
-    let mut check =
-        |descriptor: &Descriptor, report: &mut VerifyReport| -> Result<PathBuf, VerifyError> {
-            let path = check_blob(&blobs, descriptor)?;
-            if checked.insert(descriptor.digest().to_string()) {
-                report.blobs_checked += 1;
-                report.bytes_checked += descriptor.size();
-            }
-            Ok(path)
-        };
+    let mut tally = Tally::default();
     // What each platform image holds, to compare with that platform's lock.
     let mut images: Vec<ImageContents> = Vec::new();
-    let mut pending: Vec<Descriptor> = index.manifests().clone();
-    while let Some(descriptor) = pending.pop() {
-        let path = check(&descriptor, &mut report)?;
-        let json_err = |source| VerifyError::Json {
-            path: path.clone(),
-            source,
-        };
-        let digest = descriptor.digest().to_string();
-        if *descriptor.media_type() == MediaType::ImageIndex {
-            let nested = ImageIndex::from_file(&path).map_err(json_err)?;
-            pending.extend(nested.manifests().iter().cloned());
-            if !report.indexes.contains(&digest) {
-                report.indexes.push(digest);
-            }
-            continue;
-        }
-        let manifest = ImageManifest::from_file(&path).map_err(json_err)?;
-        if report.manifests.contains(&digest) {
-            // Another tag of an image already checked.
-            continue;
-        }
-        report.manifests.push(digest.clone());
-        let annotation = |key: &str| manifest.annotations().as_ref()?.get(key).cloned();
-        images.push(ImageContents {
-            digest,
-            platform: annotation(annotations::PLATFORM),
-            base: annotation("org.opencontainers.image.base.digest"),
-            packages: BTreeSet::new(),
-        });
-        let packages = &mut images.last_mut().expect("just pushed").packages;
-        let config_path = check(manifest.config(), &mut report)?;
-        let config =
-            ImageConfiguration::from_file(&config_path).map_err(|source| VerifyError::Json {
-                path: config_path.clone(),
-                source,
-            })?;
-        let diff_ids = config.rootfs().diff_ids();
-        if diff_ids.len() != manifest.layers().len() {
-            return Err(VerifyError::DiffIdCount {
-                config: diff_ids.len(),
-                layers: manifest.layers().len(),
-            });
-        }
-        for (index, (layer, expected)) in manifest.layers().iter().zip(diff_ids).enumerate() {
-            let layer_path = check(layer, &mut report)?;
-            let actual = diff_id(&layer_path, layer.media_type()).map_err(|source| {
-                VerifyError::Decompress {
-                    digest: layer.digest().to_string(),
-                    source,
+    // Every manifest and index is checked as the walk reads it.
+    for stored in layout.walk(index.manifests().clone()) {
+        let stored = stored?;
+        tally.count(&stored.descriptor);
+        let digest = stored.digest();
+        match &stored.content {
+            ManifestContent::Index(_) => {
+                if !report.indexes.contains(&digest) {
+                    report.indexes.push(digest);
                 }
-            })?;
-            if actual != *expected {
-                return Err(VerifyError::DiffId {
-                    index,
-                    digest: layer.digest().to_string(),
-                    expected: expected.clone(),
-                    actual,
-                });
             }
-            report.layers_checked += 1;
-        }
-        // The packages of the layers this image's build added: a base that is itself an
-        // imgbuild image keeps its package annotations, but its packages are not this lock's.
-        let own = crate::inspect::own_layers_start(manifest.layers());
-        for layer in &manifest.layers()[own..] {
-            if let Some(list) = layer
-                .annotations()
-                .as_ref()
-                .and_then(|a| a.get(annotations::PACKAGES))
-            {
-                packages.extend(list.split(',').map(str::to_string));
+            // Another tag of an image already checked.
+            ManifestContent::Manifest(_) if report.manifests.contains(&digest) => {}
+            ManifestContent::Manifest(manifest) => {
+                report.manifests.push(digest.clone());
+                images.push(check_image(&layout, digest, manifest, &mut tally)?);
             }
         }
     }
+    report.blobs_checked = tally.blobs;
+    report.bytes_checked = tally.bytes;
+    report.layers_checked = tally.layers;
 
     if let (Some(recipe), Some(lock_path)) = (&recipe, &lock) {
         check_against_lock(&images, recipe, lock_path)?;
     }
     Ok(report)
+}
+
+fn load_recipe(settings: &BuildSettings) -> Result<crate::recipe::Recipe, VerifyError> {
+    let options = crate::recipe::RecipeOptions {
+        channel_alias: settings.channel_alias.clone(),
+        variant: settings.variant.clone(),
+    };
+    Ok(crate::recipe::Recipe::load(
+        &settings.recipe_path,
+        &options,
+    )?)
+}
+
+/// The blobs checked so far, each counted once however many images share it.
+#[derive(Default)]
+struct Tally {
+    seen: BTreeSet<String>,
+    blobs: usize,
+    bytes: u64,
+    layers: usize,
+}
+
+impl Tally {
+    fn count(&mut self, descriptor: &Descriptor) {
+        if self.seen.insert(descriptor.digest().to_string()) {
+            self.blobs += 1;
+            self.bytes += descriptor.size();
+        }
+    }
+}
+
+/// Checks one platform image below its manifest: the config's bytes, and each layer's bytes
+/// and diff_id. Returns what the image holds.
+fn check_image(
+    layout: &Layout,
+    digest: String,
+    manifest: &ImageManifest,
+    tally: &mut Tally,
+) -> Result<ImageContents, VerifyError> {
+    let config = layout.config(manifest)?;
+    tally.count(manifest.config());
+    let diff_ids = config.rootfs().diff_ids();
+    if diff_ids.len() != manifest.layers().len() {
+        return Err(VerifyError::DiffIdCount {
+            config: diff_ids.len(),
+            layers: manifest.layers().len(),
+        });
+    }
+    for (index, (layer, expected)) in manifest.layers().iter().zip(diff_ids).enumerate() {
+        let layer_path = layout.check_blob(layer)?;
+        tally.count(layer);
+        let actual =
+            diff_id(&layer_path, layer.media_type()).map_err(|source| VerifyError::Decompress {
+                digest: layer.digest().to_string(),
+                source,
+            })?;
+        if actual != *expected {
+            return Err(VerifyError::DiffId {
+                index,
+                digest: layer.digest().to_string(),
+                expected: expected.clone(),
+                actual,
+            });
+        }
+        tally.layers += 1;
+    }
+    let annotation = |key: &str| manifest.annotations().as_ref()?.get(key).cloned();
+    // The packages of the layers this image's build added: a base that is itself an
+    // imgbuild image keeps its package annotations, but its packages are not this lock's.
+    let own = crate::inspect::own_layers_start(manifest.layers());
+    let packages = manifest.layers()[own..]
+        .iter()
+        .filter_map(|layer| layer.annotations().as_ref()?.get(annotations::PACKAGES))
+        .flat_map(|list| list.split(',').map(str::to_string))
+        .collect();
+    Ok(ImageContents {
+        digest,
+        platform: annotation(annotations::PLATFORM),
+        base: annotation("org.opencontainers.image.base.digest"),
+        packages,
+    })
 }
 
 /// `pypi:NAME-VERSION` with NAME normalized, for a wheel's layer label.
@@ -442,30 +402,22 @@ pub async fn rebuild_and_compare(
 fn first_difference(a: &Path, b: &Path) -> String {
     // The platform images of the first tag, in index order.
     let open = |dir: &Path| -> Option<(Vec<(String, ImageManifest)>, PathBuf)> {
-        let index = ImageIndex::from_file(dir.join("index.json")).ok()?;
-        let blobs = dir.join("blobs/sha256");
-        let descriptor = index.manifests().first()?;
-        let descriptors = if *descriptor.media_type() == MediaType::ImageIndex {
-            ImageIndex::from_file(blobs.join(descriptor.digest().digest()))
-                .ok()?
-                .manifests()
-                .clone()
-        } else {
-            vec![descriptor.clone()]
-        };
-        let manifests = descriptors
-            .iter()
-            .map(|d| {
-                let manifest = ImageManifest::from_file(blobs.join(d.digest().digest())).ok()?;
+        let layout = Layout::new(dir);
+        let entry = layout.index().ok()?.manifests().first()?.clone();
+        let manifests = layout
+            .platform_manifests(&entry)
+            .ok()?
+            .into_iter()
+            .map(|(d, manifest)| {
                 let platform = d
                     .platform()
                     .as_ref()
                     .map(|p| format!("{}/{}", p.os(), p.architecture()))
                     .unwrap_or_default();
-                Some((platform, manifest))
+                (platform, manifest)
             })
-            .collect::<Option<Vec<_>>>()?;
-        Some((manifests, blobs))
+            .collect();
+        Some((manifests, layout.blobs_dir()))
     };
     let (Some((ma, ba)), Some((mb, bb))) = (open(a), open(b)) else {
         return "one of the images cannot be read".to_string();
