@@ -10,9 +10,10 @@ use std::{
 };
 
 use futures::{StreamExt, TryStreamExt};
-use oci_spec::image::{ImageIndex, ImageManifest, MediaType};
 use reqwest::{Method, StatusCode, header};
 use sha2::{Digest, Sha256};
+
+use crate::oci::{layout::Layout, read::ReadError};
 
 use super::{
     client::{Body, RegistryError, RepositoryClient},
@@ -67,14 +68,8 @@ pub struct PushReport {
 
 #[derive(Debug, thiserror::Error)]
 pub enum PushError {
-    #[error("Cannot read the image layout `{}`", path.display())]
-    Layout {
-        path: PathBuf,
-        #[source]
-        source: oci_spec::OciSpecError,
-    },
-    #[error("The image layout `{}` has no tag `{tag}`", path.display())]
-    NoTag { path: PathBuf, tag: String },
+    #[error(transparent)]
+    Layout(#[from] ReadError),
     #[error("Cannot read blob `{}`", path.display())]
     Blob {
         path: PathBuf,
@@ -103,47 +98,15 @@ type ManifestBlob = (String, Vec<u8>, String);
 
 /// The manifests a tag of a layout consists of, children first, and the blobs they name.
 fn manifests_of(
-    layout: &Path,
+    layout: &Layout,
     tag: &str,
-) -> Result<(Vec<ManifestBlob>, BTreeSet<String>), PushError> {
-    let layout_err = |path: PathBuf| move |source| PushError::Layout { path, source };
-    let index_path = layout.join("index.json");
-    let index = ImageIndex::from_file(&index_path).map_err(layout_err(index_path.clone()))?;
-    let descriptor = crate::oci::layout::tagged(&index, tag)
-        .ok_or_else(|| PushError::NoTag {
-            path: layout.to_path_buf(),
-            tag: tag.to_string(),
-        })?
-        .clone();
-    let blob = |digest: &str| {
-        layout
-            .join("blobs/sha256")
-            .join(digest.trim_start_matches("sha256:"))
-    };
-    let read = |digest: &str| {
-        let path = blob(digest);
-        fs_err::read(&path).map_err(|source| PushError::Blob { path, source })
-    };
+) -> Result<(Vec<ManifestBlob>, BTreeSet<String>), ReadError> {
     let mut manifests = Vec::new();
     let mut blobs = BTreeSet::new();
-    let mut pending = vec![descriptor];
-    while let Some(descriptor) = pending.pop() {
-        let digest = descriptor.digest().to_string();
-        let bytes = read(&digest)?;
-        match descriptor.media_type() {
-            MediaType::ImageIndex => {
-                let nested =
-                    ImageIndex::from_reader(bytes.as_slice()).map_err(layout_err(blob(&digest)))?;
-                pending.extend(nested.manifests().iter().cloned());
-            }
-            _ => {
-                let manifest = ImageManifest::from_reader(bytes.as_slice())
-                    .map_err(layout_err(blob(&digest)))?;
-                blobs.insert(manifest.config().digest().to_string());
-                blobs.extend(manifest.layers().iter().map(|l| l.digest().to_string()));
-            }
-        }
-        manifests.push((digest, bytes, descriptor.media_type().to_string()));
+    for stored in layout.tag_manifests(tag)? {
+        blobs.extend(stored.leaves());
+        let media_type = stored.descriptor.media_type().to_string();
+        manifests.push((stored.digest(), stored.bytes, media_type));
     }
     // Children before the index that names them.
     manifests.reverse();
@@ -165,13 +128,12 @@ pub async fn push(
         reference: target.to_string(),
         source: Box::new(source),
     };
-    let (manifests, blob_digests) = manifests_of(layout, tag)?;
+    let layout = Layout::new(layout);
+    let (manifests, blob_digests) = manifests_of(&layout, tag)?;
     let blobs: Vec<BlobToPush> = blob_digests
         .iter()
         .map(|digest| {
-            let path = layout
-                .join("blobs/sha256")
-                .join(digest.trim_start_matches("sha256:"));
+            let path = layout.blob_path(digest);
             let size = fs_err::metadata(&path)
                 .map_err(|source| PushError::Blob {
                     path: path.clone(),
