@@ -9,10 +9,10 @@ use std::{
     path::{Path, PathBuf},
 };
 
-use oci_spec::image::{ImageIndex, ImageManifest, MediaType};
+use oci_spec::image::{Descriptor, ImageManifest, MediaType};
 use tar::{Builder, EntryType, Header};
 
-use super::{json::canonical_json, layout::Layout};
+use super::{json::canonical_json, layout::Layout, read::ReadError};
 
 /// What `build --format` writes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -38,18 +38,9 @@ impl OutputFormat {
 
 #[derive(Debug, thiserror::Error)]
 pub enum ArchiveError {
-    #[error("Cannot read the image layout `{}`", path.display())]
-    Read {
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
-    #[error("The image layout `{}` is not valid", path.display())]
-    Layout {
-        path: PathBuf,
-        #[source]
-        source: oci_spec::OciSpecError,
-    },
+    #[error(transparent)]
+    Read(#[from] ReadError),
+    /// The tag names something other than an image manifest or index.
     #[error("The image layout `{}` has no tag `{tag}`", path.display())]
     NoTag { path: PathBuf, tag: String },
     #[error("A docker-archive holds one platform's image, and tag `{tag}` of `{}` is an image index of several platforms: use `--format oci-archive`, or a recipe with one platform", path.display())]
@@ -62,6 +53,13 @@ pub enum ArchiveError {
     },
 }
 
+/// What goes in an archive: blobs of the layout by digest, sorted, then small files of its
+/// own, sorted by name.
+struct ArchiveContents {
+    blobs: Vec<String>,
+    files: Vec<(String, Vec<u8>)>,
+}
+
 /// Writes tag `tag` of `layout` to `out` as `format`; `repo_tag` (`name:tag`) is what
 /// `docker load` names the image.
 pub fn write_archive(
@@ -71,62 +69,63 @@ pub fn write_archive(
     format: OutputFormat,
     out: &Path,
 ) -> Result<(), ArchiveError> {
-    let layout_err = |source| ArchiveError::Layout {
-        path: layout.dir.clone(),
-        source,
-    };
-    let index = ImageIndex::from_file(layout.index_path()).map_err(layout_err)?;
-    let descriptor =
-        super::layout::tagged(&index, tag)
-            .cloned()
-            .ok_or_else(|| ArchiveError::NoTag {
-                path: layout.dir.clone(),
-                tag: tag.to_string(),
-            })?;
-    // The manifests of the tag: itself, or those of the image index it names.
-    let mut blobs: Vec<String> = vec![descriptor.digest().to_string()];
-    let manifest_descriptors = match descriptor.media_type() {
-        MediaType::ImageManifest => vec![descriptor.clone()],
+    let entry = layout.entry(tag)?;
+    match entry.media_type() {
+        MediaType::ImageManifest => {}
         MediaType::ImageIndex if format == OutputFormat::DockerArchive => {
             return Err(ArchiveError::SeveralPlatforms {
                 path: layout.dir.clone(),
                 tag: tag.to_string(),
             });
         }
-        MediaType::ImageIndex => {
-            ImageIndex::from_file(layout.blob_path(descriptor.digest().as_ref()))
-                .map_err(layout_err)?
-                .manifests()
-                .clone()
-        }
+        MediaType::ImageIndex => {}
         _ => {
             return Err(ArchiveError::NoTag {
                 path: layout.dir.clone(),
                 tag: format!("{tag} (an image manifest or index)"),
             });
         }
+    }
+    let manifests = layout.platform_manifests(&entry)?;
+    let mut contents = ArchiveContents {
+        blobs: blobs_of(&entry, &manifests),
+        files: Vec::new(),
     };
-    let mut manifests = Vec::with_capacity(manifest_descriptors.len());
-    for manifest_descriptor in &manifest_descriptors {
-        let manifest =
-            ImageManifest::from_file(layout.blob_path(manifest_descriptor.digest().as_ref()))
-                .map_err(layout_err)?;
-        blobs.push(manifest_descriptor.digest().to_string());
+    contents.files = if format == OutputFormat::DockerArchive {
+        // A docker-archive is only ever written from one manifest (refused above otherwise).
+        docker_files(&manifests[0].1, repo_tag)
+    } else {
+        oci_files(layout, tag, entry)?
+    };
+    contents.files.sort();
+    write_tar(layout, &contents, out)
+}
+
+/// The blobs the tag's entry reaches: itself, its platform manifests, their configs and
+/// layers; sorted, each once.
+fn blobs_of(entry: &Descriptor, manifests: &[(Descriptor, ImageManifest)]) -> Vec<String> {
+    let mut blobs: Vec<String> = vec![entry.digest().to_string()];
+    for (descriptor, manifest) in manifests {
+        blobs.push(descriptor.digest().to_string());
         blobs.push(manifest.config().digest().to_string());
         blobs.extend(manifest.layers().iter().map(|l| l.digest().to_string()));
-        manifests.push(manifest);
     }
     blobs.sort();
     blobs.dedup();
-    // A docker-archive is only ever written from one manifest (refused above otherwise).
-    let manifest = &manifests[0];
+    blobs
+}
 
-    let only_this_tag =
-        super::image::index_of(vec![descriptor.clone()]).map_err(|_| ArchiveError::NoTag {
-            path: layout.dir.clone(),
-            tag: tag.to_string(),
-        })?;
-    let mut files: Vec<(String, Vec<u8>)> = vec![
+/// An OCI layout's own files: `oci-layout`, and an `index.json` of this tag only.
+fn oci_files(
+    layout: &Layout,
+    tag: &str,
+    entry: Descriptor,
+) -> Result<Vec<(String, Vec<u8>)>, ArchiveError> {
+    let only_this_tag = super::image::index_of(vec![entry]).map_err(|_| ArchiveError::NoTag {
+        path: layout.dir.clone(),
+        tag: tag.to_string(),
+    })?;
+    Ok(vec![
         (
             "index.json".to_string(),
             canonical_json(&only_this_tag).expect("an index serializes"),
@@ -135,24 +134,39 @@ pub fn write_archive(
             "oci-layout".to_string(),
             br#"{"imageLayoutVersion":"1.0.0"}"#.to_vec(),
         ),
-    ];
-    if format == OutputFormat::DockerArchive {
-        // Docker's own format: `manifest.json` and the blobs. Without `index.json`, podman
-        // reads it as a docker archive and names the image from `RepoTags`.
-        files.clear();
-        let blob_path = |d: &str| format!("blobs/sha256/{}", d.trim_start_matches("sha256:"));
-        let docker_manifest = serde_json::json!([{
-            "Config": blob_path(manifest.config().digest().as_ref()),
-            "RepoTags": [repo_tag],
-            "Layers": manifest.layers().iter().map(|l| blob_path(l.digest().as_ref())).collect::<Vec<_>>(),
-        }]);
-        files.push((
-            "manifest.json".to_string(),
-            canonical_json(&docker_manifest).expect("JSON serializes"),
-        ));
-    }
-    files.sort();
+    ])
+}
 
+/// Docker's own format: `manifest.json` beside the blobs. Without `index.json`, podman
+/// reads it as a docker archive and names the image from `RepoTags`.
+fn docker_files(manifest: &ImageManifest, repo_tag: &str) -> Vec<(String, Vec<u8>)> {
+    let blob_path = |d: &str| format!("blobs/sha256/{}", d.trim_start_matches("sha256:"));
+    let docker_manifest = serde_json::json!([{
+        "Config": blob_path(manifest.config().digest().as_ref()),
+        "RepoTags": [repo_tag],
+        "Layers": manifest.layers().iter().map(|l| blob_path(l.digest().as_ref())).collect::<Vec<_>>(),
+    }]);
+    vec![(
+        "manifest.json".to_string(),
+        canonical_json(&docker_manifest).expect("JSON serializes"),
+    )]
+}
+
+/// A tar header with fixed metadata, so the same contents give the same bytes.
+fn header(entry_type: EntryType, size: u64, mode: u32) -> Header {
+    let mut header = Header::new_gnu();
+    header.set_entry_type(entry_type);
+    header.set_size(size);
+    header.set_mode(mode);
+    header.set_uid(0);
+    header.set_gid(0);
+    header.set_mtime(0);
+    header
+}
+
+/// Writes `contents` as a tar beside `out` and renames it there: the blob directories, the
+/// blobs, then the files.
+fn write_tar(layout: &Layout, contents: &ArchiveContents, out: &Path) -> Result<(), ArchiveError> {
     let write_err = |source| ArchiveError::Write {
         path: out.to_path_buf(),
         source,
@@ -167,16 +181,6 @@ pub fn write_archive(
         .tempfile_in(dir)
         .map_err(write_err)?;
     let mut builder = Builder::new(std::io::BufWriter::new(temp.reopen().map_err(write_err)?));
-    let header = |entry_type: EntryType, size: u64, mode: u32| {
-        let mut header = Header::new_gnu();
-        header.set_entry_type(entry_type);
-        header.set_size(size);
-        header.set_mode(mode);
-        header.set_uid(0);
-        header.set_gid(0);
-        header.set_mtime(0);
-        header
-    };
     for dir_name in ["blobs/", "blobs/sha256/"] {
         builder
             .append_data(
@@ -186,22 +190,10 @@ pub fn write_archive(
             )
             .map_err(write_err)?;
     }
-    for digest in &blobs {
-        let path = layout.blob_path(digest);
-        let file = fs_err::File::open(&path).map_err(|source| ArchiveError::Read {
-            path: path.clone(),
-            source,
-        })?;
-        let size = file.metadata().map_err(write_err)?.len();
-        builder
-            .append_data(
-                &mut header(EntryType::Regular, size, 0o644),
-                format!("blobs/sha256/{}", digest.trim_start_matches("sha256:")),
-                std::io::BufReader::with_capacity(1 << 20, file),
-            )
-            .map_err(write_err)?;
+    for digest in &contents.blobs {
+        append_blob(&mut builder, layout, digest, out)?;
     }
-    for (name, bytes) in &files {
+    for (name, bytes) in &contents.files {
         builder
             .append_data(
                 &mut header(EntryType::Regular, bytes.len() as u64, 0o644),
@@ -216,4 +208,30 @@ pub fn write_archive(
     crate::fs::set_mode(temp.path(), 0o644).map_err(write_err)?;
     temp.persist(out).map_err(|e| write_err(e.error))?;
     Ok(())
+}
+
+/// Appends blob `digest` of `layout`, streamed, as `blobs/sha256/<hex>`.
+fn append_blob(
+    builder: &mut Builder<impl Write>,
+    layout: &Layout,
+    digest: &str,
+    out: &Path,
+) -> Result<(), ArchiveError> {
+    let write_err = |source| ArchiveError::Write {
+        path: out.to_path_buf(),
+        source,
+    };
+    let path = layout.blob_path(digest);
+    let file = fs_err::File::open(&path).map_err(|source| ReadError::Read {
+        path: path.clone(),
+        source,
+    })?;
+    let size = file.metadata().map_err(write_err)?.len();
+    builder
+        .append_data(
+            &mut header(EntryType::Regular, size, 0o644),
+            format!("blobs/sha256/{}", digest.trim_start_matches("sha256:")),
+            std::io::BufReader::with_capacity(1 << 20, file),
+        )
+        .map_err(write_err)
 }
