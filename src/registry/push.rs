@@ -130,58 +130,12 @@ pub async fn push(
     };
     let layout = Layout::new(layout);
     let (manifests, blob_digests) = manifests_of(&layout, tag)?;
-    let blobs: Vec<BlobToPush> = blob_digests
-        .iter()
-        .map(|digest| {
-            let path = layout.blob_path(digest);
-            let size = fs_err::metadata(&path)
-                .map_err(|source| PushError::Blob {
-                    path: path.clone(),
-                    source,
-                })?
-                .len();
-            Ok(BlobToPush {
-                digest: digest.clone(),
-                size,
-                path,
-            })
-        })
-        .collect::<Result<_, PushError>>()?;
-
+    let blobs = blobs_to_push(&layout, &blob_digests)?;
     progress.start(blobs.len(), blobs.iter().map(|b| b.size).sum());
-    let uploaded = AtomicUsize::new(0);
-    let mounted = AtomicUsize::new(0);
-    let bytes = AtomicU64::new(0);
     let mount_repo = mount_from
         .filter(|from| from.registry == target.registry && from.repository != target.repository)
         .map(|from| from.repository.clone());
-    futures::stream::iter(blobs.iter())
-        .map(|blob| {
-            let (uploaded, mounted, bytes) = (&uploaded, &mounted, &bytes);
-            let mount_repo = mount_repo.as_deref();
-            async move {
-                let outcome = ensure_blob(client, blob, mount_repo).await?;
-                match outcome {
-                    BlobOutcome::Present => {}
-                    BlobOutcome::Mounted => {
-                        mounted.fetch_add(1, Ordering::Relaxed);
-                    }
-                    BlobOutcome::Uploaded => {
-                        uploaded.fetch_add(1, Ordering::Relaxed);
-                        bytes.fetch_add(blob.size, Ordering::Relaxed);
-                    }
-                }
-                progress.blob_done(
-                    &blob.digest,
-                    blob.size,
-                    matches!(outcome, BlobOutcome::Uploaded),
-                );
-                Ok::<_, PushError>(())
-            }
-        })
-        .buffer_unordered(PARALLEL_UPLOADS)
-        .try_collect::<Vec<()>>()
-        .await?;
+    let sent = ensure_blobs(client, &blobs, mount_repo.as_deref(), progress).await?;
 
     // Manifests last: children by digest, then the top one under each tag.
     let (top_digest, top_bytes, top_type) =
@@ -205,14 +159,83 @@ pub async fn push(
         pushed: format!("{}@{top_digest}", target.with_tag(&target_tag)),
         digest: top_digest,
         blobs_total: blobs.len(),
-        blobs_uploaded: uploaded.into_inner(),
-        blobs_mounted: mounted.into_inner(),
-        bytes_uploaded: bytes.into_inner(),
+        blobs_uploaded: sent.uploaded.into_inner(),
+        blobs_mounted: sent.mounted.into_inner(),
+        bytes_uploaded: sent.bytes.into_inner(),
         requests: client.requests.load(Ordering::Relaxed),
         retries: client.retries.load(Ordering::Relaxed),
         sboms: Vec::new(),
         sboms_found_by: None,
     })
+}
+
+/// The blobs `digests` name in `layout`, with their sizes on disk.
+fn blobs_to_push(
+    layout: &Layout,
+    digests: &BTreeSet<String>,
+) -> Result<Vec<BlobToPush>, PushError> {
+    digests
+        .iter()
+        .map(|digest| {
+            let path = layout.blob_path(digest);
+            let size = fs_err::metadata(&path)
+                .map_err(|source| PushError::Blob {
+                    path: path.clone(),
+                    source,
+                })?
+                .len();
+            Ok(BlobToPush {
+                digest: digest.clone(),
+                size,
+                path,
+            })
+        })
+        .collect()
+}
+
+/// What [`ensure_blobs`] had to send: blobs uploaded and mounted, and the bytes uploaded.
+#[derive(Default)]
+struct Sent {
+    uploaded: AtomicUsize,
+    mounted: AtomicUsize,
+    bytes: AtomicU64,
+}
+
+/// Makes every blob present in the repository, [`PARALLEL_UPLOADS`] at a time.
+async fn ensure_blobs(
+    client: &RepositoryClient,
+    blobs: &[BlobToPush],
+    mount_repo: Option<&str>,
+    progress: &dyn PushProgress,
+) -> Result<Sent, PushError> {
+    let sent = Sent::default();
+    futures::stream::iter(blobs.iter())
+        .map(|blob| {
+            let sent = &sent;
+            async move {
+                let outcome = ensure_blob(client, blob, mount_repo).await?;
+                match outcome {
+                    BlobOutcome::Present => {}
+                    BlobOutcome::Mounted => {
+                        sent.mounted.fetch_add(1, Ordering::Relaxed);
+                    }
+                    BlobOutcome::Uploaded => {
+                        sent.uploaded.fetch_add(1, Ordering::Relaxed);
+                        sent.bytes.fetch_add(blob.size, Ordering::Relaxed);
+                    }
+                }
+                progress.blob_done(
+                    &blob.digest,
+                    blob.size,
+                    matches!(outcome, BlobOutcome::Uploaded),
+                );
+                Ok::<_, PushError>(())
+            }
+        })
+        .buffer_unordered(PARALLEL_UPLOADS)
+        .try_collect::<Vec<()>>()
+        .await?;
+    Ok(sent)
 }
 
 enum BlobOutcome {
