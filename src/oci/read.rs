@@ -392,8 +392,9 @@ impl Layout {
         }
         let manifest = self.manifest(&descriptor)?;
         let config = self.config(&manifest)?;
-        let wanted = chosen
-            .unwrap_or_else(|| choose(&config_subdir(&config).into_iter().collect::<Vec<_>>()));
+        // Unasked, a one-platform image is held to its own platform (the host's, when its
+        // own is one a recipe cannot name).
+        let wanted = chosen.unwrap_or_else(|| choose(config_subdir(&config).as_slice()));
         check_architecture(&config, wanted, &reference)?;
         Ok(LayoutImage {
             layers: oci_layers(&manifest, &reference)?,
