@@ -13,10 +13,10 @@ pub mod pypi;
 mod schema;
 pub mod suggest;
 
-pub use error::{RecipeError, SourceSpan};
-pub(crate) use load::lexical_path;
 pub use crate::cuda::CudaTarget;
 pub use crate::names::{is_valid_tag, oci_architecture};
+pub use error::{RecipeError, SourceSpan};
+pub(crate) use load::lexical_path;
 pub use load::{Base, Recipe, RecipeOptions, read_recipe_text};
 pub use platforms::{OciPlatform, Platforms};
 

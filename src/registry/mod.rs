@@ -6,5 +6,5 @@ pub mod pull;
 pub mod push;
 pub mod referrers;
 
-pub use client::{ClientOptions, RegistryError, RepositoryClient};
 pub use crate::reference::{self, Reference};
+pub use client::{ClientOptions, RegistryError, RepositoryClient};

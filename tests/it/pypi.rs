@@ -280,7 +280,10 @@ fn every_requirement_with_only_source_distributions_is_named_in_one_error() {
     // wheel at all. A newcomer used to meet them one build at a time.
     let dir = tempfile::tempdir().unwrap();
     let mut dists = pinned_dists(&[SIX_1_16_0]).unwrap();
-    dists.push((write_sdist(dir.path(), "six", "1.15.0").unwrap(), "six".to_string()));
+    dists.push((
+        write_sdist(dir.path(), "six", "1.15.0").unwrap(),
+        "six".to_string(),
+    ));
     dists.push((
         write_sdist(dir.path(), "sdist-only", "1.0").unwrap(),
         "sdist-only".to_string(),
