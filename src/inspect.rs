@@ -15,7 +15,7 @@ use rattler_conda_types::Subdir;
 
 use crate::oci::{
     annotations,
-    read::{DEFAULT_TAG, LayoutImage, LayoutRef, ReadError},
+    read::{LayoutImage, LayoutRef, ReadError},
 };
 
 const BASE_NAME: &str = "org.opencontainers.image.base.name";
@@ -175,13 +175,6 @@ pub enum InspectError {
         #[source]
         source: ReadError,
     },
-}
-
-/// `layout[:tag]` → (layout, tag), tag `latest` when none is named ([`LayoutRef::parse`],
-/// borrowed).
-pub fn split_reference(image: &str) -> (&str, &str) {
-    let (layout, tag) = crate::oci::read::split(image);
-    (layout, tag.unwrap_or(DEFAULT_TAG))
 }
 
 /// Reads the image `LAYOUT[:TAG]` (tag `latest` by default); of a multi-platform image, the
@@ -639,13 +632,6 @@ mod tests {
         );
         assert!(PackageId::parse("hello-1.0").is_none());
         assert!(PackageId::parse("nodash").is_none());
-    }
-
-    #[test]
-    fn image_references() {
-        assert_eq!(split_reference("images/x"), ("images/x", "latest"));
-        assert_eq!(split_reference("images/x:v1"), ("images/x", "v1"));
-        assert_eq!(split_reference("/a:b/x"), ("/a:b/x", "latest"));
     }
 
     fn layer(digest: &str, size: u64, kind: LayerKind, packages: &[&str]) -> LayerSummary {

@@ -1,6 +1,8 @@
-//! Image references as Docker reads them: `[registry/]repository[:tag][@digest]`.
+//! Image references: registry references as Docker reads them
+//! (`[registry/]repository[:tag][@digest]`, [`Reference`]) and images of a local OCI layout
+//! as a user names them (`DIR[:TAG]`, [`LayoutRef`]; `crate::oci::read` reads them).
 
-use std::fmt;
+use std::{fmt, path::PathBuf};
 
 /// Docker Hub's name in references and its API endpoint.
 const DOCKER_HUB: &str = "docker.io";
@@ -211,6 +213,42 @@ impl fmt::Display for Reference {
             write!(f, "@{digest}")?;
         }
         Ok(())
+    }
+}
+
+/// The tag a reference without one names.
+pub const DEFAULT_TAG: &str = "latest";
+
+/// An image of a layout directory as a user names it: `DIR[:TAG]`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LayoutRef {
+    pub dir: PathBuf,
+    /// The tag, when the reference names one ([`Self::tag`] gives [`DEFAULT_TAG`] else).
+    pub tag: Option<String>,
+}
+
+impl LayoutRef {
+    /// `DIR[:TAG]`: the text after the last colon is the tag, unless it holds a `/` (then
+    /// the colon is part of a path, `/a:b/x`) or nothing comes before the colon.
+    pub fn parse(text: &str) -> Self {
+        let (dir, tag) = split_layout(text);
+        Self {
+            dir: dir.into(),
+            tag: tag.map(str::to_string),
+        }
+    }
+
+    /// The tag named, else [`DEFAULT_TAG`].
+    pub fn tag(&self) -> &str {
+        self.tag.as_deref().unwrap_or(DEFAULT_TAG)
+    }
+}
+
+/// [`LayoutRef::parse`] without copying: the directory, and the tag when one is named.
+pub fn split_layout(text: &str) -> (&str, Option<&str>) {
+    match text.rsplit_once(':') {
+        Some((dir, tag)) if !tag.contains('/') && !dir.is_empty() => (dir, Some(tag)),
+        _ => (text, None),
     }
 }
 

@@ -5,6 +5,7 @@ use std::{io::Read, path::PathBuf, process::ExitCode};
 use clap::Args;
 
 use super::printer::{Failure, Printer, human_bytes};
+use crate::oci::read::LayoutRef;
 use crate::registry::{
     ClientOptions, Reference, RepositoryClient,
     auth::{self, Credentials},
@@ -121,14 +122,6 @@ pub fn parse_timeout(value: &str) -> Result<std::time::Duration, String> {
     Ok(std::time::Duration::from_secs_f64(seconds))
 }
 
-/// `layout[:tag]` → (layout, tag).
-pub fn split_layout(image: &str) -> (PathBuf, String) {
-    match image.rsplit_once(':') {
-        Some((path, tag)) if !tag.contains('/') && !path.is_empty() => (path.into(), tag.into()),
-        _ => (image.into(), "latest".into()),
-    }
-}
-
 /// Opens a client for `reference` with the credentials on file for its registry.
 pub fn client_for(
     reference: &Reference,
@@ -147,7 +140,7 @@ pub async fn push_layout(
     mount_from: Option<&Reference>,
     printer: &Printer,
 ) -> Result<PushReport, Box<dyn std::error::Error>> {
-    let (layout, tag) = split_layout(image);
+    let image = LayoutRef::parse(image);
     let target = Reference::parse(reference)?;
     if target.digest.is_some() {
         return Err(format!(
@@ -163,8 +156,8 @@ pub async fn push_layout(
     }
     let client = client_for(&target, options)?;
     let bar = PushBar::new(printer);
-    let mut report = push(&layout, &tag, &client, tags, mount_from, &bar).await?;
-    attach_sboms(&client, &layout, &mut report).await?;
+    let mut report = push(&image.dir, image.tag(), &client, tags, mount_from, &bar).await?;
+    attach_sboms(&client, &image.dir, &mut report).await?;
     Ok(report)
 }
 
@@ -294,17 +287,14 @@ pub(super) async fn run_push(
 /// The registry base an image was built on (its `org.opencontainers.image.base.name`), for
 /// cross-repository mounts.
 pub fn base_of(image: &str) -> Option<Reference> {
-    let (layout, tag) = split_layout(image);
-    let index = oci_spec::image::ImageIndex::from_file(layout.join("index.json")).ok()?;
-    let mut descriptor = crate::oci::layout::tagged(&index, &tag)?.clone();
-    let blob =
-        |d: &oci_spec::image::Descriptor| layout.join("blobs/sha256").join(d.digest().digest());
+    let image = LayoutRef::parse(image);
+    let layout = image.layout();
     // Every platform of a multi-platform image is built on the same base repository.
-    if *descriptor.media_type() == oci_spec::image::MediaType::ImageIndex {
-        let nested = oci_spec::image::ImageIndex::from_file(blob(&descriptor)).ok()?;
-        descriptor = nested.manifests().first()?.clone();
-    }
-    let manifest = oci_spec::image::ImageManifest::from_file(blob(&descriptor)).ok()?;
+    let (_, manifest) = layout
+        .platform_manifests(&layout.entry(image.tag()).ok()?)
+        .ok()?
+        .into_iter()
+        .next()?;
     let name = manifest
         .annotations()
         .as_ref()?

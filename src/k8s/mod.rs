@@ -643,7 +643,7 @@ pub fn check_user(value: &str) -> Result<(), K8sError> {
 
 /// The image's name from its reference (`images/py39-torch21:latest` → `py39-torch21`).
 fn image_name(reference: &str) -> String {
-    let (path, _) = crate::inspect::split_reference(reference);
+    let (path, _) = crate::reference::split_layout(reference);
     let base = std::path::Path::new(path)
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())

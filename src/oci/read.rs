@@ -16,33 +16,9 @@ use sha2::{Digest, Sha256};
 
 use super::layout::{Layout, ref_name, tagged};
 
-/// The tag a reference without one names.
-pub const DEFAULT_TAG: &str = "latest";
-
-/// An image of a layout directory as a user names it: `DIR[:TAG]`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LayoutRef {
-    pub dir: PathBuf,
-    /// The tag, when the reference names one ([`Self::tag`] gives [`DEFAULT_TAG`] else).
-    pub tag: Option<String>,
-}
+pub use crate::reference::{DEFAULT_TAG, LayoutRef, split_layout};
 
 impl LayoutRef {
-    /// `DIR[:TAG]`: the text after the last colon is the tag, unless it holds a `/` (then
-    /// the colon is part of a path, `/a:b/x`) or nothing comes before the colon.
-    pub fn parse(text: &str) -> Self {
-        let (dir, tag) = split(text);
-        Self {
-            dir: dir.into(),
-            tag: tag.map(str::to_string),
-        }
-    }
-
-    /// The tag named, else [`DEFAULT_TAG`].
-    pub fn tag(&self) -> &str {
-        self.tag.as_deref().unwrap_or(DEFAULT_TAG)
-    }
-
     pub fn layout(&self) -> Layout {
         Layout::new(&self.dir)
     }
@@ -50,14 +26,6 @@ impl LayoutRef {
     /// The image of [`Self::tag`] for `platform` ([`Layout::image`]).
     pub fn image(&self, platform: Option<Subdir>) -> Result<LayoutImage, ReadError> {
         self.layout().image(self.tag(), platform)
-    }
-}
-
-/// [`LayoutRef::parse`] without copying: the directory, and the tag when one is named.
-pub fn split(text: &str) -> (&str, Option<&str>) {
-    match text.rsplit_once(':') {
-        Some((dir, tag)) if !tag.contains('/') && !dir.is_empty() => (dir, Some(tag)),
-        _ => (text, None),
     }
 }
 
@@ -606,7 +574,7 @@ mod tests {
         assert_eq!(parsed("/a:b/x"), ("/a:b/x".into(), "latest".into()));
         assert_eq!(parsed(":v1"), (":v1".into(), "latest".into()));
         assert_eq!(LayoutRef::parse("images/x").tag, None);
-        assert_eq!(split("images/x:v1"), ("images/x", Some("v1")));
+        assert_eq!(split_layout("images/x:v1"), ("images/x", Some("v1")));
     }
 
     /// Writes `value` as a blob; returns its descriptor.

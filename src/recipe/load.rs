@@ -584,11 +584,9 @@ impl Checker {
                     )
                 });
         };
-        // `oci:PATH:TAG`; a colon followed by a path separator belongs to the path.
-        let (path, tag) = match rest.rsplit_once(':') {
-            Some((path, tag)) if !tag.contains('/') && !path.is_empty() => (path, tag),
-            _ => (rest, "latest"),
-        };
+        // `oci:PATH:TAG`, read as every `DIR[:TAG]` is.
+        let (path, tag) = crate::reference::split_layout(rest);
+        let tag = tag.unwrap_or(crate::reference::DEFAULT_TAG);
         if path.is_empty() {
             return Err(self.error(base, "`oci:` needs a path to an OCI image layout"));
         }

@@ -426,7 +426,8 @@ fn base_purl(reference: Option<&str>, digest: &str, arch: Option<&str>) -> Strin
         Some((name, _)) => (name, true),
         None => (reference, false),
     };
-    let (path, tag) = crate::inspect::split_reference(reference);
+    let (path, tag) = crate::reference::split_layout(reference);
+    let tag = tag.unwrap_or(crate::reference::DEFAULT_TAG);
     let name = path
         .trim_end_matches('/')
         .rsplit('/')
