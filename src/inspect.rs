@@ -69,6 +69,10 @@ pub struct RuntimeConfig {
     /// Exposed ports (`8080/tcp`), sorted; absent from the JSON when there are none.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub ports: Vec<String>,
+    /// The signal that stops a container (`SIGTERM`, `SIGRTMIN+3`, `9`); absent from the
+    /// JSON when the image sets none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stop_signal: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]
@@ -287,6 +291,7 @@ fn summarize(image: &str, opened: &LayoutImage) -> ImageSummary {
                 .collect::<BTreeSet<_>>()
                 .into_iter()
                 .collect(),
+            stop_signal: config.stop_signal().clone(),
         },
         base,
         conda,
@@ -446,7 +451,7 @@ pub struct ImageDiff {
 }
 
 /// One setting of the config that differs: `entrypoint`, `cmd`, `user`, `workdir`, `ports`,
-/// or one variable (`env NAME`) or label (`label KEY`); `None` where a side does not set it.
+/// `stop-signal`, or one variable (`env NAME`) or label (`label KEY`); `None` where a side does not set it.
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]
 pub struct ConfigChange {
     pub field: String,
@@ -503,6 +508,11 @@ pub fn config_changes(from: &RuntimeConfig, to: &RuntimeConfig) -> Vec<ConfigCha
         );
     }
     compare("ports".into(), ports(&from.ports), ports(&to.ports));
+    compare(
+        "stop-signal".into(),
+        from.stop_signal.clone(),
+        to.stop_signal.clone(),
+    );
     changes
 }
 
@@ -738,6 +748,7 @@ mod tests {
             env: strings(&["PATH=/opt/conda/bin", "KEEP=1", "GONE=x"]),
             labels: [("team".to_string(), "ml".to_string())].into(),
             ports: strings(&["8080/tcp"]),
+            stop_signal: None,
         };
         let to = RuntimeConfig {
             entrypoint: Some(strings(&["/bin/sh"])),
@@ -747,6 +758,7 @@ mod tests {
             env: strings(&["KEEP=1", "PATH=/usr/bin", "NEW=y"]),
             labels: [("team".to_string(), "infra".to_string())].into(),
             ports: strings(&["8080/tcp", "9000/udp"]),
+            stop_signal: Some("SIGINT".into()),
         };
         let change = |field: &str, from: Option<&str>, to: Option<&str>| ConfigChange {
             field: field.into(),
@@ -767,6 +779,7 @@ mod tests {
                 change("env PATH", Some("/opt/conda/bin"), Some("/usr/bin")),
                 change("label team", Some("ml"), Some("infra")),
                 change("ports", Some("8080/tcp"), Some("8080/tcp 9000/udp")),
+                change("stop-signal", None, Some("SIGINT")),
             ]
         );
         assert!(config_changes(&from, &from).is_empty());

@@ -155,6 +155,9 @@ fn render_config(out: &mut String, config: &crate::inspect::RuntimeConfig) {
     if !config.ports.is_empty() {
         let _ = writeln!(out, "ports        {}", config.ports.join(" "));
     }
+    if let Some(signal) = &config.stop_signal {
+        let _ = writeln!(out, "stop-signal  {signal}");
+    }
 }
 
 /// The CUDA the image needs, its GPU architectures and its embedded smoke test.

@@ -114,6 +114,8 @@ entrypoint = ["/opt/conda/bin/python"]
 # cmd = ["-c", "print('hello')"]
 # workdir = "/workspace"
 # user = "1000:1000"            # run as non-root
+# ports = ["8888/tcp"]          # exposed ports: N, N/tcp, N/udp or N/sctp
+# stop-signal = "SIGTERM"       # the signal that stops a container (a name or a number)
 
 # [image.env]                   # set after conda's activation variables
 # MY_SETTING = "value"

@@ -174,7 +174,7 @@ pub fn image_config(inputs: &ImageInputs<'_>) -> Result<ImageConfiguration, Imag
 }
 
 /// The config a container runs with: the base's, with the environment's activation and the
-/// recipe's env, entrypoint, cmd, workdir, user and labels on top.
+/// recipe's env, entrypoint, cmd, workdir, user, ports, stop signal and labels on top.
 fn runtime_config(inputs: &ImageInputs<'_>) -> Result<Config, ImageError> {
     let recipe = inputs.recipe;
     let base_config = inputs.base.and_then(|b| b.config.config().clone());
@@ -198,6 +198,18 @@ fn runtime_config(inputs: &ImageInputs<'_>) -> Result<Config, ImageError> {
     }
     if let Some(user) = &recipe.user {
         config.set_user(Some(user.clone()));
+    }
+    // As Dockerfile's EXPOSE: the recipe's ports add to the base's. Left untouched when the
+    // recipe names none, so such an image's config is what it always was.
+    if !recipe.ports.is_empty() {
+        let mut ports: Vec<String> = config.exposed_ports().clone().unwrap_or_default();
+        ports.extend(recipe.ports.iter().cloned());
+        ports.sort();
+        ports.dedup();
+        config.set_exposed_ports(Some(ports));
+    }
+    if let Some(signal) = &recipe.stop_signal {
+        config.set_stop_signal(Some(signal.clone()));
     }
     let mut labels: HashMap<String, String> = config.labels().clone().unwrap_or_default();
     labels.extend(recipe.labels.iter().map(|(k, v)| (k.clone(), v.clone())));
@@ -505,5 +517,66 @@ mod tests {
             merge_env(&base, &cuda, &BTreeMap::new())[0],
             "LD_LIBRARY_PATH=/usr/local/nvidia/lib64:/usr/lib/extra"
         );
+    }
+
+    /// The recipe's ports add to the base's (sorted, each once) and its stop signal replaces
+    /// the base's; a recipe without either leaves the base's config as it was.
+    #[test]
+    fn ports_add_to_the_bases_and_the_stop_signal_is_set() {
+        let recipe = |lines: &str| {
+            Recipe::from_str_at(
+                &format!("[image]\nname = \"x\"\n{lines}\n"),
+                std::path::Path::new("/work/recipes/x.toml"),
+                &crate::recipe::RecipeOptions::default(),
+            )
+            .unwrap()
+        };
+        let base_config: ImageConfiguration = serde_json::from_value(serde_json::json!({
+            "architecture": "amd64",
+            "os": "linux",
+            "config": {"ExposedPorts": {"22/tcp": {}, "8888/tcp": {}}, "StopSignal": "SIGQUIT"},
+            "rootfs": {"type": "layers", "diff_ids": []}
+        }))
+        .unwrap();
+        let base = BaseImage {
+            reference: "oci:base".into(),
+            manifest_digest: format!("sha256:{}", "b".repeat(64)),
+            config: base_config,
+            layers: Vec::new(),
+            blobs_dir: std::path::PathBuf::from("/nowhere"),
+        };
+        let config_of = |recipe: &Recipe, base: Option<&BaseImage>| {
+            let inputs = ImageInputs {
+                recipe,
+                platform: Subdir::Linux64,
+                base,
+                activation: &Activation::default(),
+                layers: &[],
+                created: "2023-10-01T00:00:00Z".into(),
+                compression: Compression::Gzip,
+                annotations: IndexMap::new(),
+            };
+            runtime_config(&inputs).unwrap()
+        };
+        let set = recipe("ports = [\"8888/tcp\", \"53/udp\"]\nstop-signal = \"SIGINT\"");
+        let config = config_of(&set, Some(&base));
+        assert_eq!(
+            config.exposed_ports().as_deref(),
+            Some(&["22/tcp", "53/udp", "8888/tcp"].map(String::from)[..])
+        );
+        assert_eq!(config.stop_signal().as_deref(), Some("SIGINT"));
+        let unset = recipe("");
+        let config = config_of(&unset, Some(&base));
+        assert_eq!(config.exposed_ports().as_ref().map(Vec::len), Some(2));
+        assert_eq!(config.stop_signal().as_deref(), Some("SIGQUIT"));
+        let config = config_of(&unset, None);
+        assert!(config.exposed_ports().is_none());
+        assert!(config.stop_signal().is_none());
+        let json = serde_json::to_value(config_of(&set, None)).unwrap();
+        assert_eq!(
+            json["ExposedPorts"],
+            serde_json::json!({"53/udp": {}, "8888/tcp": {}})
+        );
+        assert_eq!(json["StopSignal"], "SIGINT");
     }
 }

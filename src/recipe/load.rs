@@ -105,6 +105,11 @@ pub struct Recipe {
     pub workdir: Option<String>,
     pub user: Option<String>,
     pub labels: BTreeMap<String, String>,
+    /// `[image] ports`: exposed ports as the config writes them (`8888/tcp`), sorted, each
+    /// once.
+    pub ports: Vec<String>,
+    /// `[image] stop-signal`: `SIGTERM`, `SIGRTMIN+3` or a signal number, as written.
+    pub stop_signal: Option<String>,
     /// Most layers the image may have, base layers included.
     pub layer_budget: u32,
     /// How new layers are compressed.
@@ -235,7 +240,7 @@ fn recipe_dir(path: &Path) -> PathBuf {
 }
 
 /// Holds the recipe text so every check can report a span.
-struct Checker {
+pub(super) struct Checker {
     path: PathBuf,
     text: Arc<str>,
 }
@@ -248,7 +253,7 @@ impl Checker {
         }
     }
 
-    fn error<T>(&self, value: &Spanned<T>, message: impl Into<String>) -> RecipeError {
+    pub(super) fn error<T>(&self, value: &Spanned<T>, message: impl Into<String>) -> RecipeError {
         RecipeError::Invalid {
             path: self.path.clone(),
             message: message.into(),
@@ -286,6 +291,8 @@ impl Checker {
             workdir: config.workdir,
             user: config.user,
             labels: config.labels,
+            ports: config.ports,
+            stop_signal: config.stop_signal,
             layer_budget: layers.budget,
             compression: layers.compression,
             variant: None,
@@ -455,6 +462,12 @@ impl Checker {
             .as_ref()
             .map(|args| self.command(args, "cmd"))
             .transpose()?;
+        let ports = self.ports(&image.ports)?;
+        let stop_signal = image
+            .stop_signal
+            .as_ref()
+            .map(|signal| self.stop_signal(signal))
+            .transpose()?;
         Ok(ImageConfig {
             env,
             entrypoint,
@@ -462,6 +475,8 @@ impl Checker {
             workdir,
             user,
             labels,
+            ports,
+            stop_signal,
         })
     }
 
@@ -947,6 +962,8 @@ struct ImageConfig {
     workdir: Option<String>,
     user: Option<String>,
     labels: BTreeMap<String, String>,
+    ports: Vec<String>,
+    stop_signal: Option<String>,
 }
 
 /// `[layers]`, checked.

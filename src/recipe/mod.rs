@@ -10,6 +10,7 @@ mod load;
 pub mod matrix;
 mod platforms;
 pub mod pypi;
+mod runtime;
 mod schema;
 pub mod suggest;
 

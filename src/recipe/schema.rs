@@ -56,6 +56,11 @@ pub(crate) struct ImageSection {
     pub user: Option<Spanned<String>>,
     #[serde(default)]
     pub labels: BTreeMap<Spanned<String>, Spanned<String>>,
+    /// Optional: ports the image exposes, `N`, `N/tcp`, `N/udp` or `N/sctp`.
+    #[serde(default)]
+    pub ports: Vec<Spanned<String>>,
+    /// Optional: the signal that stops a container (`SIGTERM`, `SIGRTMIN+3` or a number).
+    pub stop_signal: Option<Spanned<String>>,
 }
 
 #[derive(Debug, Default, Deserialize)]

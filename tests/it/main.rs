@@ -26,6 +26,7 @@ mod hostile;
 mod hostile_inputs;
 mod hostile_process;
 mod hostile_runtime;
+mod image_config;
 mod init;
 mod inspect;
 mod k8s;
