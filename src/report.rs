@@ -35,6 +35,43 @@ pub trait Reporter: Send + Sync {
     fn on_download_bytes(&self, _bytes: u64) {}
     /// One item done: a package linked (`bytes` 0) or a layer written (`bytes` compressed).
     fn on_item_done(&self, _stage: Stage, _name: &str, _bytes: u64) {}
+    /// Progress within a step: archive bytes, base image blobs, PyPI pages and wheels.
+    fn on_progress(&self, _progress: Progress<'_>) {}
+}
+
+/// What a step reports while a person waits on it, beside the stage events: the bytes of
+/// package archives as they are checked and extracted (install), the blobs of a base image
+/// as they are pulled (before the stages, while the recipe is prepared), and the PyPI
+/// pages and wheels the resolution reads (solve). Counts are deltas: the receiver sums.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Progress<'a> {
+    /// Package archive bytes added to what the install stage will check and extract.
+    PackageBytesTotal(u64),
+    /// Package archive bytes checked and extracted, or found ready in the cache.
+    PackageBytes(u64),
+    /// A base image pull starts; its manifest names `blobs` blobs (config and layers) of
+    /// `bytes` in all.
+    PullStarted {
+        reference: &'a str,
+        platform: &'a str,
+        blobs: usize,
+        bytes: u64,
+    },
+    /// Blob bytes received.
+    PullBytes(u64),
+    /// One blob is in the cache: downloaded now, or found there (`downloaded` false).
+    PullBlob { bytes: u64, downloaded: bool },
+    /// The pull started last is done.
+    PullFinished,
+    /// A PyPI project's index pages are read.
+    PypiProject(&'a str),
+    /// The core metadata of one wheel is read from the index (PEP 658).
+    PypiMetadata(&'a str),
+    /// Bytes of a wheel received while the resolution downloads it whole (for its metadata
+    /// or its sha256).
+    PypiBytes(u64),
+    /// One wheel downloaded (or copied from find-links) by the resolution, `bytes` long.
+    PypiWheel { file: &'a str, bytes: u64 },
 }
 
 /// A reporter that drops everything.

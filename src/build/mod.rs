@@ -143,7 +143,7 @@ pub async fn lock(
     settings: &BuildSettings,
     reporter: &dyn Reporter,
 ) -> Result<LockReport, BuildError> {
-    let prepared = prepare(settings).await?;
+    let prepared = prepare(settings, reporter).await?;
     obtain_lock(&prepared, settings, reporter)
         .await
         .map(|(_, report)| report)
@@ -152,7 +152,7 @@ pub async fn lock(
 /// Solves (or reuses) the recipe's lock and fetches its packages into the cache, without
 /// building: the first step of a matrix build, taken one variant at a time.
 pub async fn lock_and_fetch(settings: &BuildSettings) -> Result<(), BuildError> {
-    let prepared = prepare(settings).await?;
+    let prepared = prepare(settings, &Silent).await?;
     let (lock, _) = obtain_lock(&prepared, settings, &Silent).await?;
     for platform in &lock.platforms {
         crate::install::fetch_only(
@@ -180,7 +180,7 @@ pub async fn build(
 ) -> Result<BuildReport, BuildError> {
     let mut timings = Vec::new();
     let started = Instant::now();
-    let prepared = prepare(settings).await?;
+    let prepared = prepare(settings, reporter).await?;
     let (lock, lock_report) = obtain_lock(&prepared, settings, reporter).await?;
     timings.push((Stage::Solve, started.elapsed()));
     let cx = Context::new(settings, &prepared.recipe, &lock, reporter);

@@ -3,14 +3,14 @@
 
 use rattler_conda_types::Subdir;
 
-use super::{BuildError, BuildSettings};
+use super::{BuildError, BuildSettings, Reporter};
 use crate::{
     lock::{Lock, LockedBase},
     oci::base::{BaseImage, detect_glibc, open_base},
     recipe::{Base, Recipe, RecipeOptions, oci_architecture},
     registry::{
         Reference, RepositoryClient,
-        pull::{PullError, pull_base},
+        pull::{Platform, PullError, pull_base_reporting},
     },
     resolve::Target,
     smoke::embed::{SmokeExecutable, SmokeExecutables},
@@ -61,7 +61,10 @@ impl PreparedPlatform {
 }
 
 /// Loads the recipe and prepares each of its platforms, in the recipe's order.
-pub(super) async fn prepare(settings: &BuildSettings) -> Result<Prepared, BuildError> {
+pub(super) async fn prepare(
+    settings: &BuildSettings,
+    reporter: &dyn Reporter,
+) -> Result<Prepared, BuildError> {
     let options = RecipeOptions {
         channel_alias: settings.channel_alias.clone(),
         variant: settings.variant.clone(),
@@ -75,7 +78,8 @@ pub(super) async fn prepare(settings: &BuildSettings) -> Result<Prepared, BuildE
     };
     let mut platforms = Vec::with_capacity(recipe.platforms.len());
     for platform in recipe.platforms.iter() {
-        platforms.push(prepare_platform(&recipe, platform, smoke.as_ref(), settings).await?);
+        platforms
+            .push(prepare_platform(&recipe, platform, smoke.as_ref(), settings, reporter).await?);
     }
     Ok(Prepared { recipe, platforms })
 }
@@ -87,10 +91,13 @@ async fn prepare_platform(
     platform: Subdir,
     smoke: Option<&SmokeExecutables>,
     settings: &BuildSettings,
+    reporter: &dyn Reporter,
 ) -> Result<PreparedPlatform, BuildError> {
     // A base that is an index gives each platform its own manifest.
     let base = match &recipe.base {
-        Base::Registry(reference) => Some(pull(recipe, reference, platform, settings).await?),
+        Base::Registry(reference) => {
+            Some(pull(recipe, reference, platform, settings, reporter).await?)
+        }
         other => open_base(other, platform)?,
     };
     // The base's glibc bounds what the environment may need, unless the recipe says.
@@ -126,6 +133,7 @@ async fn pull(
     reference: &Reference,
     platform: Subdir,
     settings: &BuildSettings,
+    reporter: &dyn Reporter,
 ) -> Result<BaseImage, BuildError> {
     let mut reference = reference.clone();
     if settings.offline
@@ -144,12 +152,16 @@ async fn pull(
             })
         })?;
     let (architecture, variant) = oci_architecture(platform).expect("validated platform");
-    Ok(pull_base(
-        &client,
+    let platform = Platform {
         architecture,
         variant,
+    };
+    Ok(pull_base_reporting(
+        &client,
+        platform,
         &settings.cache_dir,
         settings.offline,
+        reporter,
     )
     .await?)
 }

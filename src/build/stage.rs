@@ -325,6 +325,9 @@ impl Reporter for InstallTotals<'_> {
     fn on_item_done(&self, stage: Stage, name: &str, bytes: u64) {
         self.inner.on_item_done(stage, name, bytes);
     }
+    fn on_progress(&self, progress: crate::report::Progress<'_>) {
+        self.inner.on_progress(progress);
+    }
 }
 
 /// What building a platform other than the host's leaves out. imgbuild runs nothing of the

@@ -2,9 +2,15 @@
 //! `--quiet`, and one JSON event per line on stdout with `--json`.
 //!
 //! JSON events (all have `event`):
+//! - `{"event":"pull-started","reference":"…","platform":"linux-64","blobs":3,"bytes":123}`
+//!   and `{"event":"pull-finished","reference":…,"platform":…,"seconds":…,"blobs":3,
+//!   "downloaded_blobs":2,"downloaded_bytes":120}`, for each registry base, before the stages
 //! - `{"event":"stage-started","stage":"solve|install|layers|write","detail":"…"}`
 //! - `{"event":"stage-finished","stage":…,"ok":true,"seconds":1.25,"items":5,"bytes":123,"downloaded_bytes":0}`
-//!   (`items`: packages linked or layers written; `bytes`: compressed layer bytes)
+//!   (`items`: packages linked or layers written; `bytes`: compressed layer bytes); the
+//!   install stage's also has `package_bytes` (package archives checked and extracted), the
+//!   solve stage's `pypi_projects`, `pypi_metadata`, `pypi_wheels` and `pypi_wheel_bytes`
+//!   (index pages read, PEP 658 metadata files read, wheels the resolution downloaded whole)
 //! - `{"event":"warning","message":"…"}`
 //! - `{"event":"lock","path":"…","outcome":"reused|written","reason":null,"packages":5}`
 //! - `{"event":"result",…}` (see [`result_event`]) or `{"event":"error","message":"…","exit_code":1}`
@@ -20,7 +26,10 @@ use std::{
 use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::{Value, json};
 
-use crate::build::{BuildReport, LockOutcome, LockReport, Reporter, Stage, counted};
+use crate::{
+    build::{BuildReport, LockOutcome, LockReport, Reporter, Stage, counted},
+    report::Progress,
+};
 
 use super::printer::{Printer, human_bytes};
 
@@ -39,9 +48,41 @@ pub(crate) enum Mode {
 #[derive(Default)]
 struct Current {
     stage: Option<(Stage, Instant)>,
+    /// What the stage's first line said (`1 dependency for linux-64`).
+    detail: String,
     bar: Option<ProgressBar>,
     items: usize,
     bytes: u64,
+    downloaded: u64,
+    /// Package archive bytes checked and extracted, of `archive_total` (install).
+    archived: u64,
+    archive_total: u64,
+    /// When the archives of the platform being installed started to be read, until its
+    /// packages are linked.
+    archives_since: Option<Instant>,
+    pypi: PypiCounts,
+}
+
+/// What the PyPI resolution read (solve).
+#[derive(Default)]
+struct PypiCounts {
+    projects: usize,
+    metadata: usize,
+    wheels: usize,
+    wheel_bytes: u64,
+    /// Bytes received of the wheels being downloaded.
+    received: u64,
+}
+
+/// A base image being pulled.
+struct Pull {
+    reference: String,
+    platform: String,
+    started: Instant,
+    bar: Option<ProgressBar>,
+    blobs: usize,
+    done: usize,
+    downloaded_blobs: usize,
     downloaded: u64,
 }
 
@@ -50,6 +91,7 @@ pub(crate) struct BuildProgress {
     printer: Printer,
     mode: Mode,
     current: Mutex<Current>,
+    pull: Mutex<Option<Pull>>,
 }
 
 impl BuildProgress {
@@ -58,12 +100,17 @@ impl BuildProgress {
             printer: *printer,
             mode: printer.progress_mode(),
             current: Mutex::default(),
+            pull: Mutex::default(),
         }
     }
 
     /// Ends the running stage once the build returned; `ok` is whether it succeeded (a
     /// failed stage gets no "done" line, and `"ok": false` in its JSON event).
     pub(crate) fn finish(&self, ok: bool) {
+        // A pull that failed leaves its bar.
+        if let Some(bar) = self.pull().take().and_then(|p| p.bar) {
+            bar.finish_and_clear();
+        }
         let mut current = self
             .current
             .lock()
@@ -82,16 +129,35 @@ impl BuildProgress {
         match self.mode {
             Mode::Quiet => {}
             Mode::Plain | Mode::Bars if !ok => {}
-            Mode::Json => self.printer.event(&json!({
-                "event": "stage-finished",
-                "stage": stage.name(),
-                "ok": ok,
-                "seconds": round(elapsed),
-                "items": current.items,
-                "bytes": current.bytes,
-                "downloaded_bytes": current.downloaded,
-            })),
+            Mode::Json => {
+                let mut event = json!({
+                    "event": "stage-finished",
+                    "stage": stage.name(),
+                    "ok": ok,
+                    "seconds": round(elapsed),
+                    "items": current.items,
+                    "bytes": current.bytes,
+                    "downloaded_bytes": current.downloaded,
+                });
+                match stage {
+                    Stage::Install => event["package_bytes"] = json!(current.archived),
+                    Stage::Solve => {
+                        let pypi = &current.pypi;
+                        event["pypi_projects"] = json!(pypi.projects);
+                        event["pypi_metadata"] = json!(pypi.metadata);
+                        event["pypi_wheels"] = json!(pypi.wheels);
+                        event["pypi_wheel_bytes"] = json!(pypi.wheel_bytes);
+                    }
+                    Stage::Layers | Stage::Write => {}
+                }
+                self.printer.event(&event);
+            }
             Mode::Plain | Mode::Bars => {
+                if stage == Stage::Solve
+                    && let Some(read) = pypi_read(&current.pypi)
+                {
+                    self.printer.status("Fetched", read);
+                }
                 let (done, what) = match stage {
                     Stage::Solve => ("Solved", String::new()),
                     Stage::Install if current.downloaded > 0 => (
@@ -125,6 +191,30 @@ impl BuildProgress {
     }
 }
 
+/// `3 PyPI projects, 2 metadata files and 1 wheel (2.0 MiB)`: what the resolution read,
+/// `None` when it read nothing.
+fn pypi_read(pypi: &PypiCounts) -> Option<String> {
+    if pypi.projects == 0 && pypi.wheels == 0 {
+        return None;
+    }
+    let mut parts = vec![counted(pypi.projects, "PyPI project")];
+    if pypi.metadata > 0 {
+        parts.push(counted(pypi.metadata, "metadata file"));
+    }
+    if pypi.wheels > 0 {
+        parts.push(format!(
+            "{} ({})",
+            counted(pypi.wheels, "wheel"),
+            human_bytes(pypi.wheel_bytes)
+        ));
+    }
+    let last = parts.pop().expect("one at least");
+    Some(match parts.is_empty() {
+        true => last,
+        false => format!("{} and {last}", parts.join(", ")),
+    })
+}
+
 fn round(duration: Duration) -> f64 {
     (duration.as_secs_f64() * 1000.0).round() / 1000.0
 }
@@ -146,6 +236,7 @@ impl Reporter for BuildProgress {
             .expect("no panics while holding the lock");
         self.finish_stage(&mut current, true);
         current.stage = Some((stage, Instant::now()));
+        current.detail = detail.to_string();
         match self.mode {
             Mode::Quiet => {}
             Mode::Json => self.printer.event(&json!({
@@ -169,53 +260,77 @@ impl Reporter for BuildProgress {
     }
 
     fn on_stage_total(&self, stage: Stage, total: usize) {
-        let current = self
-            .current
-            .lock()
-            .expect("no panics while holding the lock");
-        if let Some(bar) = &current.bar {
-            bar.set_style(
-                ProgressStyle::with_template(
-                    "{prefix:>12.bold} [{bar:30}] {pos}/{len} {msg} {elapsed}",
-                )
-                .expect("a valid template")
-                .progress_chars("=> "),
+        let mut current = self.current();
+        // The packages are linked once their archives are through.
+        if stage == Stage::Install
+            && let Some(since) = current.archives_since.take()
+            && self.mode == Mode::Plain
+        {
+            self.printer.status(
+                "Extracted",
+                format_args!(
+                    "{} of package archives in {:.2}s",
+                    human_bytes(current.archived),
+                    since.elapsed().as_secs_f64()
+                ),
             );
-            bar.set_length(total as u64);
-            bar.set_message(match stage {
-                Stage::Install => "packages",
-                Stage::Layers => "layers",
-                Stage::Solve | Stage::Write => "",
-            });
         }
+        if let Some(bar) = &current.bar {
+            bar.set_style(bar_style("{pos}/{len}"));
+            bar.set_length(total as u64);
+            bar.set_position(current.items as u64);
+        }
+        set_message(&current, stage);
     }
 
     fn on_download_bytes(&self, bytes: u64) {
-        let mut current = self
-            .current
-            .lock()
-            .expect("no panics while holding the lock");
+        let mut current = self.current();
         current.downloaded += bytes;
-        if let Some(bar) = &current.bar {
-            bar.set_message(format!(
-                "packages, {} downloaded",
-                human_bytes(current.downloaded)
-            ));
+        set_message(&current, Stage::Install);
+    }
+
+    fn on_progress(&self, progress: Progress<'_>) {
+        match progress {
+            Progress::PackageBytesTotal(bytes) => self.archive_total(bytes),
+            Progress::PackageBytes(bytes) => {
+                let mut current = self.current();
+                current.archived += bytes;
+                if let Some(bar) = &current.bar {
+                    bar.set_position(current.archived);
+                }
+            }
+            Progress::PullStarted {
+                reference,
+                platform,
+                blobs,
+                bytes,
+            } => self.pull_started(reference, platform, blobs, bytes),
+            Progress::PullBytes(bytes) => {
+                if let Some(pull) = self.pull().as_mut() {
+                    pull.downloaded += bytes;
+                    if let Some(bar) = &pull.bar {
+                        bar.inc(bytes);
+                    }
+                }
+            }
+            Progress::PullBlob { bytes, downloaded } => self.pull_blob(bytes, downloaded),
+            Progress::PullFinished => self.pull_finished(),
+            Progress::PypiProject(_)
+            | Progress::PypiMetadata(_)
+            | Progress::PypiBytes(_)
+            | Progress::PypiWheel { .. } => self.pypi(progress),
         }
     }
 
     fn on_item_done(&self, stage: Stage, _name: &str, bytes: u64) {
-        let mut current = self
-            .current
-            .lock()
-            .expect("no panics while holding the lock");
+        let mut current = self.current();
         current.items += 1;
         current.bytes += bytes;
         if let Some(bar) = &current.bar {
             bar.inc(1);
-            if stage == Stage::Layers {
-                bar.set_message(format!("layers, {} compressed", human_bytes(current.bytes)));
-            }
+        }
+        if stage == Stage::Layers {
+            set_message(&current, stage);
         }
     }
 
@@ -231,6 +346,184 @@ impl Reporter for BuildProgress {
         match &current.bar {
             Some(bar) => bar.suspend(|| self.printer.warning(message)),
             None => self.printer.warning(message),
+        }
+    }
+}
+
+/// The bar of a stage that counts `unit` (`{pos}/{len}` items or `{binary_bytes}/…`).
+fn bar_style(unit: &str) -> ProgressStyle {
+    ProgressStyle::with_template(&format!(
+        "{{prefix:>12.bold}} [{{bar:30}}] {unit} {{msg}} {{elapsed}}"
+    ))
+    .expect("a valid template")
+    .progress_chars("=> ")
+}
+
+const BYTES: &str = "{binary_bytes}/{binary_total_bytes}";
+
+/// The words after the count of the stage's bar: what it counts, what was downloaded.
+fn set_message(current: &Current, stage: Stage) {
+    let Some(bar) = &current.bar else { return };
+    let downloaded = match current.downloaded {
+        0 => String::new(),
+        bytes => format!(", {} downloaded", human_bytes(bytes)),
+    };
+    bar.set_message(match stage {
+        Stage::Install if current.archives_since.is_some() => format!("extracted{downloaded}"),
+        Stage::Install => format!("packages{downloaded}"),
+        Stage::Layers if current.bytes > 0 => {
+            format!("layers, {} compressed", human_bytes(current.bytes))
+        }
+        Stage::Layers => "layers".to_string(),
+        Stage::Solve | Stage::Write => String::new(),
+    });
+}
+
+impl BuildProgress {
+    fn current(&self) -> std::sync::MutexGuard<'_, Current> {
+        self.current
+            .lock()
+            .expect("no panics while holding the lock")
+    }
+
+    fn pull(&self) -> std::sync::MutexGuard<'_, Option<Pull>> {
+        self.pull.lock().expect("no panics while holding the lock")
+    }
+
+    /// The archives of a platform's packages are about to be read: the bar counts their
+    /// bytes until the packages are linked.
+    fn archive_total(&self, bytes: u64) {
+        let mut current = self.current();
+        current.archive_total += bytes;
+        current.archives_since.get_or_insert_with(Instant::now);
+        if let Some(bar) = &current.bar {
+            bar.set_style(bar_style(BYTES));
+            bar.set_length(current.archive_total);
+            bar.set_position(current.archived);
+        }
+        set_message(&current, Stage::Install);
+    }
+
+    fn pypi(&self, progress: Progress<'_>) {
+        let mut current = self.current();
+        let pypi = &mut current.pypi;
+        match progress {
+            Progress::PypiProject(_) => pypi.projects += 1,
+            Progress::PypiMetadata(_) => pypi.metadata += 1,
+            Progress::PypiBytes(bytes) => pypi.received += bytes,
+            Progress::PypiWheel { bytes, .. } => {
+                pypi.wheels += 1;
+                pypi.wheel_bytes += bytes;
+            }
+            _ => {}
+        }
+        if let Some(bar) = &current.bar {
+            // Bytes of the wheels still downloading (received counts the finished too).
+            let received = match current
+                .pypi
+                .received
+                .saturating_sub(current.pypi.wheel_bytes)
+            {
+                0 => String::new(),
+                bytes => format!(", downloading {}", human_bytes(bytes)),
+            };
+            let read = pypi_read(&current.pypi).unwrap_or_default();
+            bar.set_message(format!("{}; fetched {read}{received}", current.detail));
+        }
+    }
+
+    fn pull_started(&self, reference: &str, platform: &str, blobs: usize, bytes: u64) {
+        let what = format!("{reference} for {platform}");
+        let bar = match self.mode {
+            Mode::Quiet => None,
+            Mode::Json => {
+                self.printer.event(&json!({
+                    "event": "pull-started",
+                    "reference": reference,
+                    "platform": platform,
+                    "blobs": blobs,
+                    "bytes": bytes,
+                }));
+                None
+            }
+            Mode::Plain => {
+                self.printer.status(
+                    "Pulling",
+                    format_args!("{what}: {}, {}", counted(blobs, "blob"), human_bytes(bytes)),
+                );
+                None
+            }
+            Mode::Bars => {
+                let bar = ProgressBar::new(bytes);
+                bar.set_style(bar_style(BYTES));
+                bar.set_prefix("Pulling");
+                bar.set_message(format!("{what}, 0/{blobs} blobs"));
+                bar.enable_steady_tick(Duration::from_millis(100));
+                Some(bar)
+            }
+        };
+        *self.pull() = Some(Pull {
+            reference: reference.to_string(),
+            platform: platform.to_string(),
+            started: Instant::now(),
+            bar,
+            blobs,
+            done: 0,
+            downloaded_blobs: 0,
+            downloaded: 0,
+        });
+    }
+
+    fn pull_blob(&self, bytes: u64, downloaded: bool) {
+        let mut pull = self.pull();
+        let Some(pull) = pull.as_mut() else { return };
+        pull.done += 1;
+        if downloaded {
+            pull.downloaded_blobs += 1;
+        }
+        if let Some(bar) = &pull.bar {
+            // A cached blob counts whole; a downloaded one counted its bytes as they came.
+            if !downloaded {
+                bar.inc(bytes);
+            }
+            bar.set_message(format!(
+                "{} for {}, {}/{} blobs",
+                pull.reference, pull.platform, pull.done, pull.blobs
+            ));
+        }
+    }
+
+    fn pull_finished(&self) {
+        let Some(pull) = self.pull().take() else {
+            return;
+        };
+        if let Some(bar) = &pull.bar {
+            bar.finish_and_clear();
+        }
+        let seconds = pull.started.elapsed();
+        match self.mode {
+            Mode::Quiet => {}
+            Mode::Json => self.printer.event(&json!({
+                "event": "pull-finished",
+                "reference": pull.reference,
+                "platform": pull.platform,
+                "seconds": round(seconds),
+                "blobs": pull.done,
+                "downloaded_blobs": pull.downloaded_blobs,
+                "downloaded_bytes": pull.downloaded,
+            })),
+            Mode::Plain | Mode::Bars => self.printer.status(
+                "Pulled",
+                format_args!(
+                    "{} ({} downloaded) in {:.2}s",
+                    counted(pull.done, "blob"),
+                    match pull.downloaded_blobs {
+                        0 => "none".to_string(),
+                        n => format!("{n}, {}", human_bytes(pull.downloaded)),
+                    },
+                    seconds.as_secs_f64()
+                ),
+            ),
         }
     }
 }

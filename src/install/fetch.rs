@@ -21,12 +21,15 @@ use rattler_digest::{Md5Hash, Sha256Hash};
 use rattler_networking::LazyClient;
 
 use super::{
-    InstallError, checked, dist_name, progress,
+    InstallError, checked, dist_name,
+    progress::{self, ArchiveBytes, Pass},
     scan::{self, ArchiveKind},
 };
 
 /// Fetches and checks every record, eight at a time; returns the extracted copy of each, in
-/// the order of `records`.
+/// the order of `records`. The records' archive sizes are the total of the bytes reported
+/// as the archives are checked and extracted (a record without one adds its file's size
+/// once the file is there).
 pub(super) async fn fetch_and_check(
     records: &[RepoDataRecord],
     (cache, pkgs): (&PackageCache, &Path),
@@ -35,6 +38,8 @@ pub(super) async fn fetch_and_check(
     events: tokio::sync::mpsc::UnboundedSender<progress::Event>,
 ) -> Result<Vec<PathBuf>, InstallError> {
     use futures::{StreamExt, TryStreamExt};
+    let total = records.iter().filter_map(|r| r.package_record.size).sum();
+    let _ = events.send(progress::Event::ArchiveTotal(total));
     futures::stream::iter(records)
         .map(|record| fetch_one(record, (cache, pkgs), cache_dir, client, events.clone()))
         .buffered(8)
@@ -61,6 +66,8 @@ struct Job {
     downloads: PathBuf,
     client: LazyClient,
     reporter: Arc<dyn CacheReporter>,
+    /// The archive's bytes, counted as they are read.
+    bytes: Arc<ArchiveBytes>,
 }
 
 impl Job {
@@ -120,7 +127,8 @@ async fn fetch_one(
         source,
         downloads: cache_dir.join("downloads"),
         client: client.clone(),
-        reporter: Arc::new(progress::CacheForward::new(events)),
+        reporter: Arc::new(progress::CacheForward::new(events.clone())),
+        bytes: ArchiveBytes::new(events, record.package_record.size),
     };
 
     // rattler calls `fetch` only when the package is not in its cache yet; the closure's
@@ -170,6 +178,7 @@ async fn fetch_one(
         && checked::is_marked(cache_dir, sha256, &dir)
     {
         tracing::debug!("{package}: checked before (marker {sha256}), not read again");
+        job.bytes.finish();
         return Ok(dir);
     }
     if let Err(err) = check_extracted(&job, &dir, !extracted_here.load(Ordering::SeqCst)).await {
@@ -182,6 +191,7 @@ async fn fetch_one(
         // Only costs the next build a full check.
         tracing::warn!("could not record that {package} was checked: {err}");
     }
+    job.bytes.finish();
     Ok(dir)
 }
 
@@ -227,27 +237,53 @@ async fn extract_checked(job: &Job, destination: &Path) -> Result<Sha256Hash, In
     tokio::task::spawn_blocking(move || scan_file(&scan_job, &scan_path, false))
         .await
         .map_err(|e| job.refuse_archive(format!("could not be checked: {e}")))??;
-    let result = rattler_package_streaming::tokio::fs::extract(&path, destination)
-        .await
-        .map_err(|e| {
-            // A full cache disk is the machine's fault, not the package's (exit 2).
-            if crate::fs::is_disk_full(&e) {
-                return InstallError::DiskFull {
-                    path: destination.to_path_buf(),
-                    source: std::io::Error::from_raw_os_error(libc::ENOSPC),
-                };
-            }
-            job.refuse_archive(format!("cannot be extracted: {e}"))
-        })?;
+    let result = extract(job, &path, destination).await.map_err(|e| {
+        // A full cache disk is the machine's fault, not the package's (exit 2).
+        if crate::fs::is_disk_full(&e) {
+            return InstallError::DiskFull {
+                path: destination.to_path_buf(),
+                source: std::io::Error::from_raw_os_error(libc::ENOSPC),
+            };
+        }
+        job.refuse_archive(format!("cannot be extracted: {e}"))
+    })?;
     check_sha256(job, result.sha256)?;
     check_md5(job, result.md5)?;
     Ok(result.sha256)
+}
+
+/// rattler's extraction of the archive at `path`, on a blocking thread as rattler's own
+/// `tokio::fs::extract` runs it, reading through a counter so the bytes are reported.
+async fn extract(
+    job: &Job,
+    path: &Path,
+    destination: &Path,
+) -> Result<rattler_package_streaming::ExtractResult, rattler_package_streaming::ExtractError> {
+    use rattler_package_streaming::read;
+    let (bytes, kind) = (job.bytes.clone(), job.kind);
+    let (path, destination) = (path.to_path_buf(), destination.to_path_buf());
+    let extracting = tokio::task::spawn_blocking(move || {
+        let file = std::io::BufReader::new(std::fs::File::open(&path)?);
+        let reader = bytes.reader(file, Pass::Extract);
+        match kind {
+            ArchiveKind::TarBz2 => read::extract_tar_bz2(reader, &destination),
+            ArchiveKind::Conda => read::extract_conda_via_streaming(reader, &destination),
+        }
+    });
+    match extracting.await {
+        Ok(result) => result,
+        Err(err) => match err.try_into_panic() {
+            Ok(panic) => std::panic::resume_unwind(panic),
+            Err(_) => Err(rattler_package_streaming::ExtractError::Cancelled),
+        },
+    }
 }
 
 fn check_size(job: &Job, path: &Path) -> Result<(), InstallError> {
     let actual = fs_err::metadata(path)
         .map_err(|e| job.refuse_archive(format!("cannot be read: {e}")))?
         .len();
+    job.bytes.learn_size(actual);
     match job.record.package_record.size {
         Some(expected) if expected != actual => Err(job.refuse_archive(format!(
             "is {actual} bytes, but its record (repodata or lock) says size {expected}"
@@ -298,6 +334,7 @@ fn scan_file(job: &Job, path: &Path, whole: bool) -> Result<(), InstallError> {
     let file = std::io::BufReader::new(
         fs_err::File::open(path).map_err(|e| job.refuse_archive(format!("cannot be read: {e}")))?,
     );
+    let file = job.bytes.reader(file, Pass::Scan);
     let scanned = scan::scan_archive(file, job.kind, &job.archive).map_err(|r| job.refused(r))?;
     tracing::debug!(
         "{}: {} archive entries scanned",

@@ -9,9 +9,12 @@ use oci_spec::image::{ImageConfiguration, ImageIndex, ImageManifest};
 use reqwest::{Method, StatusCode, header};
 
 use super::client::{Body, RegistryError, RepositoryClient};
-use crate::oci::{
-    base::BaseImage,
-    read::{index_platforms, oci_layer_media_type, platform_manifest},
+use crate::{
+    oci::{
+        base::BaseImage,
+        read::{index_platforms, oci_layer_media_type, platform_manifest},
+    },
+    report::{Progress, Reporter},
 };
 
 const ACCEPT: &str = "application/vnd.oci.image.index.v1+json, \
@@ -86,147 +89,252 @@ pub async fn pull_base(
     cache_dir: &Path,
     offline: bool,
 ) -> Result<BaseImage, PullError> {
-    let reference = &client.reference;
-    let shown = reference.to_string();
-    let cache = blob_cache(cache_dir);
-    let registry_err = |source| PullError::Registry {
-        reference: shown.clone(),
-        source: Box::new(source),
+    let platform = Platform {
+        architecture,
+        variant,
     };
-    let invalid = |what: &str| PullError::Invalid {
-        reference: shown.clone(),
-        what: what.to_string(),
+    pull_base_reporting(client, platform, cache_dir, offline, &crate::report::Silent).await
+}
+
+/// The platform a base is pulled for: an OCI architecture and its variant.
+#[derive(Debug, Clone, Copy)]
+pub struct Platform<'a> {
+    pub architecture: &'a str,
+    pub variant: Option<&'a str>,
+}
+
+impl std::fmt::Display for Platform<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "linux/{}", self.architecture)?;
+        match self.variant {
+            Some(variant) => write!(f, "/{variant}"),
+            None => Ok(()),
+        }
+    }
+}
+
+/// [`pull_base`], telling `reporter` of the blobs and their bytes.
+pub async fn pull_base_reporting(
+    client: &RepositoryClient,
+    platform: Platform<'_>,
+    cache_dir: &Path,
+    offline: bool,
+    reporter: &dyn Reporter,
+) -> Result<BaseImage, PullError> {
+    let pull = Pull {
+        client,
+        shown: client.reference.to_string(),
+        cache: blob_cache(cache_dir),
+        offline,
     };
+    let (digest, manifest) = pull.manifest(platform).await?;
+    pull.blobs(&manifest, platform, reporter).await?;
+    pull.base_image(digest, &manifest, platform.architecture)
+}
 
-    // The manifest (or index) the reference names.
-    let mut digest = reference.digest.clone();
-    let mut bytes = match &digest {
-        Some(d) if cached(&cache, d).is_file() => {
-            fs_err::read(cached(&cache, d)).map_err(|source| PullError::Cache {
-                path: cached(&cache, d),
-                source,
-            })?
-        }
-        Some(d) if offline => {
-            return Err(PullError::NotCached {
-                reference: shown.clone(),
-                digest: d.clone(),
-            });
-        }
-        _ => {
-            let bytes = get_manifest(client, &reference.manifest_reference())
-                .await
-                .map_err(registry_err)?;
-            let actual = sha256(&bytes);
-            if let Some(expected) = &digest
-                && *expected != actual
-            {
-                return Err(invalid(&format!(
-                    "a manifest whose digest is {actual}, not {expected}"
-                )));
-            }
-            digest = Some(actual);
-            bytes
-        }
-    };
-    let mut digest = digest.expect("set above");
-    store(&cache, &digest, &bytes)?;
+/// One pull: where it reads from and writes to, and how it names the image in errors.
+struct Pull<'a> {
+    client: &'a RepositoryClient,
+    shown: String,
+    cache: PathBuf,
+    offline: bool,
+}
 
-    // An index: choose our platform's manifest.
-    let value: serde_json::Value =
-        serde_json::from_slice(&bytes).map_err(|_| invalid("manifest JSON"))?;
-    if value.get("manifests").is_some() {
-        let index =
-            ImageIndex::from_reader(bytes.as_slice()).map_err(|_| invalid("image index"))?;
-        let chosen = platform_manifest(&index, architecture, variant).ok_or_else(|| {
-            PullError::NoPlatform {
-                reference: shown.clone(),
-                architecture: architecture.to_string(),
-                available: index_platforms(&index),
-            }
-        })?;
-        digest = chosen.digest().to_string();
-        bytes = if cached(&cache, &digest).is_file() {
-            fs_err::read(cached(&cache, &digest)).map_err(|source| PullError::Cache {
-                path: cached(&cache, &digest),
-                source,
-            })?
-        } else if offline {
-            return Err(PullError::NotCached {
-                reference: shown.clone(),
-                digest,
-            });
-        } else {
-            let bytes = get_manifest(client, &digest).await.map_err(registry_err)?;
-            if sha256(&bytes) != digest {
-                return Err(invalid(
-                    "a platform manifest that does not match its digest",
-                ));
-            }
-            store(&cache, &digest, &bytes)?;
-            bytes
-        };
+impl Pull<'_> {
+    fn registry_err(&self, source: RegistryError) -> PullError {
+        PullError::Registry {
+            reference: self.shown.clone(),
+            source: Box::new(source),
+        }
     }
-    let manifest =
-        ImageManifest::from_reader(bytes.as_slice()).map_err(|_| invalid("image manifest"))?;
 
-    // Config and layers, each once.
-    let mut blobs = vec![manifest.config().digest().to_string()];
-    blobs.extend(manifest.layers().iter().map(|l| l.digest().to_string()));
-    for blob in &blobs {
-        if cached(&cache, blob).is_file() {
-            continue;
+    fn invalid(&self, what: &str) -> PullError {
+        PullError::Invalid {
+            reference: self.shown.clone(),
+            what: what.to_string(),
         }
-        if offline {
-            return Err(PullError::NotCached {
-                reference: shown.clone(),
-                digest: blob.clone(),
-            });
+    }
+
+    fn not_cached(&self, digest: &str) -> PullError {
+        PullError::NotCached {
+            reference: self.shown.clone(),
+            digest: digest.to_string(),
         }
-        download_blob(client, blob, &cache)
-            .await
-            .map_err(|e| match e {
-                DownloadError::Registry(err) => registry_err(err),
-                DownloadError::Mismatch(actual) => {
-                    invalid(&format!("blob {blob} whose content hashes to {actual}"))
-                }
-                DownloadError::Io(source) => PullError::Cache {
-                    path: cached(&cache, blob),
-                    source,
-                },
-            })?;
     }
-    let config_path = cached(&cache, &blobs[0]);
-    let config =
-        ImageConfiguration::from_file(&config_path).map_err(|_| invalid("image config"))?;
-    if config.architecture().to_string() != architecture {
-        return Err(PullError::NoPlatform {
-            reference: shown.clone(),
-            architecture: architecture.to_string(),
-            available: format!("{}/{}", config.os(), config.architecture()),
-        });
-    }
-    let layers = manifest
-        .layers()
-        .iter()
-        .map(|layer| {
-            let media_type =
-                oci_layer_media_type(layer.media_type()).ok_or_else(|| PullError::MediaType {
-                    reference: shown.clone(),
-                    media_type: layer.media_type().to_string(),
-                })?;
-            let mut layer = layer.clone();
-            layer.set_media_type(media_type);
-            Ok(layer)
+
+    fn read_cached(&self, digest: &str) -> Result<Vec<u8>, PullError> {
+        fs_err::read(cached(&self.cache, digest)).map_err(|source| PullError::Cache {
+            path: cached(&self.cache, digest),
+            source,
         })
-        .collect::<Result<Vec<_>, PullError>>()?;
-    Ok(BaseImage {
-        reference: reference.with_digest(&digest).to_string(),
-        manifest_digest: digest,
-        config,
-        layers,
-        blobs_dir: cache,
-    })
+    }
+
+    /// The manifest for `platform` and its digest: the one the reference names, or, through
+    /// the index it names, the platform's.
+    async fn manifest(&self, platform: Platform<'_>) -> Result<(String, ImageManifest), PullError> {
+        let reference = &self.client.reference;
+        let mut digest = reference.digest.clone();
+        let mut bytes = match &digest {
+            Some(d) if cached(&self.cache, d).is_file() => self.read_cached(d)?,
+            Some(d) if self.offline => return Err(self.not_cached(d)),
+            _ => {
+                let bytes = get_manifest(self.client, &reference.manifest_reference())
+                    .await
+                    .map_err(|e| self.registry_err(e))?;
+                let actual = sha256(&bytes);
+                if let Some(expected) = &digest
+                    && *expected != actual
+                {
+                    return Err(self.invalid(&format!(
+                        "a manifest whose digest is {actual}, not {expected}"
+                    )));
+                }
+                digest = Some(actual);
+                bytes
+            }
+        };
+        let mut digest = digest.expect("set above");
+        store(&self.cache, &digest, &bytes)?;
+
+        // An index: choose our platform's manifest.
+        let value: serde_json::Value =
+            serde_json::from_slice(&bytes).map_err(|_| self.invalid("manifest JSON"))?;
+        if value.get("manifests").is_some() {
+            digest = self.platform_manifest(&bytes, platform)?;
+            bytes = self.platform_manifest_bytes(&digest).await?;
+        }
+        let manifest = ImageManifest::from_reader(bytes.as_slice())
+            .map_err(|_| self.invalid("image manifest"))?;
+        Ok((digest, manifest))
+    }
+
+    /// The digest of `platform`'s manifest in the index `bytes`.
+    fn platform_manifest(&self, bytes: &[u8], platform: Platform<'_>) -> Result<String, PullError> {
+        let index = ImageIndex::from_reader(bytes).map_err(|_| self.invalid("image index"))?;
+        let chosen = platform_manifest(&index, platform.architecture, platform.variant)
+            .ok_or_else(|| PullError::NoPlatform {
+                reference: self.shown.clone(),
+                architecture: platform.architecture.to_string(),
+                available: index_platforms(&index),
+            })?;
+        Ok(chosen.digest().to_string())
+    }
+
+    /// The platform manifest `digest` names: cached, or fetched, checked and stored.
+    async fn platform_manifest_bytes(&self, digest: &str) -> Result<Vec<u8>, PullError> {
+        if cached(&self.cache, digest).is_file() {
+            return self.read_cached(digest);
+        }
+        if self.offline {
+            return Err(self.not_cached(digest));
+        }
+        let bytes = get_manifest(self.client, digest)
+            .await
+            .map_err(|e| self.registry_err(e))?;
+        if sha256(&bytes) != digest {
+            return Err(self.invalid("a platform manifest that does not match its digest"));
+        }
+        store(&self.cache, digest, &bytes)?;
+        Ok(bytes)
+    }
+
+    /// The config and the layers into the cache, each once, reported blob by blob.
+    async fn blobs(
+        &self,
+        manifest: &ImageManifest,
+        platform: Platform<'_>,
+        reporter: &dyn Reporter,
+    ) -> Result<(), PullError> {
+        let mut blobs = vec![(
+            manifest.config().digest().to_string(),
+            manifest.config().size(),
+        )];
+        blobs.extend(
+            manifest
+                .layers()
+                .iter()
+                .map(|l| (l.digest().to_string(), l.size())),
+        );
+        let platform = platform.to_string();
+        reporter.on_progress(Progress::PullStarted {
+            reference: &self.shown,
+            platform: &platform,
+            blobs: blobs.len(),
+            bytes: blobs.iter().map(|(_, size)| size).sum(),
+        });
+        for (blob, size) in &blobs {
+            if cached(&self.cache, blob).is_file() {
+                reporter.on_progress(Progress::PullBlob {
+                    bytes: *size,
+                    downloaded: false,
+                });
+                continue;
+            }
+            if self.offline {
+                return Err(self.not_cached(blob));
+            }
+            download_blob(self.client, blob, &self.cache, reporter)
+                .await
+                .map_err(|e| match e {
+                    DownloadError::Registry(err) => self.registry_err(err),
+                    DownloadError::Mismatch(actual) => {
+                        self.invalid(&format!("blob {blob} whose content hashes to {actual}"))
+                    }
+                    DownloadError::Io(source) => PullError::Cache {
+                        path: cached(&self.cache, blob),
+                        source,
+                    },
+                })?;
+            reporter.on_progress(Progress::PullBlob {
+                bytes: *size,
+                downloaded: true,
+            });
+        }
+        reporter.on_progress(Progress::PullFinished);
+        Ok(())
+    }
+
+    /// The pulled base: its config (for the architecture asked) and its layers with OCI
+    /// media types, read from the cache.
+    fn base_image(
+        &self,
+        digest: String,
+        manifest: &ImageManifest,
+        architecture: &str,
+    ) -> Result<BaseImage, PullError> {
+        let config_path = cached(&self.cache, manifest.config().digest().as_ref());
+        let config = ImageConfiguration::from_file(&config_path)
+            .map_err(|_| self.invalid("image config"))?;
+        if config.architecture().to_string() != architecture {
+            return Err(PullError::NoPlatform {
+                reference: self.shown.clone(),
+                architecture: architecture.to_string(),
+                available: format!("{}/{}", config.os(), config.architecture()),
+            });
+        }
+        let layers = manifest
+            .layers()
+            .iter()
+            .map(|layer| {
+                let media_type = oci_layer_media_type(layer.media_type()).ok_or_else(|| {
+                    PullError::MediaType {
+                        reference: self.shown.clone(),
+                        media_type: layer.media_type().to_string(),
+                    }
+                })?;
+                let mut layer = layer.clone();
+                layer.set_media_type(media_type);
+                Ok(layer)
+            })
+            .collect::<Result<Vec<_>, PullError>>()?;
+        Ok(BaseImage {
+            reference: self.client.reference.with_digest(&digest).to_string(),
+            manifest_digest: digest,
+            config,
+            layers,
+            blobs_dir: self.cache.clone(),
+        })
+    }
 }
 
 async fn get_manifest(
@@ -252,19 +360,21 @@ enum DownloadError {
 }
 
 /// Downloads a blob into the cache, streaming, checking its digest; the cache never holds a
-/// partial or wrong blob under a digest's name.
+/// partial or wrong blob under a digest's name. Its bytes are reported as they arrive.
 async fn download_blob(
     client: &RepositoryClient,
     digest: &str,
     cache: &Path,
+    reporter: &dyn Reporter,
 ) -> Result<(), DownloadError> {
     fs_err::create_dir_all(cache).map_err(DownloadError::Io)?;
     let temp = tempfile::Builder::new()
         .prefix(".download-")
         .tempfile_in(cache)
         .map_err(DownloadError::Io)?;
-    let actual = client
-        .download(&client.url(&format!("/blobs/{digest}")), temp.path())
+    let url = client.url(&format!("/blobs/{digest}"));
+    let downloading = client.download(&url, temp.path());
+    let actual = watch_growth(downloading, temp.path(), reporter)
         .await
         .map_err(DownloadError::Registry)?;
     if actual != digest {
@@ -274,4 +384,36 @@ async fn download_blob(
     temp.persist(cached(cache, digest))
         .map_err(|e| DownloadError::Io(e.error))?;
     Ok(())
+}
+
+/// How often a download's file is looked at for its bytes.
+const WATCH_EVERY: std::time::Duration = std::time::Duration::from_millis(200);
+
+/// Drives `downloading` (which writes `path`), reporting the file's growth as bytes
+/// received, and once it is done, the rest of its length. The registry client streams into
+/// the file and knows nothing of progress; the file's length is what arrived (a retry
+/// starts the file again, and its bytes are counted once they pass what was counted).
+async fn watch_growth<T>(
+    downloading: impl std::future::Future<Output = T>,
+    path: &Path,
+    reporter: &dyn Reporter,
+) -> T {
+    let mut downloading = std::pin::pin!(downloading);
+    let mut tick = tokio::time::interval(WATCH_EVERY);
+    let mut counted = 0;
+    let report = |counted: &mut u64| {
+        let length = std::fs::metadata(path).map_or(0, |m| m.len());
+        if length > *counted {
+            reporter.on_progress(Progress::PullBytes(length - *counted));
+            *counted = length;
+        }
+    };
+    let result = loop {
+        tokio::select! {
+            result = &mut downloading => break result,
+            _ = tick.tick() => report(&mut counted),
+        }
+    };
+    report(&mut counted);
+    result
 }

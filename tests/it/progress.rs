@@ -287,3 +287,145 @@ fn a_post_link_script_is_warned_about_by_package_and_script() {
         run.stderr
     );
 }
+
+/// The JSON events of a run's stdout.
+fn events(stdout: &str) -> Vec<Value> {
+    stdout
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}")))
+        .collect()
+}
+
+fn stage_finished(events: &[Value], stage: &str) -> Value {
+    events
+        .iter()
+        .find(|e| e["event"] == "stage-finished" && e["stage"] == stage)
+        .unwrap_or_else(|| panic!("a {stage} stage-finished event in {events:?}"))
+        .clone()
+}
+
+/// The bytes of the channel's archives that the project's lock names.
+fn locked_archive_bytes(project: &Project) -> u64 {
+    let lock = fs_err::read_to_string(project.lock_path()).unwrap();
+    let mut total = 0;
+    for subdir in ["linux-64", "noarch"] {
+        for entry in fs_err::read_dir(shared_channel().join(subdir)).unwrap() {
+            let entry = entry.unwrap();
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if (name.ends_with(".conda") || name.ends_with(".tar.bz2")) && lock.contains(&name) {
+                total += entry.metadata().unwrap().len();
+            }
+        }
+    }
+    total
+}
+
+#[test]
+fn install_counts_the_bytes_of_the_archives_it_checks_and_extracts() {
+    let project = project();
+    let run = project.build(&["--json"]).success();
+    let expected = locked_archive_bytes(&project);
+    assert!(expected > 500, "hello and the CUDA runtime: {expected}");
+    let install = stage_finished(&events(&run.stdout), "install");
+    assert_eq!(install["package_bytes"], expected, "{install}");
+
+    // From the cache (checked before, nothing extracted again) the packages count whole.
+    fs_err::remove_dir_all(project.path().join("images/progress")).unwrap();
+    let run = project.build(&["--json", "--locked"]).success();
+    let install = stage_finished(&events(&run.stdout), "install");
+    assert_eq!(install["package_bytes"], expected, "{install}");
+
+    // Without a terminal, one line once the archives are through, before the link.
+    fs_err::remove_dir_all(project.path().join("images/progress")).unwrap();
+    let run = project.build(&["--locked"]).success();
+    let lines: Vec<&str> = run.stderr.lines().map(str::trim_start).collect();
+    let at = |prefix: &str| {
+        lines
+            .iter()
+            .position(|l| l.starts_with(prefix))
+            .unwrap_or_else(|| panic!("`{prefix}` in:\n{}", run.stderr))
+    };
+    assert!(
+        lines[at("Extracted ")].contains(" of package archives in "),
+        "{}",
+        run.stderr
+    );
+    assert!(at("Installing") < at("Extracted ") && at("Extracted ") < at("Installed"));
+}
+
+#[test]
+fn a_base_pull_reports_its_blobs_and_bytes() {
+    use crate::{
+        registry::{Auth, Registry},
+        support::base::busybox_base_layout,
+    };
+    let registry = Registry::start(Auth::None);
+    let project = Project::new();
+    let docker = project.path().join("docker-config");
+    fs_err::create_dir_all(&docker).unwrap();
+    let docker = docker.display().to_string();
+    let auth = format!("{docker}/auth.json");
+    let envs = [
+        ("DOCKER_CONFIG", docker.as_str()),
+        ("REGISTRY_AUTH_FILE", auth.as_str()),
+    ];
+    let base = project.path().join("base");
+    busybox_base_layout(&base).unwrap();
+    let base_ref = format!("{}/base/busybox:1", registry.host);
+    let push = ["push", base.to_str().unwrap(), &base_ref, "--insecure"];
+    project.run_with(&push, &envs, None).success();
+    project.write_recipe(
+        &tiny_recipe(shared_channel(), "onbase", &["libgcc-ng"])
+            .replace("base = \"scratch\"", &format!("base = \"{base_ref}\"")),
+    );
+
+    let build = ["build", "recipes/image.toml", "--insecure", "--json"];
+    let run = project.run_with(&build, &envs, None).success();
+    let events = events(&run.stdout);
+    let kinds: Vec<&str> = events
+        .iter()
+        .map(|e| e["event"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        kinds[..3],
+        ["pull-started", "pull-finished", "stage-started"]
+    );
+    // The manifest's config and its one layer, with their sizes.
+    let manifest = LayoutView::new(&base).manifest();
+    let sizes: Vec<u64> = std::iter::once(&manifest["config"])
+        .chain(manifest["layers"].as_array().unwrap())
+        .map(|d| d["size"].as_u64().unwrap())
+        .collect();
+    let (started, finished) = (&events[0], &events[1]);
+    assert_eq!(started["reference"], base_ref.as_str(), "{started}");
+    assert_eq!(started["platform"], "linux/amd64");
+    assert_eq!(started["blobs"], 2);
+    assert_eq!(started["bytes"], sizes.iter().sum::<u64>());
+    assert_eq!(finished["blobs"], 2, "{finished}");
+    assert_eq!(finished["downloaded_blobs"], 2);
+    assert_eq!(finished["downloaded_bytes"], started["bytes"]);
+
+    // Again, without a terminal: both blobs come from the cache.
+    let again = [
+        "build",
+        "recipes/image.toml",
+        "--insecure",
+        "-o",
+        "out/again",
+    ];
+    let run = project.run_with(&again, &envs, None).success();
+    let lines: Vec<&str> = run.stderr.lines().map(str::trim_start).collect();
+    let pulling = format!("Pulling {base_ref} for linux/amd64: 2 blobs, ");
+    assert!(
+        lines.iter().any(|l| l.starts_with(&pulling)),
+        "{}",
+        run.stderr
+    );
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.starts_with("Pulled 2 blobs (none downloaded) in ")),
+        "{}",
+        run.stderr
+    );
+}
