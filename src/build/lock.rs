@@ -128,7 +128,7 @@ async fn solve(
     // Each platform is solved on its own, for its own virtual packages.
     let mut platforms = Vec::with_capacity(prepared.platforms.len());
     for platform in &prepared.platforms {
-        platforms.push(solve_platform(recipe, platform, settings).await?);
+        platforms.push(solve_platform(recipe, platform, settings, reporter).await?);
     }
     // Before the lock is written: a runtime the image cannot run leaves no lock.
     check_cuda_runtimes(recipe, &platforms, reporter)?;
@@ -149,6 +149,7 @@ async fn solve_platform(
     recipe: &Recipe,
     platform: &PreparedPlatform,
     settings: &BuildSettings,
+    reporter: &dyn Reporter,
 ) -> Result<PlatformLock, BuildError> {
     let mut records: Vec<RepoDataRecord> = resolve_recipe(
         recipe,
@@ -162,8 +163,14 @@ async fn solve_platform(
     // PyPI after conda: its Python, and what conda already provides, decide it.
     let wheels = match &recipe.pypi {
         Some(pypi) => {
-            crate::pypi::lock_platform(pypi, &platform.target, &mut records, &settings.cache_dir)
-                .await?
+            crate::pypi::lock_platform(
+                pypi,
+                &platform.target,
+                &mut records,
+                &settings.cache_dir,
+                reporter,
+            )
+            .await?
         }
         None => Vec::new(),
     };

@@ -1,13 +1,19 @@
 //! Wheels in the cache: `<cache>/wheels/<sha256>.whl`, named after their content, written
 //! only once checked. A wheel is downloaded once for every image and platform that uses it.
 
-use std::path::{Path, PathBuf};
+use std::{
+    path::{Path, PathBuf},
+    sync::atomic::{AtomicU64, Ordering},
+};
 
 use rattler_digest::Sha256Hash;
 use rattler_networking::LazyClient;
 use url::Url;
 
-use crate::download::{DownloadError, Expected, download_resumable};
+use crate::{
+    download::{DownloadError, DownloadProgress, Expected, download_resumable},
+    report::{Progress, Reporter},
+};
 
 #[derive(Debug, thiserror::Error)]
 pub enum FetchError {
@@ -38,13 +44,15 @@ fn cached_path(cache_dir: &Path, sha256: &Sha256Hash) -> PathBuf {
 }
 
 /// The wheel at `url` in the cache, downloaded (or copied, for `file://`) when missing, and
-/// its sha256: `sha256` when given (and then checked), else computed.
+/// its sha256: `sha256` when given (and then checked), else computed. `reporter` is told
+/// of the bytes as they arrive and of the wheel once it is fetched (not when it was cached).
 pub async fn fetch_wheel(
     client: &LazyClient,
     cache_dir: &Path,
     url: &Url,
     file: &str,
     sha256: Option<Sha256Hash>,
+    reporter: &dyn Reporter,
 ) -> Result<(PathBuf, Sha256Hash), FetchError> {
     if let Some(sha256) = &sha256 {
         let path = cached_path(cache_dir, sha256);
@@ -64,7 +72,8 @@ pub async fn fetch_wheel(
             source: std::io::Error::other("not a local path"),
         })?;
         let temp = tempfile::NamedTempFile::new_in(&wheels).map_err(io(&wheels))?;
-        fs_err::copy(&source, temp.path()).map_err(io(&source))?;
+        let copied = fs_err::copy(&source, temp.path()).map_err(io(&source))?;
+        reporter.on_progress(Progress::PypiBytes(copied));
         temp.into_temp_path()
     } else {
         download_resumable(
@@ -73,7 +82,10 @@ pub async fn fetch_wheel(
             &cache_dir.join("downloads"),
             file,
             Expected { sha256, size: None },
-            &(),
+            &WheelBytes {
+                reporter,
+                seen: AtomicU64::new(0),
+            },
         )
         .await
         .map_err(|source| FetchError::Download {
@@ -94,9 +106,27 @@ pub async fn fetch_wheel(
     }
     let path = cached_path(cache_dir, &actual);
     // Another build may have put the same bytes there meanwhile: either copy is right.
+    let bytes = fs_err::metadata(&fetched).map_or(0, |m| m.len());
     fetched.persist(&path).map_err(|e| FetchError::Io {
         path: path.clone(),
         source: e.error,
     })?;
+    reporter.on_progress(Progress::PypiWheel { file, bytes });
     Ok((path, actual))
+}
+
+/// Hands a wheel download's running total of bytes received to the reporter as deltas.
+struct WheelBytes<'a> {
+    reporter: &'a dyn Reporter,
+    seen: AtomicU64,
+}
+
+impl DownloadProgress for WheelBytes<'_> {
+    fn on_progress(&self, received: u64, _on_disk: u64, _total: Option<u64>) {
+        let before = self.seen.fetch_max(received, Ordering::SeqCst);
+        if received > before {
+            self.reporter
+                .on_progress(Progress::PypiBytes(received - before));
+        }
+    }
 }

@@ -68,11 +68,14 @@ pub fn python_target(
 /// Resolves the recipe's PyPI requirements for one platform of a solved conda environment.
 /// The conda packages that install into Python are fetched first, and each record that
 /// provides a Python distribution gets its `pkg:pypi` purl (kept in the lock).
+/// `reporter` is told of the index pages and wheels read, and warned of wheels skipped for
+/// the image's glibc.
 pub async fn lock_platform(
     pypi: &PypiRecipe,
     target: &Target,
     records: &mut [RepoDataRecord],
     cache_dir: &Path,
+    reporter: &dyn crate::report::Reporter,
 ) -> Result<Vec<ResolvedWheel>, PypiError> {
     if pypi.requirements.is_empty() {
         return Ok(Vec::new());
@@ -96,6 +99,7 @@ pub async fn lock_platform(
         target: &python_target,
         provided: &provided,
         cache_dir,
+        reporter,
     })
     .await?)
 }
@@ -125,6 +129,7 @@ pub async fn fetch_locked(
                     &wheel.url,
                     &wheel.filename,
                     Some(wheel.sha256),
+                    &crate::report::Silent,
                 )
                 .await
                 .map(|(path, _)| path)

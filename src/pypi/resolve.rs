@@ -27,6 +27,8 @@ use pubgrub::{
 use rattler_networking::LazyClient;
 use url::Url;
 
+use crate::report::{Progress, Reporter as BuildReporter};
+
 use super::{
     PythonTarget, ResolvedWheel,
     conda::Provided,
@@ -34,7 +36,7 @@ use super::{
     index::{DistFile, IndexError, Sources, find_links_files, project_files},
     metadata::CoreMetadata,
     ranges::specifiers_ranges,
-    tags::{SupportedTags, WheelName, sdist_version},
+    tags::{SupportedTags, WheelName, WheelTarget, sdist_version},
 };
 
 /// A project whose versions in the asked range have only source distributions.
@@ -182,6 +184,8 @@ struct Project {
     sdists: Vec<(Version, String)>,
     /// Wheels the target cannot use.
     other_wheels: Vec<String>,
+    /// Of those, the wheels a newer glibc would take, by version.
+    newer_glibc: Vec<(Version, String)>,
     found: bool,
 }
 
@@ -192,6 +196,8 @@ struct Provider<'a> {
     sources: &'a Sources,
     target: &'a PythonTarget,
     tags: SupportedTags,
+    /// The tags the target would take with any newer glibc (none without a glibc).
+    newer_glibc_tags: Option<SupportedTags>,
     provided: &'a BTreeMap<PackageName, Provided>,
     requirements: &'a [Requirement],
     projects: RefCell<HashMap<PackageName, Rc<Project>>>,
@@ -199,6 +205,7 @@ struct Provider<'a> {
     find_links: RefCell<Option<Rc<Vec<DistFile>>>>,
     /// Page requests started ahead of the solver, by project.
     prefetched: RefCell<HashMap<PackageName, PrefetchTask>>,
+    reporter: &'a dyn BuildReporter,
 }
 
 type PrefetchTask = tokio::task::JoinHandle<Result<Option<(Url, Vec<DistFile>)>, IndexError>>;
@@ -293,6 +300,10 @@ impl Provider<'_> {
                 name.clone(),
             ))?,
         };
+        if !self.sources.indexes.is_empty() {
+            self.reporter
+                .on_progress(Progress::PypiProject(name.as_ref()));
+        }
         if let Some((index, listed)) = listed {
             found = true;
             files.extend(listed.into_iter().map(|f| (f, Some(index.clone()))));
@@ -315,6 +326,16 @@ impl Provider<'_> {
                     .is_none_or(|r| self.target.python_allowed(&r));
                 let rank = self.tags.rank(&wheel).filter(|_| python_ok);
                 let Some(rank) = rank else {
+                    if python_ok
+                        && self
+                            .newer_glibc_tags
+                            .as_ref()
+                            .is_some_and(|t| t.rank(&wheel).is_some())
+                    {
+                        project
+                            .newer_glibc
+                            .push((wheel.version.clone(), file.filename.clone()));
+                    }
                     project.other_wheels.push(file.filename.clone());
                     continue;
                 };
@@ -396,6 +417,8 @@ impl Provider<'_> {
                         )));
                     }
                 }
+                self.reporter
+                    .on_progress(Progress::PypiMetadata(&file.filename));
                 String::from_utf8(bytes.to_vec())
                     .map_err(|_| metadata_error("is not UTF-8".to_string()))?
             }
@@ -406,6 +429,7 @@ impl Provider<'_> {
                     &file.url,
                     &file.filename,
                     file.sha256,
+                    self.reporter,
                 ))?;
                 wheel_metadata(&path).map_err(metadata_error)?
             }
@@ -684,6 +708,8 @@ pub struct ResolveInput<'a> {
     pub target: &'a PythonTarget,
     pub provided: &'a BTreeMap<PackageName, Provided>,
     pub cache_dir: &'a Path,
+    /// Told of the pages and wheels read, and of wheels skipped for glibc.
+    pub reporter: &'a dyn BuildReporter,
 }
 
 /// Resolves `input.requirements`; wheels sorted by name. Runs the solver on a blocking
@@ -698,12 +724,14 @@ pub async fn resolve(input: ResolveInput<'_>) -> Result<Vec<ResolvedWheel>, Reso
         sources: input.sources,
         target: input.target,
         tags: input.target.wheel.supported_tags(),
+        newer_glibc_tags: newer_glibc_tags(&input.target.wheel),
         provided: input.provided,
         requirements: input.requirements,
         projects: RefCell::default(),
         metadata: RefCell::default(),
         find_links: RefCell::default(),
         prefetched: RefCell::default(),
+        reporter: input.reporter,
     };
     // The solver blocks on index requests; `block_in_place` lets the runtime carry on.
     // The error is boxed: PubGrub's derivation tree makes it large.
@@ -759,6 +787,7 @@ pub async fn resolve(input: ResolveInput<'_>) -> Result<Vec<ResolvedWheel>, Reso
                         &candidate.file.url,
                         &candidate.file.filename,
                         None,
+                        input.reporter,
                     ))
                 })?
                 .1
@@ -776,5 +805,87 @@ pub async fn resolve(input: ResolveInput<'_>) -> Result<Vec<ResolvedWheel>, Reso
         });
     }
     wheels.sort_by(|a, b| a.name.cmp(&b.name));
+    if let Some(warning) = glibc_warning(&provider, &wheels) {
+        input.reporter.on_warning(&warning);
+    }
     Ok(wheels)
+}
+
+/// The tags `target` would take if its glibc were as new as any: what tells a wheel
+/// skipped for its glibc alone. `None` for a target without glibc.
+fn newer_glibc_tags(target: &WheelTarget) -> Option<SupportedTags> {
+    target.glibc?;
+    let newest = WheelTarget {
+        glibc: Some((2, NEWEST_GLIBC_MINOR)),
+        ..target.clone()
+    };
+    Some(newest.supported_tags())
+}
+
+/// Higher than any glibc a wheel names yet (2.41 in 2025).
+const NEWEST_GLIBC_MINOR: u64 = 99;
+
+/// The glibc imgbuild assumes when a base has none to read, a `scratch` base's.
+const ASSUMED_GLIBC: (u64, u64) = (2, 17);
+
+/// Wheels shown in the glibc warning; the rest are counted.
+const SHOWN_WHEELS: usize = 3;
+
+/// When the image's glibc is the 2.17 assumed for a `scratch` base, a warning naming the
+/// wheels it skipped that a newer glibc would have taken, of the versions resolved or
+/// newer, and how to say the image's glibc.
+fn glibc_warning(provider: &Provider<'_>, wheels: &[ResolvedWheel]) -> Option<String> {
+    if provider.target.wheel.glibc != Some(ASSUMED_GLIBC) {
+        return None;
+    }
+    let projects = provider.projects.borrow();
+    let mut skipped: Vec<&str> = wheels
+        .iter()
+        .filter_map(|wheel| Some((wheel, projects.get(&wheel.name)?)))
+        .flat_map(|(wheel, project)| {
+            project
+                .newer_glibc
+                .iter()
+                .filter(|(version, _)| *version >= wheel.version)
+                .map(|(_, file)| file.as_str())
+        })
+        .collect();
+    if skipped.is_empty() {
+        return None;
+    }
+    skipped.sort_unstable();
+    let needed = skipped
+        .iter()
+        .filter_map(|file| wheel_glibc(file))
+        .max()
+        .unwrap_or(ASSUMED_GLIBC.1 + 1);
+    let shown: Vec<String> = skipped
+        .iter()
+        .take(SHOWN_WHEELS)
+        .map(|f| format!("`{f}`"))
+        .collect();
+    let more = match skipped.len().saturating_sub(SHOWN_WHEELS) {
+        0 => String::new(),
+        n => format!(" and {n} more"),
+    };
+    Some(format!(
+        "wheels for a newer glibc than 2.17 were skipped: {}{more}. imgbuild takes the image's \
+         glibc to be 2.17 when its base has none to read (a `scratch` base); if the image runs \
+         on a newer one, say so in the recipe, e.g. `[image] glibc = \"2.{needed}\"`, which \
+         all of these need",
+        shown.join(", ")
+    ))
+}
+
+/// The newest glibc minor version a wheel's `manylinux_2_X` tags need at the least: the
+/// lowest of its tags (a wheel tagged for several runs on the oldest).
+fn wheel_glibc(file: &str) -> Option<u64> {
+    WheelName::parse(file)?
+        .tags
+        .iter()
+        .filter_map(|(_, _, platform)| {
+            let rest = platform.strip_prefix("manylinux_2_")?;
+            rest.split('_').next()?.parse().ok()
+        })
+        .min()
 }

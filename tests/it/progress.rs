@@ -429,3 +429,97 @@ fn a_base_pull_reports_its_blobs_and_bytes() {
         run.stderr
     );
 }
+
+/// A scratch project (glibc 2.17) whose `[pypi]` section asks `requirements` of `index`.
+fn pypi_project(index: &crate::support::pypi::SimpleIndex, requirements: &str) -> Project {
+    let project = Project::new();
+    project.write_recipe(
+        &(tiny_recipe(
+            crate::support::pypi::pypi_channel(),
+            "pyprogress",
+            &["python"],
+        ) + &format!(
+            "\n[pypi]\nindex-url = \"{}\"\ndependencies = [{requirements}]\n",
+            index.url()
+        )),
+    );
+    project
+}
+
+#[test]
+fn the_pypi_resolution_counts_the_projects_and_wheels_it_fetched() {
+    use crate::support::pypi::{DATEUTIL_2_9_0_POST0, SIX_1_16_0, SimpleIndex, pinned_dists};
+    let dists = pinned_dists(&[SIX_1_16_0, DATEUTIL_2_9_0_POST0]).unwrap();
+    let wheel_bytes: u64 = dists
+        .iter()
+        .map(|(path, _)| fs_err::metadata(path).unwrap().len())
+        .sum();
+    // No PEP 658 metadata: the resolution reads both wheels whole.
+    let index = SimpleIndex::builder()
+        .dists(&dists)
+        .metadata(false)
+        .serve()
+        .unwrap();
+    let project = pypi_project(&index, "\"python-dateutil\"");
+    let run = project
+        .run(&["lock", "recipes/image.toml", "--json"])
+        .success();
+    let solve = stage_finished(&events(&run.stdout), "solve");
+    assert_eq!(solve["pypi_projects"], 2, "{solve}");
+    assert_eq!(solve["pypi_metadata"], 0, "{solve}");
+    assert_eq!(solve["pypi_wheels"], 2, "{solve}");
+    assert_eq!(solve["pypi_wheel_bytes"], wheel_bytes, "{solve}");
+
+    // With metadata, no wheel is read; without a terminal, one line says what was.
+    let index = SimpleIndex::serve(&dists).unwrap();
+    let project = pypi_project(&index, "\"python-dateutil\"");
+    let run = project.run(&["lock", "recipes/image.toml"]).success();
+    let lines: Vec<&str> = run.stderr.lines().map(str::trim_start).collect();
+    let fetched = lines
+        .iter()
+        .position(|l| *l == "Fetched 2 PyPI projects and 2 metadata files")
+        .unwrap_or_else(|| panic!("the Fetched line in:\n{}", run.stderr));
+    assert!(
+        lines[fetched + 1].starts_with("Solved in "),
+        "{}",
+        run.stderr
+    );
+}
+
+#[test]
+fn wheels_skipped_for_a_newer_glibc_than_scratch_are_named_with_the_setting() {
+    use crate::support::pypi::{SIX_1_16_0, SimpleIndex, pinned_dists};
+    let mut dists = pinned_dists(&[SIX_1_16_0]).unwrap();
+    // A newer six built for glibc 2.28 only (its bytes are 1.16.0's: it is never read).
+    let newer = tempfile::tempdir().unwrap();
+    let file = "six-1.17.0-cp39-cp39-manylinux_2_28_x86_64.whl";
+    fs_err::copy(&dists[0].0, newer.path().join(file)).unwrap();
+    dists.push((newer.path().join(file), "six".to_string()));
+    let index = SimpleIndex::serve(&dists).unwrap();
+    let project = pypi_project(&index, "\"six\"");
+
+    let run = project.run(&["lock", "recipes/image.toml"]).success();
+    let warning = run
+        .stderr
+        .lines()
+        .find(|l| l.starts_with("warning: wheels for a newer glibc"))
+        .unwrap_or_else(|| panic!("a glibc warning in:\n{}", run.stderr));
+    for needle in [
+        "than 2.17 were skipped: `six-1.17.0-cp39-cp39-manylinux_2_28_x86_64.whl`.",
+        "a `scratch` base",
+        "`[image] glibc = \"2.28\"`",
+    ] {
+        assert!(warning.contains(needle), "`{needle}` in {warning}");
+    }
+    // The lock holds the wheel 2.17 takes.
+    let lock = fs_err::read_to_string(project.lock_path()).unwrap();
+    assert!(lock.contains("six-1.16.0-py2.py3-none-any.whl"), "{lock}");
+
+    let run = project
+        .run(&["lock", "recipes/image.toml", "--json"])
+        .success();
+    let warned = events(&run.stdout)
+        .into_iter()
+        .any(|e| e["event"] == "warning" && e["message"] == warning["warning: ".len()..]);
+    assert!(warned, "{}", run.stdout);
+}
