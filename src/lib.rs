@@ -29,6 +29,7 @@ pub mod registry;
 pub mod report;
 pub mod resolve;
 pub mod sbom;
+pub mod slurm;
 pub mod smoke;
 pub mod staging;
 pub mod verify;

@@ -2,7 +2,9 @@
 # Installs what the tests run against: real OCI consumers and a runtime from Debian.
 # Needs root (or sudo) on Debian/Ubuntu. Safe to run again.
 set -eu
-PACKAGES="umoci skopeo oci-image-tool runc busybox-static docker-registry apache2-utils podman python3-venv mmdebstrap binutils"
+# slurmctld, slurmd, slurm-client and munge: tests/it/slurm.rs starts a single-node Slurm of
+# its own (its own munged, config and ports); nothing here configures or starts a service.
+PACKAGES="umoci skopeo oci-image-tool runc busybox-static docker-registry apache2-utils podman python3-venv mmdebstrap binutils slurmctld slurmd slurm-client munge"
 missing=""
 for p in $PACKAGES; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"

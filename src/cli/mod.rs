@@ -12,6 +12,7 @@ mod printer;
 mod progress;
 mod registry;
 mod sbom;
+mod slurm;
 mod smoke;
 mod verify;
 
@@ -133,6 +134,10 @@ pub enum Command {
     /// affinity, non-root)
     #[command(after_help = k8s::K8S_EXAMPLES)]
     K8s(k8s::K8sArgs),
+    /// Write an sbatch script for a pushed image (by digest, GPUs through GRES, run by
+    /// Pyxis/enroot or podman)
+    #[command(after_help = slurm::SLURM_EXAMPLES)]
+    Slurm(slurm::SlurmArgs),
 }
 
 impl Command {
@@ -291,6 +296,7 @@ async fn run(cli: &Cli, printer: &Printer) -> Result<ExitCode, Failure> {
         Command::Push(args) => registry::run_push(args, &registry, printer).await,
         Command::Login(args) => registry::run_login(args, &registry, printer).await,
         Command::K8s(args) => k8s::run_k8s(args, printer),
+        Command::Slurm(args) => slurm::run_slurm(args, printer),
     }
 }
 

@@ -43,6 +43,7 @@ mod registry;
 mod reproducible;
 mod resume;
 mod sbom;
+mod slurm;
 mod smoke;
 mod smoke_embed;
 mod standalone;

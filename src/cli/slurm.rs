@@ -1,0 +1,136 @@
+//! `imgbuild slurm`: arguments, `--set` parsing and printing the sbatch script.
+
+use std::process::ExitCode;
+
+use clap::Args;
+
+use super::printer::{Failure, Printer};
+
+use crate::slurm::{
+    JobOptions, Runner, SlurmError, check_name, check_time, parse_cpus, parse_gpus, parse_memory,
+    sbatch_script,
+};
+
+pub(super) const SLURM_EXAMPLES: &str = "\
+Examples:
+  imgbuild push images/train registry.example/ml/train:v1
+  imgbuild slurm images/train --repository registry.example/ml/train \\
+      --set partition=gpu --set time=4:00:00 --set cpus=16 --set memory=64G --set gpus=2 \\
+      --set args='[\"train.py\",\"--epochs\",\"10\"]' > train.sbatch
+  imgbuild slurm images/train --repository registry.example/ml/train --runner podman \\
+      --env HF_HOME=/scratch/hf | sbatch";
+
+/// The keys `--set` takes.
+const SET_KEYS: &[&str] = &[
+    "name",
+    "partition",
+    "account",
+    "time",
+    "cpus",
+    "memory",
+    "gpus",
+    "command",
+    "args",
+];
+
+#[derive(Debug, Args)]
+pub struct SlurmArgs {
+    /// The image: an OCI layout directory, optionally with `:TAG`
+    pub image: String,
+    /// Where the image was pushed (`REGISTRY/REPO`); the script runs it as
+    /// `REGISTRY/REPO@sha256:…`, never by tag
+    #[arg(long, value_name = "REGISTRY/REPO")]
+    pub repository: String,
+    /// What runs the container: Pyxis (`srun --container-image`, enroot) or podman
+    #[arg(long, value_enum, default_value = "pyxis")]
+    pub runner: Runner,
+    /// Pull without TLS (a plain-HTTP or self-signed registry): podman's
+    /// `--tls-verify=false`, enroot's `ENROOT_ALLOW_HTTP=yes`
+    #[arg(long)]
+    pub insecure_registry: bool,
+    /// An environment variable of the container (repeatable, in this order)
+    #[arg(long = "env", value_name = "NAME=VALUE", value_parser = crate::k8s::parse_env)]
+    pub env: Vec<(String, String)>,
+    /// Overrides: name (the job's), partition, account, time (`4:00:00`, `2-00:00:00`), cpus
+    /// (per task), memory (`64G`), gpus (`N` or `TYPE:N`), command, args (JSON arrays or
+    /// words)
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    pub sets: Vec<String>,
+}
+
+/// `["python", "-c", "x"]` as JSON, or words split on whitespace.
+fn words(key: &str, value: &str) -> Result<Vec<String>, String> {
+    let words: Vec<String> = if value.trim_start().starts_with('[') {
+        serde_json::from_str(value)
+            .map_err(|e| format!("`--set {key}={value}` is not a JSON array of strings: {e}"))?
+    } else {
+        value.split_whitespace().map(str::to_string).collect()
+    };
+    if key == "command" && words.is_empty() {
+        return Err(format!("`--set command={value}` names no program"));
+    }
+    Ok(words)
+}
+
+/// The key of `--set` nearest to `key`, as a hint, when one is close.
+fn did_you_mean(key: &str) -> String {
+    let distance = |k: &str| strsim::damerau_levenshtein(k, key);
+    SET_KEYS
+        .iter()
+        .copied()
+        .min_by_key(|k| distance(k))
+        .filter(|k| distance(k) <= 2)
+        .map(|k| format!("; did you mean `{k}`?"))
+        .unwrap_or_default()
+}
+
+/// Applies one `--set KEY=VALUE` to `options`, checking the value.
+fn apply_set(options: &mut JobOptions, set: &str) -> Result<(), String> {
+    let Some((key, value)) = set.split_once('=') else {
+        return Err(format!("`--set {set}` must be KEY=VALUE"));
+    };
+    let checked = |result: Result<(), SlurmError>| {
+        result
+            .map(|()| Some(value.to_string()))
+            .map_err(|e| e.to_string())
+    };
+    match key {
+        "name" => options.name = checked(check_name("name", value))?,
+        "partition" => options.partition = checked(check_name("partition", value))?,
+        "account" => options.account = checked(check_name("account", value))?,
+        "time" => options.time = checked(check_time(value))?,
+        "memory" => options.memory = Some(parse_memory(value).map_err(|e| e.to_string())?),
+        "cpus" => options.cpus = Some(parse_cpus(value).map_err(|e| e.to_string())?),
+        "gpus" => options.gpus = Some(parse_gpus(value).map_err(|e| e.to_string())?),
+        "command" => options.command = Some(words(key, value)?),
+        "args" => options.args = Some(words(key, value)?),
+        other => {
+            return Err(format!(
+                "`--set` has no key `{other}` (keys: {}){}",
+                SET_KEYS.join(", "),
+                did_you_mean(other)
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn options(args: &SlurmArgs) -> Result<JobOptions, String> {
+    let mut options = JobOptions {
+        env: args.env.clone(),
+        insecure_registry: args.insecure_registry,
+        ..JobOptions::new(args.runner, args.repository.clone())
+    };
+    for set in &args.sets {
+        apply_set(&mut options, set)?;
+    }
+    Ok(options)
+}
+
+pub(super) fn run_slurm(args: &SlurmArgs, printer: &Printer) -> Result<ExitCode, Failure> {
+    let options = options(args).map_err(|err| Failure::new(err, 1))?;
+    let image = crate::inspect::inspect(&args.image).map_err(|err| Failure::new(err, 1))?;
+    let script = sbatch_script(&image, &options).map_err(|err| Failure::new(err, 1))?;
+    printer.document(&script);
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,547 @@
+//! `imgbuild slurm` (issue 18 part 6) against a real single-node Slurm from Debian's packages
+//! (22.05: `slurmctld`, `slurmd`, `sbatch`, with munge for authentication), started by the
+//! test on this machine: the podman-runner script of an imgbuild image pushed to Debian's
+//! `docker-registry` runs with `sbatch --wait`, and the image's entrypoint, cmd, env and workdir
+//! show in the job's output file; the Pyxis script's `#SBATCH` lines pass `sbatch
+//! --test-only` (Pyxis itself, a SPANK plugin of NVIDIA's, is not packaged by Debian, so its
+//! `srun` line is checked as text and by `bash -n`).
+
+use std::{
+    os::unix::fs::PermissionsExt,
+    path::{Path, PathBuf},
+    process::{Child, Command, Output, Stdio},
+    time::{Duration, Instant},
+};
+
+use crate::{
+    common::{LayoutView, Project, is_root},
+    registry::{Auth, Registry, free_port},
+    support::{base::busybox_base_layout, base::have, channel::tiny_recipe, shared_channel},
+};
+
+/// What the tests run: the Slurm daemons and clients, munge, podman, and what builds the base.
+const TOOLS: &[&str] = &[
+    "slurmctld",
+    "slurmd",
+    "sbatch",
+    "sinfo",
+    "munged",
+    "podman",
+    "umoci",
+];
+
+/// munged, slurmctld and slurmd as child processes, with every file in one temp dir; killed on
+/// drop.
+struct Cluster {
+    dir: tempfile::TempDir,
+    children: Vec<(&'static str, Child)>,
+}
+
+impl Cluster {
+    fn start() -> Cluster {
+        let dir = tempfile::tempdir().unwrap();
+        // munged refuses a socket in a directory others cannot search.
+        fs_err::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        let mut cluster = Cluster {
+            dir,
+            children: Vec::new(),
+        };
+        cluster.start_munge();
+        cluster.write_config();
+        for daemon in ["slurmctld", "slurmd"] {
+            let child = cluster.spawn(Command::new(daemon).arg("-D"), daemon);
+            cluster.children.push((daemon, child));
+        }
+        cluster.wait_until_idle();
+        cluster
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    /// munged with a key of its own (in a directory only root reads), on its own socket.
+    fn start_munge(&mut self) {
+        let (keys, socket_dir) = (self.path("munge-key"), self.path("munge"));
+        fs_err::create_dir_all(&keys).unwrap();
+        fs_err::create_dir_all(&socket_dir).unwrap();
+        fs_err::set_permissions(&keys, std::fs::Permissions::from_mode(0o700)).unwrap();
+        let key = keys.join("munge.key");
+        fs_err::write(&key, munge_key()).unwrap();
+        fs_err::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let mut munged = Command::new("munged");
+        munged
+            .arg("--foreground")
+            .arg(format!("--key-file={}", key.display()));
+        for (flag, file) in [
+            ("socket", "munge/socket"),
+            ("log-file", "munge-key/munged.log"),
+            ("pid-file", "munge-key/munged.pid"),
+            ("seed-file", "munge-key/munged.seed"),
+        ] {
+            munged.arg(format!("--{flag}={}", self.path(file).display()));
+        }
+        let child = self.spawn(&mut munged, "munged");
+        self.children.push(("munged", child));
+        self.wait_for("munged's socket", || self.path("munge/socket").exists());
+    }
+
+    /// `slurm.conf` for one node, this host with its CPUs and memory as `slurmd -C` reads
+    /// them, and a stand-in GPU (`File=/dev/null`) so that `--gres=gpu:1` can be scheduled.
+    fn write_config(&self) {
+        let node = run_ok(Command::new("slurmd").arg("-C"));
+        let node = node.lines().next().unwrap_or_default();
+        let host = run_ok(Command::new("hostname").arg("-s"));
+        let dir = self.dir.path().display();
+        let config = format!(
+            "ClusterName=imgbuild\nSlurmctldHost={host}\n\
+             SlurmctldPort={}\nSlurmdPort={}\n\
+             AuthType=auth/munge\nCredType=cred/munge\nAuthInfo=socket={dir}/munge/socket\n\
+             SlurmUser=root\nSlurmdUser=root\n\
+             StateSaveLocation={dir}/state\nSlurmdSpoolDir={dir}/spool\n\
+             SlurmctldPidFile={dir}/slurmctld.pid\nSlurmdPidFile={dir}/slurmd.pid\n\
+             SlurmctldLogFile={dir}/slurmctld.log\nSlurmdLogFile={dir}/slurmd.log\n\
+             ProctrackType=proctrack/linuxproc\nTaskPlugin=task/none\n\
+             SelectType=select/cons_tres\nSelectTypeParameters=CR_Core_Memory\n\
+             MpiDefault=none\nJobAcctGatherType=jobacct_gather/none\n\
+             MailProg=/bin/true\nReturnToService=2\nGresTypes=gpu\n\
+             {node} Gres=gpu:1 State=UNKNOWN\n\
+             PartitionName=debug Nodes=ALL Default=YES MaxTime=60 State=UP\n",
+            free_port(),
+            free_port(),
+            host = host.trim(),
+        );
+        fs_err::write(self.path("slurm.conf"), config).unwrap();
+        fs_err::write(
+            self.path("gres.conf"),
+            "AutoDetect=off\nName=gpu File=/dev/null\n",
+        )
+        .unwrap();
+        for sub in ["state", "spool"] {
+            fs_err::create_dir_all(self.path(sub)).unwrap();
+        }
+    }
+
+    /// `command` with this cluster's `SLURM_CONF`, its output appended to `NAME.out`.
+    fn spawn(&self, command: &mut Command, name: &str) -> Child {
+        let out = fs_err::File::create(self.path(&format!("{name}.out")))
+            .unwrap()
+            .into_file();
+        command
+            .env("SLURM_CONF", self.path("slurm.conf"))
+            .stdin(Stdio::null())
+            .stdout(out.try_clone().unwrap())
+            .stderr(out)
+            .spawn()
+            .unwrap_or_else(|e| panic!("starting {name}: {e}"))
+    }
+
+    fn wait_until_idle(&self) {
+        self.wait_for("the node to be idle", || {
+            let state = self.client("sinfo").args(["-h", "-N", "-o", "%T"]).output();
+            state.is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "idle")
+        });
+    }
+
+    /// Polls `ready` for up to 60 s, failing with the daemons' output.
+    fn wait_for(&self, what: &str, ready: impl Fn() -> bool) {
+        let started = Instant::now();
+        while !ready() {
+            assert!(
+                started.elapsed() < Duration::from_secs(60),
+                "timed out waiting for {what}:\n{}",
+                self.logs()
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
+    fn logs(&self) -> String {
+        ["munged", "slurmctld", "slurmd"]
+            .iter()
+            .map(|name| {
+                let text = fs_err::read_to_string(self.path(&format!("{name}.out")));
+                format!("--- {name}:\n{}", text.unwrap_or_default())
+            })
+            .collect()
+    }
+
+    /// A Slurm client command for this cluster, run in its directory.
+    fn client(&self, program: &str) -> Command {
+        let mut command = Command::new(program);
+        command
+            .env("SLURM_CONF", self.path("slurm.conf"))
+            .current_dir(self.dir.path());
+        command
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        // The daemons in the reverse order of their start: slurmd, slurmctld, munged.
+        for (_, child) in self.children.iter_mut().rev() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// A munge key: 1024 bytes from the kernel's random source.
+fn munge_key() -> Vec<u8> {
+    use std::io::Read;
+    let mut key = vec![0u8; 1024];
+    fs_err::File::open("/dev/urandom")
+        .unwrap()
+        .read_exact(&mut key)
+        .unwrap();
+    key
+}
+
+#[track_caller]
+fn run_ok(command: &mut Command) -> String {
+    let output = command.output().unwrap();
+    assert!(
+        output.status.success(),
+        "{command:?}: {}",
+        describe(&output)
+    );
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+fn describe(output: &Output) -> String {
+    format!(
+        "{}\n{}{}",
+        output.status,
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    )
+}
+
+/// The image the jobs run: busybox, `hello`, and an entrypoint that prints its cmd, the
+/// image's env and its workdir.
+const ENTRYPOINT: &str = "hello; echo \"workdir=$(pwd) greeting=$GREETING args=$*\"";
+
+/// A project with the image `slurmjob` built on the busybox base and pushed to `registry` as
+/// `ml/slurmjob:v1`; returns its manifest digest.
+fn pushed_image(project: &Project, registry: &Registry) -> String {
+    let base = project.path().join("base");
+    busybox_base_layout(&base).unwrap();
+    let entrypoint = serde_json::to_string(&["/bin/sh", "-c", ENTRYPOINT, "sh"]).unwrap();
+    let recipe = tiny_recipe(shared_channel(), "slurmjob", &["hello 1.0"]).replace(
+        "base = \"scratch\"",
+        &format!(
+            "base = \"oci:../base\"\nentrypoint = {entrypoint}\ncmd = [\"from-the-cmd\"]\nworkdir = \"/tmp\""
+        ),
+    ) + "\n[image.env]\nGREETING = \"set-in-the-image\"\n";
+    project.write_recipe(&recipe);
+    project.build(&[]).success();
+    let docker = project.path().join("docker-config");
+    fs_err::create_dir_all(&docker).unwrap();
+    let docker_env = docker.display().to_string();
+    let auth_file = docker.join("auth.json").display().to_string();
+    let target = format!("{}/ml/slurmjob:v1", registry.host);
+    project
+        .run_with(
+            &["push", "images/slurmjob", &target, "--insecure"],
+            &[
+                ("DOCKER_CONFIG", &docker_env),
+                ("REGISTRY_AUTH_FILE", &auth_file),
+            ],
+            None,
+        )
+        .success();
+    LayoutView::new(project.path().join("images/slurmjob")).manifest_digest()
+}
+
+/// podman's settings for the jobs, through `CONTAINERS_CONF` and `CONTAINERS_STORAGE_CONF`
+/// (sbatch passes the submitter's environment on): storage in `dir`, cgroupfs (no systemd
+/// here), runc, and limits no higher than this sandbox's, whose processes lack
+/// CAP_SYS_RESOURCE (podman's default nofile of 1048576 makes runc fail with EPERM).
+fn podman_env(dir: &Path) -> Vec<(String, String)> {
+    let storage = dir.join("podman");
+    let containers = dir.join("containers.conf");
+    fs_err::write(
+        &containers,
+        "[containers]\ndefault_ulimits = [\"nofile=1024:1024\", \"nproc=1024:1024\"]\n\
+         [engine]\ncgroup_manager = \"cgroupfs\"\nevents_logger = \"none\"\nruntime = \"runc\"\n",
+    )
+    .unwrap();
+    let storage_conf = dir.join("storage.conf");
+    fs_err::write(
+        &storage_conf,
+        format!(
+            "[storage]\ndriver = \"vfs\"\ngraphroot = \"{}\"\nrunroot = \"{}\"\n",
+            storage.join("root").display(),
+            storage.join("run").display()
+        ),
+    )
+    .unwrap();
+    vec![
+        ("CONTAINERS_CONF".into(), containers.display().to_string()),
+        (
+            "CONTAINERS_STORAGE_CONF".into(),
+            storage_conf.display().to_string(),
+        ),
+    ]
+}
+
+/// Writes `imgbuild slurm images/slurmjob --repository … ARGS` to `NAME.sbatch` in the
+/// cluster's directory, checks it with `bash -n` and returns its path and text.
+fn script(
+    project: &Project,
+    cluster: &Cluster,
+    repository: &str,
+    name: &str,
+    args: &[&str],
+) -> (PathBuf, String) {
+    let mut all = vec!["slurm", "images/slurmjob", "--repository", repository];
+    all.extend_from_slice(args);
+    let text = project.run(&all).success().stdout;
+    let path = cluster.path(&format!("{name}.sbatch"));
+    fs_err::write(&path, &text).unwrap();
+    run_ok(Command::new("bash").arg("-n").arg(&path));
+    (path, text)
+}
+
+/// `sbatch --wait` of `script` (at most 5 minutes); returns the job's output file.
+fn submit(cluster: &Cluster, script: &Path, env: &[(String, String)]) -> String {
+    let output_file = script.with_extension("out");
+    let output = cluster
+        .client("timeout")
+        .arg("300")
+        .arg("sbatch")
+        .arg("--wait")
+        .arg(format!("--output={}", output_file.display()))
+        .arg(script)
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .output()
+        .unwrap();
+    let job_output = fs_err::read_to_string(&output_file).unwrap_or_default();
+    assert!(
+        output.status.success(),
+        "sbatch --wait failed: {}\njob output:\n{job_output}\n{}",
+        describe(&output),
+        cluster.logs()
+    );
+    job_output
+}
+
+#[test]
+fn podman_job_runs_the_image_and_the_pyxis_script_passes_sbatch_test_only() {
+    let missing: Vec<&str> = TOOLS.iter().copied().filter(|t| !have(t)).collect();
+    if !missing.is_empty() || !Path::new("/bin/busybox").exists() {
+        panic!(
+            "{} and busybox-static are required: run tests/install-deps.sh (missing: {})",
+            TOOLS.join(", "),
+            missing.join(", ")
+        );
+    }
+    if !is_root() {
+        eprintln!("skipped: slurmd needs root to start jobs as their users");
+        return;
+    }
+    let registry = Registry::start(Auth::None);
+    let project = Project::new();
+    let digest = pushed_image(&project, &registry);
+    let repository = format!("{}/ml/slurmjob", registry.host);
+    let cluster = Cluster::start();
+    let env = podman_env(cluster.dir.path());
+
+    // The image holds cuda-cudart, so by default its job asks for a GPU and podman is given
+    // the job's GPUs as CDI devices; this machine has none to run it on.
+    let (_, text) = script(
+        &project,
+        &cluster,
+        &repository,
+        "gpu",
+        &["--runner", "podman"],
+    );
+    for line in [
+        "#SBATCH --gres=gpu:1",
+        "--device \"nvidia.com/gpu=$id\"",
+        "\"${gpus[@]}\"",
+    ] {
+        assert!(text.contains(line), "`{line}` in:\n{text}");
+    }
+
+    // The image's own entrypoint, cmd, env and workdir, as podman reads them from the image
+    // it pulled by digest.
+    let (path, text) = script(
+        &project,
+        &cluster,
+        &repository,
+        "podman",
+        &[
+            "--runner",
+            "podman",
+            "--insecure-registry",
+            "--set",
+            "time=5",
+            "--set",
+            "gpus=0",
+        ],
+    );
+    assert!(
+        text.contains(&format!("{repository}@{digest}")),
+        "pinned by digest:\n{text}"
+    );
+    let job = submit(&cluster, &path, &env);
+    assert!(job.contains("hello from /opt/conda"), "{job}");
+    assert!(
+        job.contains("workdir=/tmp greeting=set-in-the-image args=from-the-cmd"),
+        "{job}"
+    );
+    // The script and what came back, for a reader of `--nocapture`.
+    eprintln!("{text}\n--- the job's output file:\n{job}");
+
+    // Hostile values reach the container as the very bytes given, never as shell code.
+    let marker = cluster.path("injected");
+    let hostile = format!(
+        "$(touch {m}) `touch {m}`; touch {m} 'q\"",
+        m = marker.display()
+    );
+    let args = serde_json::to_string(&[hostile.as_str()]).unwrap();
+    let (path, _) = script(
+        &project,
+        &cluster,
+        &repository,
+        "hostile",
+        &[
+            "--runner",
+            "podman",
+            "--insecure-registry",
+            "--env",
+            &format!("GREETING={hostile}"),
+            "--set",
+            &format!("args={args}"),
+            "--set",
+            "gpus=0",
+        ],
+    );
+    let job = submit(&cluster, &path, &env);
+    assert!(
+        job.contains(&format!("greeting={hostile} args={hostile}")),
+        "{job}"
+    );
+    assert!(!marker.exists(), "a value ran as a command");
+
+    // The Pyxis script: sbatch checks its `#SBATCH` lines against the cluster (partition,
+    // time, CPUs, memory, the GPU), and refuses a GPU more than the node has.
+    let pyxis = [
+        "--set",
+        "partition=debug",
+        "--set",
+        "time=0-00:10:00",
+        "--set",
+        "cpus=1",
+        "--set",
+        "memory=64Mi",
+        "--set",
+        "gpus=1",
+    ];
+    let (path, text) = script(&project, &cluster, &repository, "pyxis", &pyxis);
+    let enroot = format!("--container-image='{}#ml/slurmjob:{digest}'", registry.host);
+    for line in [
+        "#SBATCH --gres=gpu:1",
+        "#SBATCH --mem=64M",
+        "#SBATCH --cpus-per-task=1",
+        &enroot,
+        "--no-container-entrypoint",
+        "--container-workdir=/tmp",
+        &format!("/bin/sh -c '{ENTRYPOINT}' sh from-the-cmd"),
+    ] {
+        assert!(text.contains(line), "`{line}` in:\n{text}");
+    }
+    let test_only = cluster
+        .client("sbatch")
+        .arg("--test-only")
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert!(test_only.status.success(), "{}", describe(&test_only));
+    let verdict = String::from_utf8_lossy(&test_only.stderr);
+    assert!(verdict.contains("to start at"), "{}", describe(&test_only));
+    eprintln!("{text}\n--- sbatch --test-only:\n{verdict}");
+    let (path, _) = script(
+        &project,
+        &cluster,
+        &repository,
+        "two-gpus",
+        &["--set", "gpus=2"],
+    );
+    let refused = cluster
+        .client("sbatch")
+        .arg("--test-only")
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert!(!refused.status.success(), "{}", describe(&refused));
+}
+
+#[test]
+fn bad_values_are_refused_naming_the_key() {
+    let project = Project::new();
+    project.write_recipe(&tiny_recipe(shared_channel(), "plain", &["hello 1.0"]));
+    project.build(&[]).success();
+    let slurm = |args: &[&str]| {
+        let mut all = vec![
+            "slurm",
+            "images/plain",
+            "--repository",
+            "registry.example/ml/plain",
+        ];
+        all.extend_from_slice(args);
+        project.run(&all)
+    };
+    for (set, needle) in [
+        (
+            "partition=gpu; touch /tmp/x",
+            "`--set partition=gpu; touch /tmp/x`",
+        ),
+        ("name=$(id)", "`--set name=$(id)`"),
+        ("account=a\nb", "`--set account=a\nb`"),
+        (
+            "time=1 hour",
+            "`--set time=1 hour` is not a Slurm time limit",
+        ),
+        ("memory=lots", "`--set memory=lots` is not a memory size"),
+        ("cpus=0", "`--set cpus=0` must be a whole number above 0"),
+        ("gpus=-1", "`--set gpus=-1` must be a whole number of GPUs"),
+        ("gpus=a 100:1", "`--set gpus=a 100:1`"),
+        ("tme=10", "did you mean `time`?"),
+        ("command=", "names no program"),
+    ] {
+        slurm(&["--set", set]).assert_failure_naming(1, &[needle]);
+    }
+    slurm(&["--env", "A-B=1"]).assert_failure_naming(1, &["`A-B` is not a shell variable name"]);
+    // A scratch image without entrypoint or cmd would run nothing, under either runner.
+    slurm(&[]).assert_failure_naming(1, &["has neither an entrypoint nor a cmd"]);
+    slurm(&["--runner", "podman"])
+        .assert_failure_naming(1, &["has neither an entrypoint nor a cmd"]);
+    let run = project.run(&[
+        "slurm",
+        "images/plain",
+        "--repository",
+        "registry.example/ml/plain:v1",
+        "--set",
+        "command=/opt/conda/bin/hello",
+    ]);
+    run.assert_failure_naming(1, &["no tag, no digest"]);
+    let ok = slurm(&[
+        "--set",
+        "command=/opt/conda/bin/hello",
+        "--set",
+        "gpus=a100:2",
+    ])
+    .success();
+    assert!(
+        ok.stdout.contains("#SBATCH --gres=gpu:a100:2"),
+        "{}",
+        ok.stdout
+    );
+    assert!(
+        ok.stdout.contains("#SBATCH --job-name=plain"),
+        "{}",
+        ok.stdout
+    );
+}
