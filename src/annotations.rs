@@ -11,6 +11,9 @@ pub const CUDA_ARCHITECTURES: &str = "dev.imgbuild.cuda.architectures";
 /// The same per package: `package=sm_80,compute_90;…`, by package name.
 pub const CUDA_PACKAGE_ARCHITECTURES: &str = "dev.imgbuild.cuda.package-architectures";
 pub const PACKAGES: &str = "dev.imgbuild.layer.packages";
+/// What a layer of the recipe's own holds: `accounts` (`[accounts]`, home directories, the
+/// workdir) or `files` (one `[[files]]` entry, named by the layer's history line).
+pub const LAYER_CONTENT: &str = "dev.imgbuild.layer.content";
 pub const PLATFORM: &str = "dev.imgbuild.conda.platform";
 pub const PREFIX: &str = "dev.imgbuild.conda.prefix";
 /// In-image path of the embedded `imgbuild-smoke` executable (`[smoke] embed = true`),

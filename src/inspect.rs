@@ -158,6 +158,10 @@ pub enum LayerKind {
     ImageFiles,
     /// The `imgbuild-smoke` executable (`[smoke] embed = true`), on top.
     Smoke,
+    /// `[accounts]`: `/etc/passwd`, `/etc/group`, home directories and the user's workdir.
+    Accounts,
+    /// One `[[files]]` entry of the recipe.
+    Files,
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]
@@ -328,13 +332,33 @@ fn is_smoke_layer(layer: &Descriptor) -> bool {
         .is_some_and(|a| a.contains_key(annotations::SMOKE))
 }
 
+/// What a layer of the recipe's own holds (`accounts`, `files`), from its annotation.
+fn layer_content(layer: &Descriptor) -> Option<&str> {
+    layer
+        .annotations()
+        .as_ref()
+        .and_then(|a| a.get(annotations::LAYER_CONTENT))
+        .map(String::as_str)
+}
+
+/// How many layers on top are not the image-files layer or below it: the smoke executable
+/// and the recipe's accounts and files layers.
+fn top_layers(layers: &[Descriptor]) -> usize {
+    layers
+        .iter()
+        .rev()
+        .take_while(|l| is_smoke_layer(l) || layer_content(l).is_some())
+        .count()
+}
+
 /// Where the layers an imgbuild build added begin. An imgbuild image is the base's layers,
 /// then package layers, then one layer of the image's own files (then, with `[smoke] embed`,
-/// the smoke executable's); so its own layers are the run of package layers under the
-/// image-files layer. A base that is itself an imgbuild image ends in its own image-files (or
-/// smoke) layer, which has no packages, so the run stops there.
+/// the smoke executable's, and the recipe's accounts and files layers); so its own layers
+/// are the run of package layers under the image-files layer. A base that is itself an
+/// imgbuild image ends in its own image-files (or smoke, accounts, files) layer, which has
+/// no packages, so the run stops there.
 pub(crate) fn own_layers_start(layers: &[Descriptor]) -> usize {
-    let image_files = layers.len() - usize::from(layers.last().is_some_and(is_smoke_layer));
+    let image_files = layers.len() - top_layers(layers);
     if image_files == 0 {
         return 0;
     }
@@ -348,7 +372,7 @@ pub(crate) fn own_layers_start(layers: &[Descriptor]) -> usize {
 /// Names what each layer holds (see [`own_layers_start`]). A base that is itself an imgbuild
 /// image keeps its package annotations, and its packages are listed.
 fn classify_layers(layers: &[Descriptor], built_by_imgbuild: bool) -> Vec<LayerSummary> {
-    let image_files = layers.len() - usize::from(layers.last().is_some_and(is_smoke_layer));
+    let image_files = layers.len() - top_layers(layers);
     let own_start = if built_by_imgbuild {
         own_layers_start(layers)
     } else {
@@ -363,6 +387,12 @@ fn classify_layers(layers: &[Descriptor], built_by_imgbuild: bool) -> Vec<LayerS
                 LayerKind::Packages
             } else if is_smoke_layer(layer) {
                 LayerKind::Smoke
+            } else if let Some(content) = layer_content(layer) {
+                if content == "accounts" {
+                    LayerKind::Accounts
+                } else {
+                    LayerKind::Files
+                }
             } else if built_by_imgbuild && position + 1 == image_files {
                 LayerKind::ImageFiles
             } else {
@@ -621,6 +651,8 @@ pub fn describe_layer(layer: &LayerSummary) -> String {
         LayerKind::Base => "base".to_string(),
         LayerKind::ImageFiles => "image files".to_string(),
         LayerKind::Smoke => "smoke test executable".to_string(),
+        LayerKind::Accounts => "accounts".to_string(),
+        LayerKind::Files => "files".to_string(),
     }
 }
 

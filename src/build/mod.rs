@@ -21,6 +21,7 @@
 //!
 //! [`lock()`] stops after step 2; [`lock_and_fetch`] also fetches the lock's packages.
 
+mod accounts;
 mod error;
 mod lock;
 mod plan;

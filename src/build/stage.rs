@@ -9,11 +9,14 @@ use indexmap::IndexMap;
 use rattler_conda_types::Subdir;
 use rattler_shell::{activation::Activator, shell};
 
-use super::{BuildError, BuildSettings, Context, Reporter, Stage, counted, plan::PlatformWork};
+use super::{
+    BuildError, BuildSettings, Context, Reporter, Stage, accounts::accounts_layer, counted,
+    plan::PlatformWork,
+};
 use crate::{
     cuda::compat::Support,
     install::{InstallOptions, StagedPackage, StagedPrefix, install_reporting},
-    layers::{LayerPlan, plan_layers},
+    layers::{LayerPlan, OwnedLayer, plan_layers},
     lock::Lock,
     oci::image::Activation,
     pypi::StagedWheel,
@@ -26,6 +29,8 @@ pub(super) struct StagedPlatform<'a> {
     /// The staging directory that stands for the image's `/`.
     pub(super) root: PathBuf,
     pub(super) plan: LayerPlan,
+    /// The recipe's own layers above the plan's: accounts, then files.
+    pub(super) owned: Vec<OwnedLayer>,
     pub(super) activation: Activation,
     pub(super) annotations: IndexMap<String, String>,
 }
@@ -107,11 +112,14 @@ impl<'a> Stager<'a> {
             self.cx.reporter.on_warning(&warning);
         }
         let annotations = self.configure(work, &staged, &wheels, &mut activation, first)?;
-        let (plan, annotations) = self.plan_layers(work, &staged, &wheels, annotations)?;
+        let owned = self.owned_layers(work)?;
+        let (plan, annotations) =
+            self.plan_layers(work, &staged, &wheels, owned.len(), annotations)?;
         Ok(StagedPlatform {
             work,
             root: staged.root,
             plan,
+            owned,
             activation,
             annotations,
         })
@@ -214,23 +222,32 @@ impl<'a> Stager<'a> {
         Ok(annotations)
     }
 
+    /// The recipe's own layers, which sit above the environment's: the accounts layer
+    /// (users, groups, homes, the user's workdir), when there is one.
+    fn owned_layers(&self, work: &PlatformWork<'_>) -> Result<Vec<OwnedLayer>, BuildError> {
+        let mtime = self.cx.created_seconds as u64;
+        let accounts = accounts_layer(self.cx.recipe, work.prepared.base.as_ref(), mtime)?;
+        Ok(accounts.into_iter().collect())
+    }
+
     /// The staged tree's layers, then the smoke executable's, which names itself in the
-    /// annotations.
+    /// annotations. `owned` layers of the recipe's own go on top of them.
     fn plan_layers(
         &self,
         work: &PlatformWork<'_>,
         staged: &StagedPrefix,
         wheels: &[StagedWheel],
+        owned: usize,
         mut annotations: IndexMap<String, String>,
     ) -> Result<(LayerPlan, IndexMap<String, String>), BuildError> {
         let prepared = work.prepared;
-        // The smoke executable's layer is planned like one more base layer, then added on
-        // top.
+        // The smoke executable's layer and the recipe's own are planned like more base
+        // layers, then added on top.
         let mut plan = plan_layers(
             staged,
             wheels,
             self.cx.recipe.layer_budget,
-            prepared.base_layers() + usize::from(prepared.smoke.is_some()),
+            prepared.base_layers() + usize::from(prepared.smoke.is_some()) + owned,
             self.cx.created_seconds as u64,
         )?;
         if let Some(smoke) = &prepared.smoke {

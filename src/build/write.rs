@@ -93,13 +93,16 @@ impl<'a> Writer<'a> {
     }
 
     /// Every platform's planned layers as blobs, as one `Layers` stage; each platform's
-    /// layers in its plan's order.
+    /// layers in its plan's order, then the recipe's own (accounts, files).
     fn write_layers(
         &self,
         platforms: &[StagedPlatform<'_>],
     ) -> Result<Vec<Vec<BuiltLayer>>, BuildError> {
         let (settings, reporter) = (self.cx.settings, self.cx.reporter);
-        let total: usize = platforms.iter().map(|p| p.plan.layers.len()).sum();
+        let total: usize = platforms
+            .iter()
+            .map(|p| p.plan.layers.len() + p.owned.len())
+            .sum();
         reporter.on_stage(Stage::Layers, &counted(total, "layer"));
         reporter.on_stage_total(Stage::Layers, total);
         let blobs_dir = self.layout.blobs_dir();
@@ -114,14 +117,20 @@ impl<'a> Writer<'a> {
         })?;
         let mut platform_layers = Vec::with_capacity(platforms.len());
         for platform in platforms {
-            let layers = LayerWriter {
+            let writer = LayerWriter {
                 root: &platform.root,
                 compression: self.cx.recipe.compression,
                 blobs_dir: &blobs_dir,
                 pool: pool.clone(),
                 cache: Some(&cache),
+            };
+            let mut layers = writer.write_all(&platform.plan, reporter)?;
+            // The recipe's own layers are small next to the environment's: one at a time.
+            for owned in &platform.owned {
+                let layer = writer.write_owned(owned)?;
+                reporter.on_item_done(Stage::Layers, &layer.blob.digest, layer.blob.size);
+                layers.push(layer);
             }
-            .write_all(&platform.plan, reporter)?;
             platform_layers.push(layers);
         }
         Ok(platform_layers)

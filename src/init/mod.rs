@@ -123,6 +123,10 @@ entrypoint = ["/opt/conda/bin/python"]
 # [image.labels]
 # "org.opencontainers.image.description" = "What this image is for"
 
+# [accounts]                    # users and groups added to the base's /etc/passwd, /etc/group
+# groups = [{{ name = "app", gid = 1000 }}]
+# users = [{{ name = "app", uid = 1000, gid = 1000, home = "/home/app", shell = "/bin/sh" }}]
+
 # [cuda]                        # for GPU images
 # version = "12.4"              # CUDA runtime the image targets
 # min-driver = "550.54.14"      # oldest host driver it must run on (default: the release's)

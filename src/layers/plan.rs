@@ -34,6 +34,11 @@ pub enum LayerKind {
     Image,
     /// The embedded `imgbuild-smoke` executable (`[smoke] embed = true`).
     Smoke,
+    /// `[accounts]`: `/etc/passwd` and `/etc/group` with the recipe's users and groups,
+    /// their home directories and the user's workdir (see [`super::owned`]).
+    Accounts,
+    /// One `[[files]]` entry of the recipe (see [`super::owned`]).
+    Files,
 }
 
 impl LayerKind {

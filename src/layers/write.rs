@@ -19,6 +19,7 @@ use super::{
     blob_file::BlobFile,
     cache::{LayerCache, layer_key},
     compress::{CompressPool, Compression},
+    owned::{OwnedLayer, write_owned_tar},
     plan::{LayerKind, LayerPlan, PlannedLayer},
     tar::{TarError, entries, write_entries},
 };
@@ -117,56 +118,101 @@ pub struct LayerWriter<'a> {
 impl LayerWriter<'_> {
     /// Writes (or takes from the cache) one layer.
     pub fn write(&self, layer: &PlannedLayer) -> Result<BuiltLayer, WriteError> {
-        let blob_err = |path: &Path, source: std::io::Error| WriteError::Blob {
-            name: layer.name.clone(),
-            path: path.to_path_buf(),
-            source,
-        };
         let tar_err = |source: TarError| WriteError::Tar {
             name: layer.name.clone(),
             source,
         };
         let entries = entries(self.root, &layer.paths).map_err(tar_err)?;
-        let built = |blob: LayerBlob, reused: bool| BuiltLayer {
+        let key = match self.cache {
+            Some(_) => layer_key(layer, &entries, self.compression)
+                .map_err(|e| self.blob_err(&layer.name, self.root, e))?,
+            None => None,
+        };
+        let (blob, reused) = self.cached_or_written(&layer.name, key, |out| {
+            write_entries(&entries, layer.mtime, out).map(drop)
+        })?;
+        Ok(BuiltLayer {
             kind: layer.kind,
             name: layer.name.clone(),
             packages: layer.packages.clone(),
             blob,
             reused,
-        };
+        })
+    }
 
+    /// Writes (or takes from the cache) a layer of entries with their own owners, keyed by
+    /// every entry whole.
+    pub fn write_owned(&self, layer: &OwnedLayer) -> Result<BuiltLayer, WriteError> {
+        let key = self.cache.map(|_| layer.key(self.compression));
+        let (blob, reused) = self.cached_or_written(&layer.name, key, |out| {
+            write_owned_tar(layer, out).map(drop)
+        })?;
+        Ok(BuiltLayer {
+            kind: layer.kind,
+            name: layer.name.clone(),
+            packages: Vec::new(),
+            blob,
+            reused,
+        })
+    }
+
+    fn blob_err(&self, name: &str, path: &Path, source: std::io::Error) -> WriteError {
+        WriteError::Blob {
+            name: name.to_string(),
+            path: path.to_path_buf(),
+            source,
+        }
+    }
+
+    /// The blob cached under `key` (held while it is written, so a second build wanting it
+    /// waits and takes it from the cache), else the tar `write_tar` makes, compressed,
+    /// written and stored under `key`. Says whether it was reused.
+    fn cached_or_written(
+        &self,
+        name: &str,
+        key: Option<String>,
+        write_tar: impl FnOnce(&mut dyn Write) -> Result<(), TarError>,
+    ) -> Result<(LayerBlob, bool), WriteError> {
+        let blob_err = |path: &Path, source| self.blob_err(name, path, source);
         let mut _key_lock = None;
-        let key = match self.cache {
-            Some(cache) => {
-                let key = layer_key(layer, &entries, self.compression)
-                    .map_err(|e| blob_err(self.root, e))?;
-                if let Some(key) = &key {
-                    _key_lock = Some(
-                        cache
-                            .lock_key(key)
-                            .map_err(|e| blob_err(self.blobs_dir, e))?,
-                    );
-                }
-                if let Some(key) = &key
-                    && let Some(blob) = cache
-                        .fetch(key, self.compression, self.blobs_dir)
-                        .map_err(|e| blob_err(self.blobs_dir, e))?
-                {
-                    return Ok(built(blob, true));
-                }
-                key
+        if let (Some(cache), Some(key)) = (self.cache, &key) {
+            _key_lock = Some(
+                cache
+                    .lock_key(key)
+                    .map_err(|e| blob_err(self.blobs_dir, e))?,
+            );
+            if let Some(blob) = cache
+                .fetch(key, self.compression, self.blobs_dir)
+                .map_err(|e| blob_err(self.blobs_dir, e))?
+            {
+                return Ok((blob, true));
             }
-            None => None,
-        };
+        }
+        let (blob, target) = self.write_blob(name, write_tar)?;
+        if let (Some(cache), Some(key)) = (self.cache, key) {
+            // A cache that cannot be written costs the next build time, not this build.
+            if let Err(err) = cache.store(&key, &blob, &target) {
+                tracing::warn!("could not store layer `{name}` in the layer cache: {err}");
+            }
+        }
+        Ok((blob, false))
+    }
 
+    /// Compresses the tar `write_tar` makes into a blob named by its digest; returns the
+    /// blob and its path.
+    fn write_blob(
+        &self,
+        name: &str,
+        write_tar: impl FnOnce(&mut dyn Write) -> Result<(), TarError>,
+    ) -> Result<(LayerBlob, PathBuf), WriteError> {
+        let blob_err = |path: &Path, source| self.blob_err(name, path, source);
         let temp = tempfile::Builder::new()
             .prefix(".layer-")
             .tempfile_in(self.blobs_dir)
             .map_err(|e| blob_err(self.blobs_dir, e))?;
         let file = BlobFile::create(temp.path()).map_err(|e| blob_err(temp.path(), e))?;
         tracing::debug!(
-            "layer `{}`: blob written {}",
-            layer.name,
+            "layer `{name}`: blob written {}",
             if file.is_direct() {
                 "direct (O_DIRECT)"
             } else {
@@ -178,8 +224,11 @@ impl LayerWriter<'_> {
             .pool
             .writer(self.compression, compressed)
             .map_err(|e| blob_err(temp.path(), e))?;
-        let tar_out = write_entries(&entries, layer.mtime, HashingWriter::new(compressor))
-            .map_err(tar_err)?;
+        let mut tar_out = HashingWriter::new(compressor);
+        write_tar(&mut tar_out).map_err(|source| WriteError::Tar {
+            name: name.to_string(),
+            source,
+        })?;
         let (compressor, diff_id, tar_size) = tar_out.finish();
         let compressed = compressor.finish().map_err(|e| blob_err(temp.path(), e))?;
         let (file, digest, size) = compressed.finish();
@@ -197,16 +246,7 @@ impl LayerWriter<'_> {
             tar_size,
             media_type: self.compression.media_type(),
         };
-        if let (Some(cache), Some(key)) = (self.cache, key) {
-            // A cache that cannot be written costs the next build time, not this build.
-            if let Err(err) = cache.store(&key, &blob, &target) {
-                tracing::warn!(
-                    "could not store layer `{}` in the layer cache: {err}",
-                    layer.name
-                );
-            }
-        }
-        Ok(built(blob, false))
+        Ok((blob, target))
     }
 
     /// Writes every layer of `plan`, up to the pool's thread count at once; layers come back

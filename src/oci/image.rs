@@ -380,10 +380,12 @@ fn history_line(layer: &BuiltLayer) -> String {
         LayerKind::Image => "imgbuild: image files".to_string(),
         LayerKind::Conda => format!("imgbuild: conda {}", layer.packages.join(" ")),
         LayerKind::Wheels => format!("imgbuild: pypi {}", layer.packages.join(" ")),
+        LayerKind::Accounts | LayerKind::Files => format!("imgbuild: {}", layer.name),
     }
 }
 
-/// The annotation a layer carries: the packages it holds, or where the smoke executable is.
+/// The annotation a layer carries: the packages it holds, where the smoke executable is, or
+/// that it holds the recipe's accounts or files.
 fn layer_annotation(layer: &BuiltLayer) -> Option<(String, String)> {
     match layer.kind {
         LayerKind::Conda | LayerKind::Wheels => {
@@ -398,6 +400,11 @@ fn layer_annotation(layer: &BuiltLayer) -> Option<(String, String)> {
             annotations::SMOKE.to_string(),
             super::smoke_layer::in_image_path(),
         )),
+        LayerKind::Accounts => Some((
+            annotations::LAYER_CONTENT.to_string(),
+            "accounts".to_string(),
+        )),
+        LayerKind::Files => Some((annotations::LAYER_CONTENT.to_string(), "files".to_string())),
         LayerKind::Image => None,
     }
 }

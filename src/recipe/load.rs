@@ -110,6 +110,8 @@ pub struct Recipe {
     pub ports: Vec<String>,
     /// `[image] stop-signal`: `SIGTERM`, `SIGRTMIN+3` or a signal number, as written.
     pub stop_signal: Option<String>,
+    /// `[accounts]`: users and groups added to the image; empty without the section.
+    pub accounts: super::accounts::Accounts,
     /// Most layers the image may have, base layers included.
     pub layer_budget: u32,
     /// How new layers are compressed.
@@ -246,7 +248,7 @@ pub(super) struct Checker {
 }
 
 impl Checker {
-    fn span(&self, range: std::ops::Range<usize>) -> SourceSpan {
+    pub(super) fn span(&self, range: std::ops::Range<usize>) -> SourceSpan {
         SourceSpan {
             text: self.text.clone(),
             range,
@@ -262,7 +264,8 @@ impl Checker {
     }
 
     /// Checks the sections in the order their errors are reported: what the image is, the
-    /// conda environment, `[cuda]`, `[pypi]`, how the image runs, then `[layers]`.
+    /// conda environment, `[cuda]`, `[pypi]`, how the image runs, `[accounts]`, then
+    /// `[layers]`.
     fn validate(&self, file: RecipeFile, options: &RecipeOptions) -> Result<Recipe, RecipeError> {
         let target = self.image_target(&file.image)?;
         let conda = self.conda(&file.conda, &options.channel_alias)?;
@@ -270,6 +273,7 @@ impl Checker {
         let pypi = file.pypi.as_ref().map(|pypi| self.pypi(pypi)).transpose()?;
         let specs = with_cuda_compat(conda.specs, cuda.as_ref());
         let config = self.image_config(&file.image)?;
+        let accounts = self.accounts(&file.accounts)?;
         let layers = self.layers(&file.layers)?;
         Ok(Recipe {
             path: self.path.clone(),
@@ -293,6 +297,7 @@ impl Checker {
             labels: config.labels,
             ports: config.ports,
             stop_signal: config.stop_signal,
+            accounts,
             layer_budget: layers.budget,
             compression: layers.compression,
             variant: None,
@@ -889,7 +894,11 @@ impl Checker {
     /// Refuses a value holding a control character (TAB and newline included) or a
     /// bidirectional control: in an image config it breaks the consumers of `KEY=value`
     /// lines, or shows a reviewer something other than what the image gets.
-    fn visible_only(&self, value: &Spanned<String>, what: &str) -> Result<(), RecipeError> {
+    pub(super) fn visible_only(
+        &self,
+        value: &Spanned<String>,
+        what: &str,
+    ) -> Result<(), RecipeError> {
         match value.get_ref().chars().find(|c| forbidden(*c)) {
             None => Ok(()),
             Some(c) => Err(self.error(
@@ -988,10 +997,10 @@ fn with_cuda_compat(mut specs: Vec<MatchSpec>, cuda: Option<&CudaTarget>) -> Vec
 }
 
 /// The largest user or group ID: Linux IDs are 32 bits and `(uid_t)-1` means "no ID".
-const MAX_ID: u64 = 4_294_967_294;
+pub(super) const MAX_ID: u64 = 4_294_967_294;
 
 /// What one side of `user` is.
-enum UserPart {
+pub(super) enum UserPart {
     Id,
     IdOutOfRange,
     Name,
@@ -999,7 +1008,7 @@ enum UserPart {
 }
 
 /// Digits are an ID; otherwise a name as `useradd` accepts it: `[a-z_][a-z0-9_-]*[$]?`.
-fn user_part(part: &str) -> UserPart {
+pub(super) fn user_part(part: &str) -> UserPart {
     if !part.is_empty() && part.bytes().all(|b| b.is_ascii_digit()) {
         return match part.parse::<u64>() {
             Ok(id) if id <= MAX_ID => UserPart::Id,

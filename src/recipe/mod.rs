@@ -5,6 +5,7 @@
 //! fields are already checked and typed, so later stages never see an invalid value.
 //! Every error points at the file, line and column of the offending value.
 
+pub mod accounts;
 mod error;
 mod load;
 pub mod matrix;

@@ -25,6 +25,9 @@ pub(crate) struct RecipeFile {
     pub smoke: SmokeSection,
     /// Optional: PyPI wheels installed into the conda environment.
     pub pypi: Option<PypiSection>,
+    /// Optional: users and groups merged into the base's `/etc/passwd` and `/etc/group`.
+    #[serde(default)]
+    pub accounts: AccountsSection,
     /// Optional: build variants, `key = ["value", …]`; read by [`super::matrix`] before
     /// the recipe is parsed, so here only its presence is kept.
     #[allow(dead_code)]
@@ -129,4 +132,35 @@ pub(crate) struct LayersSection {
     pub max: Option<Spanned<i64>>,
     /// Layer compression: `gzip` (default) or `zstd`.
     pub compression: Option<Spanned<String>>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct AccountsSection {
+    /// `[[accounts.groups]]`, in the order they are added to `/etc/group`.
+    #[serde(default)]
+    pub groups: Vec<Spanned<GroupEntry>>,
+    /// `[[accounts.users]]`, in the order they are added to `/etc/passwd`.
+    #[serde(default)]
+    pub users: Vec<Spanned<UserEntry>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct GroupEntry {
+    pub name: Spanned<String>,
+    pub gid: Spanned<i64>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct UserEntry {
+    pub name: Spanned<String>,
+    pub uid: Spanned<i64>,
+    /// The primary group's ID: a group of `[accounts]` or of the base.
+    pub gid: Spanned<i64>,
+    /// Default `/home/<name>`; created owned by the user.
+    pub home: Option<Spanned<String>>,
+    /// Default `/bin/sh`.
+    pub shell: Option<Spanned<String>>,
 }

@@ -116,7 +116,10 @@ fn inspect_and_diff_describe_real_images() {
         strings(&layers[1]["packages"]),
         ["cuda-cudart-11.8.89-h0_0"]
     );
-    assert_eq!(layers.last().unwrap()["kind"], "image-files");
+    // With a user and a workdir, the workdir is created owned by the user in the accounts
+    // layer, on top (issue 17).
+    assert_eq!(layers[layers.len() - 2]["kind"], "image-files");
+    assert_eq!(layers.last().unwrap()["kind"], "accounts");
     let kinds: Vec<&str> = layers.iter().map(|l| l["kind"].as_str().unwrap()).collect();
     assert_eq!(
         kinds.iter().filter(|k| **k == "base").count(),

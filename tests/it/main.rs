@@ -10,6 +10,7 @@ mod support;
 #[path = "../support/servers/mod.rs"]
 mod servers;
 
+mod accounts;
 mod archive;
 mod build;
 mod builder;

@@ -1,0 +1,438 @@
+//! The accounts layer of one platform: the base's `/etc/passwd` and `/etc/group` (read from
+//! its layers as the glibc detection reads `libc.so.6`), with `[accounts]` appended, or
+//! written fresh on `scratch`; each user's home directory owned by the user; and, when
+//! `[image] user` and `workdir` are both set, the workdir owned by that user, so the
+//! process can write where it starts.
+//!
+//! The base's lines are kept byte for byte and ours follow in the recipe's order. A name or
+//! ID the base already has is refused, naming the recipe's entry and the base's line: two
+//! entries for one name or ID leave which one wins to the reader.
+
+use std::io::Read;
+
+use super::BuildError;
+use crate::{
+    layers::{LayerKind, OwnedEntry, OwnedLayer, owned::Content},
+    oci::base::{BaseImage, GlibcError},
+    recipe::{Recipe, RecipeError, SourceSpan, accounts::Accounts},
+};
+
+/// The most bytes of a base's `/etc/passwd` or `/etc/group` that are read: a real one has
+/// a few kilobytes.
+const MAX_ACCOUNT_FILE: u64 = 4 << 20;
+
+/// The base's account files, as the container would see them.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub(super) struct AccountFiles {
+    pub(super) passwd: Option<String>,
+    pub(super) group: Option<String>,
+}
+
+/// One line of `/etc/passwd` or `/etc/group`: its name, ID and (passwd) primary gid.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Line<'a> {
+    text: &'a str,
+    name: &'a str,
+    id: u32,
+    gid: Option<u32>,
+}
+
+/// The parsed lines of an account file; comments and malformed lines are kept in the text
+/// but name nothing.
+fn lines(text: &str) -> Vec<Line<'_>> {
+    text.lines()
+        .filter_map(|text| {
+            let mut fields = text.split(':');
+            let name = fields.next()?;
+            let id = fields.nth(1)?.parse().ok()?;
+            let gid = fields.next().and_then(|g| g.parse().ok());
+            (!name.is_empty() && !name.starts_with('#')).then_some(Line {
+                text,
+                name,
+                id,
+                gid,
+            })
+        })
+        .collect()
+}
+
+/// The accounts layer of `recipe` on `base`, or `None` when the recipe adds no accounts and
+/// does not set both `user` and `workdir`.
+pub(super) fn accounts_layer(
+    recipe: &Recipe,
+    base: Option<&BaseImage>,
+    mtime: u64,
+) -> Result<Option<OwnedLayer>, BuildError> {
+    let accounts = &recipe.accounts;
+    let workdir = recipe.workdir.as_ref().filter(|_| recipe.user.is_some());
+    if accounts.is_empty() && workdir.is_none() {
+        return Ok(None);
+    }
+    let files = match base {
+        Some(base) => read_account_files(base)?,
+        None => AccountFiles::default(),
+    };
+    let merged = merge(recipe, accounts, &files)?;
+    let mut entries = Vec::new();
+    if !accounts.users.is_empty() {
+        entries.push(account_file("etc/passwd", &merged.passwd));
+    }
+    if !accounts.groups.is_empty() {
+        entries.push(account_file("etc/group", &merged.group));
+    }
+    for user in &accounts.users {
+        if let Some(home) = in_image(&user.home) {
+            entries.push(owned_directory(home, user.uid, user.gid));
+        }
+    }
+    if let (Some(user), Some(workdir)) = (&recipe.user, workdir) {
+        let (uid, gid) = resolve_user(recipe, user, &merged)?;
+        if let Some(dir) = in_image(workdir) {
+            entries.push(owned_directory(dir, uid, gid));
+        }
+    }
+    Ok(Some(OwnedLayer::new(
+        LayerKind::Accounts,
+        "accounts".to_string(),
+        entries,
+        mtime,
+    )))
+}
+
+/// `/etc/passwd` and `/etc/group` with the recipe's accounts in them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Merged {
+    passwd: String,
+    group: String,
+}
+
+/// The base's files with the recipe's entries appended. A file the base lacks (`scratch`,
+/// busybox) starts with `root` (unless the recipe names root or ID 0 itself), as every
+/// image with accounts has it.
+fn merge(recipe: &Recipe, accounts: &Accounts, files: &AccountFiles) -> Result<Merged, BuildError> {
+    let base_passwd = match &files.passwd {
+        Some(text) => with_newline(text),
+        None if accounts
+            .users
+            .iter()
+            .any(|u| u.uid == 0 || u.name == "root") =>
+        {
+            String::new()
+        }
+        None => "root:x:0:0:root:/root:/bin/sh\n".to_string(),
+    };
+    let base_group = match &files.group {
+        Some(text) => with_newline(text),
+        None if accounts
+            .groups
+            .iter()
+            .any(|g| g.gid == 0 || g.name == "root") =>
+        {
+            String::new()
+        }
+        None => "root:x:0:\n".to_string(),
+    };
+    let mut group = base_group.clone();
+    let theirs = lines(&base_group);
+    for ours in &accounts.groups {
+        if let Some(line) = theirs
+            .iter()
+            .find(|l| l.name == ours.name || l.id == ours.gid)
+        {
+            let what = ("group", ours.name.as_str(), ours.gid, "/etc/group");
+            return Err(clash(recipe, &ours.span, what, line));
+        }
+        group.push_str(&format!("{}:x:{}:\n", ours.name, ours.gid));
+    }
+    let mut passwd = base_passwd.clone();
+    let (theirs, groups) = (lines(&base_passwd), lines(&group));
+    for ours in &accounts.users {
+        if let Some(line) = theirs
+            .iter()
+            .find(|l| l.name == ours.name || l.id == ours.uid)
+        {
+            let what = ("user", ours.name.as_str(), ours.uid, "/etc/passwd");
+            return Err(clash(recipe, &ours.span, what, line));
+        }
+        if !groups.iter().any(|g| g.id == ours.gid) {
+            return Err(invalid(
+                recipe,
+                Some(&ours.gid_span),
+                format!(
+                    "user `{}` has gid {}, which no group of `[accounts]` or of the base's /etc/group has",
+                    ours.name, ours.gid
+                ),
+            ));
+        }
+        passwd.push_str(&format!(
+            "{}:x:{}:{}::{}:{}\n",
+            ours.name, ours.uid, ours.gid, ours.home, ours.shell
+        ));
+    }
+    Ok(Merged { passwd, group })
+}
+
+fn with_newline(text: &str) -> String {
+    let mut text = text.to_string();
+    if !text.is_empty() && !text.ends_with('\n') {
+        text.push('\n');
+    }
+    text
+}
+
+/// A recipe entry (`what`: kind, name, ID, file) that has the name or ID of the base's
+/// `line`.
+fn clash(
+    recipe: &Recipe,
+    span: &SourceSpan,
+    (kind, name, id, file): (&str, &str, u32, &str),
+    line: &Line<'_>,
+) -> BuildError {
+    let same = if line.name == name { "name" } else { "ID" };
+    invalid(
+        recipe,
+        Some(span),
+        format!(
+            "{kind} `{name}` ({id}) has the {same} of the base's {file} line `{}`: choose another name and ID, or leave the base's entry alone",
+            line.text
+        ),
+    )
+}
+
+fn invalid(recipe: &Recipe, span: Option<&SourceSpan>, message: String) -> BuildError {
+    BuildError::Recipe(RecipeError::Invalid {
+        path: recipe.path.clone(),
+        message,
+        span: span.cloned(),
+    })
+}
+
+/// The uid and gid `[image] user` (`uid`, `uid:gid`, `name`, `name:group`) stands for in
+/// the merged files. A name neither has is an error: the runtime would refuse to start.
+fn resolve_user(recipe: &Recipe, user: &str, merged: &Merged) -> Result<(u32, u32), BuildError> {
+    let (users, groups) = (lines(&merged.passwd), lines(&merged.group));
+    let (name, group) = match user.split_once(':') {
+        Some((name, group)) => (name, Some(group)),
+        None => (user, None),
+    };
+    let entry = users
+        .iter()
+        .find(|l| l.name == name || name.parse() == Ok(l.id));
+    let uid = match (name.parse::<u32>(), entry) {
+        (Ok(uid), _) => uid,
+        (Err(_), Some(entry)) => entry.id,
+        (Err(_), None) => {
+            return Err(invalid(
+                recipe,
+                None,
+                format!(
+                    "`[image] user` names `{name}`, which neither `[accounts]` nor the base's /etc/passwd has"
+                ),
+            ));
+        }
+    };
+    let gid = match group {
+        None => entry.and_then(|e| e.gid).unwrap_or(0),
+        Some(group) => match (
+            group.parse::<u32>(),
+            groups.iter().find(|g| g.name == group),
+        ) {
+            (Ok(gid), _) => gid,
+            (Err(_), Some(entry)) => entry.id,
+            (Err(_), None) => {
+                return Err(invalid(
+                    recipe,
+                    None,
+                    format!(
+                        "`[image] user` names the group `{group}`, which neither `[accounts]` nor the base's /etc/group has"
+                    ),
+                ));
+            }
+        },
+    };
+    Ok((uid, gid))
+}
+
+/// An absolute in-image path as a layer entry's path; `None` for `/` itself.
+fn in_image(path: &str) -> Option<&str> {
+    Some(path.trim_matches('/')).filter(|p| !p.is_empty())
+}
+
+fn account_file(path: &str, text: &str) -> OwnedEntry {
+    OwnedEntry {
+        path: path.to_string(),
+        uid: 0,
+        gid: 0,
+        mode: 0o644,
+        content: Content::Bytes(text.as_bytes().to_vec()),
+    }
+}
+
+fn owned_directory(path: &str, uid: u32, gid: u32) -> OwnedEntry {
+    OwnedEntry {
+        path: path.to_string(),
+        uid,
+        gid,
+        mode: 0o755,
+        content: Content::Directory,
+    }
+}
+
+/// `/etc/passwd` and `/etc/group` of the base as the container sees them: the last layer's
+/// copy wins, and a whiteout (`etc/.wh.passwd`, an opaque `etc`, a removed `etc`) removes
+/// what the layers below held. A link or anything but a file there is refused: merging into
+/// it would write through it.
+pub(super) fn read_account_files(base: &BaseImage) -> Result<AccountFiles, BuildError> {
+    let mut files = AccountFiles::default();
+    let layer_error = |digest, source| GlibcError::Layer { digest, source };
+    base.walk_layers(layer_error, |digest, path, entry| {
+        let path = path.trim_start_matches("./").trim_start_matches('/');
+        let slot = match path.trim_end_matches('/') {
+            "etc/passwd" | "etc/.wh.passwd" => &mut files.passwd,
+            "etc/group" | "etc/.wh.group" => &mut files.group,
+            "etc/.wh..wh..opq" | ".wh.etc" => {
+                files = AccountFiles::default();
+                return Ok(());
+            }
+            _ => return Ok(()),
+        };
+        if path.contains(".wh.") {
+            *slot = None;
+            return Ok(());
+        }
+        if !entry.header().entry_type().is_file() {
+            return Err(layer_error(
+                digest.to_string(),
+                std::io::Error::other(format!(
+                    "`/{path}` is not a regular file in the base (a link or another kind); imgbuild merges accounts only into a plain file"
+                )),
+            ));
+        }
+        let mut bytes = Vec::new();
+        entry
+            .take(MAX_ACCOUNT_FILE + 1)
+            .read_to_end(&mut bytes)
+            .map_err(|source| layer_error(digest.to_string(), source))?;
+        if bytes.len() as u64 > MAX_ACCOUNT_FILE {
+            return Err(layer_error(
+                digest.to_string(),
+                std::io::Error::other(format!("`/{path}` is larger than 4 MiB")),
+            ));
+        }
+        *slot = Some(String::from_utf8_lossy(&bytes).into_owned());
+        Ok(())
+    })?;
+    Ok(files)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use super::*;
+    use crate::recipe::RecipeOptions;
+
+    fn recipe(text: &str) -> Recipe {
+        Recipe::from_str_at(
+            &format!("[image]\nname = \"x\"\n{text}\n"),
+            Path::new("r.toml"),
+            &RecipeOptions::default(),
+        )
+        .unwrap()
+    }
+
+    const JOVYAN: &str = "[[accounts.groups]]\nname = \"jovyan\"\ngid = 1000\n\
+        [[accounts.users]]\nname = \"jovyan\"\nuid = 1000\ngid = 1000\n";
+
+    fn base_files() -> AccountFiles {
+        AccountFiles {
+            passwd: Some(
+                "root:x:0:0:root:/root:/bin/bash\nubuntu:x:1001:1001::/home/ubuntu:/bin/bash"
+                    .into(),
+            ),
+            group: Some("root:x:0:\nubuntu:x:1001:\n".into()),
+        }
+    }
+
+    #[test]
+    fn the_recipes_accounts_follow_the_bases_lines_or_root_on_scratch() {
+        let recipe = recipe(JOVYAN);
+        let merged = merge(&recipe, &recipe.accounts, &base_files()).unwrap();
+        assert_eq!(
+            merged.passwd,
+            "root:x:0:0:root:/root:/bin/bash\nubuntu:x:1001:1001::/home/ubuntu:/bin/bash\n\
+             jovyan:x:1000:1000::/home/jovyan:/bin/sh\n"
+        );
+        assert_eq!(merged.group, "root:x:0:\nubuntu:x:1001:\njovyan:x:1000:\n");
+        let fresh = merge(&recipe, &recipe.accounts, &AccountFiles::default()).unwrap();
+        assert_eq!(
+            fresh.passwd,
+            "root:x:0:0:root:/root:/bin/sh\njovyan:x:1000:1000::/home/jovyan:/bin/sh\n"
+        );
+        assert_eq!(fresh.group, "root:x:0:\njovyan:x:1000:\n");
+    }
+
+    #[test]
+    fn a_clash_with_the_base_names_both_and_a_missing_group_its_gid() {
+        for (text, needle) in [
+            (
+                JOVYAN.replace("uid = 1000", "uid = 1001"),
+                "user `jovyan` (1001) has the ID of the base's /etc/passwd line `ubuntu:x:1001:1001::/home/ubuntu:/bin/bash`",
+            ),
+            (
+                JOVYAN.replace("name = \"jovyan\"\nuid", "name = \"ubuntu\"\nuid"),
+                "user `ubuntu` (1000) has the name of the base's /etc/passwd line",
+            ),
+            (
+                JOVYAN.replace("gid = 1000\n[[", "gid = 1001\n[["),
+                "group `jovyan` (1001) has the ID of the base's /etc/group line `ubuntu:x:1001:`",
+            ),
+            (
+                JOVYAN.replace("uid = 1000\ngid = 1000", "uid = 1000\ngid = 7"),
+                "user `jovyan` has gid 7, which no group",
+            ),
+        ] {
+            let recipe = recipe(&text);
+            let err = merge(&recipe, &recipe.accounts, &base_files()).unwrap_err();
+            let err = err.to_string();
+            assert!(err.contains(needle), "{err}");
+            assert!(err.contains("r.toml:"), "{err}");
+        }
+    }
+
+    #[test]
+    fn homes_and_the_workdir_are_owned_by_their_user() {
+        let recipe = recipe(&format!(
+            "user = \"jovyan\"\nworkdir = \"/home/jovyan/work\"\n{JOVYAN}"
+        ));
+        let layer = accounts_layer(&recipe, None, 7).unwrap().unwrap();
+        let owners: Vec<(&str, u32, u32)> = layer
+            .entries
+            .iter()
+            .map(|e| (e.path.as_str(), e.uid, e.gid))
+            .collect();
+        assert_eq!(
+            owners,
+            [
+                ("etc", 0, 0),
+                ("etc/group", 0, 0),
+                ("etc/passwd", 0, 0),
+                ("home", 0, 0),
+                ("home/jovyan", 1000, 1000),
+                ("home/jovyan/work", 1000, 1000),
+            ]
+        );
+        // A numeric user needs no account; a name must have one.
+        let numeric = self::recipe("user = \"1000:100\"\nworkdir = \"/work\"");
+        let layer = accounts_layer(&numeric, None, 7).unwrap().unwrap();
+        assert_eq!((layer.entries[0].uid, layer.entries[0].gid), (1000, 100));
+        let unknown = self::recipe(&format!("user = \"nobody\"\nworkdir = \"/w\"\n{JOVYAN}"));
+        let err = accounts_layer(&unknown, None, 7).unwrap_err().to_string();
+        assert!(err.contains("`[image] user` names `nobody`"), "{err}");
+        assert!(
+            accounts_layer(&self::recipe("user = \"1000\""), None, 7)
+                .unwrap()
+                .is_none()
+        );
+    }
+}
