@@ -28,11 +28,14 @@ pub enum MetadataError {
 }
 
 /// The header fields, in order, with continuation lines joined; the body after the first
-/// blank line is the description and is ignored.
+/// empty line is the description and is ignored. A line of only spaces is a continuation
+/// line, as in Python's email parser: setuptools and hatchling indent a multi-line
+/// `License` that way, blank lines included (JupyterLab's METADATA stopped at its licence's
+/// first paragraph, and every `Requires-Dist` after it was lost).
 fn headers(text: &str) -> Vec<(String, String)> {
     let mut fields: Vec<(String, String)> = Vec::new();
     for line in text.lines() {
-        if line.trim().is_empty() {
+        if line.is_empty() {
             break;
         }
         if line.starts_with([' ', '\t']) {
@@ -95,6 +98,23 @@ impl CoreMetadata {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_multi_line_license_with_blank_lines_does_not_end_the_headers() {
+        // As JupyterLab 4.3.8's METADATA has it: the licence text indented by 8 spaces, its
+        // empty lines as 8 spaces, and the requirements after it.
+        let text = "Metadata-Version: 2.4\nName: jupyterlab\nVersion: 4.3.8\n\
+                    License: Copyright (c) 2015-2024 Project Jupyter Contributors\n        All rights reserved.\n        \n        Redistribution and use\n\
+                    Requires-Python: >=3.8\nRequires-Dist: async-lru>=1.0.0\nRequires-Dist: ipykernel>=6.5.0\n\n# JupyterLab\n";
+        let metadata = CoreMetadata::parse(text).unwrap();
+        let names: Vec<&str> = metadata
+            .requires_dist
+            .iter()
+            .map(|r| r.name.as_ref())
+            .collect();
+        assert_eq!(names, ["async-lru", "ipykernel"]);
+        assert!(metadata.requires_python.is_some());
+    }
 
     #[test]
     fn requirements_and_python_bounds_are_read_and_the_description_ignored() {
