@@ -56,11 +56,23 @@ fn lines(text: &str) -> Vec<Line<'_>> {
         .collect()
 }
 
-/// The accounts layer of `recipe` on `base`, or `None` when the recipe adds no accounts and
-/// does not set both `user` and `workdir`.
-pub(super) fn accounts_layer(
+/// The image's `/etc/passwd` and `/etc/group`: the base's with `[accounts]` merged in.
+pub(super) fn account_tables(
     recipe: &Recipe,
     base: Option<&BaseImage>,
+) -> Result<Merged, BuildError> {
+    let files = match base {
+        Some(base) => read_account_files(base)?,
+        None => AccountFiles::default(),
+    };
+    merge(recipe, &recipe.accounts, &files)
+}
+
+/// The accounts layer of `recipe` with its merged `tables`, or `None` when the recipe adds
+/// no accounts and does not set both `user` and `workdir`.
+pub(super) fn accounts_layer(
+    recipe: &Recipe,
+    tables: &Merged,
     mtime: u64,
 ) -> Result<Option<OwnedLayer>, BuildError> {
     let accounts = &recipe.accounts;
@@ -68,17 +80,12 @@ pub(super) fn accounts_layer(
     if accounts.is_empty() && workdir.is_none() {
         return Ok(None);
     }
-    let files = match base {
-        Some(base) => read_account_files(base)?,
-        None => AccountFiles::default(),
-    };
-    let merged = merge(recipe, accounts, &files)?;
     let mut entries = Vec::new();
     if !accounts.users.is_empty() {
-        entries.push(account_file("etc/passwd", &merged.passwd));
+        entries.push(account_file("etc/passwd", &tables.passwd));
     }
     if !accounts.groups.is_empty() {
-        entries.push(account_file("etc/group", &merged.group));
+        entries.push(account_file("etc/group", &tables.group));
     }
     for user in &accounts.users {
         if let Some(home) = in_image(&user.home) {
@@ -86,7 +93,7 @@ pub(super) fn accounts_layer(
         }
     }
     if let (Some(user), Some(workdir)) = (&recipe.user, workdir) {
-        let (uid, gid) = resolve_user(recipe, user, &merged)?;
+        let (uid, gid) = resolve(recipe, "`[image] user`", user, None, tables)?;
         if let Some(dir) = in_image(workdir) {
             entries.push(owned_directory(dir, uid, gid));
         }
@@ -101,7 +108,7 @@ pub(super) fn accounts_layer(
 
 /// `/etc/passwd` and `/etc/group` with the recipe's accounts in them.
 #[derive(Debug, Clone, PartialEq, Eq)]
-struct Merged {
+pub(super) struct Merged {
     passwd: String,
     group: String,
 }
@@ -207,13 +214,29 @@ fn invalid(recipe: &Recipe, span: Option<&SourceSpan>, message: String) -> Build
     })
 }
 
-/// The uid and gid `[image] user` (`uid`, `uid:gid`, `name`, `name:group`) stands for in
-/// the merged files. A name neither has is an error: the runtime would refuse to start.
-fn resolve_user(recipe: &Recipe, user: &str, merged: &Merged) -> Result<(u32, u32), BuildError> {
-    let (users, groups) = (lines(&merged.passwd), lines(&merged.group));
-    let (name, group) = match user.split_once(':') {
+/// The uid and gid `spec` (`uid`, `uid:gid`, `name`, `name:group`; `what` says whose, at
+/// `span`) stands for in the merged `tables`. A name neither file has is an error: the
+/// runtime would refuse to start, or the files would belong to nobody.
+pub(super) fn resolve(
+    recipe: &Recipe,
+    what: &str,
+    spec: &str,
+    span: Option<&SourceSpan>,
+    tables: &Merged,
+) -> Result<(u32, u32), BuildError> {
+    let (users, groups) = (lines(&tables.passwd), lines(&tables.group));
+    let (name, group) = match spec.split_once(':') {
         Some((name, group)) => (name, Some(group)),
-        None => (user, None),
+        None => (spec, None),
+    };
+    let missing = |kind: &str, name: &str, file: &str| {
+        invalid(
+            recipe,
+            span,
+            format!(
+                "{what} names the {kind} `{name}`, which neither `[accounts]` nor the base's {file} has"
+            ),
+        )
     };
     let entry = users
         .iter()
@@ -221,15 +244,7 @@ fn resolve_user(recipe: &Recipe, user: &str, merged: &Merged) -> Result<(u32, u3
     let uid = match (name.parse::<u32>(), entry) {
         (Ok(uid), _) => uid,
         (Err(_), Some(entry)) => entry.id,
-        (Err(_), None) => {
-            return Err(invalid(
-                recipe,
-                None,
-                format!(
-                    "`[image] user` names `{name}`, which neither `[accounts]` nor the base's /etc/passwd has"
-                ),
-            ));
-        }
+        (Err(_), None) => return Err(missing("user", name, "/etc/passwd")),
     };
     let gid = match group {
         None => entry.and_then(|e| e.gid).unwrap_or(0),
@@ -239,15 +254,7 @@ fn resolve_user(recipe: &Recipe, user: &str, merged: &Merged) -> Result<(u32, u3
         ) {
             (Ok(gid), _) => gid,
             (Err(_), Some(entry)) => entry.id,
-            (Err(_), None) => {
-                return Err(invalid(
-                    recipe,
-                    None,
-                    format!(
-                        "`[image] user` names the group `{group}`, which neither `[accounts]` nor the base's /etc/group has"
-                    ),
-                ));
-            }
+            (Err(_), None) => return Err(missing("group", group, "/etc/group")),
         },
     };
     Ok((uid, gid))
@@ -400,12 +407,16 @@ mod tests {
         }
     }
 
+    fn layer_of(recipe: &Recipe) -> Result<Option<OwnedLayer>, BuildError> {
+        accounts_layer(recipe, &account_tables(recipe, None)?, 7)
+    }
+
     #[test]
     fn homes_and_the_workdir_are_owned_by_their_user() {
         let recipe = recipe(&format!(
             "user = \"jovyan\"\nworkdir = \"/home/jovyan/work\"\n{JOVYAN}"
         ));
-        let layer = accounts_layer(&recipe, None, 7).unwrap().unwrap();
+        let layer = layer_of(&recipe).unwrap().unwrap();
         let owners: Vec<(&str, u32, u32)> = layer
             .entries
             .iter()
@@ -424,13 +435,16 @@ mod tests {
         );
         // A numeric user needs no account; a name must have one.
         let numeric = self::recipe("user = \"1000:100\"\nworkdir = \"/work\"");
-        let layer = accounts_layer(&numeric, None, 7).unwrap().unwrap();
+        let layer = layer_of(&numeric).unwrap().unwrap();
         assert_eq!((layer.entries[0].uid, layer.entries[0].gid), (1000, 100));
         let unknown = self::recipe(&format!("user = \"nobody\"\nworkdir = \"/w\"\n{JOVYAN}"));
-        let err = accounts_layer(&unknown, None, 7).unwrap_err().to_string();
-        assert!(err.contains("`[image] user` names `nobody`"), "{err}");
+        let err = layer_of(&unknown).unwrap_err().to_string();
         assert!(
-            accounts_layer(&self::recipe("user = \"1000\""), None, 7)
+            err.contains("`[image] user` names the user `nobody`"),
+            "{err}"
+        );
+        assert!(
+            layer_of(&self::recipe("user = \"1000\""))
                 .unwrap()
                 .is_none()
         );

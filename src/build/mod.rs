@@ -23,6 +23,7 @@
 
 mod accounts;
 mod error;
+mod files;
 mod lock;
 mod plan;
 mod prepare;
@@ -278,7 +279,11 @@ impl Records {
             variant: recipe.variant.as_deref(),
             smoke_exe: recipe.embed_smoke.then_some(smoke_exes.as_str()),
         }
-        .key();
+        .key()
+        // `[[files]]` are read from the host, not from the recipe or the lock: their bytes
+        // are no input of the key, so such a build always runs (its unchanged layers come
+        // from the layer cache).
+        .filter(|_| recipe.files.is_empty());
         Records {
             records: BuildRecords::new(&settings.cache_dir),
             key,

@@ -10,7 +10,10 @@ use rattler_conda_types::Subdir;
 use rattler_shell::{activation::Activator, shell};
 
 use super::{
-    BuildError, BuildSettings, Context, Reporter, Stage, accounts::accounts_layer, counted,
+    BuildError, BuildSettings, Context, Reporter, Stage,
+    accounts::{account_tables, accounts_layer},
+    counted,
+    files::files_layer,
     plan::PlatformWork,
 };
 use crate::{
@@ -223,11 +226,26 @@ impl<'a> Stager<'a> {
     }
 
     /// The recipe's own layers, which sit above the environment's: the accounts layer
-    /// (users, groups, homes, the user's workdir), when there is one.
+    /// (users, groups, homes, the user's workdir), when there is one, then a layer for each
+    /// `[[files]]` entry, in the recipe's order. The base's accounts are read only when
+    /// something needs them.
     fn owned_layers(&self, work: &PlatformWork<'_>) -> Result<Vec<OwnedLayer>, BuildError> {
+        let recipe = self.cx.recipe;
         let mtime = self.cx.created_seconds as u64;
-        let accounts = accounts_layer(self.cx.recipe, work.prepared.base.as_ref(), mtime)?;
-        Ok(accounts.into_iter().collect())
+        let needs_tables = !recipe.accounts.is_empty()
+            || (recipe.user.is_some() && recipe.workdir.is_some())
+            || recipe.files.iter().any(|copy| copy.owner.is_some());
+        let tables = needs_tables
+            .then(|| account_tables(recipe, work.prepared.base.as_ref()))
+            .transpose()?;
+        let mut layers = Vec::new();
+        if let Some(tables) = &tables {
+            layers.extend(accounts_layer(recipe, tables, mtime)?);
+        }
+        for copy in &recipe.files {
+            layers.push(files_layer(recipe, copy, tables.as_ref(), mtime)?);
+        }
+        Ok(layers)
     }
 
     /// The staged tree's layers, then the smoke executable's, which names itself in the

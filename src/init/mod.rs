@@ -127,6 +127,13 @@ entrypoint = ["/opt/conda/bin/python"]
 # groups = [{{ name = "app", gid = 1000 }}]
 # users = [{{ name = "app", uid = 1000, gid = 1000, home = "/home/app", shell = "/bin/sh" }}]
 
+# [[files]]                     # your own files: a layer each, above the environment's
+# src = "src"                   # relative to this file: a file or a directory
+# dest = "/app"                 # absolute path in the image
+# owner = "app"                 # UID:GID, or a name from [accounts] or the base
+# mode = "0644"                 # files; directories get the matching x bits
+# exclude = ["*.tmp", "__pycache__/"]   # also .imgbuildignore or .dockerignore in src
+
 # [cuda]                        # for GPU images
 # version = "12.4"              # CUDA runtime the image targets
 # min-driver = "550.54.14"      # oldest host driver it must run on (default: the release's)
@@ -270,6 +277,8 @@ mod tests {
         let text = match section {
             None => "zzz-unknown = 1\n[image]\nname = \"x\"\n".to_string(),
             Some("image") => "[image]\nname = \"x\"\nzzz-unknown = 1\n".to_string(),
+            // An array of tables.
+            Some("files") => "[image]\nname = \"x\"\n[[files]]\nzzz-unknown = 1\n".to_string(),
             Some(section) => format!("[image]\nname = \"x\"\n[{section}]\nzzz-unknown = 1\n"),
         };
         let err = Recipe::from_str_at(&text, Path::new("r.toml"), &RecipeOptions::default())
@@ -297,6 +306,8 @@ mod tests {
         for line in text.lines() {
             let line = line.trim_start_matches('#').trim();
             if let Some(header) = line.strip_prefix('[') {
+                // `[[files]]` as `[files]`.
+                let header = header.trim_start_matches('[');
                 let header = header.split(']').next().unwrap_or_default();
                 match header.split_once('.') {
                     Some((parent, key)) => {

@@ -2,8 +2,9 @@
 //! `/etc/group`, home directories) and the recipe's `[[files]]`. Package layers are owned by
 //! root with normalised modes ([`super::tar`]); these are what the recipe says they are.
 //!
-//! The tar is as deterministic as a package layer's: entries sorted by path with explicit
-//! parent directories (root-owned, 0755, unless the layer names them), GNU headers without
+//! The tar is as deterministic as a package layer's: entries sorted by path, with explicit
+//! parent directories (root-owned, 0755, unless the layer names them) or, for a layer
+//! that must leave the owners of the directories above it alone, none; GNU headers without
 //! PAX records or owner names, every entry stamped with the layer's one mtime. The cache key
 //! is the sha256 of every entry whole (path, kind, owner, mode, link target and the sha256
 //! of each file's bytes), so equal keys mean equal tars.
@@ -78,10 +79,7 @@ impl OwnedLayer {
     /// A layer of `entries`, sorted by path, each path once (a later entry for a path
     /// replaces an earlier one), with every missing parent directory added root-owned.
     pub fn new(kind: LayerKind, name: String, entries: Vec<OwnedEntry>, mtime: u64) -> Self {
-        let mut by_path: BTreeMap<String, OwnedEntry> = BTreeMap::new();
-        for entry in entries {
-            by_path.insert(entry.path.clone(), entry);
-        }
+        let mut by_path = by_path(entries);
         let parents: Vec<String> = by_path
             .keys()
             .flat_map(|path| {
@@ -103,6 +101,22 @@ impl OwnedLayer {
             kind,
             name,
             entries: by_path.into_values().collect(),
+            mtime,
+        }
+    }
+
+    /// A layer of `entries`, sorted by path, each path once, and no directory it does not
+    /// name: the parents above the entries keep the owners the layers below give them.
+    pub fn without_parents(
+        kind: LayerKind,
+        name: String,
+        entries: Vec<OwnedEntry>,
+        mtime: u64,
+    ) -> Self {
+        OwnedLayer {
+            kind,
+            name,
+            entries: by_path(entries).into_values().collect(),
             mtime,
         }
     }
@@ -147,6 +161,14 @@ impl OwnedLayer {
         }
         hex::encode(hasher.finalize())
     }
+}
+
+/// `entries` by path, in tar order; a later entry for a path replaces an earlier one.
+fn by_path(entries: Vec<OwnedEntry>) -> BTreeMap<String, OwnedEntry> {
+    entries
+        .into_iter()
+        .map(|entry| (entry.path.clone(), entry))
+        .collect()
 }
 
 /// Writes `layer` as a tar to `out`; returns `out` after the end-of-archive blocks. A file

@@ -112,6 +112,8 @@ pub struct Recipe {
     pub stop_signal: Option<String>,
     /// `[accounts]`: users and groups added to the image; empty without the section.
     pub accounts: super::accounts::Accounts,
+    /// `[[files]]`: the recipe's own files, a layer each above the environment's.
+    pub files: Vec<super::files::FileCopy>,
     /// Most layers the image may have, base layers included.
     pub layer_budget: u32,
     /// How new layers are compressed.
@@ -264,8 +266,8 @@ impl Checker {
     }
 
     /// Checks the sections in the order their errors are reported: what the image is, the
-    /// conda environment, `[cuda]`, `[pypi]`, how the image runs, `[accounts]`, then
-    /// `[layers]`.
+    /// conda environment, `[cuda]`, `[pypi]`, how the image runs, `[accounts]`,
+    /// `[[files]]`, then `[layers]`.
     fn validate(&self, file: RecipeFile, options: &RecipeOptions) -> Result<Recipe, RecipeError> {
         let target = self.image_target(&file.image)?;
         let conda = self.conda(&file.conda, &options.channel_alias)?;
@@ -274,6 +276,7 @@ impl Checker {
         let specs = with_cuda_compat(conda.specs, cuda.as_ref());
         let config = self.image_config(&file.image)?;
         let accounts = self.accounts(&file.accounts)?;
+        let files = self.files(&file.files, &recipe_dir(&self.path))?;
         let layers = self.layers(&file.layers)?;
         Ok(Recipe {
             path: self.path.clone(),
@@ -298,6 +301,7 @@ impl Checker {
             ports: config.ports,
             stop_signal: config.stop_signal,
             accounts,
+            files,
             layer_budget: layers.budget,
             compression: layers.compression,
             variant: None,

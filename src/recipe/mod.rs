@@ -7,6 +7,7 @@
 
 pub mod accounts;
 mod error;
+pub mod files;
 mod load;
 pub mod matrix;
 mod platforms;

@@ -28,6 +28,9 @@ pub(crate) struct RecipeFile {
     /// Optional: users and groups merged into the base's `/etc/passwd` and `/etc/group`.
     #[serde(default)]
     pub accounts: AccountsSection,
+    /// Optional: `[[files]]`, the recipe's own files and directories, a layer each.
+    #[serde(default)]
+    pub files: Vec<Spanned<FilesEntry>>,
     /// Optional: build variants, `key = ["value", …]`; read by [`super::matrix`] before
     /// the recipe is parsed, so here only its presence is kept.
     #[allow(dead_code)]
@@ -163,4 +166,20 @@ pub(crate) struct UserEntry {
     pub home: Option<Spanned<String>>,
     /// Default `/bin/sh`.
     pub shell: Option<Spanned<String>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct FilesEntry {
+    /// A file or directory, relative to the recipe.
+    pub src: Spanned<String>,
+    /// Absolute in-image path: the file's, or the directory the contents go into.
+    pub dest: Spanned<String>,
+    /// `UID:GID`, `name` or `name:group`; default `0:0`.
+    pub owner: Option<Spanned<String>>,
+    /// Octal permission bits of files, e.g. `0644`; directories get the matching x bits.
+    pub mode: Option<Spanned<String>>,
+    /// Globs of paths under `src` to leave out, as in `.imgbuildignore`.
+    #[serde(default)]
+    pub exclude: Vec<Spanned<String>>,
 }

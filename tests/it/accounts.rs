@@ -167,6 +167,6 @@ fn a_clash_with_the_base_or_an_unknown_user_is_refused_naming_both() {
     unknown.write_recipe(&(text + ACCOUNTS));
     unknown
         .build(&[])
-        .assert_failure_naming(1, &["`[image] user` names `nobody`"]);
+        .assert_failure_naming(1, &["`[image] user` names the user `nobody`"]);
     unknown.assert_no_image();
 }

@@ -22,6 +22,7 @@ mod download;
 mod error_messages;
 mod errors;
 mod fatbin;
+mod files;
 mod fixtures_smoke;
 mod hostile;
 mod hostile_inputs;
