@@ -65,8 +65,9 @@ pub enum Progress<'a> {
     PullFinished,
     /// A PyPI project's index pages are read.
     PypiProject(&'a str),
-    /// The core metadata of one wheel is read from the index (PEP 658).
-    PypiMetadata(&'a str),
+    /// The core metadata of one wheel is read without the wheel: from the index (PEP 658), or
+    /// from the wheel's zip directory by range requests; `bytes` received for it.
+    PypiMetadata { file: &'a str, bytes: u64 },
     /// Bytes of a wheel received while the resolution downloads it whole (for its metadata
     /// or its sha256).
     PypiBytes(u64),

@@ -9,8 +9,9 @@
 //! - `{"event":"stage-finished","stage":…,"ok":true,"seconds":1.25,"items":5,"bytes":123,"downloaded_bytes":0}`
 //!   (`items`: packages linked or layers written; `bytes`: compressed layer bytes); the
 //!   install stage's also has `package_bytes` (package archives checked and extracted), the
-//!   solve stage's `pypi_projects`, `pypi_metadata`, `pypi_wheels` and `pypi_wheel_bytes`
-//!   (index pages read, PEP 658 metadata files read, wheels the resolution downloaded whole)
+//!   solve stage's `pypi_projects`, `pypi_metadata`, `pypi_metadata_bytes`, `pypi_wheels` and
+//!   `pypi_wheel_bytes` (index pages read; metadata read without its wheel, from the index or
+//!   by range requests, and the bytes that took; wheels the resolution downloaded whole)
 //! - `{"event":"warning","message":"…"}`
 //! - `{"event":"lock","path":"…","outcome":"reused|written","reason":null,"packages":5}`
 //! - `{"event":"result",…}` (see [`result_event`]) or `{"event":"error","message":"…","exit_code":1}`
@@ -68,6 +69,7 @@ struct Current {
 struct PypiCounts {
     projects: usize,
     metadata: usize,
+    metadata_bytes: u64,
     wheels: usize,
     wheel_bytes: u64,
     /// Bytes received of the wheels being downloaded.
@@ -145,6 +147,7 @@ impl BuildProgress {
                         let pypi = &current.pypi;
                         event["pypi_projects"] = json!(pypi.projects);
                         event["pypi_metadata"] = json!(pypi.metadata);
+                        event["pypi_metadata_bytes"] = json!(pypi.metadata_bytes);
                         event["pypi_wheels"] = json!(pypi.wheels);
                         event["pypi_wheel_bytes"] = json!(pypi.wheel_bytes);
                     }
@@ -316,7 +319,7 @@ impl Reporter for BuildProgress {
             Progress::PullBlob { bytes, downloaded } => self.pull_blob(bytes, downloaded),
             Progress::PullFinished => self.pull_finished(),
             Progress::PypiProject(_)
-            | Progress::PypiMetadata(_)
+            | Progress::PypiMetadata { .. }
             | Progress::PypiBytes(_)
             | Progress::PypiWheel { .. } => self.pypi(progress),
         }
@@ -409,7 +412,10 @@ impl BuildProgress {
         let pypi = &mut current.pypi;
         match progress {
             Progress::PypiProject(_) => pypi.projects += 1,
-            Progress::PypiMetadata(_) => pypi.metadata += 1,
+            Progress::PypiMetadata { bytes, .. } => {
+                pypi.metadata += 1;
+                pypi.metadata_bytes += bytes;
+            }
             Progress::PypiBytes(bytes) => pypi.received += bytes,
             Progress::PypiWheel { bytes, .. } => {
                 pypi.wheels += 1;

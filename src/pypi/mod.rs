@@ -26,6 +26,7 @@ pub mod fetch;
 pub mod index;
 pub mod install;
 pub mod metadata;
+pub mod range_metadata;
 pub mod resolve;
 
 pub use crate::{

@@ -385,53 +385,28 @@ impl Provider<'_> {
             file: file.filename.clone(),
             reason,
         };
+        let remote = file.url.scheme() != "file";
         let text = match &file.metadata {
-            // PEP 658: the metadata alone, not the whole wheel.
-            Some(sha256) if file.url.scheme() != "file" => {
-                let url = Url::parse(&format!("{}.metadata", file.url))
-                    .map_err(|e| metadata_error(e.to_string()))?;
-                let bytes = self
-                    .handle
-                    .block_on(async {
-                        self.client
-                            .client()
-                            .get(url.clone())
-                            .send()
-                            .await
-                            .map_err(|e| crate::http::error_chain(&e))?
-                            .error_for_status()
-                            .map_err(|e| crate::http::error_chain(&e))?
-                            .bytes()
-                            .await
-                            .map_err(|e| crate::http::error_chain(&e))
-                    })
-                    .map_err(|reason| {
-                        metadata_error(format!("could not be fetched from `{url}`: {reason}"))
-                    })?;
-                if let Some(expected) = sha256 {
-                    let actual =
-                        rattler_digest::compute_bytes_digest::<rattler_digest::Sha256>(&bytes);
-                    if actual.as_slice() != expected.as_slice() {
-                        return Err(metadata_error(format!(
-                            "at `{url}` does not match the sha256 the index gives"
-                        )));
-                    }
-                }
-                self.reporter
-                    .on_progress(Progress::PypiMetadata(&file.filename));
-                String::from_utf8(bytes.to_vec())
-                    .map_err(|_| metadata_error("is not UTF-8".to_string()))?
-            }
+            Some(sha256) if remote => self.pep658_metadata(file, sha256.as_ref())?,
             _ => {
-                let (path, _) = self.handle.block_on(fetch_wheel(
-                    &self.client,
-                    self.cache_dir,
-                    &file.url,
-                    &file.filename,
-                    file.sha256,
-                    self.reporter,
-                ))?;
-                wheel_metadata(&path).map_err(metadata_error)?
+                // Without PEP 658, by ranges where the server takes them, else the wheel.
+                let ranged = match remote {
+                    true => self.handle.block_on(super::range_metadata::read_metadata(
+                        &self.client,
+                        &file.url,
+                    )),
+                    false => None,
+                };
+                match ranged {
+                    Some(read) => {
+                        self.reporter.on_progress(Progress::PypiMetadata {
+                            file: &file.filename,
+                            bytes: read.received,
+                        });
+                        read.text
+                    }
+                    None => self.wheel_metadata(file)?,
+                }
             }
         };
         let metadata = CoreMetadata::parse(&text).map_err(|e| metadata_error(e.to_string()))?;
@@ -444,6 +419,68 @@ impl Provider<'_> {
         let metadata = Rc::new(metadata);
         self.metadata.borrow_mut().insert(key, metadata.clone());
         Ok(metadata)
+    }
+
+    /// PEP 658: the metadata alone at `<url>.metadata`, checked against the sha256 the index
+    /// gives for it.
+    fn pep658_metadata(
+        &self,
+        file: &DistFile,
+        sha256: Option<&rattler_digest::Sha256Hash>,
+    ) -> Result<String, ResolveError> {
+        let metadata_error = |reason: String| ResolveError::Metadata {
+            file: file.filename.clone(),
+            reason,
+        };
+        let url = Url::parse(&format!("{}.metadata", file.url))
+            .map_err(|e| metadata_error(e.to_string()))?;
+        let bytes = self
+            .handle
+            .block_on(async {
+                self.client
+                    .client()
+                    .get(url.clone())
+                    .send()
+                    .await
+                    .map_err(|e| crate::http::error_chain(&e))?
+                    .error_for_status()
+                    .map_err(|e| crate::http::error_chain(&e))?
+                    .bytes()
+                    .await
+                    .map_err(|e| crate::http::error_chain(&e))
+            })
+            .map_err(|reason| {
+                metadata_error(format!("could not be fetched from `{url}`: {reason}"))
+            })?;
+        if let Some(expected) = sha256 {
+            let actual = rattler_digest::compute_bytes_digest::<rattler_digest::Sha256>(&bytes);
+            if actual.as_slice() != expected.as_slice() {
+                return Err(metadata_error(format!(
+                    "at `{url}` does not match the sha256 the index gives"
+                )));
+            }
+        }
+        self.reporter.on_progress(Progress::PypiMetadata {
+            file: &file.filename,
+            bytes: bytes.len() as u64,
+        });
+        String::from_utf8(bytes.to_vec()).map_err(|_| metadata_error("is not UTF-8".to_string()))
+    }
+
+    /// The metadata of the whole wheel, downloaded (or copied) into the cache.
+    fn wheel_metadata(&self, file: &DistFile) -> Result<String, ResolveError> {
+        let (path, _) = self.handle.block_on(fetch_wheel(
+            &self.client,
+            self.cache_dir,
+            &file.url,
+            &file.filename,
+            file.sha256,
+            self.reporter,
+        ))?;
+        wheel_metadata(&path).map_err(|reason| ResolveError::Metadata {
+            file: file.filename.clone(),
+            reason,
+        })
     }
 
     fn candidate(&self, name: &PackageName, version: &Version) -> Option<Candidate> {

@@ -523,3 +523,112 @@ fn wheels_skipped_for_a_newer_glibc_than_scratch_are_named_with_the_setting() {
         .any(|e| e["event"] == "warning" && e["message"] == warning["warning: ".len()..]);
     assert!(warned, "{}", run.stdout);
 }
+
+/// `bigdata-1.0-py3-none-any.whl` in `dir`, whose `METADATA` comes first and 300 KiB of
+/// data after it, as a wheel built by a tool that writes its dist-info first: its metadata
+/// is not in the tail. Returns the offset of the member's local header.
+fn write_metadata_first_wheel(dir: &std::path::Path) -> u64 {
+    use std::io::Write;
+    let mut zip = zip::ZipWriter::new(std::io::Cursor::new(Vec::new()));
+    let stored =
+        zip::write::SimpleFileOptions::default().compression_method(zip::CompressionMethod::Stored);
+    zip.start_file(
+        "bigdata-1.0.dist-info/METADATA",
+        zip::write::SimpleFileOptions::default(),
+    )
+    .unwrap();
+    zip.write_all(b"Metadata-Version: 2.1\nName: bigdata\nVersion: 1.0\nRequires-Dist: six\n")
+        .unwrap();
+    zip.start_file("bigdata/data.bin", stored).unwrap();
+    let data: Vec<u8> = (0..300u32 << 10).map(|i| (i * 7919 % 251) as u8).collect();
+    zip.write_all(&data).unwrap();
+    fs_err::write(
+        dir.join("bigdata-1.0-py3-none-any.whl"),
+        zip.finish().unwrap().into_inner(),
+    )
+    .unwrap();
+    0
+}
+
+#[test]
+fn without_pep_658_a_wheels_metadata_is_read_by_ranges_where_the_server_takes_them() {
+    use crate::{
+        servers::range::{Drops, RangeServer, Ranges},
+        support::{
+            channel::sha256_file,
+            pypi::{DATEUTIL_2_9_0_POST0, SIX_1_16_0, pinned_dists},
+        },
+    };
+    let served = tempfile::tempdir().unwrap();
+    let mut links = String::new();
+    let mut wheel_bytes = 0;
+    for (path, _) in pinned_dists(&[SIX_1_16_0, DATEUTIL_2_9_0_POST0]).unwrap() {
+        let name = path.file_name().unwrap().to_str().unwrap().to_string();
+        fs_err::copy(&path, served.path().join(&name)).unwrap();
+        wheel_bytes += fs_err::metadata(&path).unwrap().len();
+        let sha256 = sha256_file(&path).unwrap();
+        links.push_str(&format!("<a href=\"{name}#sha256={sha256}\">{name}</a>\n"));
+    }
+    let big = "bigdata-1.0-py3-none-any.whl";
+    let metadata_at = write_metadata_first_wheel(served.path());
+    let big_path = served.path().join(big);
+    wheel_bytes += fs_err::metadata(&big_path).unwrap().len();
+    let sha256 = sha256_file(&big_path).unwrap();
+    links.push_str(&format!("<a href=\"{big}#sha256={sha256}\">{big}</a>\n"));
+    fs_err::write(served.path().join("links.html"), links).unwrap();
+
+    let lock = |ranges: Ranges| {
+        let server = RangeServer::serve(served.path().to_path_buf(), ranges, Drops::Never);
+        let project = Project::new();
+        project.write_recipe(
+            &(tiny_recipe(crate::support::pypi::pypi_channel(), "ranged", &["python"])
+                + &format!(
+                    "\n[pypi]\nno-index = true\nfind-links = [\"{}links.html\"]\n\
+                     dependencies = [\"python-dateutil\", \"bigdata\"]\n",
+                    server.url
+                )),
+        );
+        let run = project
+            .run(&["lock", "recipes/image.toml", "--json"])
+            .success();
+        let lock = fs_err::read_to_string(project.lock_path()).unwrap();
+        assert!(lock.contains("python_dateutil-2.9.0.post0"), "{lock}");
+        assert!(lock.contains("six-1.16.0"), "{lock}");
+        (stage_finished(&events(&run.stdout), "solve"), server)
+    };
+
+    let (solve, server) = lock(Ranges::Honour);
+    assert_eq!(solve["pypi_metadata"], 3, "{solve}");
+    assert_eq!(solve["pypi_wheels"], 0, "{solve}");
+    // six's and dateutil's METADATA lie in their last 64 KiB: a HEAD and one range each.
+    for wheel in [SIX_1_16_0.file_name, DATEUTIL_2_9_0_POST0.file_name] {
+        let requests = server.requests_for(wheel);
+        let ranges: Vec<Option<&str>> = requests.iter().map(|r| r.range.as_deref()).collect();
+        assert!(matches!(ranges[..], [None, Some(_)]), "{requests:#?}");
+        assert_eq!(requests[1].status, 206, "{requests:#?}");
+    }
+    // bigdata's is not: one range more, from its local header.
+    let requests = server.requests_for(big);
+    let ranges: Vec<Option<&str>> = requests.iter().map(|r| r.range.as_deref()).collect();
+    let member = format!("bytes={metadata_at}-");
+    assert!(
+        matches!(ranges[..], [None, Some(_), Some(m)] if m == member),
+        "{requests:#?}"
+    );
+    // What arrived for the metadata, of 530 KiB of wheels: dateutil's tail is a third of
+    // it, six (11 KiB) is all tail, and bigdata's member range is dropped once read.
+    let read = solve["pypi_metadata_bytes"].as_u64().unwrap();
+    assert!(read < wheel_bytes / 2, "{read} of {wheel_bytes}");
+
+    // A server without ranges: the wheels whole, as before.
+    let (solve, server) = lock(Ranges::Ignore);
+    assert_eq!(solve["pypi_metadata"], 0, "{solve}");
+    assert_eq!(solve["pypi_wheels"], 3, "{solve}");
+    assert_eq!(solve["pypi_wheel_bytes"], wheel_bytes, "{solve}");
+    let gets: Vec<_> = server
+        .requests_for(".whl")
+        .into_iter()
+        .filter(|r| r.range.is_some())
+        .collect();
+    assert!(gets.is_empty(), "no range asked of it: {gets:#?}");
+}
