@@ -23,6 +23,7 @@ use super::{
 };
 use crate::{
     layers::{LayerKind, OwnedEntry, OwnedLayer, owned::Content},
+    lock::SourceDigest,
     recipe::{Recipe, RecipeError, SourceSpan, files::FileCopy},
 };
 
@@ -63,6 +64,23 @@ pub(super) fn files_layer(
         entries,
         mtime,
     ))
+}
+
+/// What the lock pins of each `[[files]]` source, in the recipe's order: the digest of the
+/// entries its layer would hold (paths, modes, kinds, link targets, file sha256s), owners
+/// left out (they are the recipe's). Walks every source; a source that cannot be walked
+/// is the same error the layer would give.
+pub(super) fn source_digests(recipe: &Recipe) -> Result<Vec<SourceDigest>, BuildError> {
+    recipe
+        .files
+        .iter()
+        .map(|copy| {
+            Ok(SourceDigest {
+                src: copy.src_text.clone(),
+                digest: files_layer(recipe, copy, None, 0)?.content_digest(),
+            })
+        })
+        .collect()
 }
 
 /// One source's walk, collecting entries.

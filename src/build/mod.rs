@@ -280,10 +280,7 @@ impl Records {
             smoke_exe: recipe.embed_smoke.then_some(smoke_exes.as_str()),
         }
         .key()
-        // `[[files]]` are read from the host, not from the recipe or the lock: their bytes
-        // are no input of the key, so such a build always runs (its unchanged layers come
-        // from the layer cache).
-        .filter(|_| recipe.files.is_empty());
+        .and_then(|key| with_sources(key, recipe));
         Records {
             records: BuildRecords::new(&settings.cache_dir),
             key,
@@ -313,6 +310,20 @@ impl Records {
             self.records.put(key, &record);
         }
     }
+}
+
+/// `key` with the digests of the recipe's `[[files]]` sources: they are read from the host,
+/// not from the recipe or the lock, so a changed file must change the key. `None` (no
+/// record: the build runs, and reports the error) when a source cannot be walked.
+fn with_sources(key: String, recipe: &Recipe) -> Option<String> {
+    if recipe.files.is_empty() {
+        return Some(key);
+    }
+    let digests = files::source_digests(recipe).ok()?;
+    let json = serde_json::to_string(&digests).expect("strings serialize");
+    Some(crate::oci::sha256_digest(
+        format!("{key}\n{json}").as_bytes(),
+    ))
 }
 
 /// A build record, with the image the layout holds under the recipe's tags, read under the

@@ -135,31 +135,57 @@ impl OwnedLayer {
 
     /// The layer cache key: everything that decides the tar's bytes.
     pub fn key(&self, compression: Compression) -> String {
-        let mut hasher = Sha256::new();
-        let mut line = |value: serde_json::Value| {
-            hasher.update(value.to_string().as_bytes());
-            hasher.update(b"\n");
-        };
-        line(serde_json::json!([
+        let head = serde_json::json!([
             KEY_FORMAT,
             env!("CARGO_PKG_VERSION"),
             compression.describe(),
             self.mtime
-        ]));
-        for entry in &self.entries {
-            let content = match &entry.content {
-                Content::Directory => serde_json::json!(["d"]),
-                Content::Symlink(target) => serde_json::json!(["l", target.to_string_lossy()]),
-                Content::Bytes(bytes) => {
-                    serde_json::json!(["f", bytes.len(), hex::encode(Sha256::digest(bytes))])
-                }
-                Content::File { size, sha256, .. } => serde_json::json!(["f", size, sha256]),
-            };
-            line(serde_json::json!([
-                entry.path, entry.uid, entry.gid, entry.mode, content
-            ]));
+        ]);
+        self.digest(Some(head), |entry| {
+            serde_json::json!([
+                entry.path,
+                entry.uid,
+                entry.gid,
+                entry.mode,
+                content_of(entry)
+            ])
+        })
+    }
+
+    /// `sha256:<hex>` of what the entries hold, whoever owns them and whenever they are
+    /// stamped: each one's path, mode, kind, link target and file sha256. What a lock pins
+    /// of a `[[files]]` source, so it does not change with imgbuild's version.
+    pub fn content_digest(&self) -> String {
+        let digest = self.digest(None, |entry| {
+            serde_json::json!([entry.path, entry.mode, content_of(entry)])
+        });
+        format!("sha256:{digest}")
+    }
+
+    /// The sha256 of `head` and one JSON line per entry.
+    fn digest(
+        &self,
+        head: Option<serde_json::Value>,
+        line_of: impl Fn(&OwnedEntry) -> serde_json::Value,
+    ) -> String {
+        let mut hasher = Sha256::new();
+        for line in head.into_iter().chain(self.entries.iter().map(line_of)) {
+            hasher.update(line.to_string().as_bytes());
+            hasher.update(b"\n");
         }
         hex::encode(hasher.finalize())
+    }
+}
+
+/// An entry's content as the cache key and the content digest name it.
+fn content_of(entry: &OwnedEntry) -> serde_json::Value {
+    match &entry.content {
+        Content::Directory => serde_json::json!(["d"]),
+        Content::Symlink(target) => serde_json::json!(["l", target.to_string_lossy()]),
+        Content::Bytes(bytes) => {
+            serde_json::json!(["f", bytes.len(), hex::encode(Sha256::digest(bytes))])
+        }
+        Content::File { size, sha256, .. } => serde_json::json!(["f", size, sha256]),
     }
 }
 
@@ -336,6 +362,11 @@ mod tests {
         let mut other = layer.clone();
         other.entries[3].uid = 1001;
         assert_ne!(other.key(Compression::Gzip), layer.key(Compression::Gzip));
+        // The content digest leaves owners (and the time) out.
+        other.mtime = 43;
+        assert_eq!(other.content_digest(), layer.content_digest());
+        other.entries[1].mode = 0o600;
+        assert_ne!(other.content_digest(), layer.content_digest());
     }
 
     #[test]

@@ -52,6 +52,13 @@ pub enum Staleness {
     Unrequested(String),
     /// The `[pypi]` part no longer matches the recipe.
     Pypi(String),
+    /// A `[[files]]` source differs from what the lock pins: `None` where one side has
+    /// no such source.
+    Sources {
+        src: String,
+        locked: Option<String>,
+        wanted: Option<String>,
+    },
     /// A reason that holds for one platform of a multi-platform lock.
     OnPlatform {
         platform: String,
@@ -104,9 +111,30 @@ impl fmt::Display for Staleness {
                 "locked package `{package}` is no longer needed by the recipe's dependencies"
             ),
             Staleness::Pypi(reason) => f.write_str(reason),
+            Staleness::Sources {
+                src,
+                locked,
+                wanted,
+            } => match (locked, wanted) {
+                (Some(locked), Some(wanted)) => write!(
+                    f,
+                    "`[[files]]` source `{src}` changed (locked {}…, now {}…)",
+                    short_digest(locked),
+                    short_digest(wanted)
+                ),
+                (Some(_), None) => {
+                    write!(f, "`[[files]]` source `{src}` is no longer in the recipe")
+                }
+                _ => write!(f, "`[[files]]` source `{src}` is not in the lock"),
+            },
             Staleness::OnPlatform { platform, reason } => write!(f, "{platform}: {reason}"),
         }
     }
+}
+
+/// `sha256:` and the first 12 hex digits, enough to tell two digests apart in a message.
+fn short_digest(digest: &str) -> &str {
+    &digest[..digest.len().min("sha256:".len() + 12)]
 }
 
 /// The priority as the recipe and the lock file spell it.

@@ -6,10 +6,12 @@
 //!
 //! `model` is what a lock holds, `file` reads and writes it, and `check` says whether it
 //! still fits its recipe (staleness) and comes only from the recipe's sources (provenance).
+//! `sources` pins the recipe's `[[files]]` sources in a second leading comment.
 
 mod check;
 mod file;
 mod model;
+mod sources;
 
 #[cfg(test)]
 mod fixtures;
@@ -17,6 +19,7 @@ mod fixtures;
 pub use check::Staleness;
 pub use file::{LockError, MAX_LOCK_BYTES};
 pub use model::{Lock, LockedBase, PlatformLock, ResolvedWheel};
+pub use sources::{SourceDigest, check_sources, read_sources, sources_in};
 
 /// A lock written, read back and checked against the recipe it was written for.
 #[cfg(test)]
