@@ -2,13 +2,14 @@
 //! `--quiet`, and one JSON event per line on stdout with `--json`.
 //!
 //! JSON events (all have `event`):
-//! - `{"event":"pull-started","reference":"…","platform":"linux-64","blobs":3,"bytes":123}`
+//! - `{"event":"pull-started","reference":"…","platform":"linux/amd64","blobs":3,"bytes":123}`
 //!   and `{"event":"pull-finished","reference":…,"platform":…,"seconds":…,"blobs":3,
 //!   "downloaded_blobs":2,"downloaded_bytes":120}`, for each registry base, before the stages
 //! - `{"event":"stage-started","stage":"solve|install|layers|write","detail":"…"}`
 //! - `{"event":"stage-finished","stage":…,"ok":true,"seconds":1.25,"items":5,"bytes":123,"downloaded_bytes":0}`
 //!   (`items`: packages linked or layers written; `bytes`: compressed layer bytes); the
-//!   install stage's also has `package_bytes` (package archives checked and extracted), the
+//!   install stage's also has `package_bytes` (package archives checked and extracted; the
+//!   solve stage's too, of the conda packages the PyPI resolution reads), the
 //!   solve stage's `pypi_projects`, `pypi_metadata`, `pypi_metadata_bytes`, `pypi_wheels` and
 //!   `pypi_wheel_bytes` (index pages read; metadata read without its wheel, from the index or
 //!   by range requests, and the bytes that took; wheels the resolution downloaded whole)
@@ -144,6 +145,7 @@ impl BuildProgress {
                 match stage {
                     Stage::Install => event["package_bytes"] = json!(current.archived),
                     Stage::Solve => {
+                        event["package_bytes"] = json!(current.archived);
                         let pypi = &current.pypi;
                         event["pypi_projects"] = json!(pypi.projects);
                         event["pypi_metadata"] = json!(pypi.metadata);
@@ -156,6 +158,7 @@ impl BuildProgress {
                 self.printer.event(&event);
             }
             Mode::Plain | Mode::Bars => {
+                self.end_archives(current);
                 if stage == Stage::Solve
                     && let Some(read) = pypi_read(&current.pypi)
                 {
@@ -250,10 +253,7 @@ impl Reporter for BuildProgress {
             Mode::Plain => self.printer.status(verb(stage), detail),
             Mode::Bars => {
                 let bar = ProgressBar::new_spinner();
-                bar.set_style(
-                    ProgressStyle::with_template("{prefix:>12.bold} {spinner} {msg} {elapsed}")
-                        .expect("a valid template"),
-                );
+                bar.set_style(spinner_style());
                 bar.set_prefix(verb(stage));
                 bar.set_message(detail.to_string());
                 bar.enable_steady_tick(Duration::from_millis(100));
@@ -265,18 +265,8 @@ impl Reporter for BuildProgress {
     fn on_stage_total(&self, stage: Stage, total: usize) {
         let mut current = self.current();
         // The packages are linked once their archives are through.
-        if stage == Stage::Install
-            && let Some(since) = current.archives_since.take()
-            && self.mode == Mode::Plain
-        {
-            self.printer.status(
-                "Extracted",
-                format_args!(
-                    "{} of package archives in {:.2}s",
-                    human_bytes(current.archived),
-                    since.elapsed().as_secs_f64()
-                ),
-            );
+        if stage == Stage::Install {
+            self.end_archives(&mut current);
         }
         if let Some(bar) = &current.bar {
             bar.set_style(bar_style("{pos}/{len}"));
@@ -289,7 +279,7 @@ impl Reporter for BuildProgress {
     fn on_download_bytes(&self, bytes: u64) {
         let mut current = self.current();
         current.downloaded += bytes;
-        set_message(&current, Stage::Install);
+        set_message(&current, current_stage(&current));
     }
 
     fn on_progress(&self, progress: Progress<'_>) {
@@ -353,6 +343,17 @@ impl Reporter for BuildProgress {
     }
 }
 
+/// The stage running, for a report that is not a stage's own (archive bytes come in the
+/// install stage and, for the PyPI resolution, in the solve stage).
+fn current_stage(current: &Current) -> Stage {
+    current.stage.map_or(Stage::Install, |(stage, _)| stage)
+}
+
+fn spinner_style() -> ProgressStyle {
+    ProgressStyle::with_template("{prefix:>12.bold} {spinner} {msg} {elapsed}")
+        .expect("a valid template")
+}
+
 /// The bar of a stage that counts `unit` (`{pos}/{len}` items or `{binary_bytes}/…`).
 fn bar_style(unit: &str) -> ProgressStyle {
     ProgressStyle::with_template(&format!(
@@ -373,6 +374,10 @@ fn set_message(current: &Current, stage: Stage) {
     };
     bar.set_message(match stage {
         Stage::Install if current.archives_since.is_some() => format!("extracted{downloaded}"),
+        Stage::Solve if current.archives_since.is_some() => format!(
+            "{}; conda packages extracted for the PyPI resolution{downloaded}",
+            current.detail
+        ),
         Stage::Install => format!("packages{downloaded}"),
         Stage::Layers if current.bytes > 0 => {
             format!("layers, {} compressed", human_bytes(current.bytes))
@@ -404,11 +409,34 @@ impl BuildProgress {
             bar.set_length(current.archive_total);
             bar.set_position(current.archived);
         }
-        set_message(&current, Stage::Install);
+        set_message(&current, current_stage(&current));
+    }
+
+    /// The archives are through: the plain line says how many bytes took how long.
+    fn end_archives(&self, current: &mut Current) {
+        if let Some(since) = current.archives_since.take()
+            && self.mode == Mode::Plain
+        {
+            self.printer.status(
+                "Extracted",
+                format_args!(
+                    "{} of package archives in {:.2}s",
+                    human_bytes(current.archived),
+                    since.elapsed().as_secs_f64()
+                ),
+            );
+        }
     }
 
     fn pypi(&self, progress: Progress<'_>) {
         let mut current = self.current();
+        // The conda packages the resolution reads are through: the spinner is back.
+        if current.archives_since.is_some() {
+            self.end_archives(&mut current);
+            if let Some(bar) = &current.bar {
+                bar.set_style(spinner_style());
+            }
+        }
         let pypi = &mut current.pypi;
         match progress {
             Progress::PypiProject(_) => pypi.projects += 1,

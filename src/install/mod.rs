@@ -191,6 +191,17 @@ pub async fn fetch_only(
     platform: rattler_conda_types::Subdir,
     options: &InstallOptions<'_>,
 ) -> Result<(), InstallError> {
+    fetch_only_reporting(records, platform, options, &crate::report::Silent).await
+}
+
+/// [`fetch_only`], telling `reporter` of bytes downloaded and of the archives' bytes as they
+/// are checked and extracted.
+pub async fn fetch_only_reporting(
+    records: &[RepoDataRecord],
+    platform: rattler_conda_types::Subdir,
+    options: &InstallOptions<'_>,
+    reporter: &dyn crate::report::Reporter,
+) -> Result<(), InstallError> {
     confine::check_record_fields(&records.iter().collect::<Vec<_>>())?;
     let client = crate::http::client()?;
     let (events_tx, mut events_rx) = tokio::sync::mpsc::unbounded_channel();
@@ -205,7 +216,7 @@ pub async fn fetch_only(
             events_tx,
         ),
         &mut events_rx,
-        &crate::report::Silent,
+        reporter,
     )
     .await?;
     drop(cache_lock);

@@ -82,10 +82,12 @@ pub async fn lock_platform(
         return Ok(Vec::new());
     }
     let python_target = python_target(target, records)?;
-    crate::install::fetch_only(
+    // Their archives' bytes are shown while the solve waits on them.
+    crate::install::fetch_only_reporting(
         records,
         target.platform,
         &crate::install::InstallOptions { cache_dir },
+        reporter,
     )
     .await
     .map_err(|e| PypiError::Conda(Box::new(e)))?;

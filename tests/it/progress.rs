@@ -304,12 +304,12 @@ fn stage_finished(events: &[Value], stage: &str) -> Value {
         .clone()
 }
 
-/// The bytes of the channel's archives that the project's lock names.
-fn locked_archive_bytes(project: &Project) -> u64 {
+/// The bytes of the archives of `channel` that the project's lock names.
+fn locked_archive_bytes(project: &Project, channel: &std::path::Path) -> u64 {
     let lock = fs_err::read_to_string(project.lock_path()).unwrap();
     let mut total = 0;
     for subdir in ["linux-64", "noarch"] {
-        for entry in fs_err::read_dir(shared_channel().join(subdir)).unwrap() {
+        for entry in fs_err::read_dir(channel.join(subdir)).unwrap() {
             let entry = entry.unwrap();
             let name = entry.file_name().to_string_lossy().into_owned();
             if (name.ends_with(".conda") || name.ends_with(".tar.bz2")) && lock.contains(&name) {
@@ -324,7 +324,7 @@ fn locked_archive_bytes(project: &Project) -> u64 {
 fn install_counts_the_bytes_of_the_archives_it_checks_and_extracts() {
     let project = project();
     let run = project.build(&["--json"]).success();
-    let expected = locked_archive_bytes(&project);
+    let expected = locked_archive_bytes(&project, shared_channel());
     assert!(expected > 500, "hello and the CUDA runtime: {expected}");
     let install = stage_finished(&events(&run.stdout), "install");
     assert_eq!(install["package_bytes"], expected, "{install}");
@@ -469,6 +469,10 @@ fn the_pypi_resolution_counts_the_projects_and_wheels_it_fetched() {
     assert_eq!(solve["pypi_metadata"], 0, "{solve}");
     assert_eq!(solve["pypi_wheels"], 2, "{solve}");
     assert_eq!(solve["pypi_wheel_bytes"], wheel_bytes, "{solve}");
+    // The conda packages were read for the Python distributions they provide.
+    let conda = locked_archive_bytes(&project, crate::support::pypi::pypi_channel());
+    assert!(conda > 0);
+    assert_eq!(solve["package_bytes"], conda, "{solve}");
 
     // With metadata, no wheel is read; without a terminal, one line says what was.
     let index = SimpleIndex::serve(&dists).unwrap();
@@ -481,6 +485,14 @@ fn the_pypi_resolution_counts_the_projects_and_wheels_it_fetched() {
         .unwrap_or_else(|| panic!("the Fetched line in:\n{}", run.stderr));
     assert!(
         lines[fetched + 1].starts_with("Solved in "),
+        "{}",
+        run.stderr
+    );
+    // Before the resolution, the conda packages it reads.
+    assert!(
+        lines[..fetched]
+            .iter()
+            .any(|l| l.starts_with("Extracted ") && l.contains(" of package archives in ")),
         "{}",
         run.stderr
     );
