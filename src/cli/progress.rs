@@ -132,31 +132,9 @@ impl BuildProgress {
         match self.mode {
             Mode::Quiet => {}
             Mode::Plain | Mode::Bars if !ok => {}
-            Mode::Json => {
-                let mut event = json!({
-                    "event": "stage-finished",
-                    "stage": stage.name(),
-                    "ok": ok,
-                    "seconds": round(elapsed),
-                    "items": current.items,
-                    "bytes": current.bytes,
-                    "downloaded_bytes": current.downloaded,
-                });
-                match stage {
-                    Stage::Install => event["package_bytes"] = json!(current.archived),
-                    Stage::Solve => {
-                        event["package_bytes"] = json!(current.archived);
-                        let pypi = &current.pypi;
-                        event["pypi_projects"] = json!(pypi.projects);
-                        event["pypi_metadata"] = json!(pypi.metadata);
-                        event["pypi_metadata_bytes"] = json!(pypi.metadata_bytes);
-                        event["pypi_wheels"] = json!(pypi.wheels);
-                        event["pypi_wheel_bytes"] = json!(pypi.wheel_bytes);
-                    }
-                    Stage::Layers | Stage::Write => {}
-                }
-                self.printer.event(&event);
-            }
+            Mode::Json => self
+                .printer
+                .event(&finished_event(stage, ok, elapsed, current)),
             Mode::Plain | Mode::Bars => {
                 self.end_archives(current);
                 if stage == Stage::Solve
@@ -195,6 +173,34 @@ impl BuildProgress {
         }
         *current = Current::default();
     }
+}
+
+/// The `stage-finished` event of `stage`: what every stage counts, and what the install and
+/// the solve count of their own.
+fn finished_event(stage: Stage, ok: bool, elapsed: Duration, current: &Current) -> Value {
+    let mut event = json!({
+        "event": "stage-finished",
+        "stage": stage.name(),
+        "ok": ok,
+        "seconds": round(elapsed),
+        "items": current.items,
+        "bytes": current.bytes,
+        "downloaded_bytes": current.downloaded,
+    });
+    match stage {
+        Stage::Install => event["package_bytes"] = json!(current.archived),
+        Stage::Solve => {
+            event["package_bytes"] = json!(current.archived);
+            let pypi = &current.pypi;
+            event["pypi_projects"] = json!(pypi.projects);
+            event["pypi_metadata"] = json!(pypi.metadata);
+            event["pypi_metadata_bytes"] = json!(pypi.metadata_bytes);
+            event["pypi_wheels"] = json!(pypi.wheels);
+            event["pypi_wheel_bytes"] = json!(pypi.wheel_bytes);
+        }
+        Stage::Layers | Stage::Write => {}
+    }
+    event
 }
 
 /// `3 PyPI projects, 2 metadata files and 1 wheel (2.0 MiB)`: what the resolution read,
