@@ -31,6 +31,7 @@ mod hostile_runtime;
 mod image_config;
 mod init;
 mod inspect;
+mod jupyter;
 mod k8s;
 mod layer_cache;
 mod layering;

@@ -1,0 +1,364 @@
+//! The Jupyter-over-SSH workflow of the second design document, end to end (issue 17): a
+//! JupyterLab image built from JupyterLab's real PyPI wheels through `[pypi]` (no conda
+//! channel is reachable here), over the venv `python` 3.9 on Debian bullseye that the PyPI
+//! tests use, with a non-root user from `[accounts]`, port 8888 exposed and the token
+//! required. It runs under podman with 8888 published on 127.0.0.1 only, and is driven
+//! through Jupyter's REST API (contents, kernel specs) and `jupyter execute` (nbclient) as
+//! the image's user.
+
+use std::{net::TcpListener, path::Path, process::Command};
+
+use serde_json::Value;
+
+use crate::{
+    common::{LayoutView, Project, is_root},
+    support::{
+        channel::{PinnedWheel, fetch_wheel},
+        pypi::{bullseye_python_base, pypi_channel},
+        test_cache_dir,
+    },
+};
+
+/// The pins of JupyterLab 4.3.8 and its dependencies (see `tests/data/README.md`).
+const WHEELS: &str = include_str!("../data/jupyter/wheels.tsv");
+
+const TOKEN: &str = "imgbuild-test-token";
+
+fn pinned_wheels() -> Vec<PinnedWheel> {
+    WHEELS
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+        .map(|line| {
+            let mut fields = line.split('\t');
+            let mut next = || fields.next().expect("file, URL and sha256");
+            PinnedWheel {
+                file_name: next(),
+                url: next(),
+                sha256: next(),
+            }
+        })
+        .collect()
+}
+
+/// The recipe: `[accounts]` for `jovyan`, whose home holds the workdir, and JupyterLab.
+fn recipe() -> String {
+    let channel = format!("file://{}/", pypi_channel().display());
+    format!(
+        r#"[image]
+name = "jupyter-e2e"
+base = "oci:../base"
+user = "jovyan"
+workdir = "/home/jovyan/work"
+ports = ["8888/tcp"]
+entrypoint = ["/opt/conda/bin/jupyter", "lab", "--ip=0.0.0.0", "--port=8888", "--no-browser"]
+
+[[accounts.groups]]
+name = "jovyan"
+gid = 1000
+
+[[accounts.users]]
+name = "jovyan"
+uid = 1000
+gid = 1000
+home = "/home/jovyan"
+shell = "/bin/sh"
+
+[conda]
+channels = ["{channel}"]
+dependencies = ["python"]
+
+[pypi]
+no-index = true
+find-links = ["wheels"]
+dependencies = ["jupyterlab"]
+"#
+    )
+}
+
+/// podman with its own storage under `dir`; the rlimits podman sets by default (nofile
+/// 1048576) are more than a build container may raise, so runs pass their own.
+struct Podman {
+    storage: std::path::PathBuf,
+}
+
+impl Podman {
+    fn command(&self, args: &[&str]) -> Command {
+        let mut command = Command::new("podman");
+        command
+            .arg("--root")
+            .arg(self.storage.join("root"))
+            .arg("--runroot")
+            .arg(self.storage.join("run"))
+            .args([
+                "--storage-driver",
+                "vfs",
+                "--cgroup-manager",
+                "cgroupfs",
+                "--runtime",
+                "runc",
+                "--events-backend",
+                "none",
+            ])
+            .args(args);
+        command
+    }
+
+    fn run(&self, args: &[&str]) -> String {
+        let output = self.command(args).output().expect("running podman");
+        assert!(
+            output.status.success(),
+            "podman {args:?} failed:\n{}{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        );
+        String::from_utf8_lossy(&output.stdout).into_owned()
+    }
+}
+
+/// A running container, removed when dropped.
+struct Container<'a> {
+    podman: &'a Podman,
+    name: String,
+}
+
+impl Drop for Container<'_> {
+    fn drop(&mut self) {
+        let _ = self.podman.command(&["rm", "-f", &self.name]).output();
+    }
+}
+
+/// `curl` of `url` on the published port: (HTTP status, body).
+fn http(method: &str, url: &str, token: Option<&str>, body: Option<&Value>) -> (u16, String) {
+    let mut command = Command::new("curl");
+    command.args(["-s", "-X", method, "-w", "\n%{http_code}", url]);
+    if let Some(token) = token {
+        command.args(["-H", &format!("Authorization: token {token}")]);
+    }
+    if let Some(body) = body {
+        command.args(["-H", "Content-Type: application/json", "--data-binary"]);
+        command.arg(body.to_string());
+    }
+    let output = command.output().expect("running curl");
+    let text = String::from_utf8_lossy(&output.stdout).into_owned();
+    let (body, code) = text.rsplit_once('\n').unwrap_or(("", &text));
+    (code.trim().parse().unwrap_or(0), body.to_string())
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Waits until the server answers on `base` (any HTTP status); the logs when it never does.
+fn wait_for_server(podman: &Podman, container: &str, base: &str) {
+    // A bound on the wait, not a timing: a server that never starts must not hang the suite.
+    for _ in 0..600 {
+        if http("GET", &format!("{base}/api"), None, None).0 != 0 {
+            return;
+        }
+        let running = podman.run(&["inspect", "-f", "{{.State.Running}}", container]);
+        if running.trim() != "true" {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(500));
+    }
+    let logs = podman.command(&["logs", container]).output().unwrap();
+    panic!(
+        "JupyterLab never answered on {base}:\n{}{}",
+        String::from_utf8_lossy(&logs.stdout),
+        String::from_utf8_lossy(&logs.stderr)
+    );
+}
+
+/// A notebook of one cell that prints who runs it.
+fn notebook() -> Value {
+    serde_json::json!({
+        "type": "notebook",
+        "format": "json",
+        "content": {
+            "nbformat": 4,
+            "nbformat_minor": 5,
+            "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}},
+            "cells": [{
+                "cell_type": "code",
+                "id": "c1",
+                "metadata": {},
+                "execution_count": null,
+                "outputs": [],
+                "source": "import os, sys\nprint('cell ran as', os.getuid(), 'in', sys.prefix, 6 * 7)"
+            }]
+        }
+    })
+}
+
+fn build_image(project: &Project) {
+    let wheels = project.path().join("recipes/wheels");
+    fs_err::create_dir_all(&wheels).unwrap();
+    for wheel in pinned_wheels() {
+        let path = fetch_wheel(&test_cache_dir(), &wheel).unwrap();
+        fs_err::copy(&path, wheels.join(wheel.file_name)).unwrap();
+    }
+    bullseye_python_base(&project.path().join("base"), &test_cache_dir()).unwrap();
+    project.write_recipe(&recipe());
+    project.build(&[]).success();
+}
+
+#[test]
+fn a_jupyterlab_image_serves_its_kernel_to_its_user_behind_the_token() {
+    if !is_root() {
+        eprintln!("skipped: podman's rootful runs need root here");
+        return;
+    }
+    let project = Project::new();
+    build_image(&project);
+    let layout = LayoutView::new(project.path().join("images/jupyter-e2e"));
+    let config = layout.config();
+    assert_eq!(config["config"]["User"], "jovyan");
+    assert_eq!(config["config"]["WorkingDir"], "/home/jovyan/work");
+    assert_eq!(
+        config["config"]["ExposedPorts"],
+        serde_json::json!({"8888/tcp": {}})
+    );
+
+    let podman = Podman {
+        storage: project.path().join("podman"),
+    };
+    let layout_dir = project.path().join("images/jupyter-e2e");
+    // Copied under a name of our own: podman names an `oci:` image after its path, which a
+    // temporary directory's capitals make invalid.
+    let image = "localhost/jupyter-e2e:latest";
+    let storage = format!(
+        "containers-storage:[vfs@{}+{}]{image}",
+        podman.storage.join("root").display(),
+        podman.storage.join("run").display()
+    );
+    crate::common::run_tool(
+        "skopeo",
+        &[
+            "copy",
+            "-q",
+            &format!("oci:{}:latest", layout_dir.display()),
+            &storage,
+        ],
+    );
+    let port = free_port();
+    let container = Container {
+        podman: &podman,
+        name: format!("imgbuild-jupyter-{port}"),
+    };
+    podman.run(&[
+        "run",
+        "-d",
+        "--name",
+        &container.name,
+        "--ulimit",
+        "nofile=1024:1024",
+        "--ulimit",
+        "nproc=1024:1024",
+        "-p",
+        &format!("127.0.0.1:{port}:8888"),
+        "-e",
+        &format!("JUPYTER_TOKEN={TOKEN}"),
+        image,
+    ]);
+    let base = format!("http://127.0.0.1:{port}");
+    wait_for_server(&podman, &container.name, &base);
+
+    // The token is required.
+    let (refused, _) = http("GET", &format!("{base}/api/kernelspecs"), None, None);
+    assert_eq!(refused, 403, "the API answers without the token");
+    let (wrong, _) = http(
+        "GET",
+        &format!("{base}/api/kernelspecs"),
+        Some("not-the-token"),
+        None,
+    );
+    assert_eq!(wrong, 403, "the API answers a wrong token");
+    let (ok, specs) = http("GET", &format!("{base}/api/kernelspecs"), Some(TOKEN), None);
+    assert_eq!(ok, 200, "{specs}");
+
+    // The environment's ipykernel is the registered kernel.
+    let specs: Value = serde_json::from_str(&specs).unwrap();
+    assert_eq!(specs["default"], "python3", "{specs}");
+    let argv = &specs["kernelspecs"]["python3"]["spec"]["argv"];
+    assert_eq!(argv[1], "-m", "{specs}");
+    assert_eq!(argv[2], "ipykernel_launcher", "{specs}");
+
+    // The server runs as the recipe's user, not root.
+    // (The bullseye base holds python3.9 and what it needs, no coreutils.)
+    let status = podman.run(&[
+        "exec",
+        &container.name,
+        "/opt/conda/bin/python",
+        "-c",
+        "print(open('/proc/1/status').read())",
+    ]);
+    let uid = status
+        .lines()
+        .find_map(|l| l.strip_prefix("Uid:"))
+        .and_then(|l| l.split_whitespace().next())
+        .unwrap();
+    assert_eq!(uid, "1000", "{status}");
+
+    // A notebook written through the contents API (into the user's workdir) runs in the
+    // environment's kernel, and its output comes back through the API.
+    let (created, body) = http(
+        "PUT",
+        &format!("{base}/api/contents/hello.ipynb"),
+        Some(TOKEN),
+        Some(&notebook()),
+    );
+    assert!(created == 201 || created == 200, "{created}: {body}");
+    let executed = podman.run(&[
+        "exec",
+        &container.name,
+        "/opt/conda/bin/jupyter",
+        "execute",
+        "--inplace",
+        "/home/jovyan/work/hello.ipynb",
+    ]);
+    let (read, body) = http(
+        "GET",
+        &format!("{base}/api/contents/hello.ipynb"),
+        Some(TOKEN),
+        None,
+    );
+    assert_eq!(read, 200, "{body}");
+    let read: Value = serde_json::from_str(&body).unwrap();
+    let output = &read["content"]["cells"][0]["outputs"][0];
+    assert_eq!(
+        output["text"].as_str().map(str::trim),
+        Some("cell ran as 1000 in /opt/conda 42"),
+        "{executed}{read}"
+    );
+    transcript(project.path(), &specs, output);
+}
+
+/// What the run showed, for the README's evidence section (printed with `--nocapture`).
+fn transcript(dir: &Path, specs: &Value, output: &Value) {
+    let text = format!(
+        "kernelspecs: {}\ncell output: {}\n",
+        specs["kernelspecs"]["python3"]["spec"], output["text"]
+    );
+    fs_err::write(dir.join("jupyter-transcript.txt"), &text).unwrap();
+    eprintln!("{text}");
+}
+
+#[test]
+fn the_wheel_pins_are_well_formed() {
+    let wheels = pinned_wheels();
+    assert_eq!(wheels.len(), 95);
+    for wheel in &wheels {
+        assert!(wheel.file_name.ends_with(".whl"), "{}", wheel.file_name);
+        assert!(wheel.url.ends_with(wheel.file_name), "{}", wheel.url);
+        assert_eq!(wheel.sha256.len(), 64, "{}", wheel.file_name);
+    }
+    assert!(
+        wheels
+            .iter()
+            .any(|w| w.file_name.starts_with("jupyterlab-4.3.8-"))
+    );
+}
