@@ -92,11 +92,15 @@ pub(super) fn accounts_layer(
             entries.push(owned_directory(home, user.uid, user.gid));
         }
     }
-    if let (Some(user), Some(workdir)) = (&recipe.user, workdir) {
-        let (uid, gid) = resolve(recipe, "`[image] user`", user, None, tables)?;
-        if let Some(dir) = in_image(workdir) {
-            entries.push(owned_directory(dir, uid, gid));
-        }
+    // The user is looked up whenever this layer is made, so a name `[image] user` gives
+    // is one the image has.
+    let owner = recipe
+        .user
+        .as_ref()
+        .map(|user| resolve(recipe, "`[image] user`", user, None, tables))
+        .transpose()?;
+    if let (Some((uid, gid)), Some(dir)) = (owner, workdir.and_then(|w| in_image(w))) {
+        entries.push(owned_directory(dir, uid, gid));
     }
     Ok(Some(OwnedLayer::new(
         LayerKind::Accounts,
@@ -443,6 +447,11 @@ mod tests {
             err.contains("`[image] user` names the user `nobody`"),
             "{err}"
         );
+        // With [accounts], a name is checked even without a workdir.
+        let no_workdir = self::recipe(&format!("user = \"nobody\"\n{JOVYAN}"));
+        assert!(layer_of(&no_workdir).is_err());
+        let named = self::recipe(&format!("user = \"jovyan\"\n{JOVYAN}"));
+        assert!(layer_of(&named).is_ok());
         assert!(
             layer_of(&self::recipe("user = \"1000\""))
                 .unwrap()
