@@ -94,6 +94,7 @@ fn a_recipe_user_runs_with_its_name_home_and_a_writable_workdir() {
     busybox_base_layout(&again.path().join("base")).unwrap();
     again.write_recipe(&fs_err::read_to_string(project.recipe_path()).unwrap());
     assert_eq!(again.build(&[]).success().digest(), digest);
+    eprintln!("accounts: image {digest} in two directories");
 }
 
 #[test]

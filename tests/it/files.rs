@@ -168,6 +168,11 @@ fn a_changed_file_rebuilds_only_its_layer_and_builds_elsewhere_match() {
     assert_ne!(second.digest(), first);
     let after = layer_digests(&project);
     assert_eq!(before.len(), after.len());
+    // For the closing note of issue 17: the digests of both builds.
+    eprintln!(
+        "files: image {first} in two directories; after one file changed {}\nlayers before {before:?}\nlayers after  {after:?}",
+        second.digest()
+    );
     let changed: Vec<usize> = (0..before.len())
         .filter(|i| before[*i] != after[*i])
         .collect();
