@@ -417,7 +417,10 @@ mod tests {
         assert!(end_of_directory(b"not a zip at all, just bytes", 0).is_err());
         let mut corrupt = zip(&[("demo-1.0.dist-info/METADATA", METADATA)], 0);
         // The last directory entry is METADATA's (the padding comes first).
-        let at = corrupt.windows(4).rposition(|w| w == b"PK\x01\x02").unwrap();
+        let at = corrupt
+            .windows(4)
+            .rposition(|w| w == b"PK\x01\x02")
+            .unwrap();
         corrupt[at + 16] ^= 0xFF; // the CRC-32 the directory gives
         assert!(read_local(&corrupt).unwrap_err().contains("CRC-32"));
     }
