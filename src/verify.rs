@@ -275,6 +275,10 @@ fn check_against_lock(
     };
     let lock = Lock::read(lock_path)?.ok_or_else(|| mismatch("there is no lock file".into()))?;
     lock.check_sources(recipe, lock_path)?;
+    // The recipe's `[[files]]` sources as they are now, against the digests the lock pins.
+    let files = crate::build::source_digests(recipe).map_err(|e| mismatch(e.to_string()))?;
+    crate::lock::check_files(&crate::lock::read_sources(lock_path)?, &files)
+        .map_err(|stale| mismatch(stale.to_string()))?;
     for locked in &lock.platforms {
         let platform = locked.target.platform.to_string();
         let matching: Vec<&ImageContents> = images

@@ -70,7 +70,7 @@ pub(super) fn files_layer(
 /// entries its layer would hold (paths, modes, kinds, link targets, file sha256s), owners
 /// left out (they are the recipe's). Walks every source; a source that cannot be walked
 /// is the same error the layer would give.
-pub(super) fn source_digests(recipe: &Recipe) -> Result<Vec<SourceDigest>, BuildError> {
+pub fn source_digests(recipe: &Recipe) -> Result<Vec<SourceDigest>, BuildError> {
     recipe
         .files
         .iter()

@@ -26,6 +26,9 @@ enum LockStep {
     Outdated(Staleness),
     /// The lock satisfies the recipe: use it.
     Reuse,
+    /// The lock's packages satisfy the recipe but a `[[files]]` source changed: pin the
+    /// sources again without solving (the packages do not depend on the files).
+    Repin { reason: String },
     /// Solve and write a lock; `reason` says why one that exists is replaced.
     Solve { reason: Option<String> },
 }
@@ -38,6 +41,9 @@ impl LockStep {
             (LockMode::Locked, false, _) => LockStep::Missing,
             (LockMode::Locked, true, Some(reason)) => LockStep::Outdated(reason),
             (LockMode::Locked | LockMode::Reuse, true, None) => LockStep::Reuse,
+            (LockMode::Reuse, true, Some(reason @ Staleness::Sources { .. })) => LockStep::Repin {
+                reason: reason.to_string(),
+            },
             (_, exists, staleness) => LockStep::Solve {
                 reason: match (exists, staleness) {
                     (_, Some(reason)) => Some(reason.to_string()),
@@ -59,7 +65,14 @@ pub(super) async fn obtain_lock(
     let lock_path = recipe.lock_path();
     let existing = Lock::read(&lock_path)?;
     let staleness = match &existing {
-        Some(lock) => lock.check(recipe, &prepared.wanted()).err(),
+        Some(lock) => {
+            // The `[[files]]` sources after the packages: a changed package explains more.
+            let files = crate::lock::read_sources(&lock_path)?;
+            let wanted = super::files::source_digests(recipe)?;
+            lock.check(recipe, &prepared.wanted())
+                .and_then(|()| crate::lock::check_files(&files, &wanted))
+                .err()
+        }
         None => None,
     };
     match (
@@ -77,6 +90,13 @@ pub(super) async fn obtain_lock(
             lock.check_sources(recipe, &lock_path)?;
             check_cuda_runtimes(recipe, &lock.platforms, reporter)?;
             Ok(reported(lock, lock_path, LockOutcome::Reused))
+        }
+        (LockStep::Repin { reason }, existing) => {
+            let lock = existing.expect("a lock is repinned only when there is one");
+            lock.check_sources(recipe, &lock_path)?;
+            check_cuda_runtimes(recipe, &lock.platforms, reporter)?;
+            let lock = write_and_read_back(&lock, recipe, &lock_path)?;
+            Ok(reported(lock, lock_path, LockOutcome::Repinned { reason }))
         }
         (LockStep::Solve { reason }, _) => {
             let lock = solve(prepared, settings, &lock_path, reporter).await?;
@@ -188,7 +208,11 @@ fn write_and_read_back(lock: &Lock, recipe: &Recipe, lock_path: &Path) -> Result
         || recipe.path.display().to_string(),
         |f| f.to_string_lossy().into_owned(),
     );
-    lock.write(lock_path, &recipe_file)?;
+    lock.write_with_sources(
+        lock_path,
+        &recipe_file,
+        &super::files::source_digests(recipe)?,
+    )?;
     // Build from the lock as it reads back, not from the solver's records: the lock
     // keeps fewer fields (no `arch`/`platform`, which some channels leave to be
     // derived), and a build from a fresh solve must equal any later build from its
@@ -269,6 +293,29 @@ mod tests {
                 reason: Some(stale().to_string())
             }
         );
+    }
+
+    #[test]
+    fn a_changed_files_source_is_repinned_not_solved_and_refused_when_locked() {
+        let files = || Staleness::Sources {
+            src: "notebooks".into(),
+            locked: Some(format!("sha256:{}", "a".repeat(64))),
+            wanted: Some(format!("sha256:{}", "b".repeat(64))),
+        };
+        assert_eq!(
+            LockStep::decide(LockMode::Reuse, true, Some(files())),
+            LockStep::Repin {
+                reason: files().to_string()
+            }
+        );
+        assert_eq!(
+            LockStep::decide(LockMode::Locked, true, Some(files())),
+            LockStep::Outdated(files())
+        );
+        assert!(matches!(
+            LockStep::decide(LockMode::Refresh, true, Some(files())),
+            LockStep::Solve { .. }
+        ));
     }
 
     #[test]

@@ -24,6 +24,7 @@
 mod accounts;
 mod error;
 mod files;
+pub use files::source_digests;
 mod lock;
 mod plan;
 mod prepare;
@@ -99,7 +100,10 @@ pub use crate::report::{Reporter, Silent, Stage};
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum LockOutcome {
     Reused,
+    /// Solved and written; `reason` says why a lock that existed was replaced.
     Written { reason: Option<String> },
+    /// The packages kept, the `[[files]]` sources pinned again because `reason`.
+    Repinned { reason: String },
 }
 
 /// The result of `lock`.

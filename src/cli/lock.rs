@@ -65,5 +65,9 @@ pub(super) fn describe_lock(report: &LockReport, printer: &Printer) {
             "Locked",
             format_args!("{path} ({packages}; re-solved because {reason})"),
         ),
+        LockOutcome::Repinned { reason } => printer.status(
+            "Locked",
+            format_args!("{path} ({packages} kept; files pinned again because {reason})"),
+        ),
     }
 }

@@ -573,6 +573,8 @@ pub(crate) fn lock_event(report: &LockReport) -> Value {
     let (outcome, reason) = match &report.outcome {
         LockOutcome::Reused => ("reused", None),
         LockOutcome::Written { reason } => ("written", reason.clone()),
+        // Written too: only its `[[files]]` pins changed.
+        LockOutcome::Repinned { reason } => ("written", Some(reason.clone())),
     };
     json!({
         "event": "lock",

@@ -19,7 +19,7 @@ mod fixtures;
 pub use check::Staleness;
 pub use file::{LockError, MAX_LOCK_BYTES};
 pub use model::{Lock, LockedBase, PlatformLock, ResolvedWheel};
-pub use sources::{SourceDigest, check_sources, read_sources, sources_in};
+pub use sources::{SourceDigest, check_files, read_sources, sources_in};
 
 /// A lock written, read back and checked against the recipe it was written for.
 #[cfg(test)]

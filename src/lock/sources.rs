@@ -105,7 +105,7 @@ pub fn read_sources(path: &Path) -> Result<Vec<SourceDigest>, LockError> {
 
 /// Whether the `locked` sources are the `wanted` ones (the recipe's entries, in order, as
 /// they are now); the first that differs is the reason.
-pub fn check_sources(locked: &[SourceDigest], wanted: &[SourceDigest]) -> Result<(), Staleness> {
+pub fn check_files(locked: &[SourceDigest], wanted: &[SourceDigest]) -> Result<(), Staleness> {
     let count = locked.len().max(wanted.len());
     for i in 0..count {
         let (locked, wanted) = (locked.get(i), wanted.get(i));
@@ -164,9 +164,9 @@ mod tests {
     #[test]
     fn a_changed_added_or_removed_source_is_named() {
         let locked = [source("app", 'a'), source("conf", 'c')];
-        assert!(check_sources(&locked, &locked).is_ok());
+        assert!(check_files(&locked, &locked).is_ok());
         let changed = [source("app", 'b'), source("conf", 'c')];
-        let reason = check_sources(&locked, &changed).unwrap_err();
+        let reason = check_files(&locked, &changed).unwrap_err();
         assert_eq!(
             reason.to_string(),
             format!(
@@ -175,9 +175,9 @@ mod tests {
                 "b".repeat(12)
             )
         );
-        let fewer = check_sources(&locked, &locked[..1]).unwrap_err();
+        let fewer = check_files(&locked, &locked[..1]).unwrap_err();
         assert!(fewer.to_string().contains("`conf` is no longer"), "{fewer}");
-        let more = check_sources(&locked[..1], &locked).unwrap_err();
+        let more = check_files(&locked[..1], &locked).unwrap_err();
         assert!(
             more.to_string().contains("`conf` is not in the lock"),
             "{more}"

@@ -180,6 +180,57 @@ fn a_changed_file_rebuilds_only_its_layer_and_builds_elsewhere_match() {
     assert_eq!(changed, [before.len() - 2], "{before:?}\n{after:?}");
 }
 
+/// The lock's `# imgbuild-files:` line, and the lock without it.
+fn lock_parts(project: &Project) -> (String, String) {
+    let lock = fs_err::read_to_string(project.lock_path()).unwrap();
+    let (pins, rest): (Vec<&str>, Vec<&str>) = lock
+        .lines()
+        .partition(|l| l.starts_with("# imgbuild-files: "));
+    assert_eq!(pins.len(), 1, "one pin line:\n{lock}");
+    (pins[0].to_string(), rest.join("\n"))
+}
+
+#[test]
+fn the_lock_pins_each_source_so_locked_builds_and_verify_notice_a_change() {
+    let project = project_with_files();
+    project.build(&[]).success();
+    let (pins, packages) = lock_parts(&project);
+    assert!(
+        pins.contains("\"src\":\"app\"") && pins.contains("\"src\":\"config.yaml\""),
+        "{pins}"
+    );
+    project.build(&["--locked"]).success();
+    let verify = ["verify", "images/files", "--recipe", "recipes/image.toml"];
+    project.run(&verify).success();
+
+    fs_err::write(
+        project.path().join("recipes/app/main.py"),
+        "print('changed')\n",
+    )
+    .unwrap();
+    let changed = "`[[files]]` source `app` changed";
+    project
+        .build(&["--locked"])
+        .assert_failure_naming(1, &["no longer satisfies the recipe", changed]);
+    let stale = project.run(&verify);
+    stale.assert_clean_failure(1);
+    assert!(stale.stderr.contains(changed), "{}", stale.stderr);
+
+    // A plain build pins the sources again and keeps every package: no solve.
+    let repinned = project.build(&[]).success();
+    assert!(
+        repinned.stderr.contains("files pinned again because") && repinned.stderr.contains(changed),
+        "{}",
+        repinned.stderr
+    );
+    assert!(!repinned.stderr.contains("Solving"), "{}", repinned.stderr);
+    let (new_pins, new_packages) = lock_parts(&project);
+    assert_ne!(new_pins, pins);
+    assert_eq!(new_packages, packages);
+    project.build(&["--locked"]).success();
+    project.run(&verify).success();
+}
+
 /// Makes a case's sources in the recipe's directory.
 type Setup = dyn Fn(&Path);
 
