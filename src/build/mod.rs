@@ -101,9 +101,13 @@ pub use crate::report::{Reporter, Silent, Stage};
 pub enum LockOutcome {
     Reused,
     /// Solved and written; `reason` says why a lock that existed was replaced.
-    Written { reason: Option<String> },
+    Written {
+        reason: Option<String>,
+    },
     /// The packages kept, the `[[files]]` sources pinned again because `reason`.
-    Repinned { reason: String },
+    Repinned {
+        reason: String,
+    },
 }
 
 /// The result of `lock`.

@@ -119,9 +119,9 @@ fn variants_to_build(args: &BuildArgs) -> Result<Variants, Failure> {
         return Ok(Variants::One(None));
     };
     // These checks come before the build: text only, even with `--json`.
-    let variants = crate::recipe::matrix::variants(&text, &args.recipe)
-        .map_err(|err| Failure::new(err, 1).without_event())?;
-    let refuse = |message: String| Err(Failure::new(message, 1).without_event());
+    let variants =
+        crate::recipe::matrix::variants(&text, &args.recipe).map_err(|err| Failure::new(err, 1))?;
+    let refuse = |message: String| Err(Failure::new(message, 1));
     let recipe = args.recipe.display();
     if let Some(wanted) = args.variant.as_deref() {
         return match crate::recipe::matrix::select(&variants, wanted) {
@@ -164,8 +164,7 @@ fn check_docker_archive(args: &BuildArgs, settings: &BuildSettings) -> Result<()
                 settings.recipe_path.display()
             ),
             1,
-        )
-        .without_event()),
+        )),
         None => Ok(()),
     }
 }
@@ -250,7 +249,7 @@ fn write_archive(
     let layout = crate::oci::layout::Layout::new(layout_dir);
     crate::oci::archive::write_archive(&layout, tag, &format!("{name}:{tag}"), format, &archive)
         // After the result event, and text only, as it always was.
-        .map_err(|err| Failure::new(err, 2).without_event())?;
+        .map_err(|err| Failure::new(err, 2))?;
     if printer.json() {
         printer.event(&json!({"event": "archive", "path": archive}));
     } else {

@@ -118,9 +118,7 @@ pub(super) async fn run_matrix(
         format_args!("{count} variants at once, {jobs} compression thread(s) each"),
     );
     let variant_failed = |variant: &Variant, err: build::BuildError| {
-        Failure::from(err)
-            .without_event()
-            .after(vec![format!("variant `{}` failed", variant.suffix())])
+        Failure::from(err).after(vec![format!("variant `{}` failed", variant.suffix())])
     };
     // Locks and packages first, one variant after another: builds running at once in one
     // process must not fetch the same package at the same time.
@@ -197,7 +195,7 @@ fn report_all(results: Vec<Built>, printer: &Printer) -> Result<ExitCode, Failur
             Ok(report) => {
                 match layers_of(&report) {
                     Ok(layers) => layer_lists.push(layers),
-                    Err(err) => return Err(Failure::new(err, 1).without_event().after(failed)),
+                    Err(err) => return Err(Failure::new(err, 1).after(failed)),
                 }
                 if printer.json() {
                     printer.event(&progress::result_event(&report));
@@ -218,7 +216,7 @@ fn report_all(results: Vec<Built>, printer: &Printer) -> Result<ExitCode, Failur
         }
     }
     if let Some(err) = last_error {
-        return Err(Failure::from(err).without_event().after(failed));
+        return Err(Failure::from(err).after(failed));
     }
     print_sharing(&built, &sharing(&layer_lists), printer);
     Ok(ExitCode::SUCCESS)

@@ -214,8 +214,7 @@ impl<'a> Env<'a> {
     /// Fails on a bad `SOURCE_DATE_EPOCH` whatever the command, as a build would.
     fn resolve(global: &'a GlobalArgs) -> Result<Self, Failure> {
         // Found before any `--json` event: text only, like every failure of the flags.
-        let source_date_epoch =
-            source_date_epoch().map_err(|message| Failure::new(message, 1).without_event())?;
+        let source_date_epoch = source_date_epoch().map_err(|message| Failure::new(message, 1))?;
         Ok(Env {
             global,
             cache_dir: global.cache_dir.clone().unwrap_or_else(default_cache_dir),
@@ -267,7 +266,7 @@ pub fn main() -> ExitCode {
         .build()
     {
         Ok(runtime) => runtime.block_on(run(&cli, &printer)),
-        Err(err) => Err(Failure::new(err, 2).without_event()),
+        Err(err) => Err(Failure::new(err, 2)),
     };
     ran.unwrap_or_else(|failure| printer.fail(&failure))
 }

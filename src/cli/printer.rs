@@ -117,7 +117,9 @@ impl Printer {
         for line in &failure.context {
             eprintln!("error: {line}");
         }
-        if self.json && failure.event {
+        // Every failure of a `--json` run, before the build or after it, ends the event
+        // stream with its `error` event, as the README's contract says.
+        if self.json {
             self.event(&json!({
                 "event": "error",
                 "message": rendered.trim_start_matches("error: "),
@@ -136,11 +138,6 @@ pub(crate) struct Failure {
     code: u8,
     /// `error: …` lines printed before the error (which variant of a matrix failed).
     context: Vec<String>,
-    /// Whether a `--json` run ends with an `error` event for it. Failures of the build, the
-    /// lock and the push after a build do; the checks made before a build starts (a
-    /// `--variant`, `--format` for a matrix or several platforms), a matrix build and the
-    /// archive written after it have always failed in text only, and still do.
-    event: bool,
 }
 
 impl Failure {
@@ -149,14 +146,7 @@ impl Failure {
             error: error.into(),
             code,
             context: Vec::new(),
-            event: true,
         }
-    }
-
-    /// A failure that a `--json` run reports in text only (see [`Failure::event`]).
-    pub(crate) fn without_event(mut self) -> Self {
-        self.event = false;
-        self
     }
 
     /// The same failure, preceded by `error: {lines}`.

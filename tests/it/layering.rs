@@ -35,7 +35,9 @@ const LEVELS: &[(&str, &[&str])] = &[
     ("layers and images", &["layers", "oci", "registry"]),
     (
         "what builds use and read back",
-        &["rebuild", "smoke", "inspect", "sbom", "init", "k8s", "slurm"],
+        &[
+            "rebuild", "smoke", "inspect", "sbom", "init", "k8s", "slurm",
+        ],
     ),
     ("the build", &["build"]),
     ("checks of built images", &["verify"]),

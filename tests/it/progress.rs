@@ -82,6 +82,38 @@ fn json_events_parse_line_by_line_and_end_with_the_result() {
 }
 
 #[test]
+fn json_failures_before_the_build_starts_end_with_an_error_event_too() {
+    // A bad SOURCE_DATE_EPOCH and an unknown --variant are refused before any stage
+    // starts: each is the one event (they used to print text only).
+    let project = Project::new();
+    project.write_recipe(&tiny_recipe(shared_channel(), "x", &["hello 1.0"]));
+    let cases: [(&[&str], &[(&str, &str)], &str); 2] = [
+        (
+            &["--json"],
+            &[("SOURCE_DATE_EPOCH", "yesterday")],
+            "SOURCE_DATE_EPOCH",
+        ),
+        (&["--json", "--variant", "nope"], &[], "nope"),
+    ];
+    for (args, envs, named) in cases {
+        let mut all = vec!["build", "recipes/image.toml"];
+        all.extend_from_slice(args);
+        let run = project.run_with(&all, envs, None);
+        assert_eq!(run.code, 1, "{args:?}: {}", run.stderr);
+        assert_eq!(run.stdout.lines().count(), 1, "{args:?}: {}", run.stdout);
+        let event: Value = serde_json::from_str(run.stdout.trim()).unwrap();
+        assert_eq!(event["event"], "error", "{args:?}");
+        assert_eq!(event["exit_code"], 1, "{args:?}");
+        assert!(
+            event["message"].as_str().unwrap().contains(named),
+            "{args:?}: {event}"
+        );
+        // The text is still on stderr for a person reading the log.
+        assert!(run.stderr.contains("error:"), "{args:?}: {}", run.stderr);
+    }
+}
+
+#[test]
 fn json_failure_ends_with_an_error_event() {
     let project = Project::new();
     project.write_recipe("[image]\nname = \"x\"\nnmae = \"y\"\n");
