@@ -87,7 +87,9 @@ fn json_failures_before_the_build_starts_end_with_an_error_event_too() {
     // starts: each is the one event (they used to print text only).
     let project = Project::new();
     project.write_recipe(&tiny_recipe(shared_channel(), "x", &["hello 1.0"]));
-    let cases: [(&[&str], &[(&str, &str)], &str); 2] = [
+    // (extra arguments, environment, what the message names)
+    type Case<'a> = (&'a [&'a str], &'a [(&'a str, &'a str)], &'a str);
+    let cases: [Case; 2] = [
         (
             &["--json"],
             &[("SOURCE_DATE_EPOCH", "yesterday")],
