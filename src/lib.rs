@@ -5,6 +5,7 @@
 //! [`build`].
 
 pub mod annotations;
+pub mod attest;
 pub mod build;
 pub mod cli;
 pub mod compression;

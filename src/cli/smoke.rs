@@ -11,6 +11,7 @@ Examples:
   imgbuild smoke images/py39-torch21              # the `latest` tag of a layout
   imgbuild smoke images/py39-torch21:cuda11.8 --json
   imgbuild smoke registry.example/ml/py39-torch21@sha256:…   # pulled into the cache first
+  imgbuild smoke images/py39-torch21 --attest smoke.intoto.json   # and an in-toto statement
 
 Exit codes: 0 pass, 3 no NVIDIA driver or GPU, 4 the image's CUDA cannot run on this
 driver, 5 the kernel failed or computed wrong values, or a library crashed the test (it
@@ -24,6 +25,11 @@ pub struct SmokeArgs {
     /// Print the report as one JSON object
     #[arg(long)]
     pub json: bool,
+    /// Also write the run as an in-toto attestation to FILE: a Statement v1 whose subject is
+    /// the image's manifest digest and whose predicate (`https://imgbuild.dev/attestations/
+    /// gpu-smoke/v1`) is the report, verdict included, whatever it is
+    #[arg(long, value_name = "FILE")]
+    pub attest: Option<std::path::PathBuf>,
 }
 
 /// Runs the test and prints its report; the exit code is the verdict's.
@@ -33,9 +39,32 @@ pub(super) async fn run_smoke(
     registry: &crate::registry::ClientOptions,
     printer: &Printer,
 ) -> Result<ExitCode, Failure> {
-    let report = crate::smoke::smoke(&args.image, cache_dir, registry)
+    let run = crate::smoke::smoke(&args.image, cache_dir, registry)
         .await
         .map_err(|err| Failure::new(err, 1))?;
-    printer.document(&report.render(args.json));
-    Ok(ExitCode::from(report.verdict.exit_code()))
+    if let Some(path) = &args.attest {
+        write_attestation(path, &args.image, &run).map_err(|err| Failure::new(err, 1))?;
+    }
+    printer.document(&run.report.render(args.json));
+    Ok(ExitCode::from(run.report.verdict.exit_code()))
+}
+
+/// Writes the run's attestation to `path`, atomically: a failed write leaves no file.
+fn write_attestation(
+    path: &std::path::Path,
+    image: &str,
+    run: &crate::smoke::SmokeRun,
+) -> Result<(), Box<dyn std::error::Error>> {
+    let mut predicate = serde_json::to_value(&run.report)?;
+    predicate["imgbuild"] = env!("CARGO_PKG_VERSION").into();
+    let statement = crate::attest::statement(
+        image,
+        &run.manifest_digest,
+        crate::attest::GPU_SMOKE_V1,
+        predicate,
+    )?;
+    let text = serde_json::to_string_pretty(&statement)? + "\n";
+    crate::fs::write_atomic(path, text.as_bytes())
+        .map_err(|e| format!("Failed to write the attestation `{}`: {e}", path.display()))?;
+    Ok(())
 }

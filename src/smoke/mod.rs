@@ -107,7 +107,7 @@ pub async fn smoke(
     image: &str,
     cache_dir: &Path,
     registry: &ClientOptions,
-) -> Result<SmokeReport, SmokeError> {
+) -> Result<SmokeRun, SmokeError> {
     let opened = open(image, cache_dir, registry).await?;
     let cuda = extract::extract_cuda_libraries(&opened).map_err(|source| SmokeError::Open {
         image: image.to_string(),
@@ -133,7 +133,18 @@ pub async fn smoke(
     .map_err(|e| child(std::io::Error::other(e)))?
     .map_err(child);
     drop(cuda);
-    run.map(|report| with_kernel_images(report, recorded.as_deref()))
+    run.map(|report| SmokeRun {
+        report: with_kernel_images(report, recorded.as_deref()),
+        manifest_digest: opened.manifest_digest.clone(),
+    })
+}
+
+/// A smoke run's report, and the manifest digest of the image it ran (what an
+/// attestation of the run names).
+pub struct SmokeRun {
+    pub report: SmokeReport,
+    /// `sha256:<hex>`.
+    pub manifest_digest: String,
 }
 
 /// Adds whether the image's kernels run on the device the run found (issue 16).

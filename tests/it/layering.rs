@@ -23,6 +23,7 @@ const LEVELS: &[(&str, &[&str])] = &[
             "staging",
             "compression",
             "annotations",
+            "attest",
             "names",
             "reference",
             "python",

@@ -85,6 +85,73 @@ fn without_a_driver_smoke_says_so_with_exit_code_3() {
     run.assert_clean_failure(1);
 }
 
+/// `--attest FILE` (issue 21): the run as an in-toto Statement v1 whose subject is the
+/// image's manifest digest and whose predicate is the report, verdict and all; checked with
+/// the in-toto project's own `in-toto-attestation` package (its Statement's `validate`).
+#[test]
+fn a_smoke_run_is_attested_as_an_in_toto_statement_of_the_image() {
+    if skipped_with_a_driver() {
+        return;
+    }
+    let project = cuda_image();
+    let file = project.path().join("smoke.intoto.json");
+    let run = project.run(&[
+        "smoke",
+        "images/cudaimg",
+        "--attest",
+        file.to_str().unwrap(),
+    ]);
+    assert_eq!(run.code, 3, "{}{}", run.stdout, run.stderr);
+    let statement: serde_json::Value =
+        serde_json::from_str(&fs_err::read_to_string(&file).unwrap()).unwrap();
+    let digest =
+        crate::common::LayoutView::new(project.path().join("images/cudaimg")).manifest_digest();
+    assert_eq!(
+        format!(
+            "sha256:{}",
+            statement["subject"][0]["digest"]["sha256"]
+                .as_str()
+                .unwrap()
+        ),
+        digest
+    );
+    assert_eq!(statement["subject"][0]["name"], "images/cudaimg");
+    assert_eq!(
+        statement["predicateType"],
+        "https://imgbuild.dev/attestations/gpu-smoke/v1"
+    );
+    assert_eq!(statement["predicate"]["verdict"], "no-device");
+    assert_eq!(statement["predicate"]["image_cuda"], "11.8.89");
+    let check = "import sys, google.protobuf.json_format as j\n\
+        from in_toto_attestation.v1 import statement, statement_pb2\n\
+        pb = j.Parse(open(sys.argv[1]).read(), statement_pb2.Statement())\n\
+        statement.Statement.copy_from_pb(pb).validate()\n\
+        print('valid', pb.predicate_type, pb.subject[0].digest['sha256'])";
+    let out = std::process::Command::new(crate::common::venv_tool("python"))
+        .args(["-c", check, file.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).starts_with("valid https://imgbuild.dev/"));
+
+    // An image that cannot be read is no run: no attestation.
+    let missing = project.path().join("none.intoto.json");
+    project
+        .run(&[
+            "smoke",
+            "images/none",
+            "--attest",
+            missing.to_str().unwrap(),
+        ])
+        .assert_clean_failure(1);
+    assert!(!missing.exists());
+}
+
 /// `smoke REGISTRY/REPO:TAG`: the image is pulled (layers checked and cached), then tested
 /// like a layout; here without a driver, so it must say so after reading the image.
 #[test]
