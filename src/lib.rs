@@ -30,6 +30,7 @@ pub mod registry;
 pub mod report;
 pub mod resolve;
 pub mod sbom;
+pub mod sign;
 pub mod slurm;
 pub mod smoke;
 pub mod staging;

@@ -12,6 +12,7 @@ mod printer;
 mod progress;
 mod registry;
 mod sbom;
+mod sign;
 mod slurm;
 mod smoke;
 mod verify;
@@ -127,6 +128,10 @@ pub enum Command {
     /// Push an image layout to a registry; prints `REF@sha256:…`
     #[command(after_help = registry::PUSH_EXAMPLES)]
     Push(registry::PushArgs),
+    /// Sign a pushed image: a simple-signing signature, as skopeo and podman check it, in the
+    /// lookaside area registries.d configures
+    #[command(after_help = sign::SIGN_EXAMPLES)]
+    Sign(sign::SignArgs),
     /// Check credentials with a registry and store them for push and pull
     #[command(after_help = registry::LOGIN_EXAMPLES)]
     Login(registry::LoginArgs),
@@ -293,6 +298,7 @@ async fn run(cli: &Cli, printer: &Printer) -> Result<ExitCode, Failure> {
             verify::run_verify(args, settings, printer).await
         }
         Command::Push(args) => registry::run_push(args, &registry, printer).await,
+        Command::Sign(args) => sign::run_sign(args, &registry, printer).await,
         Command::Login(args) => registry::run_login(args, &registry, printer).await,
         Command::K8s(args) => k8s::run_k8s(args, printer),
         Command::Slurm(args) => slurm::run_slurm(args, printer),

@@ -5,6 +5,7 @@ use std::{io::Read, path::PathBuf, process::ExitCode};
 use clap::Args;
 
 use super::printer::{Failure, Printer, human_bytes};
+use super::sign::{Signing, print_signed};
 use crate::oci::read::LayoutRef;
 use crate::registry::{
     ClientOptions, Reference, RepositoryClient,
@@ -93,6 +94,8 @@ pub struct PushArgs {
     /// Print the push report as one JSON object on stdout (instead of `REF@sha256:…`)
     #[arg(long)]
     pub json: bool,
+    #[command(flatten)]
+    pub signing: super::sign::SigningArgs,
 }
 
 #[derive(Debug, Args)]
@@ -266,6 +269,7 @@ pub(super) async fn run_push(
     printer: &Printer,
 ) -> Result<ExitCode, Failure> {
     let mount_from = base_of(&args.image);
+    let signing = Signing::prepare(&args.signing).map_err(|err| Failure::new(err, 1))?;
     let report = push_layout(
         &args.image,
         &args.reference,
@@ -276,12 +280,41 @@ pub(super) async fn run_push(
     )
     .await
     .map_err(|err| Failure::new(err, 1))?;
+    let signed = match &signing {
+        Some(signing) => signing
+            .sign(&pushed_identities(&report, &args.tags), &report.digest)
+            .map_err(|err| {
+                Failure::new(
+                    format!("{} was pushed but not signed: {err}", report.pushed),
+                    1,
+                )
+            })?,
+        None => Vec::new(),
+    };
     if args.json {
-        printer.result(serde_json::to_string(&report).expect("the report serializes"));
+        let mut value = serde_json::to_value(&report).expect("the report serializes");
+        value["signatures"] = serde_json::to_value(&signed).expect("signatures serialize");
+        printer.result(value);
     } else {
+        print_signed(&signed, printer);
         print_push(&report, printer);
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The references a push made point at its image: the target's tag and each `--tag`; what
+/// signatures of the push claim.
+fn pushed_identities(report: &PushReport, tags: &[String]) -> Vec<Reference> {
+    let Ok(pushed) = Reference::parse(&report.pushed) else {
+        return Vec::new();
+    };
+    let target = Reference {
+        digest: None,
+        ..pushed
+    };
+    let mut identities = vec![target.clone()];
+    identities.extend(tags.iter().map(|tag| target.with_tag(tag)));
+    identities
 }
 
 /// The registry base an image was built on (its `org.opencontainers.image.base.name`), for

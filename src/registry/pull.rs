@@ -337,6 +337,13 @@ impl Pull<'_> {
     }
 }
 
+/// The digest of the manifest (or index) `client`'s reference names now, from the bytes the
+/// registry serves: what a signature of that reference must name.
+pub async fn manifest_digest(client: &RepositoryClient) -> Result<String, RegistryError> {
+    let bytes = get_manifest(client, &client.reference.manifest_reference()).await?;
+    Ok(crate::oci::sha256_digest(&bytes))
+}
+
 async fn get_manifest(
     client: &RepositoryClient,
     reference: &str,

@@ -58,6 +58,10 @@ const SKIPS: &[(&str, &str)] = &[
         "needs a registry (a remote one, or docker-registry on 127.0.0.1:5000)",
     ),
     (
+        "imgbuild sign",
+        "needs a registry holding the image (tests/it/signing.rs signs against docker-registry)",
+    ),
+    (
         "imgbuild login",
         "needs a registry (a remote one, or docker-registry on 127.0.0.1:5000)",
     ),

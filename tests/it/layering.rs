@@ -24,6 +24,7 @@ const LEVELS: &[(&str, &[&str])] = &[
             "compression",
             "annotations",
             "attest",
+            "sign",
             "names",
             "reference",
             "python",

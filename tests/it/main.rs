@@ -47,6 +47,7 @@ mod reproducible;
 mod resume;
 mod sbom;
 mod slurm;
+mod signing;
 mod smoke;
 mod smoke_embed;
 mod standalone;

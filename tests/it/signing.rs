@@ -1,0 +1,461 @@
+//! Simple-signing signatures (`push --sign-by`, `imgbuild sign`) checked by the real
+//! consumers in Debian: `skopeo copy` and `podman pull` under a `policy.json` that requires
+//! `signedBy` with the test key, reading signatures from the lookaside area registries.d
+//! names. The keys are made by gpg itself, exported the way a user would export theirs.
+
+use std::{
+    path::{Path, PathBuf},
+    process::{Command, Output},
+};
+
+use crate::{
+    common::{Project, run_tool},
+    registry::{Auth, Registry},
+    support::{base::have, channel::tiny_recipe, shared_channel},
+};
+
+/// A gpg home with one fresh Ed25519 signing key, no passphrase.
+struct Gpg {
+    home: PathBuf,
+}
+
+impl Gpg {
+    fn new(dir: &Path, name: &str) -> Gpg {
+        let home = dir.join(format!("gnupg-{name}"));
+        fs_err::create_dir_all(&home).unwrap();
+        run_tool("chmod", &["700", home.to_str().unwrap()]);
+        let gpg = Gpg { home };
+        gpg.run(&[
+            "--quick-gen-key",
+            &format!("{name} <{name}@imgbuild.invalid>"),
+            "ed25519",
+            "sign",
+            "never",
+        ]);
+        gpg
+    }
+
+    fn run(&self, args: &[&str]) -> Vec<u8> {
+        let output = Command::new("gpg")
+            .env("GNUPGHOME", &self.home)
+            .args(["--batch", "--pinentry-mode", "loopback", "--passphrase", ""])
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(
+            output.status.success(),
+            "gpg {args:?}: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        output.stdout
+    }
+
+    /// The secret key as `gpg --export-secret-keys --armor` writes it.
+    fn secret_key(&self, path: &Path) -> PathBuf {
+        fs_err::write(path, self.run(&["--export-secret-keys", "--armor"])).unwrap();
+        path.to_path_buf()
+    }
+
+    fn public_key(&self, path: &Path) -> PathBuf {
+        fs_err::write(path, self.run(&["--export"])).unwrap();
+        path.to_path_buf()
+    }
+
+    fn fingerprint(&self) -> String {
+        let listing = String::from_utf8(self.run(&["--with-colons", "--list-keys"])).unwrap();
+        let fpr = listing.lines().find(|l| l.starts_with("fpr:")).unwrap();
+        fpr.split(':').nth(9).unwrap().to_string()
+    }
+}
+
+/// A built image `name` of the shared test channel.
+fn built(name: &str, deps: &[&str]) -> Project {
+    let project = Project::new();
+    project.write_recipe(&tiny_recipe(shared_channel(), name, deps));
+    project.build(&[]).success();
+    fs_err::create_dir_all(project.path().join("docker-config")).unwrap();
+    project
+}
+
+fn imgbuild(project: &Project, args: &[&str], home: &Path) -> crate::common::Run {
+    let docker = project.path().join("docker-config");
+    let docker = docker.to_str().unwrap();
+    let auth = format!("{docker}/auth.json");
+    let home = home.to_str().unwrap();
+    project.run_with(
+        args,
+        &[
+            ("DOCKER_CONFIG", docker),
+            ("REGISTRY_AUTH_FILE", &auth),
+            ("HOME", home),
+        ],
+        None,
+    )
+}
+
+/// What a consumer said: whether it accepted the image, and its messages.
+fn consumer(mut command: Command) -> (bool, String) {
+    let Output {
+        status,
+        stdout,
+        stderr,
+    } = command.output().unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&stdout),
+        String::from_utf8_lossy(&stderr)
+    );
+    (status.success(), text)
+}
+
+struct Consumers {
+    policy: PathBuf,
+    registries_d: PathBuf,
+    home: PathBuf,
+    work: PathBuf,
+}
+
+impl Consumers {
+    fn skopeo_copy(&self, reference: &str) -> (bool, String) {
+        // A fresh directory each time: `dir:` keeps what a copy wrote.
+        let out = tempfile::tempdir_in(&self.work).unwrap().keep();
+        let mut command = Command::new("skopeo");
+        command
+            .arg("--policy")
+            .arg(&self.policy)
+            .arg("--registries.d")
+            .arg(&self.registries_d)
+            .args(["copy", "--src-tls-verify=false"])
+            .arg(format!("docker://{reference}"))
+            .arg(format!("dir:{}", out.display()));
+        consumer(command)
+    }
+
+    /// podman finds the lookaside through `~/.config/containers/registries.d`, as a user's
+    /// configuration would give it.
+    fn podman_pull(&self, reference: &str) -> (bool, String) {
+        let storage = self.work.join("podman");
+        let mut command = Command::new("podman");
+        command
+            .env("HOME", &self.home)
+            .arg("--root")
+            .arg(storage.join("root"))
+            .arg("--runroot")
+            .arg(storage.join("run"))
+            .args(["--storage-driver", "vfs", "--events-backend", "none"])
+            .args(["pull", "--tls-verify=false", "--signature-policy"])
+            .arg(&self.policy)
+            .arg(reference);
+        consumer(command)
+    }
+}
+
+#[test]
+fn signed_images_pass_skopeo_and_podman_signed_by_policies_and_others_are_refused() {
+    if !(have("gpg") && have("skopeo") && have("podman")) {
+        panic!("gpg, skopeo and podman are required: run tests/install-deps.sh");
+    }
+    let registry = Registry::start(Auth::None);
+    let host = &registry.host;
+    let app = built("app", &["hello 1.0", "pyhello"]);
+    let other_image = built("app", &["hello 1.0"]);
+    let work = tempfile::tempdir().unwrap();
+    let work = work.path();
+    let trusted = Gpg::new(work, "trusted");
+    let stranger = Gpg::new(work, "stranger");
+    let key = trusted.secret_key(&work.join("trusted.asc"));
+    let stranger_key = stranger.secret_key(&work.join("stranger.asc"));
+
+    // Signatures are staged in one area and published to the one readers use, as
+    // containers-registries.d(5) describes.
+    let staging = work.join("staging");
+    let published = work.join("published");
+    let home = work.join("home");
+    let registries_d = home.join(".config/containers/registries.d");
+    fs_err::create_dir_all(&registries_d).unwrap();
+    fs_err::write(
+        registries_d.join("test.yaml"),
+        format!(
+            "docker:\n  {host}:\n    lookaside: file://{}\n    lookaside-staging: file://{}\n",
+            published.display(),
+            staging.display()
+        ),
+    )
+    .unwrap();
+    let policy = work.join("policy.json");
+    let policy_json = serde_json::json!({
+        "default": [{"type": "reject"}],
+        "transports": {"docker": {host.as_str(): [{
+            "type": "signedBy",
+            "keyType": "GPGKeys",
+            "keyPath": trusted.public_key(&work.join("trusted.gpg")),
+        }]}},
+    });
+    fs_err::write(&policy, serde_json::to_vec_pretty(&policy_json).unwrap()).unwrap();
+    let consumers = Consumers {
+        policy,
+        registries_d: registries_d.clone(),
+        home: home.clone(),
+        work: work.to_path_buf(),
+    };
+    let registries_d_arg = registries_d.to_str().unwrap();
+
+    // push --sign-by: one signature per tag pushed, in the staging area only.
+    let signed_ref = format!("{host}/ml/signed:v1");
+    let push = imgbuild(
+        &app,
+        &[
+            "push",
+            "images/app",
+            &signed_ref,
+            "--insecure",
+            "--tag",
+            "stable",
+            "--sign-by",
+            key.to_str().unwrap(),
+            "--registries.d",
+            registries_d_arg,
+            "--json",
+        ],
+        &home,
+    )
+    .success();
+    let report: serde_json::Value = serde_json::from_str(push.stdout.trim()).unwrap();
+    let digest = report["digest"].as_str().unwrap().to_string();
+    let signatures = report["signatures"].as_array().unwrap();
+    assert_eq!(signatures.len(), 2, "{report}");
+    let hex = digest.trim_start_matches("sha256:");
+    let sig_dir = staging.join(format!("ml/signed@sha256={hex}"));
+    assert!(sig_dir.join("signature-1").is_file() && sig_dir.join("signature-2").is_file());
+    assert_eq!(signatures[0]["fingerprint"], trusted.fingerprint());
+    assert!(
+        !published.exists(),
+        "nothing is written to the read-only area"
+    );
+    // gpg itself reads the payload back, naming the digest and the reference.
+    let payload = String::from_utf8(
+        trusted.run(&["--decrypt", sig_dir.join("signature-1").to_str().unwrap()]),
+    )
+    .unwrap();
+    assert!(
+        payload.contains(&digest) && payload.contains(&signed_ref),
+        "{payload}"
+    );
+
+    // Before publishing, readers find no signature and refuse.
+    let (ok, said) = consumers.skopeo_copy(&signed_ref);
+    assert!(!ok, "unpublished signature accepted:\n{said}");
+    run_tool(
+        "cp",
+        &["-a", staging.to_str().unwrap(), published.to_str().unwrap()],
+    );
+
+    // The signed image is accepted under both tags, by skopeo and by podman.
+    for reference in [signed_ref.clone(), format!("{host}/ml/signed:stable")] {
+        let (ok, said) = consumers.skopeo_copy(&reference);
+        eprintln!("skopeo copy docker://{reference} (signed by the trusted key):\n{said}");
+        assert!(ok, "{said}");
+    }
+    let (ok, said) = consumers.podman_pull(&signed_ref);
+    eprintln!("podman pull {signed_ref} (signed by the trusted key):\n{said}");
+    assert!(ok, "{said}");
+
+    // Unsigned: refused.
+    let unsigned_ref = format!("{host}/ml/unsigned:v1");
+    imgbuild(
+        &app,
+        &["push", "images/app", &unsigned_ref, "--insecure"],
+        &home,
+    )
+    .success();
+    // Signed by another key: refused.
+    let stranger_ref = format!("{host}/ml/stranger:v1");
+    imgbuild(
+        &app,
+        &[
+            "push",
+            "images/app",
+            &stranger_ref,
+            "--insecure",
+            "--sign-by",
+            stranger_key.to_str().unwrap(),
+        ],
+        &home,
+    )
+    .success();
+    run_tool(
+        "cp",
+        &[
+            "-a",
+            &format!("{}/.", staging.display()),
+            published.to_str().unwrap(),
+        ],
+    );
+    // The signed tag re-pushed with another manifest after signing: refused.
+    imgbuild(
+        &other_image,
+        &["push", "images/app", &signed_ref, "--insecure"],
+        &home,
+    )
+    .success();
+
+    for (reference, why) in [
+        (&unsigned_ref, "unsigned"),
+        (&stranger_ref, "signed by another key"),
+        (&signed_ref, "re-pushed after signing"),
+    ] {
+        let (ok, said) = consumers.skopeo_copy(reference);
+        eprintln!("skopeo copy docker://{reference} ({why}):\n{said}");
+        assert!(!ok, "skopeo accepted an image {why}:\n{said}");
+        let (ok, said) = consumers.podman_pull(reference);
+        eprintln!("podman pull {reference} ({why}):\n{said}");
+        assert!(!ok, "podman accepted an image {why}:\n{said}");
+    }
+
+    // `imgbuild sign` signs what the registry serves now, found through the user's
+    // registries.d (no --registries.d): the re-pushed tag is accepted again.
+    let sign = imgbuild(
+        &other_image,
+        &[
+            "sign",
+            &signed_ref,
+            "--sign-by",
+            key.to_str().unwrap(),
+            "--insecure",
+        ],
+        &home,
+    )
+    .success();
+    assert!(
+        sign.stdout.trim().starts_with(staging.to_str().unwrap()),
+        "{}",
+        sign.stdout
+    );
+    run_tool(
+        "cp",
+        &[
+            "-a",
+            &format!("{}/.", staging.display()),
+            published.to_str().unwrap(),
+        ],
+    );
+    let (ok, said) = consumers.skopeo_copy(&signed_ref);
+    eprintln!("skopeo copy docker://{signed_ref} (re-signed with imgbuild sign):\n{said}");
+    assert!(ok, "{said}");
+}
+
+#[test]
+fn a_bad_key_or_passphrase_fails_before_anything_is_pushed() {
+    let registry = Registry::start(Auth::None);
+    let app = built("app", &["hello 1.0"]);
+    let work = tempfile::tempdir().unwrap();
+    let not_a_key = work.path().join("not-a-key.asc");
+    fs_err::write(
+        &not_a_key,
+        "-----BEGIN PGP PRIVATE KEY BLOCK-----\n\nnope\n",
+    )
+    .unwrap();
+    let reference = format!("{}/ml/app:v1", registry.host);
+    let run = imgbuild(
+        &app,
+        &[
+            "push",
+            "images/app",
+            &reference,
+            "--insecure",
+            "--sign-by",
+            not_a_key.to_str().unwrap(),
+        ],
+        work.path(),
+    );
+    run.assert_failure_naming(1, &["not-a-key.asc", "not an OpenPGP secret key"]);
+    assert_eq!(
+        registry.count("PUT", "/manifests/"),
+        0,
+        "nothing was pushed"
+    );
+
+    // A protected key without its passphrase.
+    let gpg_home = work.path().join("gnupg");
+    fs_err::create_dir_all(&gpg_home).unwrap();
+    run_tool("chmod", &["700", gpg_home.to_str().unwrap()]);
+    let gpg = |args: &[&str]| {
+        let output = Command::new("gpg")
+            .env("GNUPGHOME", &gpg_home)
+            .args([
+                "--batch",
+                "--pinentry-mode",
+                "loopback",
+                "--passphrase",
+                "s3cret",
+            ])
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(
+            output.status.success(),
+            "{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        output.stdout
+    };
+    gpg(&[
+        "--quick-gen-key",
+        "locked <locked@imgbuild.invalid>",
+        "ed25519",
+        "sign",
+        "never",
+    ]);
+    let locked = work.path().join("locked.asc");
+    fs_err::write(&locked, gpg(&["--export-secret-keys", "--armor"])).unwrap();
+    let run = imgbuild(
+        &app,
+        &[
+            "push",
+            "images/app",
+            &reference,
+            "--insecure",
+            "--sign-by",
+            locked.to_str().unwrap(),
+        ],
+        work.path(),
+    );
+    run.assert_failure_naming(1, &["locked.asc", "cannot sign"]);
+    assert_eq!(
+        registry.count("PUT", "/manifests/"),
+        0,
+        "nothing was pushed"
+    );
+    // With it, the push is signed.
+    let passphrase = work.path().join("passphrase");
+    fs_err::write(&passphrase, "s3cret\n").unwrap();
+    let registries_d = work.path().join("registries.d");
+    fs_err::create_dir_all(&registries_d).unwrap();
+    fs_err::write(
+        registries_d.join("a.yaml"),
+        format!(
+            "default-docker:\n  lookaside-staging: file://{}/sigs\n",
+            work.path().display()
+        ),
+    )
+    .unwrap();
+    let run = imgbuild(
+        &app,
+        &[
+            "push",
+            "images/app",
+            &reference,
+            "--insecure",
+            "--sign-by",
+            locked.to_str().unwrap(),
+            "--sign-passphrase-file",
+            passphrase.to_str().unwrap(),
+            "--registries.d",
+            registries_d.to_str().unwrap(),
+        ],
+        work.path(),
+    )
+    .success();
+    assert!(run.stderr.contains("Signed"), "{}", run.stderr);
+    assert!(work.path().join("sigs/ml").is_dir());
+}
