@@ -10,6 +10,9 @@ use serde_json::{Value, json};
 /// `_type` of an in-toto Statement v1.
 pub const STATEMENT_V1: &str = "https://in-toto.io/Statement/v1";
 
+/// The media type of a Statement (in-toto's), as an attached artifact's type.
+pub const MEDIA_TYPE: &str = "application/vnd.in-toto+json";
+
 /// `predicateType` of `imgbuild smoke --attest`: the report of one GPU smoke run of the
 /// subject image on one machine.
 pub const GPU_SMOKE_V1: &str = "https://imgbuild.dev/attestations/gpu-smoke/v1";

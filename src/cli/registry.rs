@@ -226,6 +226,49 @@ async fn attach_sboms(
     Ok(())
 }
 
+/// A document attached to an image in a registry.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Attached {
+    /// The artifact manifest's digest.
+    pub digest: String,
+    /// `referrers-api` or the fallback tag.
+    pub found_by: String,
+}
+
+/// Attaches `bytes` (of artifact type `media_type`) to the manifest `subject_digest` of
+/// `reference`'s repository, as an OCI 1.1 artifact whose `subject` is that manifest.
+pub async fn attach_document(
+    reference: &Reference,
+    subject_digest: &str,
+    media_type: &'static str,
+    bytes: Vec<u8>,
+    options: &ClientOptions,
+) -> Result<Attached, Box<dyn std::error::Error>> {
+    use crate::registry::{
+        pull::manifest_descriptor,
+        referrers::{Attachment, Discovery, Subject, attach},
+    };
+    let client = client_for(reference, options)?;
+    let subject = manifest_descriptor(&client, Some(subject_digest)).await?;
+    let created = jiff::Timestamp::now()
+        .strftime("%Y-%m-%dT%H:%M:%SZ")
+        .to_string();
+    let subject = Subject {
+        digest: &subject.digest,
+        size: subject.size,
+        media_type: &subject.media_type,
+    };
+    let attachment = Attachment { media_type, bytes };
+    let (digests, found_by) = attach(&client, subject, &created, &[attachment]).await?;
+    Ok(Attached {
+        digest: digests.into_iter().next().unwrap_or_default(),
+        found_by: match found_by {
+            Discovery::ReferrersApi => "referrers-api".to_string(),
+            Discovery::Tag(tag) => tag,
+        },
+    })
+}
+
 /// Whether an SBOM `build` wrote names the image `digest` (its SPDX `versionInfo` and
 /// checksum, its CycloneDX `version` and purl all carry it).
 fn describes(sbom: &[u8], digest: &str) -> bool {

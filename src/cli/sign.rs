@@ -6,7 +6,7 @@ use std::{path::PathBuf, process::ExitCode};
 use clap::Args;
 
 use super::printer::{Failure, Printer};
-use crate::registry::{ClientOptions, Reference, pull::manifest_digest};
+use crate::registry::{ClientOptions, Reference, pull::manifest_descriptor};
 use crate::sign::{RegistriesD, Signer, payload::payload};
 
 pub const SIGN_EXAMPLES: &str = "\
@@ -146,9 +146,10 @@ pub(super) async fn run_sign(
     // The digest is the one the registry serves, from its bytes: a signature of a digest
     // nobody can pull would vouch for nothing.
     let client = super::registry::client_for(&reference, options).map_err(failure)?;
-    let digest = manifest_digest(&client)
+    let digest = manifest_descriptor(&client, None)
         .await
-        .map_err(|e| failure(e.into()))?;
+        .map_err(|e| failure(e.into()))?
+        .digest;
     if let Some(asked) = &reference.digest
         && *asked != digest
     {

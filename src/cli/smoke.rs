@@ -5,6 +5,7 @@ use std::process::ExitCode;
 use clap::Args;
 
 use super::printer::{Failure, Printer};
+use super::sign::{Signing, print_signed};
 
 pub(super) const SMOKE_EXAMPLES: &str = "\
 Examples:
@@ -12,6 +13,7 @@ Examples:
   imgbuild smoke images/py39-torch21:cuda11.8 --json
   imgbuild smoke registry.example/ml/py39-torch21@sha256:…   # pulled into the cache first
   imgbuild smoke images/py39-torch21 --attest smoke.intoto.json   # and an in-toto statement
+  imgbuild smoke registry.example/ml/torch@sha256:… --attest smoke.json --sign-by key.asc
 
 Exit codes: 0 pass, 3 no NVIDIA driver or GPU, 4 the image's CUDA cannot run on this
 driver, 5 the kernel failed or computed wrong values, or a library crashed the test (it
@@ -28,8 +30,13 @@ pub struct SmokeArgs {
     /// Also write the run as an in-toto attestation to FILE: a Statement v1 whose subject is
     /// the image's manifest digest and whose predicate (`https://imgbuild.dev/attestations/
     /// gpu-smoke/v1`) is the report, verdict included, whatever it is
+    /// For a registry image, the statement is also attached to the image as an OCI 1.1
+    /// artifact (`application/vnd.in-toto+json`)
     #[arg(long, value_name = "FILE")]
     pub attest: Option<std::path::PathBuf>,
+    /// With `--attest` and a registry image: sign the attached attestation's manifest
+    #[command(flatten)]
+    pub signing: super::sign::SigningArgs,
 }
 
 /// Runs the test and prints its report; the exit code is the verdict's.
@@ -39,22 +46,83 @@ pub(super) async fn run_smoke(
     registry: &crate::registry::ClientOptions,
     printer: &Printer,
 ) -> Result<ExitCode, Failure> {
+    let registry_image = match crate::smoke::ImageSource::of(&args.image) {
+        crate::smoke::ImageSource::Registry(reference) => Some(reference),
+        crate::smoke::ImageSource::Layout(_) => None,
+    };
+    let signing = Signing::prepare(&args.signing).map_err(|err| Failure::new(err, 1))?;
+    if signing.is_some() && (args.attest.is_none() || registry_image.is_none()) {
+        return Err(Failure::new(
+            "--sign-by signs the attestation attached to a registry image: give --attest FILE and a registry reference",
+            2,
+        ));
+    }
     let run = crate::smoke::smoke(&args.image, cache_dir, registry)
         .await
         .map_err(|err| Failure::new(err, 1))?;
     if let Some(path) = &args.attest {
-        write_attestation(path, &args.image, &run).map_err(|err| Failure::new(err, 1))?;
+        let statement =
+            write_attestation(path, &args.image, &run).map_err(|err| Failure::new(err, 1))?;
+        if let Some(reference) = &registry_image {
+            publish(
+                reference,
+                &run,
+                statement,
+                signing.as_ref(),
+                registry,
+                printer,
+            )
+            .await
+            .map_err(|err| Failure::new(err, 1))?;
+        }
     }
     printer.document(&run.report.render(args.json));
     Ok(ExitCode::from(run.report.verdict.exit_code()))
 }
 
+/// Attaches the statement to the registry image it is about, and signs the attachment.
+async fn publish(
+    reference: &crate::registry::Reference,
+    run: &crate::smoke::SmokeRun,
+    statement: Vec<u8>,
+    signing: Option<&Signing>,
+    options: &crate::registry::ClientOptions,
+    printer: &Printer,
+) -> Result<(), Box<dyn std::error::Error>> {
+    let attached = super::registry::attach_document(
+        reference,
+        &run.manifest_digest,
+        crate::attest::MEDIA_TYPE,
+        statement,
+        options,
+    )
+    .await?;
+    printer.status(
+        "Attached",
+        format_args!(
+            "the attestation to {} as {}, found by {}",
+            run.manifest_digest, attached.digest, attached.found_by
+        ),
+    );
+    if let Some(signing) = signing {
+        // The artifact is untagged: the signature claims its repository.
+        let identity = crate::registry::Reference {
+            tag: None,
+            digest: None,
+            ..reference.clone()
+        };
+        print_signed(&signing.sign(&[identity], &attached.digest)?, printer);
+    }
+    Ok(())
+}
+
 /// Writes the run's attestation to `path`, atomically: a failed write leaves no file.
+/// Returns the bytes written.
 fn write_attestation(
     path: &std::path::Path,
     image: &str,
     run: &crate::smoke::SmokeRun,
-) -> Result<(), Box<dyn std::error::Error>> {
+) -> Result<Vec<u8>, Box<dyn std::error::Error>> {
     let mut predicate = serde_json::to_value(&run.report)?;
     predicate["imgbuild"] = env!("CARGO_PKG_VERSION").into();
     let statement = crate::attest::statement(
@@ -66,5 +134,5 @@ fn write_attestation(
     let text = serde_json::to_string_pretty(&statement)? + "\n";
     crate::fs::write_atomic(path, text.as_bytes())
         .map_err(|e| format!("Failed to write the attestation `{}`: {e}", path.display()))?;
-    Ok(())
+    Ok(text.into_bytes())
 }

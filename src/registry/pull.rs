@@ -337,11 +337,33 @@ impl Pull<'_> {
     }
 }
 
-/// The digest of the manifest (or index) `client`'s reference names now, from the bytes the
-/// registry serves: what a signature of that reference must name.
-pub async fn manifest_digest(client: &RepositoryClient) -> Result<String, RegistryError> {
-    let bytes = get_manifest(client, &client.reference.manifest_reference()).await?;
-    Ok(crate::oci::sha256_digest(&bytes))
+/// A manifest (or index) as the registry serves it: what a signature names and what an
+/// attached artifact's `subject` describes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ManifestDescriptor {
+    /// `sha256:<hex>` of the bytes served.
+    pub digest: String,
+    pub size: u64,
+    pub media_type: String,
+}
+
+/// The manifest `reference` (a tag or digest of `client`'s repository; the client's own
+/// when `None`) names now, from the bytes the registry serves, never from its headers.
+pub async fn manifest_descriptor(
+    client: &RepositoryClient,
+    reference: Option<&str>,
+) -> Result<ManifestDescriptor, RegistryError> {
+    let reference = reference.map_or_else(|| client.reference.manifest_reference(), str::to_string);
+    let bytes = get_manifest(client, &reference).await?;
+    let media_type = serde_json::from_slice::<serde_json::Value>(&bytes)
+        .ok()
+        .and_then(|v| v["mediaType"].as_str().map(str::to_string))
+        .unwrap_or_else(|| "application/vnd.oci.image.manifest.v1+json".to_string());
+    Ok(ManifestDescriptor {
+        digest: crate::oci::sha256_digest(&bytes),
+        size: bytes.len() as u64,
+        media_type,
+    })
 }
 
 async fn get_manifest(

@@ -459,3 +459,148 @@ fn a_bad_key_or_passphrase_fails_before_anything_is_pushed() {
     assert!(run.stderr.contains("Signed"), "{}", run.stderr);
     assert!(work.path().join("sigs/ml").is_dir());
 }
+
+/// GETs `path` of the registry's API.
+fn registry_get(host: &str, path: &str, accept: &str) -> Vec<u8> {
+    let output = Command::new("curl")
+        .args(["-sf", "-H", &format!("Accept: {accept}")])
+        .arg(format!("http://{host}/v2/{path}"))
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "GET {path}");
+    output.stdout
+}
+
+#[test]
+fn a_smoke_attestation_of_a_registry_image_is_attached_and_its_signature_verifies() {
+    if Path::new("/proc/driver/nvidia/version").exists() {
+        eprintln!(
+            "skipped: this machine has an NVIDIA driver; the GPU path is tested on the device"
+        );
+        return;
+    }
+    let registry = Registry::start(Auth::None);
+    let host = &registry.host;
+    let project = crate::smoke::cuda_image();
+    let reference = format!("{host}/ml/cudaimg:v1");
+    let work = tempfile::tempdir().unwrap();
+    let work = work.path();
+    let gpg = Gpg::new(work, "smoke");
+    let key = gpg.secret_key(&work.join("smoke.asc"));
+    let registries_d = work.join("registries.d");
+    fs_err::create_dir_all(&registries_d).unwrap();
+    let staging = work.join("staging");
+    fs_err::write(
+        registries_d.join("a.yaml"),
+        format!(
+            "docker:\n  {host}:\n    lookaside-staging: file://{}\n",
+            staging.display()
+        ),
+    )
+    .unwrap();
+    let home = project.path().to_path_buf();
+    imgbuild(
+        &project,
+        &["push", "images/cudaimg", &reference, "--insecure"],
+        &home,
+    )
+    .success();
+
+    // Signing needs an attestation of a registry image.
+    let refused = imgbuild(
+        &project,
+        &[
+            "smoke",
+            "images/cudaimg",
+            "--attest",
+            "x.json",
+            "--sign-by",
+            key.to_str().unwrap(),
+        ],
+        &home,
+    );
+    refused.assert_failure_naming(2, &["--sign-by", "registry"]);
+    assert!(!project.path().join("x.json").exists());
+
+    // No GPU here: the verdict is no-device (exit 3), attested all the same.
+    let statement_path = work.join("smoke.intoto.json");
+    let run = imgbuild(
+        &project,
+        &[
+            "smoke",
+            &reference,
+            "--insecure",
+            "--attest",
+            statement_path.to_str().unwrap(),
+            "--sign-by",
+            key.to_str().unwrap(),
+            "--registries.d",
+            registries_d.to_str().unwrap(),
+        ],
+        &home,
+    );
+    assert_eq!(run.code, 3, "{}", run.stderr);
+    let statement_bytes = fs_err::read(&statement_path).unwrap();
+    let statement: serde_json::Value = serde_json::from_slice(&statement_bytes).unwrap();
+    let subject = format!(
+        "sha256:{}",
+        statement["subject"][0]["digest"]["sha256"]
+            .as_str()
+            .unwrap()
+    );
+    assert_eq!(statement["predicate"]["verdict"], "no-device");
+
+    // distribution 2.8 has no referrers API: the referrers tag lists the artifact, whose one
+    // layer is the statement written to the file, byte for byte.
+    let index: serde_json::Value = serde_json::from_slice(&registry_get(
+        host,
+        &format!("ml/cudaimg/manifests/{}", subject.replace(':', "-")),
+        "application/vnd.oci.image.index.v1+json",
+    ))
+    .unwrap();
+    let artifact = index["manifests"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["artifactType"] == "application/vnd.in-toto+json")
+        .unwrap_or_else(|| panic!("no attestation among the referrers: {index}"));
+    let artifact_digest = artifact["digest"].as_str().unwrap();
+    let manifest_bytes = registry_get(
+        host,
+        &format!("ml/cudaimg/manifests/{artifact_digest}"),
+        "application/vnd.oci.image.manifest.v1+json",
+    );
+    let manifest: serde_json::Value = serde_json::from_slice(&manifest_bytes).unwrap();
+    assert_eq!(manifest["subject"]["digest"], subject.as_str());
+    let layer = manifest["layers"][0]["digest"].as_str().unwrap();
+    assert_eq!(
+        registry_get(host, &format!("ml/cudaimg/blobs/{layer}"), "*/*"),
+        statement_bytes
+    );
+
+    // The signature of the artifact manifest, checked by skopeo against gpg's keyring.
+    let hex = artifact_digest.trim_start_matches("sha256:");
+    let signature = staging.join(format!("ml/cudaimg@sha256={hex}/signature-1"));
+    let manifest_file = work.join("artifact-manifest.json");
+    fs_err::write(&manifest_file, &manifest_bytes).unwrap();
+    let verify = |identity: &str, fingerprint: &str| {
+        consumer({
+            let mut command = Command::new("skopeo");
+            command
+                .env("GNUPGHOME", &gpg.home)
+                .arg("standalone-verify")
+                .arg(&manifest_file)
+                .arg(identity)
+                .arg(fingerprint)
+                .arg(&signature);
+            command
+        })
+    };
+    let (ok, said) = verify(&format!("{host}/ml/cudaimg"), &gpg.fingerprint());
+    eprintln!("skopeo standalone-verify of the attestation's signature:\n{said}");
+    assert!(ok, "{said}");
+    assert!(said.contains(artifact_digest), "{said}");
+    // Under another identity it does not verify.
+    let (ok, said) = verify(&format!("{host}/ml/other"), &gpg.fingerprint());
+    assert!(!ok, "{said}");
+}

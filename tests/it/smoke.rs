@@ -18,7 +18,7 @@ use crate::{
     },
 };
 
-fn cuda_image() -> Project {
+pub(crate) fn cuda_image() -> Project {
     let project = Project::new();
     let recipe = tiny_recipe(shared_channel(), "cudaimg", &["cuda-cudart"])
         + "\n[cuda]\nversion = \"11.8\"\nmin-driver = \"520.61.05\"\n";
