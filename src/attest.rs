@@ -3,7 +3,8 @@
 //! `verifyImages` attestations, sigstore's policy-controller, in-toto verifiers) read, so
 //! imgbuild's own evidence about an image travels in the form they already check.
 //!
-//! A leaf: the predicate is plain JSON made by the stage that knows it (the smoke run).
+//! A leaf: the predicate is plain JSON made by the stage that knows it (the smoke run, the
+//! build's provenance).
 
 use serde_json::{Value, json};
 
@@ -16,6 +17,10 @@ pub const MEDIA_TYPE: &str = "application/vnd.in-toto+json";
 /// `predicateType` of `imgbuild smoke --attest`: the report of one GPU smoke run of the
 /// subject image on one machine.
 pub const GPU_SMOKE_V1: &str = "https://imgbuild.dev/attestations/gpu-smoke/v1";
+
+/// `predicateType` of the build provenance every build writes beside its layout
+/// (`crate::provenance`): SLSA Provenance v1.
+pub const SLSA_PROVENANCE_V1: &str = "https://slsa.dev/provenance/v1";
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum AttestError {

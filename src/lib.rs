@@ -21,6 +21,7 @@ pub mod layers;
 pub mod lock;
 pub mod names;
 pub mod oci;
+pub mod provenance;
 pub mod pypi;
 pub mod python;
 pub mod rebuild;

@@ -38,7 +38,14 @@ const LEVELS: &[(&str, &[&str])] = &[
     (
         "what builds use and read back",
         &[
-            "rebuild", "smoke", "inspect", "sbom", "init", "k8s", "slurm",
+            "rebuild",
+            "smoke",
+            "inspect",
+            "sbom",
+            "provenance",
+            "init",
+            "k8s",
+            "slurm",
         ],
     ),
     ("the build", &["build"]),
