@@ -70,6 +70,8 @@ pub enum BuildError {
     #[error(transparent)]
     Sbom(#[from] crate::sbom::SbomError),
     #[error(transparent)]
+    Provenance(#[from] crate::provenance::ProvenanceError),
+    #[error(transparent)]
     Smoke(#[from] EmbedError),
     #[error(transparent)]
     CudaRuntime(#[from] Box<RuntimeMismatch>),
@@ -96,6 +98,7 @@ impl BuildError {
             BuildError::Layout(_) | BuildError::Staging { .. } => 2,
             BuildError::Lock(LockError::Write { .. }) => 2,
             BuildError::Sbom(_) => 2,
+            BuildError::Provenance(err) => err.exit_code(),
             BuildError::Smoke(EmbedError::Stage { .. }) => 2,
             _ => 1,
         }

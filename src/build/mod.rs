@@ -16,8 +16,9 @@
 //! 5. `write`: the layers compressed (or taken from the layer cache), each platform's
 //!    config and manifest written, and `index.json` switched to them, under the layout's
 //!    lock.
-//! 6. The build is recorded under its inputs key, and the SPDX and CycloneDX SBOMs are
-//!    written beside the layout (for an unchanged image too).
+//! 6. The build is recorded under its inputs key, and the SPDX and CycloneDX SBOMs and the
+//!    SLSA provenance ([`crate::provenance`]) are written beside the layout (for an
+//!    unchanged image too).
 //!
 //! [`lock()`] stops after step 2; [`lock_and_fetch`] also fetches the lock's packages.
 
@@ -133,6 +134,8 @@ pub struct BuildReport {
     pub timings: Vec<(Stage, Duration)>,
     /// The SPDX and CycloneDX SBOMs written beside the layout.
     pub sboms: Vec<PathBuf>,
+    /// The SLSA provenance written beside the layout.
+    pub provenance: PathBuf,
     /// The inputs were those of the image already in the layout: nothing was rebuilt.
     pub unchanged: bool,
 }
@@ -351,6 +354,18 @@ struct Output {
     base_layers: usize,
     /// The SBOMs' subject, less the image's digest.
     sbom: SbomSubject,
+    /// What the provenance says of the build, less the image's digest.
+    provenance: ProvenanceInputs,
+}
+
+/// The build as its provenance describes it, known once the lock is.
+struct ProvenanceInputs {
+    recipe_path: PathBuf,
+    lock_path: PathBuf,
+    platforms: Vec<String>,
+    compression: Compression,
+    epoch_source: crate::provenance::EpochSource,
+    variant: Option<String>,
 }
 
 impl Output {
@@ -371,10 +386,43 @@ impl Output {
                 base_reference: has_base.then(|| recipe.base_reference.clone()),
                 created: cx.created_seconds,
             },
+            provenance: ProvenanceInputs {
+                recipe_path: cx.settings.recipe_path.clone(),
+                lock_path: recipe.lock_path(),
+                platforms: recipe.platforms.iter().map(|p| p.to_string()).collect(),
+                compression: recipe.compression,
+                epoch_source: match cx.settings.source_date_epoch {
+                    Some(_) => crate::provenance::EpochSource::Environment,
+                    None => crate::provenance::EpochSource::Lock,
+                },
+                variant: recipe.variant.clone(),
+            },
         }
     }
 
-    /// Writes the SBOMs of `image` beside the layout and reports the build.
+    /// Writes the provenance of the image `digest` beside the layout. The recipe and lock
+    /// are hashed now, after the build: the lock is the one the build used (written and
+    /// read back, or reused) and a build holds no lock on its recipe either way.
+    fn write_provenance(&self, digest: &str, lock: &Lock) -> Result<PathBuf, BuildError> {
+        use crate::provenance::{Build, InputFile, write_beside};
+        let inputs = &self.provenance;
+        let build = Build {
+            name: &self.sbom.name,
+            image_digest: digest,
+            recipe: InputFile::read(&inputs.recipe_path)?,
+            lock: InputFile::read(&inputs.lock_path)?,
+            base_reference: self.sbom.base_reference.as_deref(),
+            platforms: inputs.platforms.clone(),
+            compression: inputs.compression,
+            source_date_epoch: self.sbom.created,
+            epoch_source: inputs.epoch_source,
+            variant: inputs.variant.as_deref(),
+        };
+        Ok(write_beside(&self.layout_dir, &build, lock)?)
+    }
+
+    /// Writes the SBOMs and the provenance of `image` beside the layout (only once the
+    /// image is in it: a failed build writes neither) and reports the build.
     fn report(
         self,
         image: LayoutImage,
@@ -388,9 +436,10 @@ impl Output {
             lock,
             &SbomSubject {
                 image_digest: Some(image.digest.clone()),
-                ..self.sbom
+                ..self.sbom.clone()
             },
         )?;
+        let provenance = self.write_provenance(&image.digest, lock)?;
         Ok(BuildReport {
             layout_dir: self.layout_dir,
             tags: self.tags,
@@ -401,6 +450,7 @@ impl Output {
             lock: lock_report,
             timings,
             sboms,
+            provenance,
             unchanged,
         })
     }
