@@ -2,7 +2,8 @@
 //! is re-hashed and its size compared with its descriptor; every layer is decompressed and its
 //! diff_id compared with the config; with the recipe, the packages in the layers are compared
 //! with the lock, and `--rebuild` builds the lock again elsewhere and compares digests, naming
-//! the first file that differs.
+//! the first file that differs. `--provenance` compares the build's SLSA provenance with the
+//! image (its subject) and the lock (its digest and every material).
 
 use std::{
     collections::BTreeSet,
@@ -39,6 +40,8 @@ pub struct VerifyReport {
     pub lock: Option<PathBuf>,
     /// The digest a rebuild from the lock produced, if asked.
     pub rebuilt: Option<String>,
+    /// The provenance found to match the image and its lock, if asked.
+    pub provenance: Option<PathBuf>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -79,6 +82,10 @@ pub enum VerifyError {
     Recipe(#[from] crate::recipe::RecipeError),
     #[error("Rebuilding from the lock failed")]
     Rebuild(#[source] Box<BuildError>),
+    #[error("The provenance `{}` does not match: {reason}", path.display())]
+    Provenance { path: PathBuf, reason: String },
+    #[error(transparent)]
+    ProvenanceRead(#[from] crate::provenance::ProvenanceError),
     #[error("A rebuild from the lock gives {rebuilt}, not {original}: {difference}")]
     RebuildDiffers {
         original: String,
@@ -128,6 +135,7 @@ pub fn verify(dir: &Path, recipe: Option<&BuildSettings>) -> Result<VerifyReport
         layers_checked: 0,
         lock: lock.clone(),
         rebuilt: None,
+        provenance: None,
     };
     let mut tally = Tally::default();
     // What each platform image holds, to compare with that platform's lock.
@@ -357,6 +365,105 @@ fn check_against_lock(
         )));
     }
     Ok(())
+}
+
+/// Checks the provenance at `file` (default: the one beside the layout) against the image
+/// at `dir` (after [`verify`] has checked it) and against the lock: `recipe`'s
+/// lock when given (and then the recipe's digest too), else the lock the provenance names,
+/// by the path the build was given it as. Returns the provenance's path.
+pub fn check_provenance(
+    dir: &Path,
+    file: Option<&Path>,
+    recipe: Option<&BuildSettings>,
+) -> Result<PathBuf, VerifyError> {
+    use crate::provenance::{compare_dependencies, dependencies};
+    let path = file.map_or_else(|| crate::provenance::path_beside(dir), Path::to_path_buf);
+    let mismatch = |reason: String| VerifyError::Provenance {
+        path: path.clone(),
+        reason,
+    };
+    let recorded = read_provenance(&path)?;
+
+    // The image the layout's tags name: a manifest, or the index of several platforms.
+    let tagged = tagged_digests(dir)?;
+    if !tagged.contains(&recorded.subject) {
+        return Err(mismatch(format!(
+            "the provenance names {} but the layout's image is {}",
+            recorded.subject,
+            tagged.join(", ")
+        )));
+    }
+
+    let lock_path = match recipe {
+        Some(settings) => {
+            let recipe = load_recipe(settings)?;
+            let now = crate::provenance::InputFile::read(&settings.recipe_path)?;
+            if now.sha256 != recorded.recipe.sha256 {
+                return Err(mismatch(format!(
+                    "it was built from recipe `{}` sha256:{}, and `{}` is now sha256:{}",
+                    recorded.recipe.path, recorded.recipe.sha256, now.path, now.sha256
+                )));
+            }
+            recipe.lock_path()
+        }
+        None => PathBuf::from(&recorded.lock.path),
+    };
+    let now = crate::provenance::InputFile::read(&lock_path)?;
+    if now.sha256 != recorded.lock.sha256 {
+        return Err(mismatch(format!(
+            "it was built from lock `{}` sha256:{}, and `{}` is now sha256:{}: the lock changed since the build",
+            recorded.lock.path, recorded.lock.sha256, now.path, now.sha256
+        )));
+    }
+    let lock = Lock::read(&lock_path)?.ok_or_else(|| mismatch("there is no lock file".into()))?;
+
+    let locked: BTreeSet<String> = lock
+        .platforms
+        .iter()
+        .map(|p| p.target.platform.to_string())
+        .collect();
+    let listed: BTreeSet<String> = recorded.platforms.iter().cloned().collect();
+    if locked != listed {
+        return Err(mismatch(format!(
+            "it names platforms {}, the lock locks {}",
+            listed.into_iter().collect::<Vec<_>>().join(", "),
+            locked.into_iter().collect::<Vec<_>>().join(", ")
+        )));
+    }
+    let expected = dependencies(&lock, recorded.base_reference.as_deref());
+    if let Some(difference) = compare_dependencies(&recorded.dependencies, &expected) {
+        return Err(mismatch(difference.to_string()));
+    }
+    Ok(path)
+}
+
+/// The provenance at `path`, read with a bound: it lists what the lock lists, so it is no
+/// larger than a lock may be.
+fn read_provenance(path: &Path) -> Result<crate::provenance::Recorded, VerifyError> {
+    let bytes = crate::fs::read_input(path, crate::lock::MAX_LOCK_BYTES).map_err(|source| {
+        VerifyError::Read {
+            path: path.to_path_buf(),
+            source: std::io::Error::other(source),
+        }
+    })?;
+    let statement: serde_json::Value =
+        serde_json::from_slice(&bytes).map_err(|err| VerifyError::Provenance {
+            path: path.to_path_buf(),
+            reason: format!("it is not JSON: {err}"),
+        })?;
+    Ok(crate::provenance::Recorded::parse(&statement, path)?)
+}
+
+/// The digests of `index.json`'s entries, each once, in its order.
+fn tagged_digests(dir: &Path) -> Result<Vec<String>, VerifyError> {
+    let mut digests: Vec<String> = Vec::new();
+    for entry in Layout::new(dir).index()?.manifests() {
+        let digest = entry.digest().to_string();
+        if !digests.contains(&digest) {
+            digests.push(digest);
+        }
+    }
+    Ok(digests)
 }
 
 /// Rebuilds `settings`' recipe from its lock into a temporary directory and compares the

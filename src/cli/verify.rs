@@ -12,9 +12,10 @@ Examples:
   imgbuild verify images/py39-torch21
   imgbuild verify images/py39-torch21 --recipe recipes/py39-torch21.toml
   imgbuild verify images/py39-torch21 --recipe recipes/py39-torch21.toml --rebuild
+  imgbuild verify images/py39-torch21 --provenance
 
-Exit codes: 0 the image is whole (and matches its lock, and rebuilds to the same digest),
-1 it is not, or cannot be read.";
+Exit codes: 0 the image is whole (and matches its lock, and rebuilds to the same digest, and
+its provenance names it and its lock), 1 it is not, or cannot be read.";
 
 #[derive(Debug, Args)]
 pub struct VerifyArgs {
@@ -26,6 +27,11 @@ pub struct VerifyArgs {
     /// Also rebuild from the lock in a temporary directory and compare digests
     #[arg(long, requires = "recipe")]
     pub rebuild: bool,
+    /// Also check the build's SLSA provenance (default: the one beside the layout,
+    /// IMAGE.provenance.json): it names this image and the lock (RECIPE's with --recipe,
+    /// else the one it names), whose every package, wheel and base it lists
+    #[arg(long, value_name = "FILE", num_args = 0..=1)]
+    pub provenance: Option<Option<PathBuf>>,
     /// Print the report as one JSON object
     #[arg(long)]
     pub json: bool,
@@ -38,10 +44,16 @@ pub(super) async fn run_verify(
 ) -> Result<ExitCode, Failure> {
     let mut report =
         verify::verify(&args.image, settings.as_ref()).map_err(|err| Failure::new(err, 1))?;
+    // Before the rebuild: it is cheap, and a mismatch is found without building.
+    if let Some(file) = &args.provenance {
+        let checked = verify::check_provenance(&args.image, file.as_deref(), settings.as_ref())
+            .map_err(|err| Failure::new(err, 1))?;
+        report.provenance = Some(checked);
+    }
     if args.rebuild
-        && let Some(settings) = settings
+        && let Some(settings) = &settings
     {
-        let digest = verify::rebuild_and_compare(&args.image, &report, &settings)
+        let digest = verify::rebuild_and_compare(&args.image, &report, settings)
             .await
             .map_err(|err| Failure::new(err, 1))?;
         report.rebuilt = Some(digest);
@@ -53,7 +65,7 @@ pub(super) async fn run_verify(
     printer.status(
         "Verified",
         format_args!(
-            "{}: {} manifest(s), {} blobs ({}), {} layers' diff_ids{}{}",
+            "{}: {} manifest(s), {} blobs ({}), {} layers' diff_ids{}{}{}",
             report.image,
             report.manifests.len(),
             report.blobs_checked,
@@ -68,6 +80,11 @@ pub(super) async fn run_verify(
                 .rebuilt
                 .as_ref()
                 .map(|d| format!(", rebuilt to the same {d}"))
+                .unwrap_or_default(),
+            report
+                .provenance
+                .as_ref()
+                .map(|p| format!(", provenance {} of it and its lock", p.display()))
                 .unwrap_or_default(),
         ),
     );
