@@ -39,6 +39,7 @@ mod lock;
 mod matrix;
 mod platforms;
 mod progress;
+mod provenance;
 mod pypi;
 mod pypi_index;
 mod recipes;
