@@ -21,12 +21,18 @@ pub enum Compression {
     Gzip,
     /// zstd level 3, one frame per 4 MiB block.
     Zstd,
+    /// eStargz: gzip (libdeflate level 6) with a member per file and per 4 MiB chunk, a TOC
+    /// and a footer, so the stargz snapshotter can pull files lazily; a plain `tar+gzip`
+    /// layer to every other reader (`crate::layers::estargz`).
+    Estargz,
 }
 
 impl Compression {
     pub fn media_type(&self) -> &'static str {
         match self {
-            Compression::Gzip => "application/vnd.oci.image.layer.v1.tar+gzip",
+            Compression::Gzip | Compression::Estargz => {
+                "application/vnd.oci.image.layer.v1.tar+gzip"
+            }
             Compression::Zstd => "application/vnd.oci.image.layer.v1.tar+zstd",
         }
     }
@@ -41,6 +47,9 @@ impl Compression {
             Compression::Zstd => {
                 format!("zstd;level={ZSTD_LEVEL};backend=libzstd-1.5;block=4MiB;frames")
             }
+            Compression::Estargz => format!(
+                "estargz;gzip;level={GZIP_LEVEL};backend=libdeflate-1.x;chunk=4MiB;toc;footer=51"
+            ),
         }
     }
 
@@ -49,6 +58,7 @@ impl Compression {
         match self {
             Compression::Gzip => "gzip",
             Compression::Zstd => "zstd",
+            Compression::Estargz => "estargz",
         }
     }
 
@@ -56,6 +66,7 @@ impl Compression {
         match name {
             "gzip" => Some(Compression::Gzip),
             "zstd" => Some(Compression::Zstd),
+            "estargz" => Some(Compression::Estargz),
             _ => None,
         }
     }

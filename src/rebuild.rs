@@ -71,6 +71,8 @@ struct RecordedLayer {
     size: u64,
     tar_size: u64,
     compression: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    toc_digest: Option<String>,
 }
 
 impl BuildRecord {
@@ -88,6 +90,7 @@ impl BuildRecord {
                     size: layer.blob.size,
                     tar_size: layer.blob.tar_size,
                     compression: compression.name().to_string(),
+                    toc_digest: layer.blob.toc_digest.clone(),
                 })
                 .collect(),
         }
@@ -115,6 +118,7 @@ impl BuildRecord {
                     size: recorded.size,
                     tar_size: recorded.tar_size,
                     media_type: compression.media_type(),
+                    toc_digest: recorded.toc_digest.clone(),
                 },
                 reused: true,
             });

@@ -5,7 +5,10 @@ set -eu
 # slurmctld, slurmd, slurm-client and munge: tests/it/slurm.rs starts a single-node Slurm of
 # its own (its own munged, config and ports); nothing here configures or starts a service.
 # curl: tests/it/jupyter.rs drives the JupyterLab server of its image over HTTP.
-PACKAGES="umoci skopeo oci-image-tool runc busybox-static docker-registry apache2-utils podman python3-venv mmdebstrap binutils slurmctld slurmd slurm-client munge curl"
+# golang-go and golang-github-containerd-stargz-snapshotter-dev: tests/it/estargz.rs builds a
+# checker over the stargz snapshotter's own estargz package (offline, GOPATH mode).
+# gpg: tests/it/signing.rs makes its keys with it.
+PACKAGES="umoci skopeo oci-image-tool runc busybox-static docker-registry apache2-utils podman python3-venv mmdebstrap binutils slurmctld slurmd slurm-client munge curl gpg golang-go golang-github-containerd-stargz-snapshotter-dev"
 missing=""
 for p in $PACKAGES; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"

@@ -38,6 +38,9 @@ struct CachedBlob {
     diff_id: String,
     size: u64,
     tar_size: u64,
+    /// An eStargz layer's TOC digest (absent for gzip and zstd, and in older entries).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    toc_digest: Option<String>,
 }
 
 #[derive(Debug, Clone)]
@@ -95,6 +98,7 @@ impl LayerCache {
             size: cached.size,
             tar_size: cached.tar_size,
             media_type: compression.media_type(),
+            toc_digest: cached.toc_digest,
         }))
     }
 
@@ -120,6 +124,7 @@ impl LayerCache {
             diff_id: blob.diff_id.clone(),
             size: blob.size,
             tar_size: blob.tar_size,
+            toc_digest: blob.toc_digest.clone(),
         };
         let json = serde_json::to_vec(&cached).map_err(std::io::Error::other)?;
         crate::fs::write_atomic(&self.key_path(key), &json)

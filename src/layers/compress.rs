@@ -96,6 +96,11 @@ impl CompressPool {
         self.threads
     }
 
+    /// Runs `job` on the pool.
+    pub(super) fn spawn(&self, job: impl FnOnce() + Send + 'static) {
+        self.pool.spawn(job);
+    }
+
     /// A writer compressing into `inner` with `compression`.
     pub fn writer<W: Write + Send>(
         &self,
@@ -157,8 +162,10 @@ impl<W: Write> Compressor<W> {
         let done = self.done_tx.clone();
         let compression = self.compression;
         self.pool.pool.spawn(move || {
+            // eStargz layers are cut at entries by `super::estargz`; through this writer
+            // they are plain block-member gzip.
             let compressed = match compression {
-                Compression::Gzip => gzip_member(&block),
+                Compression::Gzip | Compression::Estargz => gzip_member(&block),
                 Compression::Zstd => zstd_frame(&block),
             };
             // The receiver only goes away when the writer is dropped after an error.
@@ -213,7 +220,7 @@ impl<W: Write> Write for Compressor<W> {
 
 fn block_size(compression: Compression) -> usize {
     match compression {
-        Compression::Gzip => GZIP_BLOCK,
+        Compression::Gzip | Compression::Estargz => GZIP_BLOCK,
         Compression::Zstd => ZSTD_BLOCK,
     }
 }
@@ -238,7 +245,7 @@ fn zstd_frame(block: &[u8]) -> std::io::Result<Vec<u8>> {
 }
 
 /// One block as a complete gzip member.
-fn gzip_member(block: &[u8]) -> std::io::Result<Vec<u8>> {
+pub(super) fn gzip_member(block: &[u8]) -> std::io::Result<Vec<u8>> {
     DEFLATE.with_borrow_mut(|context| {
         let compressor = match context {
             Some(compressor) => compressor,
@@ -292,7 +299,7 @@ mod tests {
     fn decompress(compression: Compression, blob: &[u8]) -> Vec<u8> {
         let mut out = Vec::new();
         match compression {
-            Compression::Gzip => {
+            Compression::Gzip | Compression::Estargz => {
                 flate2::read::MultiGzDecoder::new(blob)
                     .read_to_end(&mut out)
                     .unwrap();

@@ -6,6 +6,7 @@
 mod blob_file;
 pub mod cache;
 pub mod compress;
+pub mod estargz;
 pub mod owned;
 pub mod plan;
 pub mod tar;

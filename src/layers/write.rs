@@ -19,6 +19,7 @@ use super::{
     blob_file::BlobFile,
     cache::{LayerCache, layer_key},
     compress::{CompressPool, Compression},
+    estargz::EstargzWriter,
     owned::{OwnedLayer, write_owned_tar},
     plan::{LayerKind, LayerPlan, PlannedLayer},
     tar::{TarError, entries, write_entries},
@@ -36,6 +37,9 @@ pub struct LayerBlob {
     /// Size of the uncompressed tar in bytes.
     pub tar_size: u64,
     pub media_type: &'static str,
+    /// The eStargz TOC's digest (`sha256:…`) of an eStargz layer: the manifest annotates
+    /// the layer with it.
+    pub toc_digest: Option<String>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -220,17 +224,32 @@ impl LayerWriter<'_> {
             }
         );
         let compressed = HashingWriter::new(file);
-        let compressor = self
-            .pool
-            .writer(self.compression, compressed)
-            .map_err(|e| blob_err(temp.path(), e))?;
-        let mut tar_out = HashingWriter::new(compressor);
-        write_tar(&mut tar_out).map_err(|source| WriteError::Tar {
+        let tar_err = |source| WriteError::Tar {
             name: name.to_string(),
             source,
-        })?;
-        let (compressor, diff_id, tar_size) = tar_out.finish();
-        let compressed = compressor.finish().map_err(|e| blob_err(temp.path(), e))?;
+        };
+        let (compressed, written) = if self.compression == Compression::Estargz {
+            // The diff_id is of the stream eStargz makes: the tar with its TOC entry.
+            let mut estargz = EstargzWriter::new(compressed, self.pool.clone());
+            write_tar(&mut estargz).map_err(tar_err)?;
+            let (compressed, summary) = estargz.finish().map_err(|e| blob_err(temp.path(), e))?;
+            let toc = Some(summary.toc_digest);
+            (
+                compressed,
+                (summary.diff_id, summary.uncompressed_size, toc),
+            )
+        } else {
+            let compressor = self
+                .pool
+                .writer(self.compression, compressed)
+                .map_err(|e| blob_err(temp.path(), e))?;
+            let mut tar_out = HashingWriter::new(compressor);
+            write_tar(&mut tar_out).map_err(tar_err)?;
+            let (compressor, diff_id, tar_size) = tar_out.finish();
+            let compressed = compressor.finish().map_err(|e| blob_err(temp.path(), e))?;
+            (compressed, (diff_id, tar_size, None))
+        };
+        let (diff_id, tar_size, toc_digest) = written;
         let (file, digest, size) = compressed.finish();
         file.finish().map_err(|e| blob_err(temp.path(), e))?;
 
@@ -245,6 +264,7 @@ impl LayerWriter<'_> {
             size,
             tar_size,
             media_type: self.compression.media_type(),
+            toc_digest,
         };
         Ok((blob, target))
     }

@@ -18,7 +18,10 @@ use super::{
 };
 use crate::{
     compression::Compression,
-    layers::{BuiltLayer, LayerKind},
+    layers::{
+        BuiltLayer, LayerKind,
+        estargz::{TOC_DIGEST_ANNOTATION, UNCOMPRESSED_SIZE_ANNOTATION},
+    },
     recipe::{Recipe, oci_architecture},
 };
 
@@ -244,8 +247,18 @@ fn layer_descriptor(layer: &BuiltLayer) -> Descriptor {
             .parse::<oci_spec::image::Digest>()
             .expect("sha256 digest"),
     );
-    if let Some(annotation) = layer_annotation(layer) {
-        descriptor.set_annotations(Some(HashMap::from([annotation])));
+    let mut annotations: HashMap<String, String> = layer_annotation(layer).into_iter().collect();
+    // What the stargz snapshotter and containers/storage need to pull an eStargz layer
+    // lazily: the TOC's digest, and the size the layer unpacks to.
+    if let Some(toc) = &blob.toc_digest {
+        annotations.insert(TOC_DIGEST_ANNOTATION.to_string(), toc.clone());
+        annotations.insert(
+            UNCOMPRESSED_SIZE_ANNOTATION.to_string(),
+            blob.tar_size.to_string(),
+        );
+    }
+    if !annotations.is_empty() {
+        descriptor.set_annotations(Some(annotations));
     }
     descriptor
 }

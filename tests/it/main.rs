@@ -21,6 +21,7 @@ mod docs_examples;
 mod download;
 mod error_messages;
 mod errors;
+mod estargz;
 mod fatbin;
 mod files;
 mod fixtures_smoke;
