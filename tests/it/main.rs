@@ -16,6 +16,7 @@ mod build;
 mod builder;
 mod channel_priority;
 mod common;
+mod containerd;
 mod cuda_intent;
 mod docs_examples;
 mod download;
