@@ -164,7 +164,8 @@ pub async fn push_layout(
     Ok(report)
 }
 
-/// Attaches the SBOMs `build` wrote beside the layout (if any) to the pushed image.
+/// Attaches the SBOMs and the provenance `build` wrote beside the layout (those that name
+/// the pushed image) to it.
 async fn attach_sboms(
     client: &RepositoryClient,
     layout: &std::path::Path,
@@ -173,18 +174,35 @@ async fn attach_sboms(
     use crate::registry::referrers::{Attachment, Discovery, Subject, attach};
     use crate::sbom::{SbomFormat, path_beside};
     let mut attachments = Vec::new();
-    for (format, media_type) in [
-        (SbomFormat::Spdx, "application/spdx+json"),
-        (SbomFormat::Cyclonedx, "application/vnd.cyclonedx+json"),
-    ] {
-        let path = path_beside(layout, format);
+    let documents = [
+        (
+            path_beside(layout, SbomFormat::Spdx),
+            "application/spdx+json",
+            None,
+        ),
+        (
+            path_beside(layout, SbomFormat::Cyclonedx),
+            "application/vnd.cyclonedx+json",
+            None,
+        ),
+        (
+            crate::provenance::path_beside(layout),
+            crate::provenance::MEDIA_TYPE,
+            Some(crate::attest::SLSA_PROVENANCE_V1),
+        ),
+    ];
+    for (path, media_type, predicate_type) in documents {
         let Ok(bytes) = fs_err::read(&path) else {
             continue;
         };
-        // A layout holds many images, but beside it lies the SBOM of the last build into
-        // it: attached to another tag's image it would describe the wrong image.
+        // A layout holds many images, but beside it lies what the last build into it wrote:
+        // attached to another tag's image it would describe the wrong image.
         if describes(&bytes, &report.digest) {
-            attachments.push(Attachment { media_type, bytes });
+            attachments.push(Attachment {
+                media_type,
+                bytes,
+                predicate_type,
+            });
         } else {
             tracing::warn!(
                 "`{}` describes another image of the layout than {}; not attached",
@@ -205,7 +223,7 @@ async fn attach_sboms(
         .as_str()
         .unwrap_or("1970-01-01T00:00:00Z")
         .to_string();
-    // A multi-platform image's SBOMs describe its index.
+    // A multi-platform image's documents describe its index.
     let media_type = manifest["mediaType"]
         .as_str()
         .unwrap_or("application/vnd.oci.image.manifest.v1+json");
@@ -215,7 +233,13 @@ async fn attach_sboms(
         media_type,
     };
     let (digests, found_by) = attach(client, subject, &created, &attachments).await?;
-    report.sboms = digests;
+    for (attachment, digest) in attachments.iter().zip(digests) {
+        if attachment.predicate_type.is_some() {
+            report.provenance = Some(digest);
+        } else {
+            report.sboms.push(digest);
+        }
+    }
     // The attachment's requests and retries count too.
     report.requests = client.requests.load(std::sync::atomic::Ordering::Relaxed);
     report.retries = client.retries.load(std::sync::atomic::Ordering::Relaxed);
@@ -235,18 +259,17 @@ pub struct Attached {
     pub found_by: String,
 }
 
-/// Attaches `bytes` (of artifact type `media_type`) to the manifest `subject_digest` of
-/// `reference`'s repository, as an OCI 1.1 artifact whose `subject` is that manifest.
+/// Attaches `attachment` to the manifest `subject_digest` of `reference`'s repository, as an
+/// OCI 1.1 artifact whose `subject` is that manifest.
 pub async fn attach_document(
     reference: &Reference,
     subject_digest: &str,
-    media_type: &'static str,
-    bytes: Vec<u8>,
+    attachment: crate::registry::referrers::Attachment,
     options: &ClientOptions,
 ) -> Result<Attached, Box<dyn std::error::Error>> {
     use crate::registry::{
         pull::manifest_descriptor,
-        referrers::{Attachment, Discovery, Subject, attach},
+        referrers::{Discovery, Subject, attach},
     };
     let client = client_for(reference, options)?;
     let subject = manifest_descriptor(&client, Some(subject_digest)).await?;
@@ -258,7 +281,6 @@ pub async fn attach_document(
         size: subject.size,
         media_type: &subject.media_type,
     };
-    let attachment = Attachment { media_type, bytes };
     let (digests, found_by) = attach(&client, subject, &created, &[attachment]).await?;
     Ok(Attached {
         digest: digests.into_iter().next().unwrap_or_default(),
@@ -269,8 +291,8 @@ pub async fn attach_document(
     })
 }
 
-/// Whether an SBOM `build` wrote names the image `digest` (its SPDX `versionInfo` and
-/// checksum, its CycloneDX `version` and purl all carry it).
+/// Whether a document `build` wrote names the image `digest` (an SPDX `versionInfo` and
+/// checksum, a CycloneDX `version` and purl, the provenance's subject all carry it).
 fn describes(sbom: &[u8], digest: &str) -> bool {
     let hex = digest.trim_start_matches("sha256:");
     !hex.is_empty()
@@ -295,10 +317,15 @@ pub fn print_push(report: &PushReport, printer: &Printer) {
         ),
     );
     if let Some(found_by) = &report.sboms_found_by {
+        let provenance = if report.provenance.is_some() {
+            " and its provenance"
+        } else {
+            ""
+        };
         printer.status(
             "Attached",
             format_args!(
-                "{} SBOM(s) to the image, found by {found_by}",
+                "{} SBOM(s){provenance} to the image, found by {found_by}",
                 report.sboms.len()
             ),
         );
@@ -324,14 +351,12 @@ pub(super) async fn run_push(
     .await
     .map_err(|err| Failure::new(err, 1))?;
     let signed = match &signing {
-        Some(signing) => signing
-            .sign(&pushed_identities(&report, &args.tags), &report.digest)
-            .map_err(|err| {
-                Failure::new(
-                    format!("{} was pushed but not signed: {err}", report.pushed),
-                    1,
-                )
-            })?,
+        Some(signing) => sign_pushed(signing, &report, &args.tags).map_err(|err| {
+            Failure::new(
+                format!("{} was pushed but not signed: {err}", report.pushed),
+                1,
+            )
+        })?,
         None => Vec::new(),
     };
     if args.json {
@@ -343,6 +368,27 @@ pub(super) async fn run_push(
         print_push(&report, printer);
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Signs the pushed image as each of its tags, and each document attached to it (the
+/// artifacts are untagged: their signatures claim the repository).
+fn sign_pushed(
+    signing: &Signing,
+    report: &PushReport,
+    tags: &[String],
+) -> Result<Vec<super::sign::Signed>, Box<dyn std::error::Error>> {
+    let identities = pushed_identities(report, tags);
+    let mut signed = signing.sign(&identities, &report.digest)?;
+    if let Some(image) = identities.first() {
+        let repository = Reference {
+            tag: None,
+            ..image.clone()
+        };
+        for artifact in report.sboms.iter().chain(&report.provenance) {
+            signed.extend(signing.sign(std::slice::from_ref(&repository), artifact)?);
+        }
+    }
+    Ok(signed)
 }
 
 /// The references a push made point at its image: the target's tag and each `--tag`; what

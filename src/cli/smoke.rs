@@ -89,14 +89,14 @@ async fn publish(
     options: &crate::registry::ClientOptions,
     printer: &Printer,
 ) -> Result<(), Box<dyn std::error::Error>> {
-    let attached = super::registry::attach_document(
-        reference,
-        &run.manifest_digest,
-        crate::attest::MEDIA_TYPE,
-        statement,
-        options,
-    )
-    .await?;
+    let attachment = crate::registry::referrers::Attachment {
+        media_type: crate::attest::MEDIA_TYPE,
+        bytes: statement,
+        predicate_type: Some(crate::attest::GPU_SMOKE_V1),
+    };
+    let attached =
+        super::registry::attach_document(reference, &run.manifest_digest, attachment, options)
+            .await?;
     printer.status(
         "Attached",
         format_args!(

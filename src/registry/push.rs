@@ -62,8 +62,10 @@ pub struct PushReport {
     pub retries: usize,
     /// Digests of the SBOM artifacts attached to the image.
     pub sboms: Vec<String>,
-    /// Where the SBOMs can be found: `referrers-api` or the fallback tag.
+    /// Where the SBOMs and the provenance can be found: `referrers-api` or the fallback tag.
     pub sboms_found_by: Option<String>,
+    /// Digest of the provenance artifact attached to the image.
+    pub provenance: Option<String>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -166,6 +168,7 @@ pub async fn push(
         retries: client.retries.load(Ordering::Relaxed),
         sboms: Vec::new(),
         sboms_found_by: None,
+        provenance: None,
     })
 }
 

@@ -17,11 +17,18 @@ const EMPTY_MEDIA_TYPE: &str = "application/vnd.oci.empty.v1+json";
 const MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json";
 const INDEX: &str = "application/vnd.oci.image.index.v1+json";
 
-/// One document to attach: its media type (the artifact type) and bytes.
+/// One document to attach: its media type (the artifact type) and bytes, and for an in-toto
+/// statement its `predicateType`, which the artifact carries as the annotation
+/// [`PREDICATE_TYPE`] so clients pick attestations from the referrers list without fetching
+/// each.
 pub struct Attachment {
     pub media_type: &'static str,
     pub bytes: Vec<u8>,
+    pub predicate_type: Option<&'static str>,
 }
+
+/// The annotation naming an attached statement's predicate type.
+pub const PREDICATE_TYPE: &str = "in-toto.io/predicate-type";
 
 /// How the artifacts were made discoverable.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
@@ -74,6 +81,10 @@ pub async fn attach(
     let mut artifacts = Vec::new();
     for attachment in attachments {
         let blob = put_blob(client, &attachment.bytes).await?;
+        let mut annotations = serde_json::json!({"org.opencontainers.image.created": created});
+        if let Some(predicate_type) = attachment.predicate_type {
+            annotations[PREDICATE_TYPE] = predicate_type.into();
+        }
         let manifest = serde_json::json!({
             "schemaVersion": 2,
             "mediaType": MANIFEST,
@@ -81,13 +92,13 @@ pub async fn attach(
             "config": {"mediaType": EMPTY_MEDIA_TYPE, "digest": config, "size": EMPTY_CONFIG.len()},
             "layers": [{"mediaType": attachment.media_type, "digest": blob, "size": attachment.bytes.len()}],
             "subject": {"mediaType": subject.media_type, "digest": subject.digest, "size": subject.size},
-            "annotations": {"org.opencontainers.image.created": created},
+            "annotations": annotations,
         });
         let bytes = canonical_json(&manifest).expect("JSON serializes");
         let digest = sha256(&bytes);
         put_manifest(client, &digest, &bytes, MANIFEST, &digest).await?;
         let size = bytes.len();
-        artifacts.push((digest, size, attachment.media_type));
+        artifacts.push((digest, size, attachment));
     }
 
     // A registry with the referrers API lists them by itself.
@@ -124,14 +135,18 @@ pub async fn attach(
     } else {
         Vec::new()
     };
-    for (digest, size, media_type) in &artifacts {
+    for (digest, size, attachment) in &artifacts {
         if !manifests.iter().any(|m| m["digest"] == *digest) {
-            manifests.push(serde_json::json!({
+            let mut entry = serde_json::json!({
                 "mediaType": MANIFEST,
                 "digest": digest,
                 "size": size,
-                "artifactType": media_type,
-            }));
+                "artifactType": attachment.media_type,
+            });
+            if let Some(predicate_type) = attachment.predicate_type {
+                entry["annotations"] = serde_json::json!({PREDICATE_TYPE: predicate_type});
+            }
+            manifests.push(entry);
         }
     }
     manifests.sort_by(|a, b| a["digest"].as_str().cmp(&b["digest"].as_str()));

@@ -16,9 +16,9 @@ use crate::{
     },
 };
 
-/// Blobs a push adds for the SBOMs `build` writes beside the layout: the empty artifact
-/// config, the SPDX and the CycloneDX document.
-const SBOM_BLOBS: usize = 3;
+/// Blobs a push adds for the documents `build` writes beside the layout: the empty artifact
+/// config, the SPDX and the CycloneDX SBOM, the provenance.
+const SBOM_BLOBS: usize = 4;
 
 /// How a test registry authenticates.
 pub enum Auth {
@@ -869,7 +869,7 @@ fn credentials_from_a_docker_credential_helper() {
 }
 
 #[test]
-fn sboms_are_attached_to_the_pushed_image() {
+fn sboms_and_provenance_are_attached_to_the_pushed_image() {
     let registry = Registry::start(Auth::None);
     let (project, docker) = built_project();
     let local = LayoutView::new(project.path().join("images/app"));
@@ -886,8 +886,9 @@ fn sboms_are_attached_to_the_pushed_image() {
         let fallback_tag = image_digest.replace(':', "-");
         assert_eq!(report["sboms_found_by"], fallback_tag.as_str());
         assert_eq!(report["sboms"].as_array().unwrap().len(), 2);
+        assert!(report["provenance"].is_string(), "{report}");
     }
-    // distribution 2.8 has no referrers API: the fallback tag lists both, once.
+    // distribution 2.8 has no referrers API: the fallback tag lists all three, once.
     let raw = |reference: &str| -> serde_json::Value {
         serde_json::from_str(&run_tool(
             "skopeo",
@@ -902,10 +903,11 @@ fn sboms_are_attached_to_the_pushed_image() {
     };
     let index = raw(&format!(":{}", image_digest.replace(':', "-")));
     let manifests = index["manifests"].as_array().unwrap();
-    assert_eq!(manifests.len(), 2, "{index}");
+    assert_eq!(manifests.len(), 3, "{index}");
     for (artifact_type, file) in [
         ("application/spdx+json", "app.spdx.json"),
         ("application/vnd.cyclonedx+json", "app.cdx.json"),
+        ("application/vnd.in-toto+json", "app.provenance.json"),
     ] {
         let entry = manifests
             .iter()
@@ -913,6 +915,14 @@ fn sboms_are_attached_to_the_pushed_image() {
             .expect(artifact_type);
         let artifact = raw(&format!("@{}", entry["digest"].as_str().unwrap()));
         assert_eq!(artifact["subject"]["digest"], image_digest.as_str());
+        if artifact_type == "application/vnd.in-toto+json" {
+            let predicate = "https://slsa.dev/provenance/v1";
+            assert_eq!(entry["annotations"]["in-toto.io/predicate-type"], predicate);
+            assert_eq!(
+                artifact["annotations"]["in-toto.io/predicate-type"],
+                predicate
+            );
+        }
         assert_eq!(artifact["artifactType"], artifact_type);
         let sbom = fs_err::read(project.path().join("images").join(file)).unwrap();
         use sha2::Digest;

@@ -223,7 +223,8 @@ fn signed_images_pass_skopeo_and_podman_signed_by_policies_and_others_are_refuse
     let report: serde_json::Value = serde_json::from_str(push.stdout.trim()).unwrap();
     let digest = report["digest"].as_str().unwrap().to_string();
     let signatures = report["signatures"].as_array().unwrap();
-    assert_eq!(signatures.len(), 2, "{report}");
+    // The two tags, then the three attached documents (two SBOMs and the provenance).
+    assert_eq!(signatures.len(), 5, "{report}");
     let hex = digest.trim_start_matches("sha256:");
     let sig_dir = staging.join(format!("ml/signed@sha256={hex}"));
     assert!(sig_dir.join("signature-1").is_file() && sig_dir.join("signature-2").is_file());
@@ -241,6 +242,34 @@ fn signed_images_pass_skopeo_and_podman_signed_by_policies_and_others_are_refuse
         payload.contains(&digest) && payload.contains(&signed_ref),
         "{payload}"
     );
+
+    // The provenance artifact's signature, checked by skopeo against gpg's keyring.
+    let provenance = report["provenance"].as_str().unwrap();
+    let manifest_file = work.join("provenance-manifest.json");
+    fs_err::write(
+        &manifest_file,
+        registry_get(
+            host,
+            &format!("ml/signed/manifests/{provenance}"),
+            "application/vnd.oci.image.manifest.v1+json",
+        ),
+    )
+    .unwrap();
+    let provenance_sig = staging.join(format!(
+        "ml/signed@sha256={}/signature-1",
+        provenance.trim_start_matches("sha256:")
+    ));
+    let mut verify = Command::new("skopeo");
+    verify
+        .env("GNUPGHOME", &trusted.home)
+        .arg("standalone-verify")
+        .arg(&manifest_file)
+        .arg(format!("{host}/ml/signed"))
+        .arg(trusted.fingerprint())
+        .arg(&provenance_sig);
+    let (ok, said) = consumer(verify);
+    eprintln!("skopeo standalone-verify of the provenance's signature:\n{said}");
+    assert!(ok, "{said}");
 
     // Before publishing, readers find no signature and refuse.
     let (ok, said) = consumers.skopeo_copy(&signed_ref);
@@ -562,7 +591,11 @@ fn a_smoke_attestation_of_a_registry_image_is_attached_and_its_signature_verifie
         .as_array()
         .unwrap()
         .iter()
-        .find(|m| m["artifactType"] == "application/vnd.in-toto+json")
+        .find(|m| {
+            m["artifactType"] == "application/vnd.in-toto+json"
+                && m["annotations"]["in-toto.io/predicate-type"]
+                    == "https://imgbuild.dev/attestations/gpu-smoke/v1"
+        })
         .unwrap_or_else(|| panic!("no attestation among the referrers: {index}"));
     let artifact_digest = artifact["digest"].as_str().unwrap();
     let manifest_bytes = registry_get(
