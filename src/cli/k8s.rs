@@ -10,7 +10,7 @@ use super::printer::{Failure, Printer};
 
 use crate::k8s::{
     BuildJobOptions, DataVolume, WorkloadKind, WorkloadOptions, build_job, check_quantity,
-    check_user, parse_env, parse_toleration, parse_volume, workload,
+    check_user, parse_env, parse_toleration, parse_volume, smoke_policy, workload,
 };
 
 pub(super) const K8S_EXAMPLES: &str = "\
@@ -24,7 +24,9 @@ Examples:
       --runtime-class nvidia | kubectl apply -f -
   imgbuild k8s images/train --repository registry.example/ml/train --set shm=16Gi \\
       --env HF_HOME=/cache --volume data=pvc:datasets:/data:ro \\
-      --volume cache=host:/mnt/cache:/cache --toleration dedicated=ml:NoSchedule";
+      --volume cache=host:/mnt/cache:/cache --toleration dedicated=ml:NoSchedule
+  imgbuild k8s images/train --repository registry.example/ml/train \\
+      --require-smoke-attestation > train-with-policy.yaml   # and a Kyverno ClusterPolicy";
 
 /// The keys `--set` takes.
 const SET_KEYS: &[&str] = &[
@@ -69,6 +71,11 @@ pub struct K8sArgs {
     /// GPU; its exit code is the verdict (0 pass, 3 no GPU, 4 incompatible, 5 kernel failure)
     #[arg(long, conflicts_with = "job")]
     pub smoke_job: bool,
+    /// Also print a sample Kyverno ClusterPolicy that admits the image's pods only with signed
+    /// imgbuild GPU smoke attestations (`imgbuild smoke --attest`) that pass on a GPU of the
+    /// compute capabilities the node affinity targets; put your public key in its placeholder
+    #[arg(long, conflicts_with_all = ["build_job", "smoke_job"])]
+    pub require_smoke_attestation: bool,
     /// `runtimeClassName` of the pod (e.g. `nvidia`)
     #[arg(long, value_name = "NAME")]
     pub runtime_class: Option<String>,
@@ -330,9 +337,19 @@ pub(super) fn run_k8s(args: &K8sArgs, printer: &Printer) -> Result<ExitCode, Fai
     let image = crate::inspect::inspect(image_ref).map_err(|err| Failure::new(err, 1))?;
     let (manifest, warnings) =
         workload(&image, &options, user.as_deref()).map_err(|err| Failure::new(err, 1))?;
-    let yaml = manifest.to_yaml().map_err(|err| Failure::new(err, 1))?;
+    let mut yaml = manifest.to_yaml().map_err(|err| Failure::new(err, 1))?;
     for warning in &warnings {
         printer.warning(warning);
+    }
+    if args.require_smoke_attestation {
+        let (policy, warnings) =
+            smoke_policy(&image, &options).map_err(|err| Failure::new(err, 1))?;
+        for warning in &warnings {
+            printer.warning(warning);
+        }
+        let policy = policy.to_yaml().map_err(|err| Failure::new(err, 1))?;
+        // First, so that `kubectl apply -f` creates the policy before the workload it guards.
+        yaml = format!("{policy}---\n{yaml}");
     }
     printer.document(&yaml);
     Ok(ExitCode::SUCCESS)

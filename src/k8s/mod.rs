@@ -27,10 +27,12 @@ use crate::inspect::ImageSummary;
 
 mod build_job;
 mod scheduling;
+mod smoke_policy;
 
 pub use build_job::{BuildJobOptions, build_job};
-use scheduling::{affinity, tolerations};
+use scheduling::{affinity, targeted_compute_terms, tolerations};
 pub use scheduling::{compute_terms, driver_terms, node_terms};
+pub use smoke_policy::{ClusterPolicy, GpuClass, PUBLIC_KEY_PLACEHOLDER};
 
 /// GPU feature discovery's labels for the host driver version (`535.104.05` → `535`, `104`,
 /// `05`).
@@ -161,6 +163,10 @@ pub enum K8sError {
     Quantity { key: String, value: String },
     #[error("{what} `{value}` is given twice")]
     Duplicate { what: &'static str, value: String },
+    #[error(
+        "`--require-smoke-attestation` is for a pod with a GPU, and this one asks for none (`--set gpus=0`, or an image without `[cuda]`): a GPU smoke attestation says nothing about it"
+    )]
+    SmokePolicyWithoutGpu,
     #[error("Failed to write YAML")]
     Yaml(#[source] serde_yaml::Error),
 }
@@ -202,13 +208,7 @@ pub fn workload(
         }
         _ => None,
     };
-    let name = options.name.clone().unwrap_or_else(|| match smoke {
-        Some(_) => format!("{}-smoke", image_name(&image.image)),
-        None => image_name(&image.image),
-    });
-    if !is_dns_label(&name) {
-        return Err(K8sError::Name { name });
-    }
+    let name = workload_name(image, options)?;
 
     let (uid, gid) = run_as(user.or(image.config.user.as_deref()))?;
     let mut warnings = Vec::new();
@@ -220,14 +220,7 @@ pub fn workload(
             image.image
         ));
     }
-    // The smoke test needs a GPU even in an image that does not say it is a CUDA image.
-    let gpus = options
-        .gpus
-        .unwrap_or(if image.cuda.is_some() || smoke.is_some() {
-            1
-        } else {
-            0
-        });
+    let gpus = gpu_count(image, options);
 
     let (volumes, mounts) = data_volumes(options)?;
     let (command, args) = command_and_args(image, options, smoke);
@@ -261,6 +254,71 @@ pub fn workload(
     };
     let workload = wrap_pod(options, name, pod, smoke.is_some());
     Ok((workload, warnings))
+}
+
+/// The workload's name: `--set name`, else the layout's (with `-smoke` for the smoke Job).
+fn workload_name(image: &ImageSummary, options: &WorkloadOptions) -> Result<String, K8sError> {
+    let name = options.name.clone().unwrap_or_else(|| match options.kind {
+        WorkloadKind::SmokeJob => format!("{}-smoke", image_name(&image.image)),
+        _ => image_name(&image.image),
+    });
+    if !is_dns_label(&name) {
+        return Err(K8sError::Name { name });
+    }
+    Ok(name)
+}
+
+/// GPUs per pod: `--set gpus`, else one for a CUDA image or the smoke test (which needs a
+/// GPU even in an image that does not say it is a CUDA image), else none.
+fn gpu_count(image: &ImageSummary, options: &WorkloadOptions) -> u32 {
+    options.gpus.unwrap_or(
+        if image.cuda.is_some() || options.kind == WorkloadKind::SmokeJob {
+            1
+        } else {
+            0
+        },
+    )
+}
+
+/// `--require-smoke-attestation`: the sample Kyverno policy that admits the workload's pods
+/// only with a passing GPU smoke attestation of their image for the GPU class their node
+/// affinity targets (see `src/k8s/smoke_policy.rs`), and the warnings to print: a workload that
+/// targets no compute capability gets a policy that checks none.
+pub fn smoke_policy(
+    image: &ImageSummary,
+    options: &WorkloadOptions,
+) -> Result<(ClusterPolicy, Vec<String>), K8sError> {
+    image_reference(&options.repository, image)?;
+    let name = workload_name(image, options)?;
+    let gpus = gpu_count(image, options);
+    if gpus == 0 {
+        return Err(K8sError::SmokePolicyWithoutGpu);
+    }
+    let class = targeted_compute_terms(image, options, gpus)?.map(|t| GpuClass::of_terms(&t));
+    let mut warnings = Vec::new();
+    if class.is_none() {
+        let why = if !options.gpu_feature_discovery {
+            "`--no-gpu-feature-discovery`".to_string()
+        } else if options.any_gpu_architecture {
+            "`--any-gpu-architecture`".to_string()
+        } else {
+            format!(
+                "`{}` records no GPU architectures (`dev.imgbuild.cuda.architectures`)",
+                image.image
+            )
+        };
+        warnings.push(format!(
+            "the workload targets no GPU class ({why}), so the policy admits a passing smoke attestation from any GPU"
+        ));
+    }
+    let repository = options.repository.trim_end_matches('/');
+    let policy = smoke_policy::cluster_policy(&smoke_policy::SmokePolicyOptions {
+        name: &name,
+        namespace: options.namespace.as_deref(),
+        repository,
+        gpu_class: class.as_ref(),
+    });
+    Ok((policy, warnings))
 }
 
 /// The image as the manifest references it, `REPOSITORY@DIGEST`: by its digest (an index's,

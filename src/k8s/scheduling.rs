@@ -36,8 +36,8 @@ pub(super) fn affinity(
     // Without GPU feature discovery no node carries its labels: only the kubelet's remain.
     let gfd = gpus > 0 && options.gpu_feature_discovery;
     let mut terms = node_terms(&architectures(image), min_driver.as_ref().filter(|_| gfd));
-    if gfd && !options.any_gpu_architecture {
-        terms = with_compute_capability(terms, image)?;
+    if let Some(compute) = targeted_compute_terms(image, options, gpus)? {
+        terms = and_terms(terms, &compute);
     }
     Ok(Affinity {
         node_affinity: Some(NodeAffinity {
@@ -98,15 +98,30 @@ pub fn node_terms(arches: &[String], driver: Option<&DriverVersion>) -> Vec<Node
         .collect()
 }
 
-/// `terms` ANDed with [`compute_terms`] for the architectures the image records (each
-/// package's, else all together); `terms` as they are when it records none.
-fn with_compute_capability(
-    terms: Vec<NodeSelectorTerm>,
+/// The compute capability requirement lists (ORed) the pod's node affinity ANDs into each
+/// of its terms: for a GPU pod on a cluster with GPU feature discovery, without
+/// `--any-gpu-architecture`, [`compute_terms`] of the architectures the image records (each
+/// package's, else all together); none when it records none. The GPU class of the nodes, which
+/// `--require-smoke-attestation`'s policy also holds the image's attestations to.
+pub(super) fn targeted_compute_terms(
     image: &ImageSummary,
-) -> Result<Vec<NodeSelectorTerm>, K8sError> {
+    options: &WorkloadOptions,
+    gpus: u32,
+) -> Result<Option<Vec<Vec<NodeSelectorRequirement>>>, K8sError> {
+    if gpus == 0 || !options.gpu_feature_discovery || options.any_gpu_architecture {
+        return Ok(None);
+    }
+    image_compute_terms(image)
+}
+
+/// [`compute_terms`] of the architectures `image` records; none when it records none, an
+/// error when no GPU runs every package.
+fn image_compute_terms(
+    image: &ImageSummary,
+) -> Result<Option<Vec<Vec<NodeSelectorRequirement>>>, K8sError> {
     use crate::cuda::fatbin::{Architectures, format_list, parse_list};
     let Some(gpu) = &image.gpu else {
-        return Ok(terms);
+        return Ok(None);
     };
     let parse = |names: &[String]| parse_list(&names.join(",")).unwrap_or_default();
     let mut packages: Vec<Architectures> = gpu
@@ -119,7 +134,7 @@ fn with_compute_capability(
         packages.push(parse(&gpu.architectures));
     }
     if packages.iter().all(Architectures::is_empty) {
-        return Ok(terms);
+        return Ok(None);
     }
     let compute = compute_terms(&packages);
     if compute.is_empty() {
@@ -132,8 +147,16 @@ fn with_compute_capability(
                 .join("; "),
         });
     }
-    // (a or b) and (c or d): every pair, each requirement list ANDed.
-    Ok(terms
+    Ok(Some(compute))
+}
+
+/// `terms` ANDed with `compute`: (a or b) and (c or d) is every pair, each requirement list
+/// ANDed.
+fn and_terms(
+    terms: Vec<NodeSelectorTerm>,
+    compute: &[Vec<NodeSelectorRequirement>],
+) -> Vec<NodeSelectorTerm> {
+    terms
         .iter()
         .flat_map(|term| {
             compute.iter().map(move |extra| {
@@ -144,7 +167,7 @@ fn with_compute_capability(
                 term
             })
         })
-        .collect())
+        .collect()
 }
 
 /// The requirement lists (ORed) matching GPUs, by GPU feature discovery's compute capability

@@ -582,3 +582,296 @@ fn bad_settings_are_refused_naming_flag_and_value() {
         .assert_failure_naming(1, &["volume name `x` is given twice"]);
     run(&["--env", "A=1", "--env", "A=2"]).assert_failure_naming(1, &["`A` is given twice"]);
 }
+
+/// The policy document `imgbuild k8s --require-smoke-attestation` prints before the
+/// workload, validated with check-jsonschema against the strict `v1` schema of Kyverno's
+/// ClusterPolicy CRD (`tests/data/kyverno/`), and the workload as [`validated`] validates it.
+/// Returns (the workload's documents, the policy's text, the policy as JSON).
+fn with_policy(project: &Project, stdout: &str) -> (Vec<Value>, String, Value) {
+    let (policy, workload) = stdout
+        .split_once("\n---\n")
+        .expect("the policy, then `---` and the workload");
+    let policy = format!("{policy}\n");
+    let docs = validated(project, workload);
+    let file = project.path().join("policy.yaml");
+    fs_err::write(&file, &policy).unwrap();
+    check_kyverno_schema(&file).unwrap_or_else(|e| panic!("{e}\n{policy}"));
+    let output = Command::new(venv_tool("python"))
+        .args([
+            "-c",
+            "import json, sys, yaml; print(json.dumps(yaml.safe_load(open(sys.argv[1]))))",
+        ])
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert!(output.status.success());
+    (
+        docs,
+        policy,
+        serde_json::from_slice(&output.stdout).unwrap(),
+    )
+}
+
+/// check-jsonschema of `file` (YAML or JSON) against Kyverno's ClusterPolicy v1 schema.
+fn check_kyverno_schema(file: &std::path::Path) -> Result<(), String> {
+    let schema = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/data/kyverno/clusterpolicy-v1.schema.json");
+    let output = Command::new(venv_tool("check-jsonschema"))
+        .arg("--schemafile")
+        .arg(&schema)
+        .arg(file)
+        .output()
+        .unwrap();
+    if output.status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "check-jsonschema rejects {}:\n{}{}",
+            file.display(),
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        ))
+    }
+}
+
+/// What a condition's `{{ a.b }}` key names in a predicate (the dotted JMESPath of the
+/// policy's keys, no more).
+fn resolve<'a>(predicate: &'a Value, key: &str) -> &'a Value {
+    let path = key
+        .trim()
+        .strip_prefix("{{")
+        .and_then(|k| k.strip_suffix("}}"))
+        .expect("a `{{ … }}` key")
+        .trim();
+    path.split('.').fold(predicate, |v, field| &v[field])
+}
+
+/// Whether `predicate` meets the policy's conditions, evaluated the way Kyverno evaluates
+/// these three operators (every `all` condition and one `any` condition; `AnyIn` matches a
+/// value or a `*` wildcard, `GreaterThanOrEquals` compares numbers). A check that the keys
+/// name the smoke report's real fields and the values fit them, not Kyverno itself.
+fn admits(policy: &Value, predicate: &Value) -> bool {
+    let holds = |condition: &Value| {
+        let value = resolve(predicate, condition["key"].as_str().unwrap());
+        let Some(value) = value.as_str() else {
+            return false;
+        };
+        match condition["operator"].as_str().unwrap() {
+            "Equals" => condition["value"] == value,
+            "AnyIn" => condition["value"].as_array().unwrap().iter().any(|p| {
+                let p = p.as_str().unwrap();
+                match p.strip_suffix('*') {
+                    Some(prefix) => value.starts_with(prefix),
+                    None => p == value,
+                }
+            }),
+            "GreaterThanOrEquals" => {
+                let number = |s: &str| s.parse::<f64>().unwrap();
+                number(value) >= number(condition["value"].as_str().unwrap())
+            }
+            other => panic!("an operator the policy does not use: {other}"),
+        }
+    };
+    let attestation = &policy["spec"]["rules"][0]["verifyImages"][0]["attestations"][0];
+    attestation["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|block| {
+            let list = |k: &str| block[k].as_array().cloned().unwrap_or_default();
+            list("all").iter().all(holds)
+                && (list("any").is_empty() || list("any").iter().any(holds))
+        })
+}
+
+/// The H200 attestation kept as issue 21's evidence (a real `imgbuild smoke --attest` run).
+fn h200_attestation() -> Value {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("docs/evidence/issue21/layout-118.intoto.json");
+    serde_json::from_str(&fs_err::read_to_string(path).unwrap()).unwrap()
+}
+
+/// Issue 21, section 3: `--require-smoke-attestation` adds a Kyverno ClusterPolicy, valid
+/// against Kyverno's own schema, that verifies the image's signed GPU smoke attestations
+/// (sigstore bundles, a static key, no transparency log) and holds each to `verdict: pass`
+/// on a GPU of the compute capabilities the pod's node affinity targets. Its conditions
+/// admit the real H200 attestation and refuse it failed or from a GPU outside the class.
+#[test]
+fn require_smoke_attestation_adds_a_kyverno_policy_for_the_gpu_class() {
+    let channel = tempfile::tempdir().unwrap();
+    crate::fatbin::write_gpu_channel(channel.path()).unwrap();
+    let project = Project::new();
+    project.write_recipe(
+        &(tiny_recipe(channel.path(), "gpu", &["libgpu", "libold"])
+            + "\n[cuda]\nversion = \"12.1\"\nmin-driver = \"530.30.02\"\n"),
+    );
+    project.build(&[]).success();
+    let repository = "registry.example/ml/gpu";
+    let run = project
+        .run(&[
+            "k8s",
+            "images/gpu",
+            "--repository",
+            repository,
+            "--require-smoke-attestation",
+            "--set",
+            "namespace=ml",
+        ])
+        .success();
+    assert!(!run.stderr.contains("warning"), "{}", run.stderr);
+    let (docs, text, policy) = with_policy(&project, &run.stdout);
+    assert_eq!(docs.len(), 1);
+    assert_eq!(docs[0]["kind"], "Job");
+    // The header says what Kyverno verifies and what the user fills in.
+    for needle in [
+        "signed sigstore bundles",
+        "OCI 1.1 referrers",
+        "README's signing section",
+        "Replace the placeholder",
+    ] {
+        assert!(text.contains(needle), "{needle}:\n{text}");
+    }
+    assert_eq!(policy["apiVersion"], "kyverno.io/v1");
+    assert_eq!(policy["kind"], "ClusterPolicy");
+    assert_eq!(policy["metadata"]["name"], "gpu-gpu-smoke");
+    assert_eq!(policy["spec"]["background"], false);
+    assert_eq!(
+        policy["spec"]["webhookConfiguration"]["failurePolicy"],
+        "Fail"
+    );
+    let rule = &policy["spec"]["rules"][0];
+    assert_eq!(
+        rule["match"],
+        serde_json::json!({"any": [{"resources": {"kinds": ["Pod"], "namespaces": ["ml"]}}]})
+    );
+    let verify = &rule["verifyImages"][0];
+    assert_eq!(verify["type"], "SigstoreBundle");
+    assert_eq!(verify["failureAction"], "Enforce");
+    assert_eq!(verify["required"], true);
+    assert_eq!(
+        verify["imageReferences"],
+        serde_json::json!([format!("{repository}@*"), format!("{repository}:*")])
+    );
+    let attestation = &verify["attestations"][0];
+    assert_eq!(
+        attestation["type"],
+        "https://imgbuild.dev/attestations/gpu-smoke/v1"
+    );
+    let key = &attestation["attestors"][0]["entries"][0]["keys"];
+    assert!(
+        key["publicKeys"]
+            .as_str()
+            .unwrap()
+            .contains("REPLACE-WITH-THE-PUBLIC-KEY"),
+        "{key}"
+    );
+    assert_eq!(key["rekor"]["ignoreTlog"], true);
+    assert_eq!(key["ctlog"]["ignoreSCT"], true);
+    // The class is the affinity's: 8.0 and newer runs both libraries (`major In 8…12` or
+    // `major Gt 12`, as tests/it/fatbin.rs checks the node terms).
+    let conditions = &attestation["conditions"][0];
+    assert_eq!(
+        conditions["all"],
+        serde_json::json!([{"key": "{{ verdict }}", "operator": "Equals", "value": "pass",
+            "message": "an imgbuild GPU smoke attestation of the image does not say `pass`"}])
+    );
+    let any = conditions["any"].as_array().unwrap();
+    assert_eq!(any[0]["key"], "{{ gpu.compute_capability }}");
+    assert_eq!(any[0]["operator"], "AnyIn");
+    assert_eq!(
+        any[0]["value"],
+        serde_json::json!(["8.*", "9.*", "10.*", "11.*", "12.*"])
+    );
+    assert_eq!(any[1]["operator"], "GreaterThanOrEquals");
+    assert_eq!(any[1]["value"], "13.0");
+
+    // The conditions on the H200's real attestation (compute capability 9.0, pass).
+    let statement = h200_attestation();
+    assert_eq!(
+        statement["predicateType"], attestation["type"],
+        "the policy's type is the one `smoke --attest` writes"
+    );
+    let predicate = &statement["predicate"];
+    assert_eq!(predicate["gpu"]["compute_capability"], "9.0");
+    assert!(admits(&policy, predicate));
+    let mut failed = predicate.clone();
+    failed["verdict"] = "kernel-failure".into();
+    assert!(!admits(&policy, &failed));
+    let mut no_device = predicate.clone();
+    no_device["verdict"] = "no-device".into();
+    no_device["gpu"] = Value::Null;
+    assert!(!admits(&policy, &no_device));
+    let mut volta = predicate.clone();
+    volta["gpu"]["compute_capability"] = "7.0".into();
+    assert!(!admits(&policy, &volta), "7.0 runs neither library");
+    let mut newer = predicate.clone();
+    newer["gpu"]["compute_capability"] = "13.1".into();
+    assert!(admits(&policy, &newer), "PTX runs on 13.x");
+
+    // The schema is strict: a misspelt field of the policy fails it.
+    let mut misspelt = policy.clone();
+    let attestation = &mut misspelt["spec"]["rules"][0]["verifyImages"][0]["attestations"][0];
+    let conditions = attestation["conditions"].take();
+    attestation.as_object_mut().unwrap().remove("conditions");
+    attestation["condition"] = conditions;
+    let file = project.path().join("misspelt.json");
+    fs_err::write(&file, misspelt.to_string()).unwrap();
+    let refused = check_kyverno_schema(&file).unwrap_err();
+    assert!(refused.contains("'condition' was unexpected"), "{refused}");
+}
+
+/// Without a GPU class to hold the image to (no recorded architectures, or the opt-outs),
+/// the policy checks the verdict only and says so; a pod without a GPU, the smoke Job and
+/// the build Job are refused.
+#[test]
+fn require_smoke_attestation_without_a_gpu_class_checks_the_verdict_and_warns() {
+    let project = cuda_image();
+    let base = ["k8s", "images/train", "--repository", REPOSITORY];
+    let with = |extra: &[&str]| {
+        let mut args = base.to_vec();
+        args.push("--require-smoke-attestation");
+        args.extend_from_slice(extra);
+        project.run(&args)
+    };
+    for (extra, why) in [
+        (&[][..], "records no GPU architectures"),
+        (&["--deployment"][..], "records no GPU architectures"),
+        (
+            &["--no-gpu-feature-discovery"][..],
+            "--no-gpu-feature-discovery",
+        ),
+    ] {
+        let run = with(extra).success();
+        assert!(
+            run.stderr.contains("warning:")
+                && run.stderr.contains("targets no GPU class")
+                && run.stderr.contains(why),
+            "{}",
+            run.stderr
+        );
+        let (docs, _, policy) = with_policy(&project, &run.stdout);
+        assert_eq!(docs.len(), 1);
+        let conditions =
+            &policy["spec"]["rules"][0]["verifyImages"][0]["attestations"][0]["conditions"];
+        assert_eq!(conditions[0]["all"][0]["key"], "{{ verdict }}");
+        assert!(conditions[0].get("any").is_none(), "{conditions}");
+        assert!(
+            policy["spec"]["rules"][0]["match"]["any"][0]["resources"]
+                .get("namespaces")
+                .is_none()
+        );
+        let predicate = &h200_attestation()["predicate"];
+        assert!(admits(&policy, predicate));
+    }
+    with(&["--set", "gpus=0"]).assert_failure_naming(1, &["--require-smoke-attestation", "GPU"]);
+    with(&["--smoke-job"])
+        .assert_failure_naming(2, &["--require-smoke-attestation", "--smoke-job"]);
+    // The workload alone is what it was: the flag only adds the policy.
+    let plain = project.run(&base).success();
+    let run = with(&[]).success();
+    assert!(
+        run.stdout.ends_with(&format!("---\n{}", plain.stdout)),
+        "{}",
+        run.stdout
+    );
+}
