@@ -39,6 +39,7 @@ mod layer_cache;
 mod layering;
 mod lock;
 mod matrix;
+mod partial_pull;
 mod platforms;
 mod progress;
 mod provenance;

@@ -1,0 +1,234 @@
+//! Partial pulls of eStargz images by podman (Debian 12's 4.3, containers/storage 1.43) with
+//! the overlay driver and `enable_partial_images`: after one file of a large package layer
+//! changes, the node fetches only that file's ranges (HTTP 206 from the local
+//! `docker-registry`, counted in its log), not the layer; the files it puts together are the
+//! image's, as a full pull gives them.
+
+use std::{
+    path::{Path, PathBuf},
+    process::Command,
+    sync::OnceLock,
+};
+
+use crate::{
+    common::{LayoutView, Project, is_root},
+    registry::{Auth, Registry},
+    support::{
+        base::have,
+        channel::{executable, file, index_channel, linux64_index, write_package},
+        kept_channel_dir,
+    },
+};
+
+/// Bytes of the package's large library: most of the layer.
+const LIBRARY: usize = 24 << 20;
+
+/// Bytes that do not compress (xorshift), the same every run: a layer of real size.
+fn library() -> Vec<u8> {
+    let mut state = 0x9E37_79B9_7F4A_7C15u64;
+    (0..LIBRARY)
+        .map(|_| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state as u8
+        })
+        .collect()
+}
+
+/// `biglib` 1.0 and 1.1: the same library and data, one small file differs.
+fn channel() -> &'static Path {
+    static CHANNEL: OnceLock<PathBuf> = OnceLock::new();
+    CHANNEL.get_or_init(|| {
+        kept_channel_dir("partial-pull channel", |dir| {
+            let linux64 = dir.join("linux-64");
+            fs_err::create_dir_all(&linux64)?;
+            fs_err::create_dir_all(dir.join("noarch"))?;
+            for version in ["1.0", "1.1"] {
+                let mut entries = vec![
+                    executable("lib/libbig.so.1", library()),
+                    file("share/biglib/VERSION", format!("{version}\n")),
+                ];
+                for i in 0..40 {
+                    entries.push(file(
+                        format!("share/biglib/data/{i:02}.txt"),
+                        format!("data file {i}\n").repeat(200),
+                    ));
+                }
+                write_package(
+                    &linux64.join(format!("biglib-{version}-h0_0.conda")),
+                    linux64_index("biglib", version, &[]),
+                    &entries,
+                    None,
+                )?;
+            }
+            index_channel(dir)
+        })
+    })
+}
+
+/// Builds the image with `biglib VERSION`, pushes it as `target`; its biglib layer's digest
+/// and size, and the image's config.
+fn build_and_push(version: &str, target: &str) -> (String, u64, serde_json::Value) {
+    let project = Project::new();
+    let url = url::Url::from_file_path(channel()).unwrap();
+    project.write_recipe(&format!(
+        "[image]\nname = \"pp\"\nbase = \"scratch\"\nplatforms = [\"linux-64\"]\n\n\
+         [conda]\nchannels = [\"{url}\"]\ndependencies = [\"biglib {version}\"]\n\n\
+         [layers]\ncompression = \"estargz\"\n"
+    ));
+    project.build(&[]).success();
+    project
+        .run(&["push", "images/pp", target, "--insecure"])
+        .success();
+    let layout = LayoutView::new(project.path().join("images/pp"));
+    let manifest = layout.manifest();
+    let layer = manifest["layers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|l| {
+            l["annotations"]["dev.imgbuild.layer.packages"]
+                .as_str()
+                .is_some_and(|p| p.contains("biglib"))
+        })
+        .unwrap_or_else(|| panic!("no biglib layer: {manifest}"));
+    (
+        layer["digest"].as_str().unwrap().to_string(),
+        layer["size"].as_u64().unwrap(),
+        layout.config(),
+    )
+}
+
+/// podman with its own overlay storage and partial pulls on (storage.conf's
+/// `pull_options`, as the issue gives them).
+struct Podman {
+    conf: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl Podman {
+    fn new(partial: bool) -> Podman {
+        let dir = tempfile::tempdir().unwrap();
+        let conf = dir.path().join("storage.conf");
+        fs_err::write(
+            &conf,
+            format!(
+                "[storage]\ndriver = \"overlay\"\nrunroot = \"{run}\"\ngraphroot = \"{root}\"\n\
+                 [storage.options]\npull_options = {{enable_partial_images = \"{partial}\", use_hard_links = \"false\", ostree_repos = \"\"}}\n",
+                run = dir.path().join("run").display(),
+                root = dir.path().join("root").display(),
+            ),
+        )
+        .unwrap();
+        Podman { conf, _dir: dir }
+    }
+
+    fn run(&self, args: &[&str]) -> (bool, String) {
+        let output = Command::new("podman")
+            .env("CONTAINERS_STORAGE_CONF", &self.conf)
+            .args(["--events-backend", "none", "--cgroup-manager", "cgroupfs"])
+            .args(args)
+            .output()
+            .unwrap();
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        );
+        (output.status.success(), text)
+    }
+
+    #[track_caller]
+    fn ok(&self, args: &[&str]) -> String {
+        let (ok, text) = self.run(args);
+        assert!(ok, "podman {args:?}:\n{text}");
+        text
+    }
+}
+
+/// The bytes the registry sent for `digest`'s blob, and how many of its responses were 206.
+fn served(registry: &Registry, digest: &str) -> (u64, usize) {
+    let mut bytes = 0;
+    let mut partial = 0;
+    for line in registry.log().lines() {
+        if !(line.contains("response completed") && line.contains(digest)) {
+            continue;
+        }
+        let field = |name: &str| {
+            line.split(&format!("{name}="))
+                .nth(1)
+                .and_then(|rest| rest.split_whitespace().next())
+                .and_then(|v| v.trim_matches('"').parse::<u64>().ok())
+        };
+        bytes += field("http.response.written").unwrap_or(0);
+        if field("http.response.status") == Some(206) {
+            partial += 1;
+        }
+    }
+    (bytes, partial)
+}
+
+#[test]
+fn a_one_file_change_pulls_only_that_file_with_partial_pulls_on() {
+    if !is_root() {
+        eprintln!("skipped: podman's overlay storage needs root here");
+        return;
+    }
+    assert!(
+        have("podman"),
+        "podman is required: run tests/install-deps.sh"
+    );
+    let registry = Registry::start(Auth::None);
+    let v1 = format!("{}/pp/app:v1", registry.host);
+    let v2 = format!("{}/pp/app:v2", registry.host);
+    let (layer_v1, size_v1, _) = build_and_push("1.0", &v1);
+    let (layer_v2, size_v2, config_v2) = build_and_push("1.1", &v2);
+    assert_ne!(layer_v1, layer_v2);
+
+    // Partial pulls off: the second pull fetches the whole changed layer.
+    let full = Podman::new(false);
+    full.ok(&["pull", "--tls-verify=false", &v1]);
+    full.ok(&["pull", "--tls-verify=false", &v2]);
+    let (whole, ranges_off) = served(&registry, &layer_v2);
+    assert!(whole >= size_v2, "{whole} of {size_v2}");
+    let before = (served(&registry, &layer_v1).0, whole);
+
+    let podman = Podman::new(true);
+    podman.ok(&["pull", "--tls-verify=false", &v1]);
+    let first = served(&registry, &layer_v1).0 - before.0;
+    podman.ok(&["pull", "--tls-verify=false", &v2]);
+    let (served_v2, ranges) = served(&registry, &layer_v2);
+    let (second, ranges) = (served_v2 - before.1, ranges - ranges_off);
+    eprintln!(
+        "v1 layer {layer_v1}: {size_v1} bytes, {first} served on the first pull; \
+         v2 layer {layer_v2}: {size_v2} bytes, {second} served in {ranges} range responses \
+         ({whole} with partial pulls off)"
+    );
+    assert!(
+        ranges > 0,
+        "no range requests: the second pull was not partial"
+    );
+    assert!(
+        second * 10 <= size_v2,
+        "{second} of {size_v2} bytes fetched: more than 10 %"
+    );
+
+    // podman's image has the config's diff_ids.
+    let inspect: serde_json::Value =
+        serde_json::from_str(&podman.ok(&["image", "inspect", &v2])).unwrap();
+    assert_eq!(
+        inspect[0]["RootFS"]["Layers"], config_v2["rootfs"]["diff_ids"],
+        "{inspect}"
+    );
+
+    // The files are the image's: the changed one is new, the library the same bytes.
+    let mount = podman.ok(&["image", "mount", &v2]);
+    let root = PathBuf::from(mount.trim());
+    assert_eq!(
+        fs_err::read_to_string(root.join("opt/conda/share/biglib/VERSION")).unwrap(),
+        "1.1\n"
+    );
+    assert!(fs_err::read(root.join("opt/conda/lib/libbig.so.1")).unwrap() == library());
+    podman.ok(&["image", "unmount", &v2]);
+}
