@@ -31,10 +31,12 @@ const HEADER: &str = "\
 # (`imgbuild smoke IMAGE --attest FILE`, predicate type
 # https://imgbuild.dev/attestations/gpu-smoke/v1) that all say `pass`, run on a GPU whose
 # compute capability the workload's node affinity admits. Kyverno verifies attestations
-# attached to the image as signed sigstore bundles (cosign's OCI 1.1 referrers, with the
-# referrers-tag fallback), not the unsigned statement file: attach and sign it as the
-# README's signing section describes. Replace the placeholder below with the PEM public key
-# whose private key signs the attestations (e.g. cosign.pub); no transparency log is used.
+# attached to the image as signed sigstore bundles (OCI 1.1 referrers, with the referrers-tag
+# fallback), not the statement file nor imgbuild's simple-signing signatures: see the
+# README's signing sections; e.g. `cosign attest --key cosign.key --type
+# https://imgbuild.dev/attestations/gpu-smoke/v1 --predicate PREDICATE IMAGE@DIGEST` (cosign 3,
+# or 2.4 to 2.6 with --new-bundle-format). Replace the placeholder below with the PEM public
+# key whose private key signs the attestations (cosign.pub); no transparency log is used.
 ";
 
 /// The GPU class the workload's node affinity targets, as the policy checks it against the

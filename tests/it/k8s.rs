@@ -726,7 +726,8 @@ fn require_smoke_attestation_adds_a_kyverno_policy_for_the_gpu_class() {
     for needle in [
         "signed sigstore bundles",
         "OCI 1.1 referrers",
-        "README's signing section",
+        "README's signing sections",
+        "cosign attest --key",
         "Replace the placeholder",
     ] {
         assert!(text.contains(needle), "{needle}:\n{text}");
