@@ -12,6 +12,14 @@ pub const GZIP_LEVEL: i32 = 6;
 /// zstd level: 3, zstd's default, 8–9 % smaller than gzip-6 at 3–4× its speed.
 pub const ZSTD_LEVEL: i32 = 3;
 
+/// The layouts of layers a node can read file by file (`crate::layers::seekable` writes
+/// them).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SeekableFormat {
+    Estargz,
+    ZstdChunked,
+}
+
 /// The compressor of layer blobs. Recorded in an annotation; changing it changes every
 /// digest.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Hash)]
@@ -23,8 +31,12 @@ pub enum Compression {
     Zstd,
     /// eStargz: gzip (libdeflate level 6) with a member per file and per 4 MiB chunk, a TOC
     /// and a footer, so the stargz snapshotter can pull files lazily; a plain `tar+gzip`
-    /// layer to every other reader (`crate::layers::estargz`).
+    /// layer to every other reader (`crate::layers::seekable`).
     Estargz,
+    /// zstd:chunked: zstd level 3 with frames per file and per 4 MiB chunk, a TOC in a
+    /// skippable frame and a footer, so containers/storage (1.43) can pull files partially;
+    /// a plain `tar+zstd` layer to every other reader.
+    ZstdChunked,
 }
 
 impl Compression {
@@ -33,7 +45,9 @@ impl Compression {
             Compression::Gzip | Compression::Estargz => {
                 "application/vnd.oci.image.layer.v1.tar+gzip"
             }
-            Compression::Zstd => "application/vnd.oci.image.layer.v1.tar+zstd",
+            Compression::Zstd | Compression::ZstdChunked => {
+                "application/vnd.oci.image.layer.v1.tar+zstd"
+            }
         }
     }
 
@@ -50,6 +64,18 @@ impl Compression {
             Compression::Estargz => format!(
                 "estargz;gzip;level={GZIP_LEVEL};backend=libdeflate-1.x;chunk=4MiB;toc;footer=51"
             ),
+            Compression::ZstdChunked => format!(
+                "zstd:chunked;level={ZSTD_LEVEL};backend=libzstd-1.5;chunk=4MiB;toc;footer=40"
+            ),
+        }
+    }
+
+    /// The layout of a layer made to be read file by file, if it is one.
+    pub fn seekable(&self) -> Option<SeekableFormat> {
+        match self {
+            Compression::Estargz => Some(SeekableFormat::Estargz),
+            Compression::ZstdChunked => Some(SeekableFormat::ZstdChunked),
+            Compression::Gzip | Compression::Zstd => None,
         }
     }
 
@@ -59,6 +85,7 @@ impl Compression {
             Compression::Gzip => "gzip",
             Compression::Zstd => "zstd",
             Compression::Estargz => "estargz",
+            Compression::ZstdChunked => "zstd:chunked",
         }
     }
 
@@ -67,6 +94,7 @@ impl Compression {
             "gzip" => Some(Compression::Gzip),
             "zstd" => Some(Compression::Zstd),
             "estargz" => Some(Compression::Estargz),
+            "zstd:chunked" => Some(Compression::ZstdChunked),
             _ => None,
         }
     }

@@ -9,7 +9,10 @@
 //! the build plan (`build::plan`) skips the build only when the layout still holds that
 //! manifest under exactly the recipe's tags and every blob it names is present with its size.
 
-use std::path::{Path, PathBuf};
+use std::{
+    collections::BTreeMap,
+    path::{Path, PathBuf},
+};
 
 use sha2::{Digest, Sha256};
 
@@ -71,8 +74,8 @@ struct RecordedLayer {
     size: u64,
     tar_size: u64,
     compression: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    toc_digest: Option<String>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    annotations: BTreeMap<String, String>,
 }
 
 impl BuildRecord {
@@ -90,7 +93,7 @@ impl BuildRecord {
                     size: layer.blob.size,
                     tar_size: layer.blob.tar_size,
                     compression: compression.name().to_string(),
-                    toc_digest: layer.blob.toc_digest.clone(),
+                    annotations: layer.blob.annotations.clone(),
                 })
                 .collect(),
         }
@@ -118,7 +121,7 @@ impl BuildRecord {
                     size: recorded.size,
                     tar_size: recorded.tar_size,
                     media_type: compression.media_type(),
-                    toc_digest: recorded.toc_digest.clone(),
+                    annotations: recorded.annotations.clone(),
                 },
                 reused: true,
             });

@@ -255,7 +255,7 @@ mod tests {
                 size: 10,
                 tar_size: 20,
                 media_type: Compression::Gzip.media_type(),
-                toc_digest: None,
+                annotations: Default::default(),
             },
             reused: false,
         }

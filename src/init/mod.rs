@@ -157,7 +157,7 @@ dependencies = [                # conda match specs
 
 # [layers]
 # max = 60                      # layer budget, base layers included
-# compression = "gzip"          # or "zstd", or "estargz" (lazy pulls)
+# compression = "gzip"          # or "zstd", "estargz", "zstd:chunked" (lazy pulls)
 
 # [smoke]
 # embed = false                 # true: add imgbuild-smoke, so `imgbuild k8s --smoke-job`

@@ -16,7 +16,10 @@
 //! that hold no package record (the image's own files) are not
 //! cached: they are small and their bytes come from the build, not from packages.
 
-use std::path::{Path, PathBuf};
+use std::{
+    collections::BTreeMap,
+    path::{Path, PathBuf},
+};
 
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -38,9 +41,9 @@ struct CachedBlob {
     diff_id: String,
     size: u64,
     tar_size: u64,
-    /// An eStargz layer's TOC digest (absent for gzip and zstd, and in older entries).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    toc_digest: Option<String>,
+    /// The layer's own manifest annotations (the TOC of an eStargz or zstd:chunked layer).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    annotations: BTreeMap<String, String>,
 }
 
 #[derive(Debug, Clone)]
@@ -98,7 +101,7 @@ impl LayerCache {
             size: cached.size,
             tar_size: cached.tar_size,
             media_type: compression.media_type(),
-            toc_digest: cached.toc_digest,
+            annotations: cached.annotations,
         }))
     }
 
@@ -124,7 +127,7 @@ impl LayerCache {
             diff_id: blob.diff_id.clone(),
             size: blob.size,
             tar_size: blob.tar_size,
-            toc_digest: blob.toc_digest.clone(),
+            annotations: blob.annotations.clone(),
         };
         let json = serde_json::to_vec(&cached).map_err(std::io::Error::other)?;
         crate::fs::write_atomic(&self.key_path(key), &json)

@@ -162,11 +162,11 @@ impl<W: Write> Compressor<W> {
         let done = self.done_tx.clone();
         let compression = self.compression;
         self.pool.pool.spawn(move || {
-            // eStargz layers are cut at entries by `super::estargz`; through this writer
-            // they are plain block-member gzip.
+            // Seekable layers are cut at entries by `super::seekable`; through this writer
+            // they are plain block-member gzip or zstd.
             let compressed = match compression {
                 Compression::Gzip | Compression::Estargz => gzip_member(&block),
-                Compression::Zstd => zstd_frame(&block),
+                Compression::Zstd | Compression::ZstdChunked => zstd_frame(&block),
             };
             // The receiver only goes away when the writer is dropped after an error.
             let _ = done.send(compressed.map(|bytes| (seq, bytes)));
@@ -221,7 +221,7 @@ impl<W: Write> Write for Compressor<W> {
 fn block_size(compression: Compression) -> usize {
     match compression {
         Compression::Gzip | Compression::Estargz => GZIP_BLOCK,
-        Compression::Zstd => ZSTD_BLOCK,
+        Compression::Zstd | Compression::ZstdChunked => ZSTD_BLOCK,
     }
 }
 
@@ -234,7 +234,7 @@ thread_local! {
 }
 
 /// One block as a complete zstd frame (with its content size, so readers can size buffers).
-fn zstd_frame(block: &[u8]) -> std::io::Result<Vec<u8>> {
+pub(super) fn zstd_frame(block: &[u8]) -> std::io::Result<Vec<u8>> {
     ZSTD.with_borrow_mut(|context| {
         let compressor = match context {
             Some(compressor) => compressor,
@@ -304,7 +304,7 @@ mod tests {
                     .read_to_end(&mut out)
                     .unwrap();
             }
-            Compression::Zstd => {
+            Compression::Zstd | Compression::ZstdChunked => {
                 zstd::stream::Decoder::new(blob)
                     .unwrap()
                     .read_to_end(&mut out)

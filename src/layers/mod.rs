@@ -6,9 +6,9 @@
 mod blob_file;
 pub mod cache;
 pub mod compress;
-pub mod estargz;
 pub mod owned;
 pub mod plan;
+pub mod seekable;
 pub mod tar;
 pub mod write;
 

@@ -5,6 +5,7 @@
 //! not written.
 
 use std::{
+    collections::BTreeMap,
     io::Write,
     path::{Path, PathBuf},
     sync::{
@@ -19,9 +20,9 @@ use super::{
     blob_file::BlobFile,
     cache::{LayerCache, layer_key},
     compress::{CompressPool, Compression},
-    estargz::EstargzWriter,
     owned::{OwnedLayer, write_owned_tar},
     plan::{LayerKind, LayerPlan, PlannedLayer},
+    seekable::SeekableWriter,
     tar::{TarError, entries, write_entries},
 };
 
@@ -37,9 +38,9 @@ pub struct LayerBlob {
     /// Size of the uncompressed tar in bytes.
     pub tar_size: u64,
     pub media_type: &'static str,
-    /// The eStargz TOC's digest (`sha256:…`) of an eStargz layer: the manifest annotates
-    /// the layer with it.
-    pub toc_digest: Option<String>,
+    /// Annotations the manifest gives this layer's descriptor: where an eStargz or
+    /// zstd:chunked layer's TOC is, for lazy and partial pulls.
+    pub annotations: BTreeMap<String, String>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -228,16 +229,12 @@ impl LayerWriter<'_> {
             name: name.to_string(),
             source,
         };
-        let (compressed, written) = if self.compression == Compression::Estargz {
-            // The diff_id is of the stream eStargz makes: the tar with its TOC entry.
-            let mut estargz = EstargzWriter::new(compressed, self.pool.clone());
-            write_tar(&mut estargz).map_err(tar_err)?;
-            let (compressed, summary) = estargz.finish().map_err(|e| blob_err(temp.path(), e))?;
-            let toc = Some(summary.toc_digest);
-            (
-                compressed,
-                (summary.diff_id, summary.uncompressed_size, toc),
-            )
+        let (compressed, written) = if let Some(format) = self.compression.seekable() {
+            let mut writer = SeekableWriter::new(compressed, self.pool.clone(), format);
+            write_tar(&mut writer).map_err(tar_err)?;
+            let (compressed, summary) = writer.finish().map_err(|e| blob_err(temp.path(), e))?;
+            let written = (summary.diff_id, summary.uncompressed_size);
+            (compressed, (written, summary.annotations))
         } else {
             let compressor = self
                 .pool
@@ -247,9 +244,9 @@ impl LayerWriter<'_> {
             write_tar(&mut tar_out).map_err(tar_err)?;
             let (compressor, diff_id, tar_size) = tar_out.finish();
             let compressed = compressor.finish().map_err(|e| blob_err(temp.path(), e))?;
-            (compressed, (diff_id, tar_size, None))
+            (compressed, ((diff_id, tar_size), BTreeMap::new()))
         };
-        let (diff_id, tar_size, toc_digest) = written;
+        let ((diff_id, tar_size), annotations) = written;
         let (file, digest, size) = compressed.finish();
         file.finish().map_err(|e| blob_err(temp.path(), e))?;
 
@@ -264,7 +261,7 @@ impl LayerWriter<'_> {
             size,
             tar_size,
             media_type: self.compression.media_type(),
-            toc_digest,
+            annotations,
         };
         Ok((blob, target))
     }

@@ -18,10 +18,7 @@ use super::{
 };
 use crate::{
     compression::Compression,
-    layers::{
-        BuiltLayer, LayerKind,
-        estargz::{TOC_DIGEST_ANNOTATION, UNCOMPRESSED_SIZE_ANNOTATION},
-    },
+    layers::{BuiltLayer, LayerKind},
     recipe::{Recipe, oci_architecture},
 };
 
@@ -248,15 +245,8 @@ fn layer_descriptor(layer: &BuiltLayer) -> Descriptor {
             .expect("sha256 digest"),
     );
     let mut annotations: HashMap<String, String> = layer_annotation(layer).into_iter().collect();
-    // What the stargz snapshotter and containers/storage need to pull an eStargz layer
-    // lazily: the TOC's digest, and the size the layer unpacks to.
-    if let Some(toc) = &blob.toc_digest {
-        annotations.insert(TOC_DIGEST_ANNOTATION.to_string(), toc.clone());
-        annotations.insert(
-            UNCOMPRESSED_SIZE_ANNOTATION.to_string(),
-            blob.tar_size.to_string(),
-        );
-    }
+    // Where a lazy or partial pull finds the layer's TOC (eStargz, zstd:chunked).
+    annotations.extend(blob.annotations.clone());
     if !annotations.is_empty() {
         descriptor.set_annotations(Some(annotations));
     }

@@ -508,7 +508,7 @@ impl Checker {
             Some(name) => Compression::from_name(name.get_ref()).ok_or_else(|| {
                 self.error(
                     name,
-                    "`layers.compression` must be `gzip` (read by every runtime), `zstd` (smaller and faster; containerd 1.5+, podman, CRI-O) or `estargz` (gzip that the stargz snapshotter pulls lazily)",
+                    "`layers.compression` must be `gzip` (read by every runtime), `zstd` (smaller and faster; containerd 1.5+, podman, CRI-O), `estargz` (gzip that the stargz snapshotter pulls lazily) or `zstd:chunked` (zstd that podman pulls partially)",
                 )
             })?,
         };

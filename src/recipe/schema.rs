@@ -133,7 +133,7 @@ pub(crate) struct SmokeSection {
 pub(crate) struct LayersSection {
     /// Layer budget, base layers included.
     pub max: Option<Spanned<i64>>,
-    /// Layer compression: `gzip` (default), `zstd` or `estargz`.
+    /// Layer compression: `gzip` (default), `zstd`, `estargz` or `zstd:chunked`.
     pub compression: Option<Spanned<String>>,
 }
 

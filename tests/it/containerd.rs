@@ -1,6 +1,6 @@
 //! containerd 1.6 (Debian's `containerd` and `ctr`), the runtime of Kubernetes nodes, pulls
-//! imgbuild images from the local registry and runs them, for each layer format: gzip, zstd
-//! and eStargz. Its unpacker checks every layer's diff_id against the config as it applies
+//! imgbuild images from the local registry and runs them, for each layer format: gzip, zstd,
+//! eStargz and zstd:chunked. Its unpacker checks every layer's diff_id against the config as it applies
 //! it, so a wrong diff_id fails the pull. The test starts a containerd of its own (its own
 //! root, state and socket; overlayfs snapshots, runc), as root.
 
@@ -115,7 +115,7 @@ fn build_and_push(base: &Path, compression: &str, target: &str) {
 }
 
 #[test]
-fn containerd_pulls_and_runs_gzip_zstd_and_estargz_images() {
+fn containerd_pulls_and_runs_gzip_zstd_estargz_and_zstd_chunked_images() {
     if !is_root() {
         eprintln!("skipped: containerd runs containers as root here");
         return;
@@ -129,11 +129,16 @@ fn containerd_pulls_and_runs_gzip_zstd_and_estargz_images() {
     let base_dir = tempfile::tempdir().unwrap();
     let base = base_dir.path().join("busybox");
     busybox_base_layout(&base).unwrap();
-    for compression in ["gzip", "zstd", "estargz"] {
-        let target = format!("{}/node/{compression}:v1", registry.host);
+    for compression in ["gzip", "zstd", "estargz", "zstd:chunked"] {
+        let target = format!(
+            "{}/node/{}:v1",
+            registry.host,
+            compression.replace(':', "-")
+        );
         build_and_push(&base, compression, &target);
         containerd.ctr_ok(&["images", "pull", "--plain-http", &target]);
-        let ran = containerd.ctr_ok(&["run", "--rm", &target, &format!("run-{compression}")]);
+        let name = format!("run-{}", compression.replace(':', "-"));
+        let ran = containerd.ctr_ok(&["run", "--rm", &target, &name]);
         eprintln!("ctr run {target}:\n{ran}");
         assert!(ran.contains("hello from /opt/conda"), "{ran}");
         assert!(ran.contains(&format!("layers={compression}")), "{ran}");

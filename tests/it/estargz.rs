@@ -218,7 +218,7 @@ fn estargz_images_are_reproducible_for_any_thread_count_and_from_the_layer_cache
         .map(|p| fs_err::read_to_string(p).unwrap())
         .collect();
     assert!(
-        !keys.is_empty() && keys.iter().all(|k| k.contains("toc_digest")),
+        !keys.is_empty() && keys.iter().all(|k| k.contains("toc.digest")),
         "{keys:?}"
     );
     let warm = other.build(&["--locked"]).success();

@@ -1,4 +1,4 @@
-//! Partial pulls of eStargz images by podman (Debian 12's 4.3, containers/storage 1.43) with
+//! Partial pulls of eStargz and zstd:chunked images by podman (Debian 12's 4.3, containers/storage 1.43) with
 //! the overlay driver and `enable_partial_images`: after one file of a large package layer
 //! changes, the node fetches only that file's ranges (HTTP 206 from the local
 //! `docker-registry`, counted in its log), not the layer; the files it puts together are the
@@ -69,13 +69,17 @@ fn channel() -> &'static Path {
 
 /// Builds the image with `biglib VERSION`, pushes it as `target`; its biglib layer's digest
 /// and size, and the image's config.
-fn build_and_push(version: &str, target: &str) -> (String, u64, serde_json::Value) {
+fn build_and_push(
+    version: &str,
+    compression: &str,
+    target: &str,
+) -> (String, u64, serde_json::Value) {
     let project = Project::new();
     let url = url::Url::from_file_path(channel()).unwrap();
     project.write_recipe(&format!(
         "[image]\nname = \"pp\"\nbase = \"scratch\"\nplatforms = [\"linux-64\"]\n\n\
          [conda]\nchannels = [\"{url}\"]\ndependencies = [\"biglib {version}\"]\n\n\
-         [layers]\ncompression = \"estargz\"\n"
+         [layers]\ncompression = \"{compression}\"\n"
     ));
     project.build(&[]).success();
     project
@@ -179,11 +183,17 @@ fn a_one_file_change_pulls_only_that_file_with_partial_pulls_on() {
         have("podman"),
         "podman is required: run tests/install-deps.sh"
     );
+    for compression in ["estargz", "zstd:chunked"] {
+        partial_pull(compression);
+    }
+}
+
+fn partial_pull(compression: &str) {
     let registry = Registry::start(Auth::None);
     let v1 = format!("{}/pp/app:v1", registry.host);
     let v2 = format!("{}/pp/app:v2", registry.host);
-    let (layer_v1, size_v1, _) = build_and_push("1.0", &v1);
-    let (layer_v2, size_v2, config_v2) = build_and_push("1.1", &v2);
+    let (layer_v1, size_v1, _) = build_and_push("1.0", compression, &v1);
+    let (layer_v2, size_v2, config_v2) = build_and_push("1.1", compression, &v2);
     assert_ne!(layer_v1, layer_v2);
 
     // Partial pulls off: the second pull fetches the whole changed layer.
@@ -201,7 +211,7 @@ fn a_one_file_change_pulls_only_that_file_with_partial_pulls_on() {
     let (served_v2, ranges) = served(&registry, &layer_v2);
     let (second, ranges) = (served_v2 - before.1, ranges - ranges_off);
     eprintln!(
-        "v1 layer {layer_v1}: {size_v1} bytes, {first} served on the first pull; \
+        "{compression}: v1 layer {layer_v1}: {size_v1} bytes, {first} served on the first pull; \
          v2 layer {layer_v2}: {size_v2} bytes, {second} served in {ranges} range responses \
          ({whole} with partial pulls off)"
     );

@@ -1,44 +1,72 @@
-//! eStargz layers (`[layers] compression = "estargz"`): a gzip blob every runtime reads as a
-//! plain `tar+gzip` layer, laid out so the stargz snapshotter can fetch single files lazily
-//! (containerd/stargz-snapshotter, `docs/estargz.md`).
+//! Seekable layers: blobs every runtime reads as a plain compressed tar, laid out so a node
+//! can fetch single files. Each regular file's bytes start a new gzip member or zstd frame,
+//! and so does every 4 MiB chunk of a larger file; a table of contents (TOC) at the end gives
+//! each file's compressed offset and sha256.
 //!
-//! - Every regular file's bytes start a new gzip member, and so does every 4 MiB chunk of a
-//!   large file; tar headers, padding and small entries ride in the member before.
-//! - After the last entry, one member holds the tar entry `stargz.index.json` (the TOC: every
-//!   entry, each chunk's compressed offset and sha256) and the tar's end.
-//! - Then the 51-byte footer: an empty gzip member whose extra field gives the TOC's offset.
+//! - **eStargz** (`[layers] compression = "estargz"`, containerd/stargz-snapshotter's
+//!   `docs/estargz.md`): gzip. Tar headers, padding and small entries ride in the member
+//!   before a file's bytes; after the last entry one member holds the tar entry
+//!   `stargz.index.json` (the TOC) and the tar's end; then the 51-byte footer, an empty gzip
+//!   member whose extra field gives the TOC's offset. The stargz snapshotter mounts it lazily,
+//!   containers/storage pulls it partially.
+//! - **zstd:chunked** (`"zstd:chunked"`, containers/storage's `pkg/chunked` as of 1.43, the
+//!   release in Debian 12): zstd. A file's frames hold its bytes only (its padding and the
+//!   next headers start the next frame); the tar is the layer's tar unchanged, end included;
+//!   then the TOC, zstd-compressed JSON in a skippable frame, and a 40-byte footer in another
+//!   skippable frame. containers/storage pulls it partially; zstd readers skip both frames.
 //!
 //! The writer takes the layer's tar as a byte stream, finds the entry boundaries by reading
 //! the headers as they pass, and compresses the members on the build's shared pool, several
 //! small ones per job. Members are independent and written in order, so the bytes are the
-//! same for any thread count, as for gzip. The uncompressed stream (which the diff_id names)
-//! is the input tar with the TOC entry before its end-of-archive blocks.
+//! same for any thread count, as for plain gzip and zstd.
 
 use std::{collections::BTreeMap, io::Write, sync::mpsc};
 
 use sha2::{Digest, Sha256};
 
-use super::compress::{CompressPool, gzip_member};
+use super::compress::{CompressPool, gzip_member, zstd_frame};
 
-/// The TOC's name in the tar.
+/// The eStargz TOC's name in the tar.
 pub const TOC_TAR_NAME: &str = "stargz.index.json";
 /// Layer annotation: the sha256 of the TOC JSON.
 pub const TOC_DIGEST_ANNOTATION: &str = "containerd.io/snapshot/stargz/toc.digest";
 /// Layer annotation: the uncompressed size, which containers/storage needs for lazy pulls.
 pub const UNCOMPRESSED_SIZE_ANNOTATION: &str = "io.containers.estargz.uncompressed-size";
+/// zstd:chunked layer annotation (containers/storage 1.43's key): sha256 of the compressed
+/// TOC.
+pub const MANIFEST_CHECKSUM_ANNOTATION: &str = "io.containers.zstd-chunked.manifest-checksum";
+/// zstd:chunked layer annotation: `OFFSET:LENGTH:UNCOMPRESSED_LENGTH:TYPE` of the TOC.
+pub const MANIFEST_POSITION_ANNOTATION: &str = "io.containers.zstd-chunked.manifest-position";
+/// A zstd skippable frame's magic, which zstd readers skip.
+const SKIPPABLE_FRAME: [u8; 4] = [0x50, 0x2a, 0x4d, 0x18];
+/// The last 8 bytes of a zstd:chunked footer.
+const ZSTD_CHUNKED_MAGIC: &[u8; 8] = b"GnUlInUx";
+/// The TOC type containers/storage reads: a CRFS-like manifest.
+const MANIFEST_TYPE_CRFS: u64 = 1;
+
+/// The layout a [`SeekableWriter`] makes.
+pub use crate::compression::SeekableFormat as Format;
+
+/// One member (gzip) or frame (zstd) of `format`.
+fn compress(format: Format, bytes: &[u8]) -> std::io::Result<Vec<u8>> {
+    match format {
+        Format::Estargz => gzip_member(bytes),
+        Format::ZstdChunked => zstd_frame(bytes),
+    }
+}
 /// The largest piece of a file in one member: the snapshotter fetches at least this much.
 pub const CHUNK: u64 = 4 << 20;
 /// Small members are compressed together in jobs of about this many input bytes.
 const JOB_BYTES: usize = 1 << 20;
 
-/// What a finished eStargz blob is, besides its bytes.
+/// What a finished seekable blob is, besides its bytes.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Estargz {
-    /// sha256 of the uncompressed stream (TOC entry included): the layer's diff_id.
+pub struct Seekable {
+    /// sha256 of the uncompressed stream (for eStargz, TOC entry included): the diff_id.
     pub diff_id: String,
     pub uncompressed_size: u64,
-    /// `sha256:<hex>` of the TOC JSON.
-    pub toc_digest: String,
+    /// The layer descriptor's annotations: where the TOC is and what it hashes to.
+    pub annotations: BTreeMap<String, String>,
 }
 
 /// One entry of the TOC (the snapshotter's `TOCEntry`, with its JSON names).
@@ -81,6 +109,9 @@ struct TocEntry {
     /// The member this entry's bytes start (its `offset` once members are written).
     #[serde(skip)]
     member: Option<usize>,
+    /// zstd:chunked: the member after the file's last frame (its `endOffset`).
+    #[serde(skip)]
+    end_member: Option<usize>,
 }
 
 fn is_zero(n: &u64) -> bool {
@@ -118,10 +149,11 @@ struct Segment {
 type Member = (Vec<u8>, Option<String>);
 type JobResult = std::io::Result<(usize, Vec<Member>)>;
 
-/// The eStargz writer: tar bytes in, the blob out to `inner`.
-pub struct EstargzWriter<W> {
+/// The seekable writer: tar bytes in, the blob out to `inner`.
+pub struct SeekableWriter<W> {
     inner: W,
     pool: CompressPool,
+    format: Format,
     state: State,
     header: Vec<u8>,
     long_name: Vec<u8>,
@@ -152,12 +184,13 @@ pub struct EstargzWriter<W> {
     uncompressed: u64,
 }
 
-impl<W: Write> EstargzWriter<W> {
-    pub fn new(inner: W, pool: CompressPool) -> Self {
+impl<W: Write> SeekableWriter<W> {
+    pub fn new(inner: W, pool: CompressPool, format: Format) -> Self {
         let (done_tx, done_rx) = mpsc::channel();
         Self {
             inner,
             pool,
+            format,
             state: State::Header,
             header: Vec::with_capacity(512),
             long_name: Vec::new(),
@@ -231,6 +264,7 @@ impl<W: Write> EstargzWriter<W> {
         self.job_first.push(self.members);
         self.members += segments.len();
         let done = self.done_tx.clone();
+        let format = self.format;
         self.pool.spawn(move || {
             let compressed: std::io::Result<Vec<Member>> = segments
                 .iter()
@@ -241,7 +275,7 @@ impl<W: Write> EstargzWriter<W> {
                             hex::encode(Sha256::digest(&segment.bytes[..segment.chunk]))
                         )
                     });
-                    gzip_member(&segment.bytes).map(|member| (member, digest))
+                    compress(format, &segment.bytes).map(|member| (member, digest))
                 })
                 .collect();
             // The receiver only goes away when the writer is dropped after an error.
@@ -275,6 +309,9 @@ impl<W: Write> EstargzWriter<W> {
         let block: [u8; 512] = self.header.as_slice().try_into().expect("512 bytes");
         if block.iter().all(|b| *b == 0) {
             self.header.clear();
+            if self.format == Format::ZstdChunked {
+                self.emit(&block);
+            }
             self.state = State::End;
             return Ok(());
         }
@@ -402,7 +439,7 @@ impl<W: Write> EstargzWriter<W> {
             rest = &rest[take..];
         }
         if self.file_read == size {
-            self.end_file(index);
+            self.end_file(index)?;
         }
         Ok(())
     }
@@ -421,7 +458,7 @@ impl<W: Write> EstargzWriter<W> {
             let entry = &mut self.entries[index];
             entry.member = Some(member);
             entry.chunk_size = chunk_size;
-        } else {
+        } else if self.format == Format::Estargz {
             let name = self.entries[index].name.clone();
             self.entries.push(TocEntry {
                 name,
@@ -440,15 +477,20 @@ impl<W: Write> EstargzWriter<W> {
         Ok(())
     }
 
-    fn end_file(&mut self, index: usize) {
+    fn end_file(&mut self, index: usize) -> std::io::Result<()> {
         if let Some((_, Some(whole))) = self.file.take() {
             self.entries[index].digest = format!("sha256:{}", hex::encode(whole.finalize()));
         }
+        // A zstd:chunked file's frames hold its bytes and nothing else.
+        if self.format == Format::ZstdChunked {
+            self.entries[index].end_member = Some(self.cut()?);
+        }
+        Ok(())
     }
 
-    /// Ends the stream: the last member, the TOC member, the footer. Returns the inner
-    /// writer and what the manifest needs.
-    pub fn finish(mut self) -> std::io::Result<(W, Estargz)> {
+    /// Ends the stream: the last member, then the TOC and the footer of the format. Returns
+    /// the inner writer and what the manifest needs.
+    pub fn finish(mut self) -> std::io::Result<(W, Seekable)> {
         if !matches!(self.state, State::Header | State::End) || !self.header.is_empty() {
             return Err(std::io::Error::other(
                 "the layer's tar ended inside an entry",
@@ -460,6 +502,22 @@ impl<W: Write> EstargzWriter<W> {
             self.receive_one()?;
         }
         self.fill_offsets();
+        let annotations = match self.format {
+            Format::Estargz => self.estargz_tail()?,
+            Format::ZstdChunked => self.zstd_chunked_tail()?,
+        };
+        Ok((
+            self.inner,
+            Seekable {
+                diff_id: format!("sha256:{}", hex::encode(self.diff.finalize())),
+                uncompressed_size: self.uncompressed,
+                annotations,
+            },
+        ))
+    }
+
+    /// The TOC member (the TOC as a tar entry, then the tar's end) and the footer.
+    fn estargz_tail(&mut self) -> std::io::Result<BTreeMap<String, String>> {
         let toc_json = self.toc_json()?;
         let toc_digest = format!("sha256:{}", hex::encode(Sha256::digest(&toc_json)));
         let toc_offset = self.written;
@@ -468,14 +526,90 @@ impl<W: Write> EstargzWriter<W> {
         self.uncompressed += tail.len() as u64;
         self.inner.write_all(&gzip_member(&tail)?)?;
         self.inner.write_all(&footer(toc_offset))?;
-        Ok((
-            self.inner,
-            Estargz {
-                diff_id: format!("sha256:{}", hex::encode(self.diff.finalize())),
-                uncompressed_size: self.uncompressed,
-                toc_digest,
-            },
-        ))
+        Ok(BTreeMap::from([
+            (TOC_DIGEST_ANNOTATION.to_string(), toc_digest),
+            (
+                UNCOMPRESSED_SIZE_ANNOTATION.to_string(),
+                self.uncompressed.to_string(),
+            ),
+        ]))
+    }
+
+    /// The compressed TOC in a skippable frame, then the footer in another: both outside the
+    /// tar, which zstd readers never see.
+    fn zstd_chunked_tail(&mut self) -> std::io::Result<BTreeMap<String, String>> {
+        let manifest = self.zstd_chunked_manifest()?;
+        let compressed = zstd_frame(&manifest)?;
+        // The manifest's data starts after its frame's magic and length.
+        let offset = self.written + 8;
+        self.inner.write_all(&skippable_frame(&compressed))?;
+        let mut footer = Vec::with_capacity(40);
+        for n in [
+            offset,
+            compressed.len() as u64,
+            manifest.len() as u64,
+            MANIFEST_TYPE_CRFS,
+        ] {
+            footer.extend_from_slice(&n.to_le_bytes());
+        }
+        footer.extend_from_slice(ZSTD_CHUNKED_MAGIC);
+        self.inner.write_all(&skippable_frame(&footer))?;
+        Ok(BTreeMap::from([
+            (
+                MANIFEST_CHECKSUM_ANNOTATION.to_string(),
+                format!("sha256:{}", hex::encode(Sha256::digest(&compressed))),
+            ),
+            (
+                MANIFEST_POSITION_ANNOTATION.to_string(),
+                format!(
+                    "{offset}:{}:{}:{MANIFEST_TYPE_CRFS}",
+                    compressed.len(),
+                    manifest.len()
+                ),
+            ),
+        ]))
+    }
+
+    /// containers/storage's TOC: every entry, a regular file's digest and the compressed
+    /// range `[offset, endOffset)` of its frames.
+    fn zstd_chunked_manifest(&self) -> std::io::Result<Vec<u8>> {
+        let end_of = |member: usize| self.offsets.get(member).copied().unwrap_or(self.written);
+        let entries: Vec<serde_json::Value> = self
+            .entries
+            .iter()
+            .map(|entry| {
+                let mut value = serde_json::json!({"type": entry.kind, "name": entry.name});
+                let mut put = |key: &str, v: serde_json::Value| {
+                    value[key] = v;
+                };
+                if !entry.link_name.is_empty() {
+                    put("linkName", entry.link_name.clone().into());
+                }
+                for (key, n) in [
+                    ("mode", entry.mode),
+                    ("size", entry.size),
+                    ("uid", entry.uid),
+                    ("gid", entry.gid),
+                    ("devMajor", entry.dev_major),
+                    ("devMinor", entry.dev_minor),
+                ] {
+                    if n != 0 {
+                        put(key, n.into());
+                    }
+                }
+                if !entry.mod_time.is_empty() {
+                    put("modtime", entry.mod_time.clone().into());
+                }
+                if let (Some(_), Some(end)) = (entry.member, entry.end_member) {
+                    put("digest", entry.digest.clone().into());
+                    put("offset", entry.offset.into());
+                    put("endOffset", end_of(end).into());
+                }
+                value
+            })
+            .collect();
+        let manifest = serde_json::json!({"version": 1, "entries": entries});
+        serde_json::to_vec(&manifest).map_err(std::io::Error::other)
     }
 
     /// Each entry's compressed offset, and the chunk digests the jobs computed.
@@ -504,7 +638,7 @@ impl<W: Write> EstargzWriter<W> {
     }
 }
 
-impl<W: Write> Write for EstargzWriter<W> {
+impl<W: Write> Write for SeekableWriter<W> {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
         let taken = match &mut self.state {
             State::Header => {
@@ -558,8 +692,14 @@ impl<W: Write> Write for EstargzWriter<W> {
                 self.emit(&buf[..take]);
                 take
             }
-            // The end-of-archive blocks are written again after the TOC entry.
-            State::End => buf.len(),
+            // eStargz writes the end-of-archive blocks again after its TOC entry; zstd:chunked
+            // keeps the tar as it is.
+            State::End => {
+                if self.format == Format::ZstdChunked {
+                    self.emit(buf);
+                }
+                buf.len()
+            }
         };
         Ok(taken)
     }
@@ -598,7 +738,16 @@ fn modtime(seconds: u64) -> String {
         .unwrap_or_default()
 }
 
-/// The TOC as a tar entry, then the end of the archive.
+/// `data` as a zstd skippable frame.
+fn skippable_frame(data: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(8 + data.len());
+    out.extend_from_slice(&SKIPPABLE_FRAME);
+    out.extend_from_slice(&(data.len() as u32).to_le_bytes());
+    out.extend_from_slice(data);
+    out
+}
+
+/// The eStargz TOC as a tar entry, then the end of the archive.
 fn toc_tar(json: &[u8]) -> std::io::Result<Vec<u8>> {
     let mut header = tar::Header::new_ustar();
     header.set_path(TOC_TAR_NAME)?;
@@ -670,9 +819,13 @@ mod tests {
         builder.into_inner().unwrap()
     }
 
-    fn estargz(tar: &[u8], threads: usize) -> (Vec<u8>, Estargz) {
+    fn estargz(tar: &[u8], threads: usize) -> (Vec<u8>, Seekable) {
+        seekable(tar, threads, Format::Estargz)
+    }
+
+    fn seekable(tar: &[u8], threads: usize, format: Format) -> (Vec<u8>, Seekable) {
         let pool = CompressPool::new(threads).unwrap();
-        let mut writer = EstargzWriter::new(Vec::new(), pool);
+        let mut writer = SeekableWriter::new(Vec::new(), pool, format);
         writer.write_all(tar).unwrap();
         writer.finish().unwrap()
     }
@@ -739,7 +892,7 @@ mod tests {
         let mut json = Vec::new();
         entry.read_to_end(&mut json).unwrap();
         assert_eq!(
-            summary.toc_digest,
+            summary.annotations[TOC_DIGEST_ANNOTATION],
             format!("sha256:{}", hex::encode(Sha256::digest(&json)))
         );
         let toc: serde_json::Value = serde_json::from_slice(&json).unwrap();
@@ -781,8 +934,75 @@ mod tests {
     fn a_tar_cut_off_inside_an_entry_is_an_error() {
         let tar = sample_tar();
         let pool = CompressPool::new(1).unwrap();
-        let mut writer = EstargzWriter::new(Vec::new(), pool);
+        let mut writer = SeekableWriter::new(Vec::new(), pool, Format::Estargz);
         writer.write_all(&tar[..2000]).unwrap();
         assert!(writer.finish().is_err());
+    }
+
+    /// Reads a zstd:chunked blob's footer: the TOC's offset and lengths.
+    fn zstd_chunked_footer(blob: &[u8]) -> (usize, usize, usize) {
+        let frame = &blob[blob.len() - 48..];
+        assert_eq!(frame[..4], SKIPPABLE_FRAME);
+        assert_eq!(u32::from_le_bytes(frame[4..8].try_into().unwrap()), 40);
+        let footer = &frame[8..];
+        let n = |i: usize| u64::from_le_bytes(footer[i * 8..i * 8 + 8].try_into().unwrap());
+        assert_eq!(n(3), MANIFEST_TYPE_CRFS);
+        assert_eq!(&footer[32..], ZSTD_CHUNKED_MAGIC);
+        (n(0) as usize, n(1) as usize, n(2) as usize)
+    }
+
+    #[test]
+    fn zstd_chunked_is_the_tar_unchanged_to_zstd_readers_with_each_file_in_its_frames() {
+        let tar = sample_tar();
+        let (blob, summary) = seekable(&tar, 3, Format::ZstdChunked);
+        assert_eq!(blob, seekable(&tar, 1, Format::ZstdChunked).0);
+        // Skippable frames are skipped: the stream is exactly the layer's tar.
+        let plain = zstd::stream::decode_all(blob.as_slice()).unwrap();
+        assert!(plain == tar, "the tar comes back unchanged");
+        assert_eq!(summary.uncompressed_size, tar.len() as u64);
+        assert_eq!(
+            summary.diff_id,
+            format!("sha256:{}", hex::encode(Sha256::digest(&tar)))
+        );
+
+        let (offset, length, uncompressed) = zstd_chunked_footer(&blob);
+        let compressed = &blob[offset..offset + length];
+        assert_eq!(
+            summary.annotations[MANIFEST_CHECKSUM_ANNOTATION],
+            format!("sha256:{}", hex::encode(Sha256::digest(compressed)))
+        );
+        assert_eq!(
+            summary.annotations[MANIFEST_POSITION_ANNOTATION],
+            format!("{offset}:{length}:{uncompressed}:1")
+        );
+        let manifest = zstd::stream::decode_all(compressed).unwrap();
+        assert_eq!(manifest.len(), uncompressed);
+        let toc: serde_json::Value = serde_json::from_slice(&manifest).unwrap();
+        let entries = toc["entries"].as_array().unwrap();
+        // One entry per tar entry: no chunk entries, no TOC entry in the tar.
+        assert_eq!(entries.len(), 6, "{toc}");
+        assert!(entries.iter().all(|e| e["type"] != "chunk"));
+        for entry in entries.iter().filter(|e| e["offset"].is_u64()) {
+            let start = entry["offset"].as_u64().unwrap() as usize;
+            let end = entry["endOffset"].as_u64().unwrap() as usize;
+            // The file's frames hold its bytes and nothing else.
+            let bytes = zstd::stream::decode_all(&blob[start..end]).unwrap();
+            assert_eq!(
+                bytes.len() as u64,
+                entry["size"].as_u64().unwrap(),
+                "{entry}"
+            );
+            assert_eq!(
+                entry["digest"],
+                format!("sha256:{}", hex::encode(Sha256::digest(&bytes)))
+            );
+        }
+        let big = entries
+            .iter()
+            .find(|e| e["name"] == "opt/lib/big.so")
+            .unwrap();
+        assert!(big["endOffset"].as_u64() > big["offset"].as_u64());
+        let empty = entries.iter().find(|e| e["name"] == "opt/empty").unwrap();
+        assert!(empty.get("offset").is_none(), "{empty}");
     }
 }
