@@ -123,6 +123,7 @@ impl<'a> Writer<'a> {
                 blobs_dir: &blobs_dir,
                 pool: pool.clone(),
                 cache: Some(&cache),
+                prefetch: &self.cx.recipe.prefetch,
             };
             let mut layers = writer.write_all(&platform.plan, reporter)?;
             // The recipe's own layers are small next to the environment's: one at a time.

@@ -140,6 +140,7 @@ pub fn layer_key(
     layer: &PlannedLayer,
     entries: &[Entry],
     compression: Compression,
+    landmark: Option<usize>,
 ) -> std::io::Result<Option<String>> {
     if layer.packages.is_empty() {
         return Ok(None);
@@ -168,6 +169,10 @@ pub fn layer_key(
         compression.describe(),
         layer.mtime
     ]));
+    // eStargz prefetch: where the landmark goes (the entries' order is hashed below).
+    if let Some(prefetched) = landmark {
+        line(serde_json::json!(["prefetch", prefetched]));
+    }
     for entry in entries {
         line(match entry {
             Entry::Directory { path } => serde_json::json!(["d", path]),

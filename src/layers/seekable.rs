@@ -28,6 +28,10 @@ use super::compress::{CompressPool, gzip_member, zstd_frame};
 
 /// The eStargz TOC's name in the tar.
 pub const TOC_TAR_NAME: &str = "stargz.index.json";
+/// The entry after which the stargz snapshotter stops prefetching.
+pub const PREFETCH_LANDMARK: &str = ".prefetch.landmark";
+/// The entry that tells the snapshotter to prefetch nothing.
+pub const NO_PREFETCH_LANDMARK: &str = ".no.prefetch.landmark";
 /// Layer annotation: the sha256 of the TOC JSON.
 pub const TOC_DIGEST_ANNOTATION: &str = "containerd.io/snapshot/stargz/toc.digest";
 /// Layer annotation: the uncompressed size, which containers/storage needs for lazy pulls.
@@ -178,6 +182,10 @@ pub struct SeekableWriter<W> {
     /// The TOC entry of the file being read, and the whole-file hash of a multi-chunk one.
     file: Option<(usize, Option<Sha256>)>,
     file_read: u64,
+    /// Tar entries read so far (extension headers not counted).
+    tar_entries: usize,
+    /// eStargz prefetch: the landmark to add once this many entries have been read.
+    landmark: Option<(usize, &'static str)>,
     last_user: BTreeMap<u64, String>,
     last_group: BTreeMap<u64, String>,
     diff: Sha256,
@@ -214,6 +222,8 @@ impl<W: Write> SeekableWriter<W> {
             entries: Vec::new(),
             file: None,
             file_read: 0,
+            tar_entries: 0,
+            landmark: None,
             last_user: BTreeMap::new(),
             last_group: BTreeMap::new(),
             diff: Sha256::new(),
@@ -304,9 +314,40 @@ impl<W: Write> SeekableWriter<W> {
         Ok(())
     }
 
+    /// Sets the eStargz prefetch landmark: `.prefetch.landmark` after the first `prefetched`
+    /// entries (the files the stargz snapshotter fetches before the container starts), or
+    /// `.no.prefetch.landmark` first when there are none.
+    pub fn with_landmark(mut self, prefetched: usize) -> Self {
+        if self.format == Format::Estargz {
+            let name = if prefetched == 0 {
+                NO_PREFETCH_LANDMARK
+            } else {
+                PREFETCH_LANDMARK
+            };
+            self.landmark = Some((prefetched, name));
+        }
+        self
+    }
+
+    /// Whether the landmark goes in before the header `block` (the next entry, or the end).
+    fn landmark_due(&self, block: &[u8; 512]) -> bool {
+        let Some((after, _)) = self.landmark else {
+            return false;
+        };
+        self.tar_entries == after || (block.iter().all(|b| *b == 0) && self.tar_entries < after)
+    }
+
     /// Reads the header in `self.header` and moves to what follows it.
     fn on_header(&mut self) -> std::io::Result<()> {
         let block: [u8; 512] = self.header.as_slice().try_into().expect("512 bytes");
+        if self.landmark_due(&block) {
+            // The landmark goes in before this header, which is then read again.
+            let (_, name) = self.landmark.take().expect("due");
+            self.header.clear();
+            self.write_all(&landmark_entry(name)?)?;
+            self.header.extend_from_slice(&block);
+            return self.on_header();
+        }
         if block.iter().all(|b| *b == 0) {
             self.header.clear();
             if self.format == Format::ZstdChunked {
@@ -333,6 +374,7 @@ impl<W: Write> SeekableWriter<W> {
             return Ok(());
         }
         let entry = self.toc_entry(header, size)?;
+        self.tar_entries += 1;
         self.emit_header();
         let index = self.entries.len();
         let is_file = entry.kind == "reg";
@@ -745,6 +787,23 @@ fn skippable_frame(data: &[u8]) -> Vec<u8> {
     out.extend_from_slice(&(data.len() as u32).to_le_bytes());
     out.extend_from_slice(data);
     out
+}
+
+/// A landmark file: one byte, `0x0f`, as the snapshotter's builder writes it.
+fn landmark_entry(name: &str) -> std::io::Result<Vec<u8>> {
+    let mut header = tar::Header::new_gnu();
+    header.set_path(name)?;
+    header.set_entry_type(tar::EntryType::Regular);
+    header.set_size(1);
+    header.set_mode(0o644);
+    header.set_uid(0);
+    header.set_gid(0);
+    header.set_mtime(0);
+    header.set_cksum();
+    let mut out = header.as_bytes().to_vec();
+    out.push(0x0f);
+    out.resize(1024, 0);
+    Ok(out)
 }
 
 /// The eStargz TOC as a tar entry, then the end of the archive.

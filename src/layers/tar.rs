@@ -52,6 +52,28 @@ fn with_parents(paths: &[String]) -> BTreeSet<String> {
     all
 }
 
+/// `entries` with those `patterns` match (and the directories above them) first, each group
+/// in its own order; and how many come first. An eStargz layer puts its prefetch landmark
+/// after them, so the stargz snapshotter fetches exactly these before a container starts.
+pub fn prefetch_first(entries: Vec<Entry>, patterns: &[glob::Pattern]) -> (Vec<Entry>, usize) {
+    let options = glob::MatchOptions {
+        require_literal_separator: true,
+        ..glob::MatchOptions::new()
+    };
+    let matched: Vec<&str> = entries
+        .iter()
+        .map(Entry::path)
+        .filter(|path| patterns.iter().any(|p| p.matches_with(path, options)))
+        .collect();
+    let parents = with_parents(&matched.iter().map(|p| p.to_string()).collect::<Vec<_>>());
+    let (mut first, rest): (Vec<Entry>, Vec<Entry>) = entries
+        .into_iter()
+        .partition(|entry| parents.contains(entry.path()));
+    let count = first.len();
+    first.extend(rest);
+    (first, count)
+}
+
 /// One tar entry, as the layer will hold it: everything of the entry but a file's bytes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Entry {

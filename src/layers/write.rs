@@ -23,7 +23,7 @@ use super::{
     owned::{OwnedLayer, write_owned_tar},
     plan::{LayerKind, LayerPlan, PlannedLayer},
     seekable::SeekableWriter,
-    tar::{TarError, entries, write_entries},
+    tar::{TarError, entries, prefetch_first, write_entries},
 };
 
 /// A layer written to the blob store.
@@ -118,6 +118,8 @@ pub struct LayerWriter<'a> {
     pub blobs_dir: &'a Path,
     pub pool: CompressPool,
     pub cache: Option<&'a LayerCache>,
+    /// `[layers] prefetch` (eStargz): the paths each package layer puts first.
+    pub prefetch: &'a [glob::Pattern],
 }
 
 impl LayerWriter<'_> {
@@ -128,12 +130,18 @@ impl LayerWriter<'_> {
             source,
         };
         let entries = entries(self.root, &layer.paths).map_err(tar_err)?;
+        let (entries, landmark) = if self.prefetch.is_empty() {
+            (entries, None)
+        } else {
+            let (ordered, first) = prefetch_first(entries, self.prefetch);
+            (ordered, Some(first))
+        };
         let key = match self.cache {
-            Some(_) => layer_key(layer, &entries, self.compression)
+            Some(_) => layer_key(layer, &entries, self.compression, landmark)
                 .map_err(|e| self.blob_err(&layer.name, self.root, e))?,
             None => None,
         };
-        let (blob, reused) = self.cached_or_written(&layer.name, key, |out| {
+        let (blob, reused) = self.cached_or_written(&layer.name, key, landmark, |out| {
             write_entries(&entries, layer.mtime, out).map(drop)
         })?;
         Ok(BuiltLayer {
@@ -149,7 +157,7 @@ impl LayerWriter<'_> {
     /// every entry whole.
     pub fn write_owned(&self, layer: &OwnedLayer) -> Result<BuiltLayer, WriteError> {
         let key = self.cache.map(|_| layer.key(self.compression));
-        let (blob, reused) = self.cached_or_written(&layer.name, key, |out| {
+        let (blob, reused) = self.cached_or_written(&layer.name, key, None, |out| {
             write_owned_tar(layer, out).map(drop)
         })?;
         Ok(BuiltLayer {
@@ -176,6 +184,7 @@ impl LayerWriter<'_> {
         &self,
         name: &str,
         key: Option<String>,
+        landmark: Option<usize>,
         write_tar: impl FnOnce(&mut dyn Write) -> Result<(), TarError>,
     ) -> Result<(LayerBlob, bool), WriteError> {
         let blob_err = |path: &Path, source| self.blob_err(name, path, source);
@@ -193,7 +202,7 @@ impl LayerWriter<'_> {
                 return Ok((blob, true));
             }
         }
-        let (blob, target) = self.write_blob(name, write_tar)?;
+        let (blob, target) = self.write_blob(name, landmark, write_tar)?;
         if let (Some(cache), Some(key)) = (self.cache, key) {
             // A cache that cannot be written costs the next build time, not this build.
             if let Err(err) = cache.store(&key, &blob, &target) {
@@ -208,6 +217,7 @@ impl LayerWriter<'_> {
     fn write_blob(
         &self,
         name: &str,
+        landmark: Option<usize>,
         write_tar: impl FnOnce(&mut dyn Write) -> Result<(), TarError>,
     ) -> Result<(LayerBlob, PathBuf), WriteError> {
         let blob_err = |path: &Path, source| self.blob_err(name, path, source);
@@ -231,6 +241,9 @@ impl LayerWriter<'_> {
         };
         let (compressed, written) = if let Some(format) = self.compression.seekable() {
             let mut writer = SeekableWriter::new(compressed, self.pool.clone(), format);
+            if let Some(prefetched) = landmark {
+                writer = writer.with_landmark(prefetched);
+            }
             write_tar(&mut writer).map_err(tar_err)?;
             let (compressed, summary) = writer.finish().map_err(|e| blob_err(temp.path(), e))?;
             let written = (summary.diff_id, summary.uncompressed_size);

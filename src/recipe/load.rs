@@ -118,6 +118,9 @@ pub struct Recipe {
     pub layer_budget: u32,
     /// How new layers are compressed.
     pub compression: Compression,
+    /// `[layers] prefetch` (eStargz): globs of image paths (no leading `/`) put first in each
+    /// layer, before its prefetch landmark.
+    pub prefetch: Vec<glob::Pattern>,
     /// The matrix variant this recipe is (`cuda11.8-python3.9`), if any.
     pub variant: Option<String>,
     /// `[smoke] embed`: the image carries the `imgbuild-smoke` executable.
@@ -304,6 +307,7 @@ impl Checker {
             files,
             layer_budget: layers.budget,
             compression: layers.compression,
+            prefetch: layers.prefetch,
             variant: None,
             embed_smoke: file.smoke.embed,
             pypi,
@@ -512,9 +516,33 @@ impl Checker {
                 )
             })?,
         };
+        let prefetch = match &layers.prefetch {
+            None => Vec::new(),
+            Some(globs) => {
+                if compression != Compression::Estargz {
+                    return Err(self.error(
+                        globs,
+                        "`layers.prefetch` orders eStargz layers for the stargz snapshotter: it needs `compression = \"estargz\"`",
+                    ));
+                }
+                let mut patterns = Vec::new();
+                for glob in globs.get_ref() {
+                    let pattern =
+                        glob::Pattern::new(glob.trim_start_matches('/')).map_err(|e| {
+                            self.error(
+                                globs,
+                                format!("`layers.prefetch`: `{glob}` is not a glob: {e}"),
+                            )
+                        })?;
+                    patterns.push(pattern);
+                }
+                patterns
+            }
+        };
         Ok(LayerSettings {
             budget,
             compression,
+            prefetch,
         })
     }
 
@@ -983,6 +1011,7 @@ struct ImageConfig {
 struct LayerSettings {
     budget: u32,
     compression: Compression,
+    prefetch: Vec<glob::Pattern>,
 }
 
 /// `specs` with NVIDIA's forward-compatibility libraries for the runtime when `[cuda]`

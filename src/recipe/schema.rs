@@ -135,6 +135,9 @@ pub(crate) struct LayersSection {
     pub max: Option<Spanned<i64>>,
     /// Layer compression: `gzip` (default), `zstd`, `estargz` or `zstd:chunked`.
     pub compression: Option<Spanned<String>>,
+    /// eStargz: globs of image paths the stargz snapshotter fetches first.
+    #[serde(default)]
+    pub prefetch: Option<Spanned<Vec<String>>>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -224,3 +224,64 @@ fn estargz_images_are_reproducible_for_any_thread_count_and_from_the_layer_cache
     let warm = other.build(&["--locked"]).success();
     assert_eq!(warm.digest(), first);
 }
+
+/// The tar entry names of a gzip layer blob, in order.
+fn tar_names(blob: &Path) -> Vec<String> {
+    let decoder = flate2::read::MultiGzDecoder::new(fs_err::File::open(blob).unwrap());
+    tar::Archive::new(decoder)
+        .entries()
+        .unwrap()
+        .map(|e| e.unwrap().path().unwrap().display().to_string())
+        .collect()
+}
+
+#[test]
+fn prefetch_puts_the_listed_files_first_then_the_landmark() {
+    let project = estargz_project();
+    let recipe = fs_err::read_to_string(project.recipe_path()).unwrap()
+        + "prefetch = [\"opt/conda/share/biglib/*\", \"/opt/conda/bin/big\"]\n";
+    project.write_recipe(&recipe);
+    project.build(&[]).success();
+    let layout = LayoutView::new(project.path().join("images/lazy"));
+    let mut layers_with_landmark = 0;
+    for (blob, toc, _) in estargz_layers(&layout) {
+        // Still a valid eStargz layer to the snapshotter's code.
+        check(&blob, &toc).unwrap_or_else(|e| panic!("{}: {e}", blob.display()));
+        let names = tar_names(&blob);
+        if names.iter().any(|n| n.ends_with("libbig.so.1")) {
+            let landmark = names
+                .iter()
+                .position(|n| n == ".prefetch.landmark")
+                .unwrap();
+            let first: Vec<&str> = names[..landmark].iter().map(String::as_str).collect();
+            // The listed files and the directories above them, nothing else.
+            assert!(
+                first.contains(&"opt/conda/share/biglib/README"),
+                "{first:?}"
+            );
+            assert!(first.contains(&"opt/conda/bin/big"), "{first:?}");
+            assert!(
+                !first.iter().any(|n| n.ends_with("libbig.so.1")),
+                "{first:?}"
+            );
+            assert!(
+                first
+                    .iter()
+                    .all(|n| n.ends_with('/') || n.contains("biglib/") || n.ends_with("bin/big")),
+                "{first:?}"
+            );
+            layers_with_landmark += 1;
+        } else if names.iter().any(|n| n.contains("tiny")) {
+            // A layer with none of them says so first.
+            assert_eq!(names[0], ".no.prefetch.landmark", "{names:?}");
+        }
+    }
+    assert_eq!(layers_with_landmark, 1);
+
+    // Without eStargz, prefetch is an error naming the key.
+    let gzip = recipe.replace("compression = \"estargz\"", "compression = \"gzip\"");
+    project.write_recipe(&gzip);
+    project
+        .build(&[])
+        .assert_failure_naming(1, &["layers.prefetch", "estargz"]);
+}
