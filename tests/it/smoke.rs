@@ -77,6 +77,7 @@ fn without_a_driver_smoke_says_so_with_exit_code_3() {
         "{}",
         run.stdout
     );
+    assert!(!run.stdout.contains("\nmig "), "{}", run.stdout);
 
     no_device_report(&project.run(&["smoke", "images/cudaimg:latest", "--json"]));
 
@@ -122,6 +123,11 @@ fn a_smoke_run_is_attested_as_an_in_toto_statement_of_the_image() {
     );
     assert_eq!(statement["predicate"]["verdict"], "no-device");
     assert_eq!(statement["predicate"]["image_cuda"], "11.8.89");
+    // The MIG state is in the predicate as in the report: none without a GPU.
+    assert_eq!(
+        statement["predicate"].get("mig"),
+        Some(&serde_json::Value::Null)
+    );
     let check = "import sys, google.protobuf.json_format as j\n\
         from in_toto_attestation.v1 import statement, statement_pb2\n\
         pb = j.Parse(open(sys.argv[1]).read(), statement_pb2.Statement())\n\
@@ -192,13 +198,24 @@ fn skipped_with_a_driver() -> bool {
 }
 
 /// The `--json` report of a smoke run of the CUDA 11.8 test image on a machine without a
-/// driver: exit 3, the image's CUDA version and its cudart read from the layers.
+/// driver: exit 3, the image's CUDA version and its cudart read from the layers, no GPU and
+/// so no MIG state (`mig` is there, null: NVML is only asked about a device CUDA found).
 #[track_caller]
 fn no_device_report(run: &crate::common::Run) -> serde_json::Value {
     assert_eq!(run.code, 3, "{}{}", run.stdout, run.stderr);
     let report: serde_json::Value = serde_json::from_str(&run.stdout).unwrap();
     assert_eq!(report["verdict"], "no-device");
     assert_eq!(report["image_cuda"], "11.8.89");
+    assert_eq!(
+        report.get("gpu"),
+        Some(&serde_json::Value::Null),
+        "{report}"
+    );
+    assert_eq!(
+        report.get("mig"),
+        Some(&serde_json::Value::Null),
+        "{report}"
+    );
     assert!(
         report["libraries"]
             .as_array()

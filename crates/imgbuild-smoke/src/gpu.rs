@@ -98,7 +98,8 @@ pub fn run(libraries: &CudaLibraries, report: SmokeReport) -> SmokeReport {
 }
 
 /// [`run`], telling `on_load` of each library just before and just after it is loaded (the
-/// image's cudart, NVRTC's builtins, NVRTC, then the host's `libcuda.so.1`), so that a parent
+/// image's cudart, NVRTC's builtins, NVRTC, the host's `libcuda.so.1`, then its
+/// `libnvidia-ml.so.1` for the MIG state), so that a parent
 /// process can name the one that crashed this one (see [`crate::isolate`]).
 pub fn run_observed(
     libraries: &CudaLibraries,
@@ -153,7 +154,7 @@ pub fn run_observed(
     }));
     let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         let mut report = inner.lock().unwrap_or_else(|e| e.into_inner());
-        run_on_gpu(nvrtc.as_ref(), &mut report);
+        run_on_gpu(nvrtc.as_ref(), &mut report, on_load);
     }));
     std::panic::set_hook(previous);
     let mut report = Arc::try_unwrap(shared)
@@ -202,7 +203,37 @@ fn cudart_version(path: &Path) -> Option<String> {
     }
 }
 
-fn run_on_gpu(nvrtc: Option<&nvrtc::Nvrtc>, report: &mut SmokeReport) {
+/// The 16 bytes that identify `device`: `cuDeviceGetUuid_v2` (CUDA 11.4), which names a MIG
+/// instance by its own UUID, else `cuDeviceGetUuid`, which older drivers have. Both are
+/// looked up first, as cudarc panics on a symbol the driver lacks.
+fn device_uuid(device: sys::CUdevice) -> Result<[u8; 16], String> {
+    type GetUuid = unsafe extern "C" fn(*mut sys::CUuuid, sys::CUdevice) -> sys::CUresult;
+    // SAFETY: looks up symbols of the driver cudarc has loaded; called as cuda.h declares.
+    unsafe {
+        let has = |name: &str| sys::culib().get::<GetUuid>(name).is_ok();
+        let mut uuid = sys::CUuuid { bytes: [0; 16] };
+        let (call, result) = if has("cuDeviceGetUuid_v2") {
+            (
+                "cuDeviceGetUuid_v2",
+                sys::cuDeviceGetUuid_v2(&mut uuid, device),
+            )
+        } else if has("cuDeviceGetUuid") {
+            ("cuDeviceGetUuid", sys::cuDeviceGetUuid(&mut uuid, device))
+        } else {
+            return Err("the driver has no cuDeviceGetUuid".to_string());
+        };
+        if result != sys::cudaError_enum::CUDA_SUCCESS {
+            return Err(format!("{call}: {result:?}"));
+        }
+        Ok(uuid.bytes.map(|b| b as u8))
+    }
+}
+
+fn run_on_gpu(
+    nvrtc: Option<&nvrtc::Nvrtc>,
+    report: &mut SmokeReport,
+    on_load: &mut dyn FnMut(LoadEvent<'_>),
+) {
     let fail = |report: &mut SmokeReport, verdict, message: String| {
         report.verdict = verdict;
         report.message = message;
@@ -236,6 +267,8 @@ fn run_on_gpu(nvrtc: Option<&nvrtc::Nvrtc>, report: &mut SmokeReport) {
         ) != 0,
     };
     report.gpu = Some(gpu.clone());
+    // The MIG state, before anything can fail the run: it says what the device was.
+    report.mig = Some(crate::mig::query(device_uuid(context.cu_device()), on_load));
 
     // Which CUDA the image needs: its config's CUDA_VERSION, else its NVRTC or cudart.
     let image_cuda: Option<CudaVersion> = report

@@ -10,6 +10,7 @@
 //! - [`gpu`]: the run itself: driver, kernel, unified memory, verification.
 //! - [`isolate`]: the run in a child process, so that a library that crashes the loader is a
 //!   verdict, not the death of the caller.
+//! - [`mig`]: the GPU's MIG state, from the driver's NVML.
 //! - [`report`]: what the run learned, as text or JSON, and the exit code.
 
 pub mod architectures;
@@ -17,6 +18,7 @@ pub mod compat;
 pub mod gpu;
 pub mod isolate;
 pub mod libraries;
+pub mod mig;
 pub mod nvrtc;
 pub mod report;
 

@@ -49,6 +49,73 @@ pub struct GpuInfo {
     pub pageable_memory_access: bool,
 }
 
+/// A GPU's MIG (Multi-Instance GPU) mode, as NVML gives it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum MigMode {
+    Disabled,
+    Enabled,
+    /// The GPU (or its driver) has no MIG.
+    NotSupported,
+    /// NVML could not say; [`MigState::reason`] says why.
+    Unknown,
+}
+
+impl MigMode {
+    /// As `--json` writes it: `disabled`, `enabled`, `not-supported`, `unknown`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MigMode::Disabled => "disabled",
+            MigMode::Enabled => "enabled",
+            MigMode::NotSupported => "not-supported",
+            MigMode::Unknown => "unknown",
+        }
+    }
+}
+
+/// The MIG state of the GPU the test ran on (see [`crate::mig`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MigState {
+    /// The GPU's current mode; for a MIG instance, its parent GPU's (`enabled`).
+    pub mode: MigMode,
+    /// The mode after the GPU's next reset (`nvidia-smi -mig` changes this one first).
+    pub pending: MigMode,
+    /// Whether the CUDA device the test ran on is itself a MIG instance; `None` when NVML did
+    /// not find the device.
+    pub instance: Option<bool>,
+    /// Where the state comes from: `nvml`.
+    pub source: String,
+    /// Why the state is `unknown` (or what else NVML said); `None` when NVML answered all.
+    pub reason: Option<String>,
+}
+
+impl MigState {
+    /// The text report's words: `disabled (NVML)`, `disabled, pending enabled (NVML)`,
+    /// `enabled: this device is a MIG instance (NVML)`, `not supported by this GPU (NVML)`,
+    /// `unknown (NVML: REASON)`.
+    pub fn describe(&self) -> String {
+        let mut text = match self.mode {
+            MigMode::NotSupported => "not supported by this GPU".to_string(),
+            mode => mode.as_str().to_string(),
+        };
+        if self.pending != self.mode && self.pending != MigMode::Unknown {
+            text.push_str(&format!(", pending {}", self.pending.as_str()));
+        }
+        if self.instance == Some(true) {
+            text.push_str(": this device is a MIG instance");
+        }
+        let source = match self.source.as_str() {
+            "nvml" => "NVML",
+            other => other,
+        };
+        match &self.reason {
+            Some(reason) => text.push_str(&format!(" ({source}: {reason})")),
+            None => text.push_str(&format!(" ({source})")),
+        }
+        text
+    }
+}
+
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct RunTiming {
     pub name: String,
@@ -135,6 +202,10 @@ pub struct SmokeReport {
     /// The CUDA version the driver supports (`cuDriverGetVersion`).
     pub driver_cuda: Option<String>,
     pub gpu: Option<GpuInfo>,
+    /// The GPU's MIG state (see [`MigState`]); absent from reports of older versions, and
+    /// `None` when the run found no GPU.
+    #[serde(default)]
+    pub mig: Option<MigState>,
     pub compatibility: Option<String>,
     /// How the kernel was built.
     pub kernel: Option<String>,
@@ -163,6 +234,7 @@ impl SmokeReport {
             driver_version: None,
             driver_cuda: None,
             gpu: None,
+            mig: None,
             compatibility: None,
             kernel: None,
             runs: Vec::new(),
@@ -214,6 +286,9 @@ impl SmokeReport {
                 "managed memory   {} (concurrent managed access: {}, pageable memory access: {})",
                 gpu.managed_memory, gpu.concurrent_managed_access, gpu.pageable_memory_access
             );
+        }
+        if let Some(mig) = &self.mig {
+            let _ = writeln!(out, "mig              {}", mig.describe());
         }
         if let Some(compatibility) = &self.compatibility {
             let _ = writeln!(out, "compatibility    {compatibility}");
@@ -344,6 +419,99 @@ mod tests {
         let none: serde_json::Value =
             serde_json::from_str(&report_with(None).render(true)).unwrap();
         assert_eq!(none["ping_pong"], serde_json::Value::Null);
+    }
+
+    fn mig(
+        mode: MigMode,
+        pending: MigMode,
+        instance: Option<bool>,
+        reason: Option<&str>,
+    ) -> MigState {
+        MigState {
+            mode,
+            pending,
+            instance,
+            source: "nvml".into(),
+            reason: reason.map(str::to_string),
+        }
+    }
+
+    fn mig_line(state: Option<MigState>) -> Option<String> {
+        let mut report = report_with(None);
+        report.gpu = Some(GpuInfo::default());
+        report.mig = state;
+        let text = report.to_text();
+        // After the GPU's lines, before the verdict.
+        if let Some(at) = text.find("\nmig ") {
+            assert!(text.find("managed memory") < Some(at), "{text}");
+            assert!(text.find("verdict") > Some(at), "{text}");
+        }
+        text.lines()
+            .find(|l| l.starts_with("mig "))
+            .map(str::to_string)
+    }
+
+    #[test]
+    fn mig_text_line() {
+        use MigMode::*;
+        assert_eq!(
+            mig_line(Some(mig(Disabled, Disabled, Some(false), None))).as_deref(),
+            Some("mig              disabled (NVML)")
+        );
+        assert_eq!(
+            mig_line(Some(mig(Disabled, Enabled, Some(false), None))).as_deref(),
+            Some("mig              disabled, pending enabled (NVML)")
+        );
+        assert_eq!(
+            mig_line(Some(mig(Enabled, Enabled, Some(true), None))).as_deref(),
+            Some("mig              enabled: this device is a MIG instance (NVML)")
+        );
+        assert_eq!(
+            mig_line(Some(mig(NotSupported, NotSupported, Some(false), None))).as_deref(),
+            Some("mig              not supported by this GPU (NVML)")
+        );
+        assert_eq!(
+            mig_line(Some(mig(
+                Unknown,
+                Unknown,
+                None,
+                Some("nvmlInit_v2: NVML_ERROR_DRIVER_NOT_LOADED")
+            )))
+            .as_deref(),
+            Some("mig              unknown (NVML: nvmlInit_v2: NVML_ERROR_DRIVER_NOT_LOADED)")
+        );
+        // No GPU found, no MIG line.
+        assert_eq!(mig_line(None), None);
+    }
+
+    #[test]
+    fn mig_json_fields() {
+        let mut report = report_with(None);
+        report.mig = Some(mig(
+            MigMode::NotSupported,
+            MigMode::NotSupported,
+            Some(false),
+            None,
+        ));
+        let json: serde_json::Value = serde_json::from_str(&report.render(true)).unwrap();
+        assert_eq!(
+            json["mig"],
+            serde_json::json!({
+                "mode": "not-supported", "pending": "not-supported", "instance": false,
+                "source": "nvml", "reason": null
+            })
+        );
+        let none: serde_json::Value =
+            serde_json::from_str(&report_with(None).render(true)).unwrap();
+        assert_eq!(none["mig"], serde_json::Value::Null);
+        // A report of an older version, without `mig`, parses.
+        let mut old = none.clone();
+        old.as_object_mut().unwrap().remove("mig");
+        let parsed: SmokeReport = serde_json::from_value(old).unwrap();
+        assert!(parsed.mig.is_none());
+        // And one with it round-trips.
+        let parsed: SmokeReport = serde_json::from_value(json).unwrap();
+        assert_eq!(parsed.mig, report.mig);
     }
 
     /// A report from an older `imgbuild-smoke` (an embedded one, or a child of another
