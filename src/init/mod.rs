@@ -158,6 +158,7 @@ dependencies = [                # conda match specs
 # [layers]
 # max = 60                      # layer budget, base layers included
 # compression = "gzip"          # or "zstd", "estargz", "zstd:chunked" (lazy pulls)
+# prefetch = []                 # estargz: globs of image paths fetched before the start
 
 # [smoke]
 # embed = false                 # true: add imgbuild-smoke, so `imgbuild k8s --smoke-job`

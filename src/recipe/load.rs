@@ -519,7 +519,7 @@ impl Checker {
         let prefetch = match &layers.prefetch {
             None => Vec::new(),
             Some(globs) => {
-                if compression != Compression::Estargz {
+                if compression != Compression::Estargz && !globs.get_ref().is_empty() {
                     return Err(self.error(
                         globs,
                         "`layers.prefetch` orders eStargz layers for the stargz snapshotter: it needs `compression = \"estargz\"`",
