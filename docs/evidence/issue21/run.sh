@@ -9,7 +9,7 @@
 set -u
 gunzip -c images/.ev21/imgbuild.gz > /tmp/imgbuild && chmod +x /tmp/imgbuild
 { /tmp/imgbuild --version; sha256sum /tmp/imgbuild; } > "$OUT/imgbuild.txt" 2>&1
-nvidia-smi --query-gpu=name,driver_version,memory.total,compute_cap,mig.mode.current --format=csv > "$OUT/host.txt" 2>&1
+nvidia-smi --query-gpu=name,driver_version,memory.total,compute_cap,mig.mode.current,mig.mode.pending --format=csv > "$OUT/host.txt" 2>&1
 nvidia-smi > "$OUT/nvidia-smi.txt" 2>&1
 for layout in "$@"; do
   name=$(basename "$layout")

@@ -2,8 +2,8 @@
 # Checks the attestations the H200 run returned (run here, not on the device), as
 # tests/it/smoke.rs's attest test does: the in-toto project's `in-toto-attestation` package
 # (PyPI) parses each as a Statement v1 and validates it; then its subject digest must be the
-# manifest digest of the layout that ran (images/.ev21/layout-118, index.json), and its
-# predicate the --json report's fields. Run from the repository root:
+# manifest digest of the layout that ran (images/.ev21/layout-118, index.json), its predicate
+# the --json report's fields, MIG state (`mig`, from NVML) included. Run from the repository root:
 #   docs/evidence/issue21/validate.sh > docs/evidence/issue21/validation.txt 2>&1
 set -u
 py=tests/.cache/venv/bin/python
@@ -34,6 +34,10 @@ gpu = p["gpu"]
 print("predicate     verdict=%s gpu=%s compute_capability=%s driver=%s driver_cuda=%s image_cuda=%s" % (
     p["verdict"], gpu["name"], gpu["compute_capability"], p["driver_version"], p["driver_cuda"], p["image_cuda"]))
 print("              kernel=%s imgbuild=%s" % (p["kernel"], p["imgbuild"]))
+mig = p["mig"]
+print("              mig: mode=%s pending=%s instance=%s source=%s reason=%s" % (
+    mig["mode"], mig["pending"], mig["instance"], mig["source"], mig["reason"]))
+assert mig["source"] == "nvml" and mig["mode"] in ("disabled", "enabled", "not-supported", "unknown")
 PY
   echo "exit=$?"
 done
