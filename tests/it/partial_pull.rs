@@ -153,24 +153,7 @@ impl Podman {
 
 /// The bytes the registry sent for `digest`'s blob, and how many of its responses were 206.
 fn served(registry: &Registry, digest: &str) -> (u64, usize) {
-    let mut bytes = 0;
-    let mut partial = 0;
-    for line in registry.log().lines() {
-        if !(line.contains("response completed") && line.contains(digest)) {
-            continue;
-        }
-        let field = |name: &str| {
-            line.split(&format!("{name}="))
-                .nth(1)
-                .and_then(|rest| rest.split_whitespace().next())
-                .and_then(|v| v.trim_matches('"').parse::<u64>().ok())
-        };
-        bytes += field("http.response.written").unwrap_or(0);
-        if field("http.response.status") == Some(206) {
-            partial += 1;
-        }
-    }
-    (bytes, partial)
+    crate::support::registry_log::bytes_sent(&registry.log(), digest)
 }
 
 #[test]

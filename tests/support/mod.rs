@@ -8,6 +8,7 @@ pub mod base;
 pub mod channel;
 pub mod hostile;
 pub mod pypi;
+pub mod registry_log;
 
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
