@@ -48,8 +48,9 @@ demo:
 # Benchmark: a 2.65 GB torch + CUDA environment made from pinned PyPI wheels, built cold, warm,
 # as a no-op and after one small change, and pushed unchanged; against tar|gzip -6, tar|pigz,
 # tar|zstd -3, umoci repack and imgbuild's own compressor on the same bytes in memory. Replaces
-# this checkout's section of docs/benchmarks.md. Needs: apt-get install pigz zstd umoci
-# docker-registry time. Pass e.g. `--imgbuild OLD_BINARY --label before` to measure another build.
+# this checkout's section of docs/benchmarks.md; also a node (podman pulls, partial pulls off and
+# on) and a 3x environment. Needs root and: apt-get install pigz zstd umoci docker-registry time
+# podman busybox-static. Pass e.g. `--imgbuild OLD_BINARY --label before` to measure another build.
 bench *ARGS:
     cargo build --release --bin imgbuild --example bench
     cargo run --release --quiet --example bench -- --out docs/benchmarks.md {{ARGS}}

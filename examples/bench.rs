@@ -11,8 +11,9 @@
 //! files live under `$IMGBUILD_BENCH_DIR` (default `~/.cache/imgbuild/bench`): the wheels and
 //! packages are made once and reused.
 //!
-//! Needs: `pigz`, `zstd`, `gzip`, `tar`, `umoci`, `docker-registry` and GNU `time` on PATH
-//! (`apt-get install pigz zstd umoci docker-registry time`).
+//! Needs: `pigz`, `zstd`, `gzip`, `tar`, `umoci`, `docker-registry`, GNU `time`, `podman` and
+//! busybox-static (`apt-get install pigz zstd umoci docker-registry time podman
+//! busybox-static`), and root for podman's overlay storage (the node rows).
 
 #![allow(clippy::print_stdout, clippy::print_stderr)] // a command-line tool prints its result
 
