@@ -243,10 +243,7 @@ async fn attach_sboms(
     // The attachment's requests and retries count too.
     report.requests = client.requests.load(std::sync::atomic::Ordering::Relaxed);
     report.retries = client.retries.load(std::sync::atomic::Ordering::Relaxed);
-    report.sboms_found_by = Some(match found_by {
-        Discovery::ReferrersApi => "referrers-api".to_string(),
-        Discovery::Tag(tag) => tag,
-    });
+    report.sboms_found_by = Some(found_by.name());
     Ok(())
 }
 
@@ -284,10 +281,7 @@ pub async fn attach_document(
     let (digests, found_by) = attach(&client, subject, &created, &[attachment]).await?;
     Ok(Attached {
         digest: digests.into_iter().next().unwrap_or_default(),
-        found_by: match found_by {
-            Discovery::ReferrersApi => "referrers-api".to_string(),
-            Discovery::Tag(tag) => tag,
-        },
+        found_by: found_by.name(),
     })
 }
 

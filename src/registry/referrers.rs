@@ -39,6 +39,16 @@ pub enum Discovery {
     Tag(String),
 }
 
+impl Discovery {
+    /// As reports name it: `referrers-api`, or the fallback tag.
+    pub fn name(self) -> String {
+        match self {
+            Discovery::ReferrersApi => "referrers-api".to_string(),
+            Discovery::Tag(tag) => tag,
+        }
+    }
+}
+
 fn sha256(bytes: &[u8]) -> String {
     crate::oci::sha256_digest(bytes)
 }
