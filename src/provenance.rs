@@ -445,32 +445,15 @@ fn sha256_hex(bytes: &[u8]) -> String {
 mod tests {
     use std::path::Path;
 
-    use rattler_conda_types::{RepoDataRecord, Subdir};
+    use rattler_conda_types::Subdir;
     use rattler_solve::ChannelPriority;
 
     use super::*;
     use crate::{
-        lock::{PlatformLock, ResolvedWheel},
+        lock::{PlatformLock, ResolvedWheel, fixtures::record},
         recipe::{Recipe, RecipeOptions},
         resolve::Target,
     };
-
-    fn record(name: &str, subdir: &str, sha: u8) -> RepoDataRecord {
-        let file = format!("{name}-1.0-0.conda");
-        serde_json::from_value(json!({
-            "name": name,
-            "version": "1.0",
-            "build": "0",
-            "build_number": 0,
-            "depends": [],
-            "subdir": subdir,
-            "fn": file,
-            "url": format!("file:///ch/{subdir}/{file}"),
-            "channel": "file:///ch/",
-            "sha256": format!("{sha:02x}").repeat(32),
-        }))
-        .unwrap()
-    }
 
     fn wheel() -> ResolvedWheel {
         ResolvedWheel {

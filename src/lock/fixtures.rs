@@ -11,7 +11,7 @@ use crate::{
     resolve::Target,
 };
 
-pub(super) fn record(name: &str, subdir: &str, sha: u8) -> RepoDataRecord {
+pub(crate) fn record(name: &str, subdir: &str, sha: u8) -> RepoDataRecord {
     let file = format!("{name}-1.0-0.conda");
     serde_json::from_value(serde_json::json!({
         "name": name,

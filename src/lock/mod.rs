@@ -14,7 +14,7 @@ mod model;
 mod sources;
 
 #[cfg(test)]
-mod fixtures;
+pub(crate) mod fixtures;
 
 pub use check::Staleness;
 pub use file::{LockError, MAX_LOCK_BYTES};
