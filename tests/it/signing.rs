@@ -14,17 +14,23 @@ use crate::{
     support::{base::have, channel::tiny_recipe, shared_channel},
 };
 
-/// A gpg home with one fresh Ed25519 signing key, no passphrase.
+/// A gpg home with one fresh Ed25519 signing key, protected by `passphrase` (none when
+/// empty).
 struct Gpg {
     home: PathBuf,
+    passphrase: &'static str,
 }
 
 impl Gpg {
     fn new(dir: &Path, name: &str) -> Gpg {
+        Gpg::with_passphrase(dir, name, "")
+    }
+
+    fn with_passphrase(dir: &Path, name: &str, passphrase: &'static str) -> Gpg {
         let home = dir.join(format!("gnupg-{name}"));
         fs_err::create_dir_all(&home).unwrap();
         run_tool("chmod", &["700", home.to_str().unwrap()]);
-        let gpg = Gpg { home };
+        let gpg = Gpg { home, passphrase };
         gpg.run(&[
             "--quick-gen-key",
             &format!("{name} <{name}@imgbuild.invalid>"),
@@ -38,7 +44,8 @@ impl Gpg {
     fn run(&self, args: &[&str]) -> Vec<u8> {
         let output = Command::new("gpg")
             .env("GNUPGHOME", &self.home)
-            .args(["--batch", "--pinentry-mode", "loopback", "--passphrase", ""])
+            .args(["--batch", "--pinentry-mode", "loopback", "--passphrase"])
+            .arg(self.passphrase)
             .args(args)
             .output()
             .unwrap();
@@ -405,38 +412,8 @@ fn a_bad_key_or_passphrase_fails_before_anything_is_pushed() {
     );
 
     // A protected key without its passphrase.
-    let gpg_home = work.path().join("gnupg");
-    fs_err::create_dir_all(&gpg_home).unwrap();
-    run_tool("chmod", &["700", gpg_home.to_str().unwrap()]);
-    let gpg = |args: &[&str]| {
-        let output = Command::new("gpg")
-            .env("GNUPGHOME", &gpg_home)
-            .args([
-                "--batch",
-                "--pinentry-mode",
-                "loopback",
-                "--passphrase",
-                "s3cret",
-            ])
-            .args(args)
-            .output()
-            .unwrap();
-        assert!(
-            output.status.success(),
-            "{}",
-            String::from_utf8_lossy(&output.stderr)
-        );
-        output.stdout
-    };
-    gpg(&[
-        "--quick-gen-key",
-        "locked <locked@imgbuild.invalid>",
-        "ed25519",
-        "sign",
-        "never",
-    ]);
-    let locked = work.path().join("locked.asc");
-    fs_err::write(&locked, gpg(&["--export-secret-keys", "--armor"])).unwrap();
+    let gpg = Gpg::with_passphrase(work.path(), "locked", "s3cret");
+    let locked = gpg.secret_key(&work.path().join("locked.asc"));
     let run = imgbuild(
         &app,
         &[
