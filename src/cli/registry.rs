@@ -171,7 +171,7 @@ async fn attach_sboms(
     layout: &std::path::Path,
     report: &mut PushReport,
 ) -> Result<(), Box<dyn std::error::Error>> {
-    use crate::registry::referrers::{Attachment, Discovery, Subject, attach};
+    use crate::registry::referrers::{Attachment, Subject, attach};
     use crate::sbom::{SbomFormat, path_beside};
     let mut attachments = Vec::new();
     let documents = [
@@ -266,7 +266,7 @@ pub async fn attach_document(
 ) -> Result<Attached, Box<dyn std::error::Error>> {
     use crate::registry::{
         pull::manifest_descriptor,
-        referrers::{Discovery, Subject, attach},
+        referrers::{Subject, attach},
     };
     let client = client_for(reference, options)?;
     let subject = manifest_descriptor(&client, Some(subject_digest)).await?;
