@@ -473,7 +473,9 @@ impl<W: Write> SeekableWriter<W> {
             let in_chunk = (CHUNK - self.file_read % CHUNK) as usize;
             let take = in_chunk.min(rest.len());
             self.emit(&rest[..take]);
-            self.current.chunk += take;
+            if self.records_chunk_digests(size) {
+                self.current.chunk += take;
+            }
             if let Some((_, Some(whole))) = &mut self.file {
                 whole.update(&rest[..take]);
             }
@@ -486,6 +488,13 @@ impl<W: Write> SeekableWriter<W> {
         Ok(())
     }
 
+    /// Whether the TOC needs the digest of each chunk of a file of `size` bytes. eStargz
+    /// records every chunk's; zstd:chunked (1.43) only the whole file's, which for a
+    /// one-chunk file is its chunk's, and for a larger one is hashed as it passes.
+    fn records_chunk_digests(&self, size: u64) -> bool {
+        self.format == Format::Estargz || size <= CHUNK
+    }
+
     /// Opens the member of the chunk at `file_read`: the file's own entry for the first,
     /// a `chunk` entry for the others.
     fn start_chunk(&mut self, index: usize, size: u64) -> std::io::Result<()> {
@@ -496,6 +505,10 @@ impl<W: Write> SeekableWriter<W> {
         } else {
             0
         };
+        // The chunk's bytes are known: one allocation instead of doubling up to 4 MiB.
+        self.current
+            .bytes
+            .reserve(CHUNK.min(size - chunk_offset) as usize);
         if chunk_offset == 0 {
             let entry = &mut self.entries[index];
             entry.member = Some(member);

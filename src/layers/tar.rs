@@ -215,8 +215,13 @@ pub fn write_entries<W: Write>(entries: &[Entry], mtime: u64, out: W) -> Result<
                     path: source.clone(),
                     source: e,
                 })?;
+                // No bigger than the file: the buffer is zeroed before its first read, and
+                // most files are far smaller than a MiB.
+                let buffer = usize::try_from(*size)
+                    .unwrap_or(usize::MAX)
+                    .clamp(1, 1 << 20);
                 let reader = Exact {
-                    inner: std::io::BufReader::with_capacity(1 << 20, file),
+                    inner: std::io::BufReader::with_capacity(buffer, file),
                     remaining: *size,
                 };
                 builder
