@@ -10,6 +10,8 @@ use std::{
 
 use anyhow::{Context, ensure};
 
+use super::podman::{Podman, Storage};
+
 /// A registry that logs every response (status and bytes written) to a file.
 pub struct LoggingRegistry {
     pub host: String,
@@ -75,92 +77,42 @@ impl Drop for LoggingRegistry {
     }
 }
 
-/// podman with storage of its own (overlay), partial pulls on or off.
-pub struct Podman {
-    conf: PathBuf,
-    dir: PathBuf,
+/// A node: podman with empty overlay storage under `dir`, partial pulls on or off.
+pub fn node(dir: &Path, partial_pulls: bool) -> anyhow::Result<Podman> {
+    Podman::new(dir, Storage::Overlay { partial_pulls })
+        .with_context(|| format!("setting up podman in {}", dir.display()))
 }
 
-impl Podman {
-    /// A node with empty storage under `dir`.
-    pub fn new(dir: &Path, partial: bool) -> anyhow::Result<Podman> {
-        if dir.exists() {
-            let _ = Command::new("podman")
-                .env("CONTAINERS_STORAGE_CONF", dir.join("storage.conf"))
-                .args(["system", "reset", "--force"])
-                .output();
-            fs_err::remove_dir_all(dir)?;
-        }
-        fs_err::create_dir_all(dir)?;
-        let conf = dir.join("storage.conf");
-        fs_err::write(
-            &conf,
-            format!(
-                "[storage]\ndriver = \"overlay\"\nrunroot = \"{}\"\ngraphroot = \"{}\"\n\
-                 [storage.options]\npull_options = {{enable_partial_images = \"{partial}\", use_hard_links = \"false\", ostree_repos = \"\"}}\n",
-                dir.join("run").display(),
-                dir.join("root").display()
-            ),
-        )?;
-        Ok(Podman {
-            conf,
-            dir: dir.to_path_buf(),
-        })
-    }
+/// Seconds `podman ARGS` took on `node`; fails on a failed command.
+fn timed(node: &Podman, args: &[&str]) -> anyhow::Result<f64> {
+    let started = Instant::now();
+    node.run(args).map_err(anyhow::Error::msg)?;
+    Ok(started.elapsed().as_secs_f64())
+}
 
-    fn command(&self, args: &[&str]) -> Command {
-        let mut command = Command::new("podman");
-        command
-            .env("CONTAINERS_STORAGE_CONF", &self.conf)
-            .args(["--events-backend", "none", "--cgroup-manager", "cgroupfs"])
-            .args(args);
-        command
-    }
+fn pull(node: &Podman, reference: &str) -> anyhow::Result<f64> {
+    timed(node, &["pull", "--quiet", "--tls-verify=false", reference])
+}
 
-    /// Seconds `podman ARGS` took; fails on a failed command.
-    pub fn timed(&self, args: &[&str]) -> anyhow::Result<f64> {
-        let started = Instant::now();
-        let output = self.command(args).output()?;
-        ensure!(
-            output.status.success(),
-            "podman {args:?} failed:\n{}",
-            String::from_utf8_lossy(&output.stderr)
-        );
-        Ok(started.elapsed().as_secs_f64())
-    }
-
-    pub fn pull(&self, reference: &str) -> anyhow::Result<f64> {
-        self.timed(&["pull", "--quiet", "--tls-verify=false", reference])
-    }
-
-    /// Seconds from nothing on the node to the image's first command having run: the pull,
-    /// then `podman run --rm IMAGE /bin/sh -c :` (the busybox base's shell doing nothing).
-    pub fn first_command(&self, reference: &str) -> anyhow::Result<f64> {
-        self.timed(&[
+/// Seconds from nothing on the node to the image's first command having run: the pull,
+/// then `podman run --rm IMAGE /bin/sh -c :` (the busybox base's shell doing nothing).
+pub fn first_command(node: &Podman, reference: &str) -> anyhow::Result<f64> {
+    timed(
+        node,
+        &[
             "run",
             "--rm",
             "--tls-verify=false",
             "--pull",
             "always",
-            "--ulimit",
-            "nofile=1024:1024",
-            "--ulimit",
-            "nproc=1024:1024",
             "--network",
             "none",
             reference,
             "/bin/sh",
             "-c",
             ":",
-        ])
-    }
-}
-
-impl Drop for Podman {
-    fn drop(&mut self) {
-        let _ = self.command(&["system", "reset", "--force"]).output();
-        let _ = fs_err::remove_dir_all(&self.dir);
-    }
+        ],
+    )
 }
 
 /// One node measurement: what was pulled, the bytes the registry sent, the seconds.
@@ -180,7 +132,7 @@ pub fn measure_pull(
 ) -> anyhow::Result<Pull> {
     eprintln!("measuring: node: {what}");
     let mark = registry.mark();
-    let seconds = node.pull(reference)?;
+    let seconds = pull(node, reference)?;
     // The registry writes its line after the response; give it a moment.
     std::thread::sleep(Duration::from_millis(200));
     let (bytes, ranges) = registry.sent_since(mark).context("the registry's log")?;

@@ -1,13 +1,17 @@
 //! `build --format docker-archive | oci-archive`: single-file images read by `podman load`
-//! and skopeo, run with runc.
+//! and skopeo, and run by podman and by runc.
 //!
-//! `podman run` itself cannot start containers in our sandbox (runc gets EPERM setting
-//! RLIMIT_NPROC for podman's containers), so the loaded image is checked with
-//! `podman image inspect`, and the same archive is run with runc after `skopeo copy`.
+//! podman runs with the rlimits of `support::podman` (its default nofile is more than this
+//! sandbox lets runc set); the same archive is also run with runc after `skopeo copy`.
 
 use crate::{
     common::{LayoutView, Project, is_root, run_bundle, run_tool, unpack},
-    support::{base::busybox_base_layout, channel::tiny_recipe, shared_channel},
+    support::{
+        base::busybox_base_layout,
+        channel::tiny_recipe,
+        podman::{Podman, Storage},
+        shared_channel,
+    },
 };
 
 #[test]
@@ -36,26 +40,8 @@ fn docker_archive_loads_in_podman_and_runs() {
     assert_eq!(fs_err::read(&archive).unwrap(), first);
 
     // podman loads it under its name, with our config and layers.
-    let storage = project.path().join("podman");
-    let podman = |args: &[&str]| {
-        let mut all = vec![
-            "--root".to_string(),
-            storage.join("root").display().to_string(),
-            "--runroot".to_string(),
-            storage.join("run").display().to_string(),
-            "--storage-driver".to_string(),
-            "vfs".to_string(),
-            "--cgroup-manager".to_string(),
-            "cgroupfs".to_string(),
-            "--runtime".to_string(),
-            "runc".to_string(),
-            "--events-backend".to_string(),
-            "none".to_string(),
-        ];
-        all.extend(args.iter().map(|a| a.to_string()));
-        let all: Vec<&str> = all.iter().map(String::as_str).collect();
-        run_tool("podman", &all)
-    };
+    let podman = Podman::new(&project.path().join("podman"), Storage::Vfs).unwrap();
+    let podman = |args: &[&str]| podman.ok(args);
     let loaded = podman(&["load", "-i", archive.to_str().unwrap()]);
     assert!(
         loaded.contains("Loaded image: localhost/archived:latest"),
@@ -68,6 +54,11 @@ fn docker_archive_loads_in_podman_and_runs() {
         serde_json::json!(["/opt/conda/bin/hello"])
     );
     assert_eq!(inspect[0]["RootFS"]["Layers"], diff_ids);
+    if is_root() {
+        // podman runs what it loaded: the entrypoint, on the busybox base.
+        let ran = podman(&["run", "--rm", "--network", "none", "archived:latest"]);
+        assert_eq!(ran, "hello from /opt/conda\n");
+    }
 
     // The archive's image runs.
     let copied = project.path().join("from-archive");

@@ -14,6 +14,7 @@ use crate::{
     common::{LayoutView, Project, is_root},
     support::{
         channel::{PinnedWheel, fetch_wheel},
+        podman::{Podman, Storage},
         pypi::{bullseye_python_base, pypi_channel},
         test_cache_dir,
     },
@@ -75,46 +76,6 @@ dependencies = ["jupyterlab"]
     )
 }
 
-/// podman with its own storage under `dir`; the rlimits podman sets by default (nofile
-/// 1048576) are more than a build container may raise, so runs pass their own.
-struct Podman {
-    storage: std::path::PathBuf,
-}
-
-impl Podman {
-    fn command(&self, args: &[&str]) -> Command {
-        let mut command = Command::new("podman");
-        command
-            .arg("--root")
-            .arg(self.storage.join("root"))
-            .arg("--runroot")
-            .arg(self.storage.join("run"))
-            .args([
-                "--storage-driver",
-                "vfs",
-                "--cgroup-manager",
-                "cgroupfs",
-                "--runtime",
-                "runc",
-                "--events-backend",
-                "none",
-            ])
-            .args(args);
-        command
-    }
-
-    fn run(&self, args: &[&str]) -> String {
-        let output = self.command(args).output().expect("running podman");
-        assert!(
-            output.status.success(),
-            "podman {args:?} failed:\n{}{}",
-            String::from_utf8_lossy(&output.stdout),
-            String::from_utf8_lossy(&output.stderr)
-        );
-        String::from_utf8_lossy(&output.stdout).into_owned()
-    }
-}
-
 /// A running container, removed when dropped.
 struct Container<'a> {
     podman: &'a Podman,
@@ -159,7 +120,7 @@ fn wait_for_server(podman: &Podman, container: &str, base: &str) {
         if http("GET", &format!("{base}/api"), None, None).0 != 0 {
             return;
         }
-        let running = podman.run(&["inspect", "-f", "{{.State.Running}}", container]);
+        let running = podman.ok(&["inspect", "-f", "{{.State.Running}}", container]);
         if running.trim() != "true" {
             break;
         }
@@ -223,18 +184,12 @@ fn a_jupyterlab_image_serves_its_kernel_to_its_user_behind_the_token() {
         serde_json::json!({"8888/tcp": {}})
     );
 
-    let podman = Podman {
-        storage: project.path().join("podman"),
-    };
+    let podman = Podman::new(&project.path().join("podman"), Storage::Vfs).unwrap();
     let layout_dir = project.path().join("images/jupyter-e2e");
     // Copied under a name of our own: podman names an `oci:` image after its path, which a
     // temporary directory's capitals make invalid.
     let image = "localhost/jupyter-e2e:latest";
-    let storage = format!(
-        "containers-storage:[vfs@{}+{}]{image}",
-        podman.storage.join("root").display(),
-        podman.storage.join("run").display()
-    );
+    let storage = podman.storage_reference(image);
     crate::common::run_tool(
         "skopeo",
         &[
@@ -249,15 +204,11 @@ fn a_jupyterlab_image_serves_its_kernel_to_its_user_behind_the_token() {
         podman: &podman,
         name: format!("imgbuild-jupyter-{port}"),
     };
-    podman.run(&[
+    podman.ok(&[
         "run",
         "-d",
         "--name",
         &container.name,
-        "--ulimit",
-        "nofile=1024:1024",
-        "--ulimit",
-        "nproc=1024:1024",
         "-p",
         &format!("127.0.0.1:{port}:8888"),
         "-e",
@@ -289,7 +240,7 @@ fn a_jupyterlab_image_serves_its_kernel_to_its_user_behind_the_token() {
 
     // The server runs as the recipe's user, not root.
     // (The bullseye base holds python3.9 and what it needs, no coreutils.)
-    let status = podman.run(&[
+    let status = podman.ok(&[
         "exec",
         &container.name,
         "/opt/conda/bin/python",
@@ -312,7 +263,7 @@ fn a_jupyterlab_image_serves_its_kernel_to_its_user_behind_the_token() {
         Some(&notebook()),
     );
     assert!(created == 201 || created == 200, "{created}: {body}");
-    let executed = podman.run(&[
+    let executed = podman.ok(&[
         "exec",
         &container.name,
         "/opt/conda/bin/jupyter",

@@ -6,7 +6,6 @@
 
 use std::{
     path::{Path, PathBuf},
-    process::Command,
     sync::OnceLock,
 };
 
@@ -17,6 +16,7 @@ use crate::{
         base::have,
         channel::{executable, file, index_channel, linux64_index, write_package},
         kept_channel_dir,
+        podman::{Podman, Storage},
     },
 };
 
@@ -24,7 +24,7 @@ use crate::{
 const LIBRARY: usize = 24 << 20;
 
 /// Bytes that do not compress (xorshift), the same every run: a layer of real size.
-fn library() -> Vec<u8> {
+pub(crate) fn library() -> Vec<u8> {
     let mut state = 0x9E37_79B9_7F4A_7C15u64;
     (0..LIBRARY)
         .map(|_| {
@@ -37,7 +37,7 @@ fn library() -> Vec<u8> {
 }
 
 /// `biglib` 1.0 and 1.1: the same library and data, one small file differs.
-fn channel() -> &'static Path {
+pub(crate) fn channel() -> &'static Path {
     static CHANNEL: OnceLock<PathBuf> = OnceLock::new();
     CHANNEL.get_or_init(|| {
         kept_channel_dir("partial-pull channel", |dir| {
@@ -45,26 +45,32 @@ fn channel() -> &'static Path {
             fs_err::create_dir_all(&linux64)?;
             fs_err::create_dir_all(dir.join("noarch"))?;
             for version in ["1.0", "1.1"] {
-                let mut entries = vec![
-                    executable("lib/libbig.so.1", library()),
-                    file("share/biglib/VERSION", format!("{version}\n")),
-                ];
-                for i in 0..40 {
-                    entries.push(file(
-                        format!("share/biglib/data/{i:02}.txt"),
-                        format!("data file {i}\n").repeat(200),
-                    ));
-                }
-                write_package(
-                    &linux64.join(format!("biglib-{version}-h0_0.conda")),
-                    linux64_index("biglib", version, &[]),
-                    &entries,
-                    None,
-                )?;
+                write_biglib(&linux64, version)?;
             }
             index_channel(dir)
         })
     })
+}
+
+/// `biglib VERSION` into the channel directory `linux64`: the library, its VERSION and 40
+/// small data files.
+pub(crate) fn write_biglib(linux64: &Path, version: &str) -> anyhow::Result<()> {
+    let mut entries = vec![
+        executable("lib/libbig.so.1", library()),
+        file("share/biglib/VERSION", format!("{version}\n")),
+    ];
+    for i in 0..40 {
+        entries.push(file(
+            format!("share/biglib/data/{i:02}.txt"),
+            format!("data file {i}\n").repeat(200),
+        ));
+    }
+    write_package(
+        &linux64.join(format!("biglib-{version}-h0_0.conda")),
+        linux64_index("biglib", version, &[]),
+        &entries,
+        None,
+    )
 }
 
 /// Builds the image with `biglib VERSION`, pushes it as `target`; its biglib layer's digest
@@ -104,53 +110,6 @@ fn build_and_push(
     )
 }
 
-/// podman with its own overlay storage and partial pulls on (storage.conf's
-/// `pull_options`, as the issue gives them).
-struct Podman {
-    conf: PathBuf,
-    _dir: tempfile::TempDir,
-}
-
-impl Podman {
-    fn new(partial: bool) -> Podman {
-        let dir = tempfile::tempdir().unwrap();
-        let conf = dir.path().join("storage.conf");
-        fs_err::write(
-            &conf,
-            format!(
-                "[storage]\ndriver = \"overlay\"\nrunroot = \"{run}\"\ngraphroot = \"{root}\"\n\
-                 [storage.options]\npull_options = {{enable_partial_images = \"{partial}\", use_hard_links = \"false\", ostree_repos = \"\"}}\n",
-                run = dir.path().join("run").display(),
-                root = dir.path().join("root").display(),
-            ),
-        )
-        .unwrap();
-        Podman { conf, _dir: dir }
-    }
-
-    fn run(&self, args: &[&str]) -> (bool, String) {
-        let output = Command::new("podman")
-            .env("CONTAINERS_STORAGE_CONF", &self.conf)
-            .args(["--events-backend", "none", "--cgroup-manager", "cgroupfs"])
-            .args(args)
-            .output()
-            .unwrap();
-        let text = format!(
-            "{}{}",
-            String::from_utf8_lossy(&output.stdout),
-            String::from_utf8_lossy(&output.stderr)
-        );
-        (output.status.success(), text)
-    }
-
-    #[track_caller]
-    fn ok(&self, args: &[&str]) -> String {
-        let (ok, text) = self.run(args);
-        assert!(ok, "podman {args:?}:\n{text}");
-        text
-    }
-}
-
 /// The bytes the registry sent for `digest`'s blob, and how many of its responses were 206.
 fn served(registry: &Registry, digest: &str) -> (u64, usize) {
     crate::support::registry_log::bytes_sent(&registry.log(), digest)
@@ -180,14 +139,18 @@ fn partial_pull(compression: &str) {
     assert_ne!(layer_v1, layer_v2);
 
     // Partial pulls off: the second pull fetches the whole changed layer.
-    let full = Podman::new(false);
+    let nodes = tempfile::tempdir().unwrap();
+    let node = |name: &str, partial_pulls| {
+        Podman::new(&nodes.path().join(name), Storage::Overlay { partial_pulls }).unwrap()
+    };
+    let full = node("full", false);
     full.ok(&["pull", "--tls-verify=false", &v1]);
     full.ok(&["pull", "--tls-verify=false", &v2]);
     let (whole, ranges_off) = served(&registry, &layer_v2);
     assert!(whole >= size_v2, "{whole} of {size_v2}");
     let before = (served(&registry, &layer_v1).0, whole);
 
-    let podman = Podman::new(true);
+    let podman = node("partial", true);
     podman.ok(&["pull", "--tls-verify=false", &v1]);
     let first = served(&registry, &layer_v1).0 - before.0;
     podman.ok(&["pull", "--tls-verify=false", &v2]);

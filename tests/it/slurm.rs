@@ -16,7 +16,13 @@ use std::{
 use crate::{
     common::{LayoutView, Project, is_root},
     registry::{Auth, Registry, free_port},
-    support::{base::busybox_base_layout, base::have, channel::tiny_recipe, shared_channel},
+    support::{
+        base::busybox_base_layout,
+        base::have,
+        channel::tiny_recipe,
+        podman::{Podman, Storage},
+        shared_channel,
+    },
 };
 
 /// What the tests run: the Slurm daemons and clients, munge, podman, and what builds the base.
@@ -253,38 +259,6 @@ fn pushed_image(project: &Project, registry: &Registry) -> String {
     LayoutView::new(project.path().join("images/slurmjob")).manifest_digest()
 }
 
-/// podman's settings for the jobs, through `CONTAINERS_CONF` and `CONTAINERS_STORAGE_CONF`
-/// (sbatch passes the submitter's environment on): storage in `dir`, cgroupfs (no systemd
-/// here), runc, and limits no higher than this sandbox's, whose processes lack
-/// CAP_SYS_RESOURCE (podman's default nofile of 1048576 makes runc fail with EPERM).
-fn podman_env(dir: &Path) -> Vec<(String, String)> {
-    let storage = dir.join("podman");
-    let containers = dir.join("containers.conf");
-    fs_err::write(
-        &containers,
-        "[containers]\ndefault_ulimits = [\"nofile=1024:1024\", \"nproc=1024:1024\"]\n\
-         [engine]\ncgroup_manager = \"cgroupfs\"\nevents_logger = \"none\"\nruntime = \"runc\"\n",
-    )
-    .unwrap();
-    let storage_conf = dir.join("storage.conf");
-    fs_err::write(
-        &storage_conf,
-        format!(
-            "[storage]\ndriver = \"vfs\"\ngraphroot = \"{}\"\nrunroot = \"{}\"\n",
-            storage.join("root").display(),
-            storage.join("run").display()
-        ),
-    )
-    .unwrap();
-    vec![
-        ("CONTAINERS_CONF".into(), containers.display().to_string()),
-        (
-            "CONTAINERS_STORAGE_CONF".into(),
-            storage_conf.display().to_string(),
-        ),
-    ]
-}
-
 /// Writes `imgbuild slurm images/slurmjob --repository … ARGS` to `NAME.sbatch` in the
 /// cluster's directory, checks it with `bash -n` and returns its path and text.
 fn script(
@@ -345,7 +319,13 @@ fn podman_job_runs_the_image_and_the_pyxis_script_passes_sbatch_test_only() {
     let digest = pushed_image(&project, &registry);
     let repository = format!("{}/ml/slurmjob", registry.host);
     let cluster = Cluster::start();
-    let env = podman_env(cluster.dir.path());
+    // podman's settings reach the jobs through the environment, which sbatch passes on.
+    let podman = Podman::new(&cluster.dir.path().join("podman"), Storage::Vfs).unwrap();
+    let env: Vec<(String, String)> = podman
+        .env()
+        .iter()
+        .map(|(key, path)| (key.to_string(), path.display().to_string()))
+        .collect();
 
     // The image holds cuda-cudart, so by default its job asks for a GPU and podman is given
     // the job's GPUs as CDI devices; this machine has none to run it on.
