@@ -219,6 +219,7 @@ fn print_build(report: &BuildReport, printer: &Printer) {
     for path in &report.sboms {
         printer.status("SBOM", path.display());
     }
+    printer.status("Provenance", report.provenance.display());
     let timings: Vec<String> = report
         .timings
         .iter()

@@ -630,6 +630,7 @@ pub(crate) fn result_event(report: &BuildReport) -> Value {
         "total_size": uncompressed,
         "packages": report.lock.packages,
         "sboms": report.sboms,
+        "provenance": report.provenance,
         "timings": timings,
     })
 }

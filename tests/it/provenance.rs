@@ -246,13 +246,29 @@ fn the_same_lock_built_twice_gives_the_same_provenance_bytes() {
     let project = image_on_busybox("repro");
     let first = fs_err::read(project.path().join("images/repro.provenance.json")).unwrap();
 
-    // An unchanged rebuild in place rewrites the same bytes.
+    // An unchanged rebuild in place rewrites the same bytes, and says where they are.
     let again = project.build(&[]).success();
     assert!(again.stderr.contains("Unchanged"), "{}", again.stderr);
+    assert!(
+        again
+            .stderr
+            .lines()
+            .any(|l| l.trim() == "Provenance images/repro.provenance.json"),
+        "{}",
+        again.stderr
+    );
     assert_eq!(
         fs_err::read(project.path().join("images/repro.provenance.json")).unwrap(),
         first
     );
+    let json = project.build(&["--json"]).success();
+    let result = json
+        .stdout
+        .lines()
+        .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+        .find(|event| event["event"] == "result")
+        .unwrap();
+    assert_eq!(result["provenance"], "images/repro.provenance.json");
 
     // Another directory of this project.
     project
