@@ -8,8 +8,10 @@ set -eu
 # golang-go and golang-github-containerd-stargz-snapshotter-dev: tests/it/estargz.rs builds a
 # checker over the stargz snapshotter's own estargz package (offline, GOPATH mode).
 # gpg: tests/it/signing.rs makes its keys with it. containerd: tests/it/containerd.rs pulls
-# and runs images with containerd 1.6 and ctr, as a Kubernetes node does.
-PACKAGES="umoci skopeo oci-image-tool runc busybox-static docker-registry apache2-utils podman python3-venv mmdebstrap binutils slurmctld slurmd slurm-client munge curl gpg golang-go golang-github-containerd-stargz-snapshotter-dev containerd"
+# and runs images with containerd 1.6 and ctr, as a Kubernetes node does. stargz-snapshotter:
+# its ctr-remote pulls lazily through the snapshotter tests/it/lazy_pull.rs builds from the
+# -dev package (Debian packages no snapshotter daemon).
+PACKAGES="umoci skopeo oci-image-tool runc busybox-static docker-registry apache2-utils podman python3-venv mmdebstrap binutils slurmctld slurmd slurm-client munge curl gpg golang-go golang-github-containerd-stargz-snapshotter-dev containerd stargz-snapshotter"
 missing=""
 for p in $PACKAGES; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"

@@ -21,14 +21,19 @@ use crate::{
 };
 
 /// A containerd process with its own directories, stopped on drop.
-struct Containerd {
-    socket: PathBuf,
+pub(crate) struct Containerd {
+    pub socket: PathBuf,
     child: Child,
-    _dir: tempfile::TempDir,
+    dir: tempfile::TempDir,
 }
 
 impl Containerd {
     fn start() -> Containerd {
+        Self::start_with("")
+    }
+
+    /// containerd with `extra` appended to its configuration (a proxy snapshotter).
+    pub fn start_with(extra: &str) -> Containerd {
         let dir = tempfile::tempdir().unwrap();
         let socket = dir.path().join("containerd.sock");
         let config = dir.path().join("config.toml");
@@ -37,7 +42,7 @@ impl Containerd {
             format!(
                 "version = 2\nroot = \"{root}\"\nstate = \"{state}\"\n\
                  [grpc]\n  address = \"{socket}\"\n\
-                 [plugins.\"io.containerd.grpc.v1.cri\"]\n  disable_tcp_service = true\n",
+                 [plugins.\"io.containerd.grpc.v1.cri\"]\n  disable_tcp_service = true\n{extra}",
                 root = dir.path().join("root").display(),
                 state = dir.path().join("state").display(),
                 socket = socket.display(),
@@ -53,19 +58,21 @@ impl Containerd {
             .spawn()
             .unwrap();
         let started = Instant::now();
-        let containerd = Containerd {
-            socket,
-            child,
-            _dir: dir,
-        };
+        let containerd = Containerd { socket, child, dir };
         while !containerd.ctr(&["version"]).status.success() {
             assert!(
                 started.elapsed() < Duration::from_secs(30),
-                "containerd did not start"
+                "containerd did not start:\n{}",
+                containerd.log()
             );
             std::thread::sleep(Duration::from_millis(100));
         }
         containerd
+    }
+
+    /// What containerd wrote to its log so far.
+    pub fn log(&self) -> String {
+        fs_err::read_to_string(self.dir.path().join("containerd.log")).unwrap_or_default()
     }
 
     fn ctr(&self, args: &[&str]) -> std::process::Output {
@@ -78,7 +85,7 @@ impl Containerd {
     }
 
     #[track_caller]
-    fn ctr_ok(&self, args: &[&str]) -> String {
+    pub fn ctr_ok(&self, args: &[&str]) -> String {
         let output = self.ctr(args);
         assert!(
             output.status.success(),

@@ -37,6 +37,7 @@ mod jupyter;
 mod k8s;
 mod layer_cache;
 mod layering;
+mod lazy_pull;
 mod lock;
 mod matrix;
 mod partial_pull;
