@@ -4,11 +4,7 @@
 //! it, so a wrong diff_id fails the pull. The test starts a containerd of its own (its own
 //! root, state and socket; overlayfs snapshots, runc), as root.
 
-use std::{
-    path::{Path, PathBuf},
-    process::{Child, Command, Stdio},
-    time::{Duration, Instant},
-};
+use std::path::Path;
 
 use crate::{
     common::{Project, is_root},
@@ -16,93 +12,10 @@ use crate::{
     support::{
         base::{busybox_base_layout, have},
         channel::tiny_recipe,
+        containerd::Containerd,
         shared_channel,
     },
 };
-
-/// A containerd process with its own directories, stopped on drop.
-pub(crate) struct Containerd {
-    pub socket: PathBuf,
-    child: Child,
-    dir: tempfile::TempDir,
-}
-
-impl Containerd {
-    fn start() -> Containerd {
-        Self::start_with("")
-    }
-
-    /// containerd with `extra` appended to its configuration (a proxy snapshotter).
-    pub fn start_with(extra: &str) -> Containerd {
-        let dir = tempfile::tempdir().unwrap();
-        let socket = dir.path().join("containerd.sock");
-        let config = dir.path().join("config.toml");
-        fs_err::write(
-            &config,
-            format!(
-                "version = 2\nroot = \"{root}\"\nstate = \"{state}\"\n\
-                 [grpc]\n  address = \"{socket}\"\n\
-                 [plugins.\"io.containerd.grpc.v1.cri\"]\n  disable_tcp_service = true\n{extra}",
-                root = dir.path().join("root").display(),
-                state = dir.path().join("state").display(),
-                socket = socket.display(),
-            ),
-        )
-        .unwrap();
-        let log = fs_err::File::create(dir.path().join("containerd.log")).unwrap();
-        let child = Command::new("containerd")
-            .arg("--config")
-            .arg(&config)
-            .stdout(Stdio::null())
-            .stderr(Stdio::from(log.into_file()))
-            .spawn()
-            .unwrap();
-        let started = Instant::now();
-        let containerd = Containerd { socket, child, dir };
-        while !containerd.ctr(&["version"]).status.success() {
-            assert!(
-                started.elapsed() < Duration::from_secs(30),
-                "containerd did not start:\n{}",
-                containerd.log()
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        containerd
-    }
-
-    /// What containerd wrote to its log so far.
-    pub fn log(&self) -> String {
-        fs_err::read_to_string(self.dir.path().join("containerd.log")).unwrap_or_default()
-    }
-
-    fn ctr(&self, args: &[&str]) -> std::process::Output {
-        Command::new("ctr")
-            .arg("--address")
-            .arg(&self.socket)
-            .args(args)
-            .output()
-            .unwrap()
-    }
-
-    #[track_caller]
-    pub fn ctr_ok(&self, args: &[&str]) -> String {
-        let output = self.ctr(args);
-        assert!(
-            output.status.success(),
-            "ctr {args:?}:\n{}{}",
-            String::from_utf8_lossy(&output.stdout),
-            String::from_utf8_lossy(&output.stderr)
-        );
-        String::from_utf8_lossy(&output.stdout).into_owned()
-    }
-}
-
-impl Drop for Containerd {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
 
 /// Builds the image on the busybox `base` with `compression` and pushes it to `target`.
 fn build_and_push(base: &Path, compression: &str, target: &str) {
@@ -132,7 +45,7 @@ fn containerd_pulls_and_runs_gzip_zstd_estargz_and_zstd_chunked_images() {
         "containerd, ctr and runc are required: run tests/install-deps.sh"
     );
     let registry = Registry::start(Auth::None);
-    let containerd = Containerd::start();
+    let containerd = Containerd::start("").unwrap();
     let base_dir = tempfile::tempdir().unwrap();
     let base = base_dir.path().join("busybox");
     busybox_base_layout(&base).unwrap();

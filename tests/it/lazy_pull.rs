@@ -12,21 +12,20 @@
 
 use std::{
     path::{Path, PathBuf},
-    process::{Child, Command, Stdio},
     sync::OnceLock,
-    time::{Duration, Instant},
+    time::Instant,
 };
 
 use sha2::{Digest, Sha256};
 
 use crate::{
     common::{LayoutView, Project, is_root},
-    containerd::Containerd,
     partial_pull::{library, write_biglib},
     registry::{Auth, Registry},
     support::{
         base::have,
         channel::{executable, index_channel, linux64_index, write_package},
+        containerd::{Containerd, StargzSnapshotter},
         kept_channel_dir, test_cache_dir,
     },
 };
@@ -54,107 +53,13 @@ fn channel() -> &'static Path {
     })
 }
 
-/// The snapshotter, built once per test process from `tests/tools/stargz-snapshotter` with
-/// Debian's Go, offline (GOPATH mode over `/usr/share/gocode`); Go's build cache is kept in
-/// the test cache, so later builds take seconds.
+/// The snapshotter daemon, built once per test process into the test cache.
 fn snapshotter_bin() -> &'static Path {
     static BIN: OnceLock<PathBuf> = OnceLock::new();
     BIN.get_or_init(|| {
-        let dir = test_cache_dir().join("stargz-snapshotter");
-        fs_err::create_dir_all(&dir).unwrap();
-        let out = dir.join("stargz-snapshotter");
-        let source =
-            Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/tools/stargz-snapshotter/main.go");
-        let output = Command::new("go")
-            .arg("build")
-            .arg("-o")
-            .arg(&out)
-            .arg(&source)
-            .env("GO111MODULE", "off")
-            .env("GOPATH", "/usr/share/gocode")
-            .env("GOCACHE", dir.join("gocache"))
-            .env("GOFLAGS", "")
-            .output()
-            .unwrap();
-        assert!(
-            output.status.success(),
-            "go build of the stargz snapshotter failed:\n{}",
-            String::from_utf8_lossy(&output.stderr)
-        );
-        out
+        StargzSnapshotter::build(&test_cache_dir().join("stargz-snapshotter"))
+            .unwrap_or_else(|message| panic!("{message}"))
     })
-}
-
-/// The snapshotter process on its own socket and root, stopped on drop: SIGTERM, which
-/// unmounts its FUSE layers, then a lazy unmount of any it left.
-struct Snapshotter {
-    socket: PathBuf,
-    root: PathBuf,
-    child: Child,
-    log: PathBuf,
-}
-
-impl Snapshotter {
-    fn start(dir: &Path) -> Snapshotter {
-        let socket = dir.join("stargz.sock");
-        let root = dir.join("stargz");
-        let log = dir.join("stargz.log");
-        let child = Command::new(snapshotter_bin())
-            .arg("-address")
-            .arg(&socket)
-            .arg("-root")
-            .arg(&root)
-            .stdout(Stdio::null())
-            .stderr(Stdio::from(fs_err::File::create(&log).unwrap().into_file()))
-            .spawn()
-            .unwrap();
-        let snapshotter = Snapshotter {
-            socket,
-            root,
-            child,
-            log,
-        };
-        let started = Instant::now();
-        // A bound on the wait, not a timing: a snapshotter that never listens fails the test.
-        while !snapshotter.socket.exists() {
-            assert!(
-                started.elapsed() < Duration::from_secs(60),
-                "the snapshotter never listened:\n{}",
-                snapshotter.log()
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        snapshotter
-    }
-
-    fn log(&self) -> String {
-        fs_err::read_to_string(&self.log).unwrap_or_default()
-    }
-
-    /// The FUSE mounts under the snapshotter's root: one per lazily mounted layer.
-    fn fuse_mounts(&self) -> Vec<String> {
-        let mounts = fs_err::read_to_string("/proc/self/mounts").unwrap();
-        let root = self.root.display().to_string();
-        mounts
-            .lines()
-            .filter_map(|line| {
-                let fields: Vec<&str> = line.split(' ').collect();
-                (fields.len() > 2 && fields[2].starts_with("fuse") && fields[1].starts_with(&root))
-                    .then(|| fields[1].to_string())
-            })
-            .collect()
-    }
-}
-
-impl Drop for Snapshotter {
-    fn drop(&mut self) {
-        // SAFETY: kill only sends a signal to the child we started.
-        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
-        let _ = self.child.wait();
-        for mount in self.fuse_mounts() {
-            let _ = Command::new("umount").args(["-l", &mount]).status();
-        }
-    }
 }
 
 /// Builds `biglib` and `bbox` as eStargz, biglib's VERSION file prefetched, and pushes the
@@ -208,11 +113,8 @@ fn the_stargz_snapshotter_mounts_an_estargz_image_lazily_and_fetches_only_what_i
     let served = || crate::support::registry_log::bytes_sent(&registry.log(), &layer);
 
     let node = tempfile::tempdir().unwrap();
-    let snapshotter = Snapshotter::start(node.path());
-    let containerd = Containerd::start_with(&format!(
-        "[proxy_plugins]\n  [proxy_plugins.stargz]\n    type = \"snapshot\"\n    address = \"{}\"\n",
-        snapshotter.socket.display()
-    ));
+    let snapshotter = StargzSnapshotter::start(snapshotter_bin(), node.path()).unwrap();
+    let containerd = Containerd::start(&snapshotter.proxy_plugin()).unwrap();
     let diagnostics = || {
         let requests: Vec<String> = registry
             .log()
@@ -221,27 +123,21 @@ fn the_stargz_snapshotter_mounts_an_estargz_image_lazily_and_fetches_only_what_i
             .map(|line| format!("registry: {line}"))
             .collect();
         format!(
-            "{}\nthe registry's responses for the layer:\n{}",
+            "{}\n{}\nthe registry's responses for the layer:\n{}",
             snapshotter.log(),
+            containerd.log(),
             requests.join("\n")
         )
     };
 
     // The pull mounts the layer from the registry: its TOC, footer and prefetched files.
     let started = Instant::now();
-    let pulled = Command::new("ctr-remote")
-        .arg("--address")
-        .arg(&containerd.socket)
-        .args(["image", "rpull", "--plain-http", &reference])
-        .output()
-        .unwrap();
-    assert!(
-        pulled.status.success(),
-        "ctr-remote rpull:\n{}{}\n{}",
-        String::from_utf8_lossy(&pulled.stdout),
-        String::from_utf8_lossy(&pulled.stderr),
-        diagnostics()
-    );
+    if let Err(message) = containerd.client(
+        "ctr-remote",
+        &["image", "rpull", "--plain-http", &reference],
+    ) {
+        panic!("{message}\n{}", diagnostics());
+    }
     let pull_seconds = started.elapsed().as_secs_f64();
     let mounts = snapshotter.fuse_mounts();
     assert!(

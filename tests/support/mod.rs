@@ -6,6 +6,7 @@
 
 pub mod base;
 pub mod channel;
+pub mod containerd;
 pub mod hostile;
 pub mod podman;
 pub mod pypi;
