@@ -49,8 +49,10 @@ demo:
 # as a no-op and after one small change, and pushed unchanged; against tar|gzip -6, tar|pigz,
 # tar|zstd -3, umoci repack and imgbuild's own compressor on the same bytes in memory. Replaces
 # this checkout's section of docs/benchmarks.md; also a node (podman pulls, partial pulls off and
-# on) and a 3x environment. Needs root and: apt-get install pigz zstd umoci docker-registry time
-# podman busybox-static. Pass e.g. `--imgbuild OLD_BINARY --label before` to measure another build.
+# on; containerd full and lazy with the stargz snapshotter) and a 3x environment. Needs root and:
+# apt-get install pigz zstd umoci docker-registry time podman busybox-static (the containerd rows
+# also what tests/install-deps.sh installs). Pass e.g. `--imgbuild OLD_BINARY --label before` to
+# measure another build.
 bench *ARGS:
     cargo build --release --bin imgbuild --example bench
     cargo run --release --quiet --example bench -- --out docs/benchmarks.md {{ARGS}}

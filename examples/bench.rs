@@ -13,7 +13,10 @@
 //!
 //! Needs: `pigz`, `zstd`, `gzip`, `tar`, `umoci`, `docker-registry`, GNU `time`, `podman` and
 //! busybox-static (`apt-get install pigz zstd umoci docker-registry time podman
-//! busybox-static`), and root for podman's overlay storage (the node rows).
+//! busybox-static`), and root for podman's overlay storage (the node rows); for the
+//! containerd rows also containerd, ctr-remote and Go with the stargz snapshotter's library
+//! (`tests/install-deps.sh` installs them) and `/dev/fuse`, else those rows are left out
+//! with a message.
 
 #![allow(clippy::print_stdout, clippy::print_stderr)] // a command-line tool prints its result
 
@@ -23,6 +26,9 @@ mod base;
 #[allow(dead_code)]
 #[path = "../tests/support/channel.rs"]
 mod channel;
+#[allow(dead_code)]
+#[path = "../tests/support/containerd.rs"]
+mod containerd;
 #[path = "support/bench_node.rs"]
 mod node;
 #[allow(dead_code)]
@@ -1000,10 +1006,65 @@ fn node_rows(bench: &Bench, channel: &Path, run_dir: &Path) -> anyhow::Result<No
             }
         }
     }
+    // containerd, full and lazy: every layer eStargz, so a scratch base and busybox from a
+    // package (containerd 1.6 fetches all layers after one the snapshotter cannot mount).
+    match lazy_image(bench, channel, run_dir, &registry, &torch_deps) {
+        Ok(reference) => {
+            let first = ["/opt/conda/bin/busybox", "true"];
+            let work = run_dir.parent().unwrap_or(run_dir);
+            match node::lazy_rows(&registry, work, &reference, &first) {
+                Ok(rows) => pulls.extend(rows),
+                Err(err) => eprintln!("no containerd rows: {err:#}"),
+            }
+        }
+        Err(err) => eprintln!("no containerd rows: {err:#}"),
+    }
     Ok(NodeRows {
         pulls,
         partial_fraction,
     })
+}
+
+/// The bench environment plus `bbox` (the host's busybox, from a channel of its own) on a
+/// scratch base as eStargz, pushed to `registry`: its reference.
+fn lazy_image(
+    bench: &Bench,
+    channel: &Path,
+    run_dir: &Path,
+    registry: &node::LoggingRegistry,
+    torch_deps: &[&str],
+) -> anyhow::Result<String> {
+    let bbox = run_dir.join("bbox-channel");
+    let linux64 = bbox.join("linux-64");
+    fs_err::create_dir_all(&linux64)?;
+    fs_err::create_dir_all(bbox.join("noarch"))?;
+    let staging = tempfile::tempdir_in(run_dir)?;
+    fs_err::create_dir_all(staging.path().join("bin"))?;
+    fs_err::copy("/bin/busybox", staging.path().join("bin/busybox"))?;
+    write_conda(staging.path(), &linux64, "bbox", "1.0", &[])?;
+    channel::index_channel(&bbox)?;
+    let url = |dir: &Path| {
+        url::Url::from_directory_path(dir)
+            .map_err(|()| anyhow::anyhow!("channel path must be absolute"))
+    };
+    let mut deps = vec!["\"pytorch 2.1.0\"".to_string(), "\"bbox 1.0\"".to_string()];
+    deps.extend(torch_deps.iter().map(|d| format!("\"{d}\"")));
+    let name = "node-estargz-lazy";
+    fs_err::write(
+        bench.dir.join(format!("recipes/{name}.toml")),
+        format!(
+            "[image]\nname = \"{name}\"\nbase = \"scratch\"\n\n[conda]\n\
+             channels = [\"{}\", \"{}\"]\ndependencies = [{}]\n\n\
+             [layers]\ncompression = \"estargz\"\n",
+            url(channel)?,
+            url(&bbox)?,
+            deps.join(", ")
+        ),
+    )?;
+    bench.run(&["build", &format!("recipes/{name}.toml")])?;
+    let reference = format!("{}/{name}:v1", registry.host);
+    bench.run(&["push", &format!("images/{name}"), &reference, "--insecure"])?;
+    Ok(reference)
 }
 
 /// The compressed size of the layers of `after` that `before` does not have.
@@ -1085,7 +1146,9 @@ fn render_pulls(pulls: &[node::Pull]) -> anyhow::Result<String> {
     writeln!(
         out,
         "\nA node: podman 4.3 (containers/storage 1.43, overlay) on this machine pulling from \
-         `docker-registry` on 127.0.0.1; bytes are the blob bytes the registry's log says it sent.\n"
+         `docker-registry` on 127.0.0.1, then (the rows that say so) containerd 1.6 with \
+         overlayfs and with the stargz snapshotter (built from Debian's library; background \
+         fetch off); bytes are the blob bytes the registry's log says it sent.\n"
     )?;
     writeln!(out, "| pull | bytes fetched | range responses | wall s |")?;
     writeln!(out, "|---|---:|---:|---:|")?;

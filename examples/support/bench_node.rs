@@ -10,7 +10,10 @@ use std::{
 
 use anyhow::{Context, ensure};
 
-use super::podman::{Podman, Storage};
+use super::{
+    containerd::{Containerd, StargzSnapshotter},
+    podman::{Podman, Storage},
+};
 
 /// A registry that logs every response (status and bytes written) to a file.
 pub struct LoggingRegistry {
@@ -142,4 +145,85 @@ pub fn measure_pull(
         ranges,
         seconds,
     })
+}
+
+/// From nothing on a containerd node to the image's first command having run, and the
+/// blob bytes sent meanwhile: `pull` (an image pull of `reference`), then `ctr run --rm`
+/// of `command` with `snapshotter`.
+pub fn containerd_first_command(
+    what: &str,
+    registry: &LoggingRegistry,
+    containerd: &Containerd,
+    pull: (&str, &[&str]),
+    snapshotter: &str,
+    reference: &str,
+    command: &[&str],
+) -> anyhow::Result<Pull> {
+    eprintln!("measuring: node: {what}");
+    let mark = registry.mark();
+    let started = Instant::now();
+    let (program, args) = pull;
+    containerd
+        .client(program, args)
+        .map_err(anyhow::Error::msg)?;
+    let mut run = vec![
+        "run",
+        "--rm",
+        "--snapshotter",
+        snapshotter,
+        reference,
+        "first",
+    ];
+    run.extend(command);
+    containerd.ctr(&run).map_err(anyhow::Error::msg)?;
+    let seconds = started.elapsed().as_secs_f64();
+    std::thread::sleep(Duration::from_millis(200));
+    let (bytes, ranges) = registry.sent_since(mark)?;
+    Ok(Pull {
+        what: what.to_string(),
+        bytes,
+        ranges,
+        seconds,
+    })
+}
+
+/// The first command of the eStargz image `reference` under containerd 1.6, with a full pull
+/// (overlayfs) and with the stargz snapshotter mounting it lazily (built into `work`).
+pub fn lazy_rows(
+    registry: &LoggingRegistry,
+    work: &Path,
+    reference: &str,
+    command: &[&str],
+) -> anyhow::Result<Vec<Pull>> {
+    let full = Containerd::start("").map_err(anyhow::Error::msg)?;
+    let full_row = containerd_first_command(
+        "nothing on the node → first command ran, estargz, containerd 1.6 (full pull)",
+        registry,
+        &full,
+        ("ctr", &["image", "pull", "--plain-http", reference]),
+        "overlayfs",
+        reference,
+        command,
+    )?;
+    drop(full);
+    let bin =
+        StargzSnapshotter::build(&work.join("stargz-snapshotter")).map_err(anyhow::Error::msg)?;
+    let node = tempfile::tempdir()?;
+    let snapshotter = StargzSnapshotter::start(&bin, node.path()).map_err(anyhow::Error::msg)?;
+    let lazy = Containerd::start(&snapshotter.proxy_plugin()).map_err(anyhow::Error::msg)?;
+    let lazy_row = containerd_first_command(
+        "nothing on the node → first command ran, estargz, containerd 1.6 + stargz snapshotter (lazy)",
+        registry,
+        &lazy,
+        ("ctr-remote", &["image", "rpull", "--plain-http", reference]),
+        "stargz",
+        reference,
+        command,
+    )?;
+    ensure!(
+        !snapshotter.fuse_mounts().is_empty(),
+        "the stargz snapshotter mounted nothing: the pull was not lazy\n{}",
+        snapshotter.log()
+    );
+    Ok(vec![full_row, lazy_row])
 }
