@@ -2,8 +2,9 @@
 //! digest, or its index digest for several platforms) and whose predicate is SLSA
 //! Provenance v1. It says who built the image (imgbuild, and its version), from what (the
 //! recipe and the lock, by sha256) with which parameters (platforms, compression,
-//! `SOURCE_DATE_EPOCH`), and every material the lock resolved: the base by digest, each
-//! conda package and each wheel by URL and sha256.
+//! `SOURCE_DATE_EPOCH`, the `[[files]]` sources as the lock pins them), and every material
+//! the lock resolved: the base by digest, each conda package and each wheel by URL and
+//! sha256.
 //!
 //! Like the image and its SBOMs, it is a pure function of the build's inputs: no clock, no
 //! host name, no invocation id, no path but those the user gave. The same lock built twice
@@ -24,7 +25,7 @@ use serde_json::{Map, Value, json};
 use crate::{
     attest::{AttestError, SLSA_PROVENANCE_V1, STATEMENT_V1},
     compression::Compression,
-    lock::{Lock, LockedBase, MAX_LOCK_BYTES},
+    lock::{Lock, LockedBase, MAX_LOCK_BYTES, SourceDigest},
 };
 
 /// The media type of the provenance file, for attaching it as an OCI artifact: an in-toto
@@ -131,6 +132,8 @@ pub struct Build<'a> {
     pub epoch_source: EpochSource,
     /// The `[matrix]` variant, if any.
     pub variant: Option<&'a str>,
+    /// The `[[files]]` sources, in the recipe's order, with the digests the lock pins.
+    pub files: Vec<SourceDigest>,
 }
 
 /// A material the build used: an SLSA ResourceDescriptor with a name, a URI and a digest.
@@ -247,6 +250,11 @@ fn predicate(build: &Build<'_>, dependencies: &[Dependency]) -> Value {
     if let Some(variant) = build.variant {
         external.insert("variant".into(), json!(variant));
     }
+    // A source's digest covers its entries (paths, kinds, modes, link targets, file
+    // sha256s), not one file's bytes: a string, so no reader takes it for a DigestSet.
+    if !build.files.is_empty() {
+        external.insert("files".into(), json!(build.files));
+    }
     let epoch_source = match build.epoch_source {
         EpochSource::Environment => "environment",
         EpochSource::Lock => "lock",
@@ -320,6 +328,8 @@ pub struct Recorded {
     pub base_reference: Option<String>,
     pub platforms: Vec<String>,
     pub dependencies: Vec<Dependency>,
+    /// The `[[files]]` sources it lists (none when it lists none).
+    pub files: Vec<SourceDigest>,
 }
 
 impl Recorded {
@@ -375,6 +385,11 @@ impl Recorded {
                     .ok_or_else(|| shape(format!("a dependency {d} has no uri and one digest")))
             })
             .collect::<Result<_, _>>()?;
+        let files = match &external["files"] {
+            Value::Null => Vec::new(),
+            files => serde_json::from_value(files.clone())
+                .map_err(|e| shape(format!("its `[[files]]` sources do not read: {e}")))?,
+        };
         Ok(Recorded {
             subject: format!("sha256:{subject}"),
             recipe: input("recipe")?,
@@ -382,6 +397,7 @@ impl Recorded {
             base_reference: external["base"].as_str().map(str::to_string),
             platforms,
             dependencies,
+            files,
         })
     }
 }
@@ -516,6 +532,7 @@ mod tests {
             source_date_epoch: 1_700_000_000,
             epoch_source: EpochSource::Lock,
             variant: None,
+            files: Vec::new(),
         }
     }
 
@@ -578,6 +595,41 @@ mod tests {
         let locked = dependencies(&lock, recorded.base_reference.as_deref());
         assert_eq!(recorded.dependencies, locked);
         assert_eq!(compare_dependencies(&recorded.dependencies, &locked), None);
+    }
+
+    #[test]
+    fn files_sources_are_external_parameters_and_read_back() {
+        let files = vec![SourceDigest {
+            src: "app".into(),
+            digest: format!("sha256:{}", "ab".repeat(32)),
+        }];
+        let plain = statement(&build(), &lock()).unwrap();
+        assert!(
+            plain["predicate"]["buildDefinition"]["externalParameters"]
+                .get("files")
+                .is_none(),
+            "no [[files]], no key: {plain}"
+        );
+        let with_files = statement(
+            &Build {
+                files: files.clone(),
+                ..build()
+            },
+            &lock(),
+        )
+        .unwrap();
+        assert_eq!(
+            with_files["predicate"]["buildDefinition"]["externalParameters"]["files"],
+            json!([{"src": "app", "digest": files[0].digest}])
+        );
+        let recorded = Recorded::parse(&with_files, Path::new("p.json")).unwrap();
+        assert_eq!(recorded.files, files);
+        assert!(
+            Recorded::parse(&plain, Path::new("p.json"))
+                .unwrap()
+                .files
+                .is_empty()
+        );
     }
 
     #[test]

@@ -18,7 +18,7 @@ use sha2::{Digest, Sha256};
 use crate::{
     build::{BuildError, BuildSettings, LockMode, Silent},
     install::dist_name,
-    lock::{Lock, LockedBase},
+    lock::{Lock, LockedBase, SourceDigest},
     oci::{
         annotations,
         layout::Layout,
@@ -416,6 +416,10 @@ pub fn check_provenance(
         )));
     }
     let lock = Lock::read(&lock_path)?.ok_or_else(|| mismatch("there is no lock file".into()))?;
+    let pinned = crate::lock::read_sources(&lock_path)?;
+    if recorded.files != pinned {
+        return Err(mismatch(files_difference(&recorded.files, &pinned)));
+    }
 
     let locked: BTreeSet<String> = lock
         .platforms
@@ -435,6 +439,26 @@ pub fn check_provenance(
         return Err(mismatch(difference.to_string()));
     }
     Ok(path)
+}
+
+/// How the `[[files]]` sources a provenance lists differ from the lock's pins (they do).
+fn files_difference(listed: &[SourceDigest], pinned: &[SourceDigest]) -> String {
+    let show = |files: &[SourceDigest]| {
+        let shown: Vec<String> = files
+            .iter()
+            .map(|f| format!("`{}` {}", f.src, f.digest))
+            .collect();
+        if shown.is_empty() {
+            "none".to_string()
+        } else {
+            shown.join(", ")
+        }
+    };
+    format!(
+        "it lists `[[files]]` sources {}, and the lock pins {}",
+        show(listed),
+        show(pinned)
+    )
 }
 
 /// The provenance at `path`, read with a bound: it lists what the lock lists, so it is no

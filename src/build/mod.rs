@@ -417,6 +417,7 @@ impl Output {
             source_date_epoch: self.sbom.created,
             epoch_source: inputs.epoch_source,
             variant: inputs.variant.as_deref(),
+            files: crate::lock::read_sources(&inputs.lock_path)?,
         };
         Ok(write_beside(&self.layout_dir, &build, lock)?)
     }

@@ -231,6 +231,46 @@ fn the_lock_pins_each_source_so_locked_builds_and_verify_notice_a_change() {
     project.run(&verify).success();
 }
 
+#[test]
+fn the_provenance_lists_each_source_as_the_lock_pins_it_and_verify_holds_it_to_them() {
+    let project = project_with_files();
+    project.build(&[]).success();
+    let (pins, _) = lock_parts(&project);
+    let pinned: serde_json::Value =
+        serde_json::from_str(pins.trim_start_matches("# imgbuild-files: ")).unwrap();
+    let path = project.path().join("images/files.provenance.json");
+    let mut statement: serde_json::Value =
+        serde_json::from_slice(&fs_err::read(&path).unwrap()).unwrap();
+    let files = &statement["predicate"]["buildDefinition"]["externalParameters"]["files"];
+    assert_eq!(files, &pinned, "{statement}");
+    assert_eq!(files[0]["src"], "app");
+    assert_eq!(files[1]["src"], "config.yaml");
+    project
+        .run(&["verify", "images/files", "--provenance"])
+        .success();
+
+    // A provenance that claims another source digest is refused, naming both.
+    let claimed = format!("sha256:{}", "0".repeat(64));
+    statement["predicate"]["buildDefinition"]["externalParameters"]["files"][1]["digest"] =
+        claimed.clone().into();
+    fs_err::write(
+        project.path().join("edited.json"),
+        serde_json::to_string_pretty(&statement).unwrap(),
+    )
+    .unwrap();
+    let locked = pinned[1]["digest"].as_str().unwrap();
+    project
+        .run(&["verify", "images/files", "--provenance", "edited.json"])
+        .assert_failure_naming(
+            1,
+            &[
+                &format!("`config.yaml` {claimed}"),
+                "the lock pins `app`",
+                locked,
+            ],
+        );
+}
+
 /// Makes a case's sources in the recipe's directory.
 type Setup = dyn Fn(&Path);
 
