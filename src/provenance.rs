@@ -134,6 +134,18 @@ pub struct Build<'a> {
     pub variant: Option<&'a str>,
     /// The `[[files]]` sources, in the recipe's order, with the digests the lock pins.
     pub files: Vec<SourceDigest>,
+    /// The `imgbuild-smoke` executables `[smoke] embed = true` put into the image.
+    pub smoke_executables: Vec<SmokeExecutable>,
+}
+
+/// An embedded smoke executable: the builder's own tool in the image, so recorded with the
+/// builder's parameters (by digest only: its host path differs from machine to machine).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct SmokeExecutable {
+    /// The conda subdir whose image holds it.
+    pub platform: String,
+    /// `sha256:<hex>` of the executable.
+    pub digest: String,
 }
 
 /// A material the build used: an SLSA ResourceDescriptor with a name, a URI and a digest.
@@ -259,16 +271,19 @@ fn predicate(build: &Build<'_>, dependencies: &[Dependency]) -> Value {
         EpochSource::Environment => "environment",
         EpochSource::Lock => "lock",
     };
+    let mut internal = Map::new();
+    // The compressor's backend and settings, as the layers' annotation names them: they
+    // decide the layers' bytes as much as the recipe does.
+    internal.insert("compressor".into(), json!(build.compression.describe()));
+    internal.insert("sourceDateEpochFrom".into(), json!(epoch_source));
+    if !build.smoke_executables.is_empty() {
+        internal.insert("smokeExecutables".into(), json!(build.smoke_executables));
+    }
     json!({
         "buildDefinition": {
             "buildType": BUILD_TYPE,
             "externalParameters": external,
-            "internalParameters": {
-                // The compressor's backend and settings, as the layers' annotation names
-                // them: they decide the layers' bytes as much as the recipe does.
-                "compressor": build.compression.describe(),
-                "sourceDateEpochFrom": epoch_source,
-            },
+            "internalParameters": internal,
             "resolvedDependencies": dependencies.iter().map(Dependency::to_json).collect::<Vec<_>>(),
         },
         // No metadata: startedOn, finishedOn and an invocation id would make two builds of
@@ -533,6 +548,7 @@ mod tests {
             epoch_source: EpochSource::Lock,
             variant: None,
             files: Vec::new(),
+            smoke_executables: Vec::new(),
         }
     }
 

@@ -366,6 +366,8 @@ struct ProvenanceInputs {
     compression: Compression,
     epoch_source: crate::provenance::EpochSource,
     variant: Option<String>,
+    /// `[smoke] embed = true`: each platform's embedded executable, by its sha256.
+    smoke_executables: Vec<crate::provenance::SmokeExecutable>,
 }
 
 impl Output {
@@ -396,6 +398,18 @@ impl Output {
                     None => crate::provenance::EpochSource::Lock,
                 },
                 variant: recipe.variant.clone(),
+                smoke_executables: prepared
+                    .platforms
+                    .iter()
+                    .filter_map(|p| {
+                        p.smoke
+                            .as_ref()
+                            .map(|smoke| crate::provenance::SmokeExecutable {
+                                platform: p.platform.to_string(),
+                                digest: smoke.digest.clone(),
+                            })
+                    })
+                    .collect(),
             },
         }
     }
@@ -418,6 +432,7 @@ impl Output {
             epoch_source: inputs.epoch_source,
             variant: inputs.variant.as_deref(),
             files: crate::lock::read_sources(&inputs.lock_path)?,
+            smoke_executables: inputs.smoke_executables.clone(),
         };
         Ok(write_beside(&self.layout_dir, &build, lock)?)
     }

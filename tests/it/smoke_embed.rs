@@ -133,6 +133,21 @@ fn the_embedded_smoke_test_runs_inside_a_bullseye_image() {
     );
     project.run(&["verify", "images/smoke-embed"]).success();
 
+    // The provenance names the executable by its sha256, with the builder's parameters.
+    let provenance: serde_json::Value = serde_json::from_slice(
+        &fs_err::read(project.path().join("images/smoke-embed.provenance.json")).unwrap(),
+    )
+    .unwrap();
+    let sha256 = {
+        use sha2::Digest;
+        hex::encode(sha2::Sha256::digest(fs_err::read(smoke_exe()).unwrap()))
+    };
+    assert_eq!(
+        provenance["predicate"]["buildDefinition"]["internalParameters"]["smokeExecutables"],
+        serde_json::json!([{"platform": "linux-64", "digest": format!("sha256:{sha256}")}]),
+        "{provenance}"
+    );
+
     // Another image embedding the same executable carries the same layer blob.
     let other = embedding_project("smoke-embed-other");
     build_with(&other, smoke_exe()).success();
