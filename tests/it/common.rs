@@ -310,6 +310,15 @@ pub fn env_of(config: &Value) -> Vec<&str> {
         .collect()
 }
 
+/// The `sha256:<hex>` an in-toto statement's one subject names.
+#[track_caller]
+pub fn subject_digest(statement: &serde_json::Value) -> String {
+    let hex = statement["subject"][0]["digest"]["sha256"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no subject sha256 in {statement}"));
+    format!("sha256:{hex}")
+}
+
 /// Runs a command and returns its stdout, panicking with its output on failure.
 #[track_caller]
 pub fn run_tool(program: &str, args: &[&str]) -> String {

@@ -147,15 +147,7 @@ fn a_build_writes_slsa_provenance_of_the_image_and_every_locked_package() {
     assert_eq!(statement["predicateType"], SLSA_PROVENANCE_V1);
     assert_eq!(statement["subject"].as_array().unwrap().len(), 1);
     assert_eq!(statement["subject"][0]["name"], "provimg");
-    assert_eq!(
-        format!(
-            "sha256:{}",
-            statement["subject"][0]["digest"]["sha256"]
-                .as_str()
-                .unwrap()
-        ),
-        digest
-    );
+    assert_eq!(crate::common::subject_digest(&statement), digest);
 
     let predicate = &statement["predicate"];
     let builder = &predicate["runDetails"]["builder"];
@@ -230,15 +222,7 @@ fn a_build_writes_slsa_provenance_of_the_image_and_every_locked_package() {
         statement["predicate"]["buildDefinition"]["internalParameters"]["sourceDateEpochFrom"],
         "environment"
     );
-    assert_eq!(
-        format!(
-            "sha256:{}",
-            statement["subject"][0]["digest"]["sha256"]
-                .as_str()
-                .unwrap()
-        ),
-        dated.digest()
-    );
+    assert_eq!(crate::common::subject_digest(&statement), dated.digest());
 }
 
 #[test]
@@ -377,15 +361,7 @@ fn a_multi_platform_image_is_named_by_its_index() {
         layout.index()["manifests"][0]["mediaType"],
         "application/vnd.oci.image.index.v1+json"
     );
-    assert_eq!(
-        format!(
-            "sha256:{}",
-            statement["subject"][0]["digest"]["sha256"]
-                .as_str()
-                .unwrap()
-        ),
-        run.digest()
-    );
+    assert_eq!(crate::common::subject_digest(&statement), run.digest());
     assert_eq!(run.digest(), layout.manifest_digest());
     assert_eq!(
         statement["predicate"]["buildDefinition"]["externalParameters"]["platforms"],

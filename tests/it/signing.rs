@@ -392,46 +392,34 @@ fn a_bad_key_or_passphrase_fails_before_anything_is_pushed() {
     )
     .unwrap();
     let reference = format!("{}/ml/app:v1", registry.host);
-    let run = imgbuild(
-        &app,
-        &[
+    // `push … --sign-by KEY EXTRA…`, from the work directory.
+    let push = |key: &Path, extra: &[&str]| {
+        let mut args = vec![
             "push",
             "images/app",
             &reference,
             "--insecure",
             "--sign-by",
-            not_a_key.to_str().unwrap(),
-        ],
-        work.path(),
-    );
-    run.assert_failure_naming(1, &["not-a-key.asc", "not an OpenPGP secret key"]);
-    assert_eq!(
-        registry.count("PUT", "/manifests/"),
-        0,
-        "nothing was pushed"
-    );
+            key.to_str().unwrap(),
+        ];
+        args.extend(extra);
+        imgbuild(&app, &args, work.path())
+    };
+    let nothing_pushed = || {
+        assert_eq!(
+            registry.count("PUT", "/manifests/"),
+            0,
+            "nothing was pushed"
+        )
+    };
+    push(&not_a_key, &[]).assert_failure_naming(1, &["not-a-key.asc", "not an OpenPGP secret key"]);
+    nothing_pushed();
 
     // A protected key without its passphrase.
     let gpg = Gpg::with_passphrase(work.path(), "locked", "s3cret");
     let locked = gpg.secret_key(&work.path().join("locked.asc"));
-    let run = imgbuild(
-        &app,
-        &[
-            "push",
-            "images/app",
-            &reference,
-            "--insecure",
-            "--sign-by",
-            locked.to_str().unwrap(),
-        ],
-        work.path(),
-    );
-    run.assert_failure_naming(1, &["locked.asc", "cannot sign"]);
-    assert_eq!(
-        registry.count("PUT", "/manifests/"),
-        0,
-        "nothing was pushed"
-    );
+    push(&locked, &[]).assert_failure_naming(1, &["locked.asc", "cannot sign"]);
+    nothing_pushed();
     // With it, the push is signed.
     let passphrase = work.path().join("passphrase");
     fs_err::write(&passphrase, "s3cret\n").unwrap();
@@ -445,21 +433,14 @@ fn a_bad_key_or_passphrase_fails_before_anything_is_pushed() {
         ),
     )
     .unwrap();
-    let run = imgbuild(
-        &app,
+    let run = push(
+        &locked,
         &[
-            "push",
-            "images/app",
-            &reference,
-            "--insecure",
-            "--sign-by",
-            locked.to_str().unwrap(),
             "--sign-passphrase-file",
             passphrase.to_str().unwrap(),
             "--registries.d",
             registries_d.to_str().unwrap(),
         ],
-        work.path(),
     )
     .success();
     assert!(run.stderr.contains("Signed"), "{}", run.stderr);
@@ -548,12 +529,7 @@ fn a_smoke_attestation_of_a_registry_image_is_attached_and_its_signature_verifie
     assert_eq!(run.code, 3, "{}", run.stderr);
     let statement_bytes = fs_err::read(&statement_path).unwrap();
     let statement: serde_json::Value = serde_json::from_slice(&statement_bytes).unwrap();
-    let subject = format!(
-        "sha256:{}",
-        statement["subject"][0]["digest"]["sha256"]
-            .as_str()
-            .unwrap()
-    );
+    let subject = crate::common::subject_digest(&statement);
     assert_eq!(statement["predicate"]["verdict"], "no-device");
 
     // distribution 2.8 has no referrers API: the referrers tag lists the artifact, whose one
