@@ -29,6 +29,8 @@ mod channel;
 #[allow(dead_code)]
 #[path = "../tests/support/containerd.rs"]
 mod containerd;
+#[path = "../tests/support/go.rs"]
+mod go;
 #[path = "support/bench_node.rs"]
 mod node;
 #[allow(dead_code)]

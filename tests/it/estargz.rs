@@ -83,19 +83,8 @@ fn checker() -> &'static Path {
         );
         let dir = kept_channel_dir("estargz-check", |_| Ok(()));
         let out = dir.join("estargz-check");
-        let source =
-            Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/tools/estargz-check/main.go");
-        let status = Command::new("go")
-            .args(["build", "-o"])
-            .arg(&out)
-            .arg(&source)
-            .env("GO111MODULE", "off")
-            .env("GOPATH", "/usr/share/gocode")
-            .env("GOCACHE", dir.join("gocache"))
-            .env("GOFLAGS", "")
-            .status()
-            .unwrap();
-        assert!(status.success(), "go build of the estargz checker failed");
+        crate::support::go::build_tool("estargz-check", &out, &dir.join("gocache"))
+            .unwrap_or_else(|message| panic!("{message}"));
         out
     })
 }

@@ -20,7 +20,7 @@ use sha2::{Digest, Sha256};
 
 use crate::{
     common::{LayoutView, Project, is_root},
-    partial_pull::{library, write_biglib},
+    partial_pull::{biglib_layer, library, write_biglib},
     registry::{Auth, Registry},
     support::{
         base::have,
@@ -75,22 +75,7 @@ fn build_and_push(project: &Project, target: &str) -> (String, u64) {
     project
         .run(&["push", "images/lazy", target, "--insecure"])
         .success();
-    let manifest = LayoutView::new(project.path().join("images/lazy")).manifest();
-    let layer = manifest["layers"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|l| {
-            l["annotations"]["dev.imgbuild.layer.packages"]
-                .as_str()
-                .is_some_and(|p| p.contains("biglib"))
-        })
-        .unwrap_or_else(|| panic!("no biglib layer: {manifest}"))
-        .clone();
-    (
-        layer["digest"].as_str().unwrap().to_string(),
-        layer["size"].as_u64().unwrap(),
-    )
+    biglib_layer(&LayoutView::new(project.path().join("images/lazy")))
 }
 
 #[test]

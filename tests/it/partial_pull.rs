@@ -92,6 +92,12 @@ fn build_and_push(
         .run(&["push", "images/pp", target, "--insecure"])
         .success();
     let layout = LayoutView::new(project.path().join("images/pp"));
+    let (digest, size) = biglib_layer(&layout);
+    (digest, size, layout.config())
+}
+
+/// The digest and size of the layer of `layout`'s image that holds `biglib`.
+pub(crate) fn biglib_layer(layout: &LayoutView) -> (String, u64) {
     let manifest = layout.manifest();
     let layer = manifest["layers"]
         .as_array()
@@ -106,7 +112,6 @@ fn build_and_push(
     (
         layer["digest"].as_str().unwrap().to_string(),
         layer["size"].as_u64().unwrap(),
-        layout.config(),
     )
 }
 

@@ -5,7 +5,7 @@
 //!
 //! Debian packages the snapshotter's client (`ctr-remote`) and its Go library but no daemon:
 //! [`StargzSnapshotter::build`] makes one from `tests/tools/stargz-snapshotter` with Debian's
-//! Go, offline.
+//! Go, offline (`super::go`).
 
 use std::{
     path::{Path, PathBuf},
@@ -124,25 +124,7 @@ impl StargzSnapshotter {
     pub fn build(dir: &Path) -> Result<PathBuf, String> {
         std::fs::create_dir_all(dir).map_err(|e| e.to_string())?;
         let out = dir.join("stargz-snapshotter");
-        let source =
-            Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/tools/stargz-snapshotter/main.go");
-        let output = Command::new("go")
-            .arg("build")
-            .arg("-o")
-            .arg(&out)
-            .arg(&source)
-            .env("GO111MODULE", "off")
-            .env("GOPATH", "/usr/share/gocode")
-            .env("GOCACHE", dir.join("gocache"))
-            .env("GOFLAGS", "")
-            .output()
-            .map_err(|e| format!("running go: {e}"))?;
-        if !output.status.success() {
-            return Err(format!(
-                "go build of the stargz snapshotter failed:\n{}",
-                text(&output)
-            ));
-        }
+        super::go::build_tool("stargz-snapshotter", &out, &dir.join("gocache"))?;
         Ok(out)
     }
 

@@ -7,6 +7,7 @@
 pub mod base;
 pub mod channel;
 pub mod containerd;
+pub mod go;
 pub mod hostile;
 pub mod podman;
 pub mod pypi;
