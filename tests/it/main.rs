@@ -57,4 +57,5 @@ mod smoke;
 mod smoke_embed;
 mod standalone;
 mod torch_solve;
+mod trust;
 mod verify;
