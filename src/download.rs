@@ -34,6 +34,30 @@ pub struct Expected {
     pub size: Option<u64>,
 }
 
+/// The most bytes a download whose size nobody gave may have (a wheel pinned only by its
+/// sha256): the largest wheels on real indexes are a few GB, and an endless answer must end
+/// before the disk does.
+pub const MAX_UNSIZED_BYTES: u64 = 16 << 30;
+
+/// Sets another bound for downloads of unknown size (bytes): for an index of wheels larger
+/// than [`MAX_UNSIZED_BYTES`], or a test that cannot wait for 16 GiB.
+pub const MAX_UNSIZED_ENV: &str = "IMGBUILD_MAX_UNSIZED_DOWNLOAD";
+
+impl Expected {
+    /// The size, or the bound on a download of unknown size.
+    fn most_bytes(&self) -> u64 {
+        self.size.unwrap_or_else(unsized_bound)
+    }
+}
+
+/// [`MAX_UNSIZED_BYTES`], or the bound [`MAX_UNSIZED_ENV`] sets.
+pub fn unsized_bound() -> u64 {
+    std::env::var(MAX_UNSIZED_ENV)
+        .ok()
+        .and_then(|value| value.parse().ok())
+        .unwrap_or(MAX_UNSIZED_BYTES)
+}
+
 /// Told how a download goes.
 pub trait DownloadProgress: Send + Sync {
     /// `received`: body bytes that arrived over the network in this call so far, across
@@ -244,11 +268,15 @@ async fn attempt(
             .map_err(|e| Failure::Transfer(error_chain(&e)))?
         {
             let n = chunk.len() as u64;
-            if let Some(size) = expected.size
-                && on_disk + n > size
-            {
+            if on_disk + n > expected.most_bytes() {
                 // A server sending more than the file can hold is not sending this file.
-                let reason = format!("sent more than the {size} bytes expected");
+                let reason = match expected.size {
+                    Some(size) => format!("sent more than the {size} bytes expected"),
+                    None => format!(
+                        "sent more than {} bytes, the most a download of unknown size may have ({MAX_UNSIZED_ENV} sets another bound)",
+                        unsized_bound()
+                    ),
+                };
                 return Err(mismatch(url, partial, fresh, reason).await);
             }
             partial

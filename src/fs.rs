@@ -75,6 +75,23 @@ pub enum InputError {
 /// would wait for one (it is opened non-blocking, then refused by fstat).
 pub fn read_input(path: &Path, max: u64) -> Result<Vec<u8>, InputError> {
     use std::io::Read;
+    let file = open_input(path, max)?;
+    // Bounded as well: the file may grow between fstat and read.
+    let mut bytes = Vec::new();
+    file.take(max + 1).read_to_end(&mut bytes)?;
+    if bytes.len() as u64 > max {
+        return Err(InputError::TooLarge {
+            size: bytes.len() as u64,
+            max,
+        });
+    }
+    Ok(bytes)
+}
+
+/// The regular file `path` of at most `max` bytes, opened for reading: what
+/// [`read_input`] reads, for a caller that streams it (still bounding what it reads, since
+/// the file may grow).
+pub fn open_input(path: &Path, max: u64) -> Result<std::fs::File, InputError> {
     use std::os::unix::fs::OpenOptionsExt;
     let file = std::fs::OpenOptions::new()
         .read(true)
@@ -90,16 +107,7 @@ pub fn read_input(path: &Path, max: u64) -> Result<Vec<u8>, InputError> {
             max,
         });
     }
-    // Bounded as well: the file may grow between fstat and read.
-    let mut bytes = Vec::new();
-    file.take(max + 1).read_to_end(&mut bytes)?;
-    if bytes.len() as u64 > max {
-        return Err(InputError::TooLarge {
-            size: bytes.len() as u64,
-            max,
-        });
-    }
-    Ok(bytes)
+    Ok(file)
 }
 
 /// [`read_input`] as UTF-8 text.

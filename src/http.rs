@@ -8,6 +8,10 @@
 
 use rattler_networking::LazyClient;
 
+pub mod body;
+
+pub use body::{BodyError, read_bounded};
+
 /// A client trusting the system's CA certificates (or `SSL_CERT_FILE`/`SSL_CERT_DIR`), else
 /// one that trusts none. Fails only when no TLS backend can start at all.
 pub fn client() -> Result<LazyClient, HttpError> {

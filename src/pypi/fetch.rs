@@ -71,8 +71,8 @@ pub async fn fetch_wheel(
             path: PathBuf::from(url.path()),
             source: std::io::Error::other("not a local path"),
         })?;
-        let temp = tempfile::NamedTempFile::new_in(&wheels).map_err(io(&wheels))?;
-        let copied = fs_err::copy(&source, temp.path()).map_err(io(&source))?;
+        let mut temp = tempfile::NamedTempFile::new_in(&wheels).map_err(io(&wheels))?;
+        let copied = copy_local(&source, temp.as_file_mut()).map_err(io(&source))?;
         reporter.on_progress(Progress::PypiBytes(copied));
         temp.into_temp_path()
     } else {
@@ -129,4 +129,19 @@ impl DownloadProgress for WheelBytes<'_> {
                 .on_progress(Progress::PypiBytes(received - before));
         }
     }
+}
+
+/// Copies the local wheel `source` into `to`: a regular file (a fifo would wait, a device
+/// never end), at most the bound on downloads of unknown size.
+fn copy_local(source: &Path, to: &mut std::fs::File) -> std::io::Result<u64> {
+    use std::io::Read;
+    let max = crate::download::unsized_bound();
+    let file = crate::fs::open_input(source, max).map_err(std::io::Error::other)?;
+    let copied = std::io::copy(&mut file.take(max + 1), to)?;
+    if copied > max {
+        return Err(std::io::Error::other(format!(
+            "it grew past {max} bytes while it was copied"
+        )));
+    }
+    Ok(copied)
 }

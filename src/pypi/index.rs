@@ -47,6 +47,10 @@ pub enum IndexError {
     },
 }
 
+/// The most bytes of one project or find-links page. The largest pages of real indexes
+/// (a project with thousands of nightly wheels) are a few tens of MB; more is not a page.
+pub const MAX_PAGE_BYTES: u64 = 128 << 20;
+
 /// PEP 503: project names in URLs are lowercase, runs of `-_.` become `-`.
 pub fn normalized(name: &PackageName) -> String {
     // PackageName is already normalized that way.
@@ -197,11 +201,32 @@ fn percent_decode(text: &str) -> String {
 /// find-links page), with links resolved against `base`. Public for the fuzz target
 /// (`fuzz/fuzz_targets/pypi_inputs.rs`).
 pub fn parse_page(body: &str, json: bool, base: &Url) -> Result<Vec<DistFile>, String> {
-    if json {
-        parse_json(body, base)
+    let files = if json {
+        parse_json(body, base)?
     } else {
-        parse_html(body, base)
+        parse_html(body, base)?
+    };
+    check_links(base, &files)?;
+    Ok(files)
+}
+
+/// Refuses a page at `base` that links a file it may not (see [`may_link`]).
+fn check_links(base: &Url, files: &[DistFile]) -> Result<(), String> {
+    match files.iter().find(|f| !may_link(base, &f.url)) {
+        Some(file) => Err(format!(
+            "`{}` links `{}`, which is not on the web: a remote page may link only http and https files",
+            file.filename, file.url
+        )),
+        None => Ok(()),
     }
+}
+
+/// Whether a page at `base` may send the client to `url`. A page from the web must not name
+/// a file on the build host (a private wheel in another build's cache, say): what a
+/// stranger's page links is fetched, never read from the disk. A local page may link both.
+fn may_link(base: &Url, url: &Url) -> bool {
+    let web = |u: &Url| matches!(u.scheme(), "http" | "https");
+    !web(base) || web(url)
 }
 
 /// The files of `project` on the index at `index` (`https://pypi.org/simple`); `None` when
@@ -221,11 +246,12 @@ pub async fn project_files(
     let Some(page) = get_page(client, &url, ACCEPT).await? else {
         return Ok(None);
     };
-    let parsed = if page.json {
-        parse_json(&page.body, &page.base).map_err(|reason| (reason, "PEP 691 JSON"))
+    let format = if page.json {
+        "PEP 691 JSON"
     } else {
-        parse_html(&page.body, &page.base).map_err(|reason| (reason, "PEP 503 HTML"))
+        "PEP 503 HTML"
     };
+    let parsed = parse_page(&page.body, page.json, &page.base).map_err(|reason| (reason, format));
     parsed
         .map(Some)
         .map_err(|(reason, format)| IndexError::Parse {
@@ -272,10 +298,10 @@ async fn get_page(
         .get(reqwest::header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .is_some_and(|v| v.starts_with(JSON_TYPE));
-    let body = response
-        .text()
+    let body = crate::http::read_bounded(response, MAX_PAGE_BYTES)
         .await
-        .map_err(|e| fetch_error(crate::http::error_chain(&e)))?;
+        .map_err(|e| fetch_error(e.to_string()))?;
+    let body = String::from_utf8(body).map_err(|_| fetch_error("it is not UTF-8".into()))?;
     Ok(Some(Page { base, body, json }))
 }
 
@@ -321,7 +347,7 @@ pub async fn find_links_files(
                         url: url.clone(),
                         reason: format!("HTTP {}", reqwest::StatusCode::NOT_FOUND),
                     })?;
-            parse_html(&page.body, &page.base).map_err(|reason| IndexError::Parse {
+            parse_page(&page.body, false, &page.base).map_err(|reason| IndexError::Parse {
                 url: page.base,
                 format: "HTML",
                 reason,

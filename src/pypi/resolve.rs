@@ -228,6 +228,10 @@ async fn index_pages(
 /// Project pages asked for at most at once ahead of the solver.
 const PREFETCH: usize = 8;
 
+/// The most bytes of a wheel's `METADATA`, from the index (PEP 658) or the wheel. Metadata is
+/// kilobytes; a huge one is a bomb, not metadata.
+const MAX_METADATA_BYTES: u64 = 64 << 20;
+
 impl Provider<'_> {
     /// Starts fetching the pages of the projects in `nodes`, which the solver will ask for
     /// next, a few at a time on the runtime: a tree of 50 projects then costs a few round
@@ -437,17 +441,18 @@ impl Provider<'_> {
         let bytes = self
             .handle
             .block_on(async {
-                self.client
+                let response = self
+                    .client
                     .client()
                     .get(url.clone())
                     .send()
                     .await
                     .map_err(|e| crate::http::error_chain(&e))?
                     .error_for_status()
-                    .map_err(|e| crate::http::error_chain(&e))?
-                    .bytes()
+                    .map_err(|e| crate::http::error_chain(&e))?;
+                crate::http::read_bounded(response, MAX_METADATA_BYTES)
                     .await
-                    .map_err(|e| crate::http::error_chain(&e))
+                    .map_err(|e| e.to_string())
             })
             .map_err(|reason| {
                 metadata_error(format!("could not be fetched from `{url}`: {reason}"))
@@ -464,7 +469,7 @@ impl Provider<'_> {
             file: &file.filename,
             bytes: bytes.len() as u64,
         });
-        String::from_utf8(bytes.to_vec()).map_err(|_| metadata_error("is not UTF-8".to_string()))
+        String::from_utf8(bytes).map_err(|_| metadata_error("is not UTF-8".to_string()))
     }
 
     /// The metadata of the whole wheel, downloaded (or copied) into the cache.
@@ -568,16 +573,14 @@ pub fn wheel_metadata(path: &Path) -> Result<String, String> {
                 .is_some_and(|dir| dir.ends_with(".dist-info") && !dir.contains('/'))
         })
         .ok_or_else(|| "is missing: the wheel has no `*.dist-info/METADATA`".to_string())?;
-    // Metadata is small; a huge one is a zip bomb, not metadata.
-    const LIMIT: u64 = 64 << 20;
     let mut text = String::new();
     archive
         .by_name(&name)
         .map_err(|e| e.to_string())?
-        .take(LIMIT + 1)
+        .take(MAX_METADATA_BYTES + 1)
         .read_to_string(&mut text)
         .map_err(|e| format!("cannot be read: {e}"))?;
-    if text.len() as u64 > LIMIT {
+    if text.len() as u64 > MAX_METADATA_BYTES {
         return Err("is larger than 64 MiB".to_string());
     }
     Ok(text)

@@ -33,12 +33,12 @@ use crate::{
 /// The channels and wheel directories of this test process: `chan/` (the package `good`
 /// and a stand-in `python` 3.9), `chan-evil/` (another `good`, whose file says `evil`),
 /// `wheels/` and `wheels-evil/` (a `demo` 1.0 wheel each, different bytes).
-struct Sources {
-    root: PathBuf,
+pub(crate) struct Sources {
+    pub(crate) root: PathBuf,
 }
 
 impl Sources {
-    fn url(&self, name: &str) -> String {
+    pub(crate) fn url(&self, name: &str) -> String {
         url::Url::from_directory_path(self.root.join(name))
             .unwrap()
             .to_string()
@@ -54,7 +54,7 @@ impl Sources {
     }
 }
 
-fn sources() -> &'static Sources {
+pub(crate) fn sources() -> &'static Sources {
     static SOURCES: OnceLock<Sources> = OnceLock::new();
     SOURCES.get_or_init(|| {
         let root = crate::support::kept_channel_dir("in", |root| {
@@ -105,7 +105,7 @@ fn write_channel(dir: &Path, text: &str) {
 
 /// `demo-1.0-py3-none-any.whl` in `dir`: a module saying `text`, with a `RECORD` that
 /// matches, as the installer checks.
-fn write_wheel(dir: &Path, text: &str) {
+pub(crate) fn write_wheel(dir: &Path, text: &str) {
     let files = [
         ("demo.py".to_string(), format!("SAYS = {text:?}\n")),
         (
@@ -141,7 +141,7 @@ fn write_wheel(dir: &Path, text: &str) {
 }
 
 /// A recipe of `good` from `channel` (a URL, or a name for the channel alias).
-fn recipe(channel: &str) -> String {
+pub(crate) fn recipe(channel: &str) -> String {
     format!(
         "[image]\nname = \"inputs\"\n[conda]\nchannels = [{}]\ndependencies = [\"good\"]\n",
         serde_json::to_string(channel).unwrap()

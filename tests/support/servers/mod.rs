@@ -7,4 +7,5 @@
 
 pub mod fault_proxy;
 pub mod range;
+pub mod scripted;
 pub mod token;
