@@ -165,6 +165,10 @@ impl From<crate::build::BuildError> for Failure {
 
 /// Renders an error and its causes the way uv does: `error: …` then `Caused by: …` lines.
 pub(crate) fn render_error(err: &(dyn std::error::Error + 'static)) -> String {
+    printable(&error_lines(err))
+}
+
+fn error_lines(err: &(dyn std::error::Error + 'static)) -> String {
     let mut out = format!("error: {err}");
     let mut source = err.source();
     let mut last = err.to_string();
@@ -180,6 +184,18 @@ pub(crate) fn render_error(err: &(dyn std::error::Error + 'static)) -> String {
     out
 }
 
+/// `text` with its control characters (but newline and TAB) and bidirectional controls
+/// written as `<U+XXXX>`. Errors quote strangers' text (lock entries, server answers, file
+/// names), which must not drive the terminal with escape sequences or reorder what it shows.
+fn printable(text: &str) -> String {
+    text.chars()
+        .map(|c| match c {
+            '\n' | '\t' => c.to_string(),
+            c => crate::recipe::shown(c).into_owned(),
+        })
+        .collect()
+}
+
 /// A byte count for people: `512 B`, `1.5 KiB`, `2.7 GiB`.
 pub(crate) fn human_bytes(bytes: u64) -> String {
     const UNITS: &[&str] = &["B", "KiB", "MiB", "GiB", "TiB"];
@@ -193,5 +209,19 @@ pub(crate) fn human_bytes(bytes: u64) -> String {
         format!("{bytes} B")
     } else {
         format!("{value:.1} {}", UNITS[unit])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn errors_show_control_and_bidirectional_characters_as_codes() {
+        let err = std::io::Error::other("a\u{1b}[2Jb\u{202e}c\rd\n  e\tf");
+        assert_eq!(
+            render_error(&err),
+            "error: a<U+001B>[2Jb<U+202E>c<U+000D>d\n  e\tf"
+        );
     }
 }

@@ -18,6 +18,7 @@ pub mod suggest;
 
 pub use crate::cuda::CudaTarget;
 pub use crate::names::{is_valid_tag, oci_architecture};
+pub(crate) use error::shown;
 pub use error::{RecipeError, SourceSpan};
 pub(crate) use load::lexical_path;
 pub use load::{Base, Recipe, RecipeOptions, read_recipe_text};

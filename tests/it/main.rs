@@ -28,6 +28,7 @@ mod files;
 mod fixtures_smoke;
 mod hostile;
 mod hostile_inputs;
+mod hostile_lock;
 mod hostile_process;
 mod hostile_pypi;
 mod hostile_runtime;

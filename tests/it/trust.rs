@@ -92,7 +92,11 @@ impl Tree {
             let meta = entry.path().symlink_metadata().unwrap();
             let what = if meta.is_file() {
                 let bytes = fs_err::read(entry.path()).unwrap();
-                format!("file {:o} {}", meta.mode(), hex::encode(Sha256::digest(&bytes)))
+                format!(
+                    "file {:o} {}",
+                    meta.mode(),
+                    hex::encode(Sha256::digest(&bytes))
+                )
             } else if meta.file_type().is_symlink() {
                 let target = fs_err::read_link(entry.path()).unwrap();
                 format!("link {}", target.display())
@@ -132,7 +136,9 @@ fn decompressed(bytes: &[u8]) -> Option<Vec<u8>> {
     let mut plain = Vec::new();
     let read = if bytes.starts_with(&[0x1f, 0x8b]) {
         flate2::read::MultiGzDecoder::new(bytes).read_to_end(&mut plain)
-    } else if bytes.starts_with(&[0x28, 0xb5, 0x2f, 0xfd]) || bytes.starts_with(&[0x50, 0x2a, 0x4d, 0x18]) {
+    } else if bytes.starts_with(&[0x28, 0xb5, 0x2f, 0xfd])
+        || bytes.starts_with(&[0x50, 0x2a, 0x4d, 0x18])
+    {
         zstd::stream::read::Decoder::new(bytes)
             .and_then(|mut decoder| decoder.read_to_end(&mut plain))
     } else {
@@ -144,7 +150,9 @@ fn decompressed(bytes: &[u8]) -> Option<Vec<u8>> {
 }
 
 fn contains(haystack: &[u8], needle: &[u8]) -> bool {
-    haystack.windows(needle.len()).any(|window| window == needle)
+    haystack
+        .windows(needle.len())
+        .any(|window| window == needle)
 }
 
 #[test]
