@@ -29,6 +29,7 @@ mod fixtures_smoke;
 mod hostile;
 mod hostile_inputs;
 mod hostile_process;
+mod hostile_registry;
 mod hostile_runtime;
 mod image_config;
 mod init;
