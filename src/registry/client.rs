@@ -16,7 +16,7 @@ use futures::StreamExt;
 use reqwest::{Method, StatusCode, header};
 use tokio::sync::Mutex;
 
-use super::{auth::Credentials, reference::Reference};
+use super::{auth::Credentials, realm::Refusal, reference::Reference};
 
 /// Attempts per request, first included.
 const ATTEMPTS: u32 = 6;
@@ -35,6 +35,47 @@ const BODY_PIECE: usize = 64 << 10;
 /// The environment variable (and flag `--registry-timeout`) that sets the timeout; named in
 /// the timeout error.
 pub const TIMEOUT_ENV: &str = "IMGBUILD_REGISTRY_TIMEOUT";
+
+/// The most of an answer's body imgbuild reads, and what the answer is (for the error).
+/// Every body but a blob's is read through [`RepositoryClient::read_body`] with one; a
+/// blob is read through [`RepositoryClient::download`], to exactly its descriptor's size.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limit {
+    pub bytes: u64,
+    pub what: &'static str,
+}
+
+/// Manifests and image indexes (a referrers answer is an index): 4 MiB, what distribution
+/// accepts in a manifest PUT (`maxManifestBodySize = 4 << 20`,
+/// registry/handlers/manifests.go) and about what containerd fetches
+/// (`MaxManifestSize = 4 * 1048 * 1048`, core/remotes/resolver.go).
+pub const MANIFEST_LIMIT: Limit = Limit {
+    bytes: 4 << 20,
+    what: "a manifest or index",
+};
+/// A token service's answer: a JWT is a few KiB; 1 MiB, as containers/image
+/// (`iolimits.MaxAuthTokenBodySize`), leaves room for any real one.
+pub const TOKEN_LIMIT: Limit = Limit {
+    bytes: 1 << 20,
+    what: "a token answer",
+};
+/// Any other answer (uploads, mounts, `GET /v2/`): registries send an empty body or a small
+/// JSON one; the same 1 MiB.
+pub const ANSWER_LIMIT: Limit = Limit {
+    bytes: 1 << 20,
+    what: "an answer",
+};
+/// How much of an error answer's body is read for its message; the rest is left unread.
+const ERROR_BODY_LIMIT: usize = 16 << 10;
+
+/// `4 MiB`, `1 MiB`, or bytes.
+fn shown_size(bytes: u64) -> String {
+    if bytes >= 1 << 20 && bytes.is_multiple_of(1 << 20) {
+        format!("{} MiB", bytes >> 20)
+    } else {
+        format!("{bytes} bytes")
+    }
+}
 
 /// How to reach registries.
 #[derive(Debug, Clone, Default)]
@@ -121,6 +162,57 @@ pub enum RegistryError {
     },
     #[error("Registry `{registry}` sent an invalid {what}")]
     Invalid { registry: String, what: String },
+    #[error(
+        "Registry `{registry}` answered {method} {url} with {}, more than the {} imgbuild reads of {}",
+        declared.map_or_else(|| "a longer body".to_string(), |n| format!("a body of {n} bytes (its Content-Length)")),
+        shown_size(limit.bytes),
+        limit.what,
+    )]
+    TooLarge {
+        registry: String,
+        method: Method,
+        url: String,
+        limit: Limit,
+        /// The Content-Length that was refused before reading, if that was it.
+        declared: Option<u64>,
+    },
+    #[error(
+        "Registry `{registry}` took more than {}s to send its answer to {method} {url} (at most {} of {}); if it is only slow, allow more with --registry-timeout SECONDS or {TIMEOUT_ENV}",
+        took.as_secs(),
+        shown_size(limit.bytes),
+        limit.what,
+    )]
+    TooSlow {
+        registry: String,
+        method: Method,
+        url: String,
+        took: Duration,
+        limit: Limit,
+    },
+    #[error(
+        "Registry `{registry}` sent {}, not the {size} bytes its descriptor gives for blob {digest} (GET {url}); nothing past {size} bytes was written",
+        match got { Some(n) => format!("{n} bytes"), None => format!("more than {size} bytes") }
+    )]
+    BlobSize {
+        registry: String,
+        url: String,
+        digest: String,
+        size: u64,
+        /// What arrived (or its Content-Length); `None` when more than `size` did.
+        got: Option<u64>,
+    },
+    #[error(
+        "Registry `{registry}` sends its token requests to `{realm}`, which is not HTTPS: imgbuild asks for tokens only over HTTPS (over plain HTTP only from a loopback registry under --insecure to a loopback realm)"
+    )]
+    InsecureRealm { registry: String, realm: String },
+    #[error(
+        "Registry `{registry}` sends its token requests to `{realm}`, another host: imgbuild did not send the credentials of user `{user}` there, and the anonymous token request was refused"
+    )]
+    CredentialsWithheld {
+        registry: String,
+        realm: String,
+        user: String,
+    },
     #[error("Failed to write `{}`", path.display())]
     Io {
         path: std::path::PathBuf,
@@ -265,6 +357,8 @@ pub struct RepositoryClient {
     timeout: Duration,
     pub reference: Reference,
     base: String,
+    /// The registry's origin (`https://host:port`): the only one that gets `Authorization`.
+    origin: url::Url,
     credentials: Option<Credentials>,
     /// The `Authorization` value that last worked (a Bearer token or Basic).
     authorization: Arc<Mutex<Option<String>>>,
@@ -312,6 +406,13 @@ impl RepositoryClient {
                 builder = builder.add_root_certificate(cert);
             }
         }
+        let origin =
+            url::Url::parse(&format!("{scheme}://{}/", reference.api_host())).map_err(|_| {
+                RegistryError::Invalid {
+                    registry: reference.registry.clone(),
+                    what: "registry host".into(),
+                }
+            })?;
         Ok(RepositoryClient {
             http: builder.build().map_err(RegistryError::Client)?,
             timeout,
@@ -321,6 +422,7 @@ impl RepositoryClient {
                 reference.api_host(),
                 reference.repository
             ),
+            origin,
             credentials,
             authorization: Arc::new(Mutex::new(None)),
             requests: Arc::default(),
@@ -361,18 +463,34 @@ impl RepositoryClient {
         .map(|_| ())
     }
 
-    /// Streams `url` (a blob) into `dest` and returns the sha256 of what was written, never
-    /// holding the blob in memory. A HEAD through [`Self::send`] first settles
-    /// authentication; the GET is retried like any request, from the start.
+    /// Streams `url`, the blob `digest` of `size` bytes, into `dest`, never holding it in
+    /// memory: an answer whose Content-Length is not `size` is refused before reading, the
+    /// stream is stopped before a byte past `size` is written, one that ends short is
+    /// refused, and so is one whose sha256 is not `digest`. A HEAD through [`Self::send`]
+    /// first settles authentication; the GET is retried like any request, from the start.
     pub async fn download(
         &self,
         url: &str,
+        digest: &str,
+        size: u64,
         dest: &std::path::Path,
-    ) -> Result<String, RegistryError> {
+    ) -> Result<(), RegistryError> {
         self.send(Method::HEAD, url, &[], Body::Empty, &[StatusCode::OK])
             .await?;
-        self.with_retries(&Method::GET, url, || self.download_once(url, dest))
+        let blob = Blob { url, digest, size };
+        self.with_retries(&Method::GET, url, || self.download_once(&blob, dest))
             .await
+    }
+
+    /// The `Authorization` to send to `url`: the one that last worked, only to the
+    /// registry's own origin (an upload `Location` on another host gets none; redirects to
+    /// another host lose it in reqwest, `redirect::remove_sensitive_headers`).
+    async fn authorization_for(&self, url: &str) -> Option<String> {
+        let same_origin = url::Url::parse(url).is_ok_and(|u| u.origin() == self.origin.origin());
+        if !same_origin {
+            return None;
+        }
+        self.authorization.lock().await.clone()
     }
 
     /// Runs `attempt` until it succeeds, fails in a way retrying cannot fix, has been made
@@ -463,33 +581,95 @@ impl RepositoryClient {
         }
     }
 
-    /// The whole body of an answer (registries' answers other than blobs are small).
+    /// THE way an answer's body (any but a blob's) is read: at most `limit` bytes (a
+    /// Content-Length over it is refused before reading), and within the retry budget as a
+    /// whole, so a body dripped a byte at a time cannot hold the request forever.
     async fn read_body(
         &self,
         mut response: reqwest::Response,
         method: &Method,
         url: &str,
         activity: &Activity,
+        limit: Limit,
     ) -> Result<bytes::Bytes, RegistryError> {
-        let mut body = bytes::BytesMut::new();
-        while let Some(piece) = self
-            .next_piece(&mut response, method, url, activity)
-            .await?
-        {
-            body.extend_from_slice(&piece);
+        let too_large = |declared| RegistryError::TooLarge {
+            registry: self.reference.registry.clone(),
+            method: method.clone(),
+            url: url.to_string(),
+            limit,
+            declared,
+        };
+        // A HEAD answer has no body; its Content-Length is the resource's (a blob's), and
+        // over HTTP/2 reqwest reports it as this answer's.
+        if *method == Method::HEAD {
+            return Ok(bytes::Bytes::new());
         }
-        Ok(body.freeze())
+        if let Some(declared) = response.content_length()
+            && declared > limit.bytes
+        {
+            return Err(too_large(Some(declared)));
+        }
+        let whole = self.timeout * BUDGET_TIMEOUTS;
+        let reading = async {
+            let mut body = bytes::BytesMut::new();
+            while let Some(piece) = self
+                .next_piece(&mut response, method, url, activity)
+                .await?
+            {
+                if (body.len() + piece.len()) as u64 > limit.bytes {
+                    return Err(too_large(None));
+                }
+                body.extend_from_slice(&piece);
+            }
+            Ok(body.freeze())
+        };
+        tokio::time::timeout(whole, reading)
+            .await
+            .unwrap_or_else(|_| {
+                Err(RegistryError::TooSlow {
+                    registry: self.reference.registry.clone(),
+                    method: method.clone(),
+                    url: url.to_string(),
+                    took: whole,
+                    limit,
+                })
+            })
     }
 
+    /// The start of an error answer's body, for its message: at most [`ERROR_BODY_LIMIT`]
+    /// bytes, within one timeout; whatever arrived by then (the rest is never read).
+    async fn read_error_body(
+        &self,
+        mut response: reqwest::Response,
+        method: &Method,
+        url: &str,
+        activity: &Activity,
+    ) -> String {
+        let mut body = Vec::new();
+        let reading = async {
+            while body.len() < ERROR_BODY_LIMIT {
+                match self.next_piece(&mut response, method, url, activity).await {
+                    Ok(Some(piece)) => body.extend_from_slice(&piece),
+                    _ => break,
+                }
+            }
+        };
+        let _ = tokio::time::timeout(self.timeout, reading).await;
+        body.truncate(ERROR_BODY_LIMIT);
+        String::from_utf8_lossy(&body).into_owned()
+    }
+
+    /// One GET of `blob` into `dest`; see [`Self::download`].
     async fn download_once(
         &self,
-        url: &str,
+        blob: &Blob<'_>,
         dest: &std::path::Path,
-    ) -> Result<String, RegistryError> {
+    ) -> Result<(), RegistryError> {
         use sha2::Digest;
         use std::io::Write;
+        let url = blob.url;
         let mut request = self.http.get(url);
-        if let Some(authorization) = self.authorization.lock().await.clone() {
+        if let Some(authorization) = self.authorization_for(url).await {
             request = request.header(header::AUTHORIZATION, authorization);
         }
         let activity = Activity::new();
@@ -497,13 +677,16 @@ impl RepositoryClient {
             .send_guarded(request, &Method::GET, url, &activity)
             .await?;
         if response.status() != StatusCode::OK {
-            return Err(RegistryError::Status {
-                registry: self.reference.registry.clone(),
-                method: Method::GET,
-                url: url.to_string(),
-                status: response.status(),
-                body: String::new(),
-            });
+            let status = response.status();
+            let body = self
+                .read_error_body(response, &Method::GET, url, &activity)
+                .await;
+            return Err(self.status_error(&Method::GET, url, status, body));
+        }
+        if let Some(declared) = response.content_length()
+            && declared != blob.size
+        {
+            return Err(self.blob_size(blob, Some(declared)));
         }
         let io = |source| RegistryError::Io {
             path: dest.to_path_buf(),
@@ -512,19 +695,63 @@ impl RepositoryClient {
         let mut file =
             std::io::BufWriter::with_capacity(1 << 20, fs_err::File::create(dest).map_err(io)?);
         let mut hasher = sha2::Sha256::new();
+        let mut written = 0u64;
         while let Some(chunk) = self
             .next_piece(&mut response, &Method::GET, url, &activity)
             .await?
         {
+            if written + chunk.len() as u64 > blob.size {
+                return Err(self.blob_size(blob, None));
+            }
+            written += chunk.len() as u64;
             hasher.update(&chunk);
             file.write_all(&chunk).map_err(io)?;
         }
         file.flush().map_err(io)?;
-        Ok(format!("sha256:{}", hex::encode(hasher.finalize())))
+        if written != blob.size {
+            return Err(self.blob_size(blob, Some(written)));
+        }
+        let actual = format!("sha256:{}", hex::encode(hasher.finalize()));
+        if actual != blob.digest {
+            return Err(RegistryError::DigestMismatch {
+                registry: self.reference.registry.clone(),
+                what: format!("blob {url}"),
+                expected: blob.digest.to_string(),
+                actual,
+            });
+        }
+        Ok(())
+    }
+
+    fn blob_size(&self, blob: &Blob<'_>, got: Option<u64>) -> RegistryError {
+        RegistryError::BlobSize {
+            registry: self.reference.registry.clone(),
+            url: blob.url.to_string(),
+            digest: blob.digest.to_string(),
+            size: blob.size,
+            got,
+        }
+    }
+
+    fn status_error(
+        &self,
+        method: &Method,
+        url: &str,
+        status: StatusCode,
+        body: String,
+    ) -> RegistryError {
+        RegistryError::Status {
+            registry: self.reference.registry.clone(),
+            method: method.clone(),
+            url: url.to_string(),
+            status,
+            body,
+        }
     }
 
     /// Sends a request, following auth challenges and retrying what may succeed later.
-    /// `ok` lists the statuses the caller handles; anything else is an error.
+    /// `ok` lists the statuses the caller handles; anything else is an error. The answer's
+    /// body is read up to [`ANSWER_LIMIT`]; see [`Self::send_reading`] for manifests.
     pub async fn send(
         &self,
         method: Method,
@@ -533,27 +760,48 @@ impl RepositoryClient {
         body: Body,
         ok: &[StatusCode],
     ) -> Result<Response, RegistryError> {
-        self.with_retries(&method, url, || {
-            self.send_once(&method, url, headers, &body, ok)
-        })
-        .await
+        self.send_reading(method, url, headers, body, ok, ANSWER_LIMIT)
+            .await
     }
 
-    async fn send_once(
+    /// [`Self::send`], reading at most `limit` of the answer's body.
+    pub async fn send_reading(
         &self,
-        method: &Method,
+        method: Method,
         url: &str,
         headers: &[(header::HeaderName, String)],
-        body: &Body,
+        body: Body,
         ok: &[StatusCode],
+        limit: Limit,
     ) -> Result<Response, RegistryError> {
+        let request = Request {
+            method: &method,
+            url,
+            headers,
+            body: &body,
+            ok,
+            limit,
+        };
+        self.with_retries(&method, url, || self.send_once(&request))
+            .await
+    }
+
+    async fn send_once(&self, request: &Request<'_>) -> Result<Response, RegistryError> {
+        let Request {
+            method,
+            url,
+            headers,
+            body,
+            ok,
+            limit,
+        } = *request;
         let mut authenticated_once = false;
         loop {
             let mut request = self.http.request(method.clone(), url);
             for (name, value) in headers {
                 request = request.header(name, value);
             }
-            if let Some(authorization) = self.authorization.lock().await.clone() {
+            if let Some(authorization) = self.authorization_for(url).await {
                 request = request.header(header::AUTHORIZATION, authorization);
             }
             let activity = Activity::new();
@@ -567,7 +815,17 @@ impl RepositoryClient {
             let response = self.send_guarded(request, method, url, &activity).await?;
             let status = response.status();
             let response_headers = response.headers().clone();
-            let bytes = self.read_body(response, method, url, &activity).await?;
+            if ok.contains(&status) {
+                let body = self
+                    .read_body(response, method, url, &activity, limit)
+                    .await?;
+                return Ok(Response {
+                    status,
+                    headers: response_headers,
+                    body,
+                });
+            }
+            let body = self.read_error_body(response, method, url, &activity).await;
             if status == StatusCode::UNAUTHORIZED && !authenticated_once {
                 authenticated_once = true;
                 let challenge = response_headers
@@ -584,20 +842,7 @@ impl RepositoryClient {
                     user: self.credentials.as_ref().map(|c| c.username.clone()),
                 });
             }
-            if !ok.contains(&status) {
-                return Err(RegistryError::Status {
-                    registry: self.reference.registry.clone(),
-                    method: method.clone(),
-                    url: url.to_string(),
-                    status,
-                    body: String::from_utf8_lossy(&bytes).into_owned(),
-                });
-            }
-            return Ok(Response {
-                status,
-                headers: response_headers,
-                body: bytes,
-            });
+            return Err(self.status_error(method, url, status, body));
         }
     }
 
@@ -615,96 +860,130 @@ impl RepositoryClient {
     /// by fetching a token for this repository's pull and push scope.
     async fn authenticate(&self, challenge: &str) -> Result<(), RegistryError> {
         let registry = self.reference.registry.clone();
-        let (scheme, params) =
-            parse_challenge(challenge).ok_or_else(|| RegistryError::Challenge {
-                registry: registry.clone(),
-                challenge: challenge.to_string(),
-            })?;
-        let value =
-            match scheme.to_ascii_lowercase().as_str() {
-                "basic" => match &self.credentials {
-                    Some(credentials) => credentials.basic(),
-                    None => {
-                        return Err(RegistryError::Unauthorized {
-                            registry,
-                            user: None,
-                        });
-                    }
-                },
-                "bearer" => {
-                    let realm = params
-                        .iter()
-                        .find(|(k, _)| k == "realm")
-                        .map(|(_, v)| v.clone())
-                        .ok_or_else(|| RegistryError::Challenge {
-                            registry: registry.clone(),
-                            challenge: challenge.to_string(),
-                        })?;
-                    let mut query: Vec<(String, String)> = params
-                        .iter()
-                        .filter(|(k, _)| k == "service")
-                        .cloned()
-                        .collect();
-                    query.push((
-                        "scope".to_string(),
-                        format!("repository:{}:pull,push", self.reference.repository),
-                    ));
-                    let mut request = self.http.get(&realm).query(&query);
-                    if let Some(credentials) = &self.credentials {
-                        request = request.header(header::AUTHORIZATION, credentials.basic());
-                    }
-                    let activity = Activity::new();
-                    let response = self
-                        .send_guarded(request, &Method::GET, &realm, &activity)
-                        .await?;
-                    if response.status() == StatusCode::UNAUTHORIZED
-                        || response.status() == StatusCode::FORBIDDEN
-                    {
-                        return Err(RegistryError::Unauthorized {
-                            registry,
-                            user: self.credentials.as_ref().map(|c| c.username.clone()),
-                        });
-                    }
-                    if !response.status().is_success() {
-                        return Err(RegistryError::Status {
-                            registry,
-                            method: Method::GET,
-                            url: realm,
-                            status: response.status(),
-                            body: String::new(),
-                        });
-                    }
-                    #[derive(serde::Deserialize)]
-                    struct Token {
-                        token: Option<String>,
-                        access_token: Option<String>,
-                    }
-                    let bytes = self
-                        .read_body(response, &Method::GET, &realm, &activity)
-                        .await?;
-                    let token: Token =
-                        serde_json::from_slice(&bytes).map_err(|_| RegistryError::Invalid {
-                            registry: registry.clone(),
-                            what: "token response".into(),
-                        })?;
-                    let token = token.token.or(token.access_token).ok_or_else(|| {
-                        RegistryError::Invalid {
-                            registry: registry.clone(),
-                            what: "token response (no token)".into(),
-                        }
-                    })?;
-                    format!("Bearer {token}")
-                }
-                _ => {
-                    return Err(RegistryError::Challenge {
+        let cannot_follow = || RegistryError::Challenge {
+            registry: registry.clone(),
+            challenge: challenge.to_string(),
+        };
+        let (scheme, params) = parse_challenge(challenge).ok_or_else(cannot_follow)?;
+        let value = match scheme.to_ascii_lowercase().as_str() {
+            "basic" => match &self.credentials {
+                Some(credentials) => credentials.basic(),
+                None => {
+                    return Err(RegistryError::Unauthorized {
                         registry,
-                        challenge: challenge.to_string(),
+                        user: None,
                     });
                 }
-            };
+            },
+            "bearer" => {
+                let realm = params
+                    .iter()
+                    .find(|(k, _)| k == "realm")
+                    .map(|(_, v)| v.clone())
+                    .ok_or_else(cannot_follow)?;
+                let service = params.iter().find(|(k, _)| k == "service").cloned();
+                format!("Bearer {}", self.fetch_token(&realm, service).await?)
+            }
+            _ => return Err(cannot_follow()),
+        };
         *self.authorization.lock().await = Some(value);
         Ok(())
     }
+
+    /// A token from `realm` for this repository's pull and push scope. The realm must be
+    /// HTTPS and gets the user's credentials only on the registry's own host (see
+    /// [`super::realm`]); its answer is read up to [`TOKEN_LIMIT`].
+    async fn fetch_token(
+        &self,
+        realm: &str,
+        service: Option<(String, String)>,
+    ) -> Result<String, RegistryError> {
+        let registry = self.reference.registry.clone();
+        let judged = super::realm::judge(&self.origin, realm).map_err(|refusal| match refusal {
+            Refusal::NotHttps => RegistryError::InsecureRealm {
+                registry: registry.clone(),
+                realm: realm.to_string(),
+            },
+            Refusal::Invalid => RegistryError::Challenge {
+                registry: registry.clone(),
+                challenge: format!("realm `{realm}`"),
+            },
+        })?;
+        let mut query: Vec<(String, String)> = service.into_iter().collect();
+        query.push((
+            "scope".to_string(),
+            format!("repository:{}:pull,push", self.reference.repository),
+        ));
+        let mut request = self.http.get(judged.url.clone()).query(&query);
+        let sent = self.credentials.as_ref().filter(|_| judged.credentials);
+        if let Some(credentials) = sent {
+            request = request.header(header::AUTHORIZATION, credentials.basic());
+        }
+        let activity = Activity::new();
+        let response = self
+            .send_guarded(request, &Method::GET, realm, &activity)
+            .await?;
+        let status = response.status();
+        if status == StatusCode::UNAUTHORIZED || status == StatusCode::FORBIDDEN {
+            return Err(match (&self.credentials, sent) {
+                (Some(withheld), None) => RegistryError::CredentialsWithheld {
+                    registry,
+                    realm: realm.to_string(),
+                    user: withheld.username.clone(),
+                },
+                _ => RegistryError::Unauthorized {
+                    registry,
+                    user: self.credentials.as_ref().map(|c| c.username.clone()),
+                },
+            });
+        }
+        if !status.is_success() {
+            let body = self
+                .read_error_body(response, &Method::GET, realm, &activity)
+                .await;
+            return Err(self.status_error(&Method::GET, realm, status, body));
+        }
+        let bytes = self
+            .read_body(response, &Method::GET, realm, &activity, TOKEN_LIMIT)
+            .await?;
+        self.parse_token(&bytes)
+    }
+
+    /// The token of a token service's answer (`token`, or OAuth's `access_token`).
+    fn parse_token(&self, bytes: &[u8]) -> Result<String, RegistryError> {
+        #[derive(serde::Deserialize)]
+        struct Token {
+            token: Option<String>,
+            access_token: Option<String>,
+        }
+        let invalid = |what: &str| RegistryError::Invalid {
+            registry: self.reference.registry.clone(),
+            what: what.into(),
+        };
+        let token: Token = serde_json::from_slice(bytes).map_err(|_| invalid("token response"))?;
+        token
+            .token
+            .or(token.access_token)
+            .ok_or_else(|| invalid("token response (no token)"))
+    }
+}
+
+/// A blob to download: where, and what its descriptor says.
+struct Blob<'a> {
+    url: &'a str,
+    digest: &'a str,
+    size: u64,
+}
+
+/// One request as [`RepositoryClient::send_reading`] was asked to make it.
+#[derive(Clone, Copy)]
+struct Request<'a> {
+    method: &'a Method,
+    url: &'a str,
+    headers: &'a [(header::HeaderName, String)],
+    body: &'a Body,
+    ok: &'a [StatusCode],
+    limit: Limit,
 }
 
 /// `Bearer realm="https://auth/token",service="registry",scope="…"` → (`Bearer`, params).

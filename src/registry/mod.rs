@@ -4,6 +4,7 @@ pub mod auth;
 pub mod client;
 pub mod pull;
 pub mod push;
+pub mod realm;
 pub mod referrers;
 
 pub use crate::reference::{self, Reference};

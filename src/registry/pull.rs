@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use oci_spec::image::{ImageConfiguration, ImageIndex, ImageManifest};
 use reqwest::{Method, StatusCode, header};
 
-use super::client::{Body, RegistryError, RepositoryClient};
+use super::client::{Body, MANIFEST_LIMIT, RegistryError, RepositoryClient};
 use crate::{
     oci::{
         base::BaseImage,
@@ -273,13 +273,10 @@ impl Pull<'_> {
             if self.offline {
                 return Err(self.not_cached(blob));
             }
-            download_blob(self.client, blob, &self.cache, reporter)
+            download_blob(self.client, blob, *size, &self.cache, reporter)
                 .await
                 .map_err(|e| match e {
                     DownloadError::Registry(err) => self.registry_err(err),
-                    DownloadError::Mismatch(actual) => {
-                        self.invalid(&format!("blob {blob} whose content hashes to {actual}"))
-                    }
                     DownloadError::Io(source) => PullError::Cache {
                         path: cached(&self.cache, blob),
                         source,
@@ -371,12 +368,13 @@ async fn get_manifest(
     reference: &str,
 ) -> Result<Vec<u8>, RegistryError> {
     let response = client
-        .send(
+        .send_reading(
             Method::GET,
             &client.url(&format!("/manifests/{reference}")),
             &[(header::ACCEPT, ACCEPT.to_string())],
             Body::Empty,
             &[StatusCode::OK],
+            MANIFEST_LIMIT,
         )
         .await?;
     Ok(response.body.to_vec())
@@ -384,15 +382,16 @@ async fn get_manifest(
 
 enum DownloadError {
     Registry(RegistryError),
-    Mismatch(String),
     Io(std::io::Error),
 }
 
-/// Downloads a blob into the cache, streaming, checking its digest; the cache never holds a
-/// partial or wrong blob under a digest's name. Its bytes are reported as they arrive.
+/// Downloads a blob of `size` bytes into the cache, streaming, checking its size and digest
+/// ([`RepositoryClient::download`]); the cache never holds a partial or wrong blob under a
+/// digest's name, nor a temporary file past `size`. Its bytes are reported as they arrive.
 async fn download_blob(
     client: &RepositoryClient,
     digest: &str,
+    size: u64,
     cache: &Path,
     reporter: &dyn Reporter,
 ) -> Result<(), DownloadError> {
@@ -402,13 +401,10 @@ async fn download_blob(
         .tempfile_in(cache)
         .map_err(DownloadError::Io)?;
     let url = client.url(&format!("/blobs/{digest}"));
-    let downloading = client.download(&url, temp.path());
-    let actual = watch_growth(downloading, temp.path(), reporter)
+    let downloading = client.download(&url, digest, size, temp.path());
+    watch_growth(downloading, temp.path(), reporter)
         .await
         .map_err(DownloadError::Registry)?;
-    if actual != digest {
-        return Err(DownloadError::Mismatch(actual));
-    }
     crate::fs::set_mode(temp.path(), 0o644).map_err(DownloadError::Io)?;
     temp.persist(cached(cache, digest))
         .map_err(|e| DownloadError::Io(e.error))?;

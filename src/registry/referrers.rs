@@ -6,7 +6,7 @@
 use reqwest::{Method, StatusCode, header};
 
 use super::{
-    client::{Body, RegistryError, RepositoryClient},
+    client::{Body, MANIFEST_LIMIT, RegistryError, RepositoryClient},
     push::{blob_exists, put_manifest, put_whole, start_upload},
 };
 use crate::oci::json::canonical_json;
@@ -113,12 +113,13 @@ pub async fn attach(
 
     // A registry with the referrers API lists them by itself.
     let referrers = client
-        .send(
+        .send_reading(
             Method::GET,
             &client.url(&format!("/referrers/{}", subject.digest)),
             &[(header::ACCEPT, INDEX.to_string())],
             Body::Empty,
             &[StatusCode::OK, StatusCode::NOT_FOUND],
+            MANIFEST_LIMIT,
         )
         .await?;
     let digests: Vec<String> = artifacts.iter().map(|(d, _, _)| d.clone()).collect();
@@ -129,12 +130,13 @@ pub async fn attach(
     // The tag scheme: merge ours into the index under `sha256-<hex>`.
     let tag = subject.digest.replace(':', "-");
     let existing = client
-        .send(
+        .send_reading(
             Method::GET,
             &client.url(&format!("/manifests/{tag}")),
             &[(header::ACCEPT, INDEX.to_string())],
             Body::Empty,
             &[StatusCode::OK, StatusCode::NOT_FOUND],
+            MANIFEST_LIMIT,
         )
         .await?;
     let mut manifests: Vec<serde_json::Value> = if existing.status == StatusCode::OK {

@@ -16,7 +16,7 @@ use std::{
 use crate::{
     common::{Project, Run, run_with_deadline},
     hostile_inputs::{recipe, sources, write_wheel},
-    servers::scripted::{Answer, Request, Scripted},
+    servers::scripted::{Reply, Request, Scripted},
     trust::{Canary, Tree},
 };
 
@@ -29,28 +29,28 @@ struct Index {
     hostile: Arc<AtomicBool>,
 }
 
-type Evil = dyn Fn(&Request, &str) -> Option<Answer> + Send + Sync;
+type Evil = dyn Fn(&Request, &str) -> Option<Reply> + Send + Sync;
 
 impl Index {
-    fn start(evil: impl Fn(&Request, &str) -> Option<Answer> + Send + Sync + 'static) -> Index {
+    fn start(evil: impl Fn(&Request, &str) -> Option<Reply> + Send + Sync + 'static) -> Index {
         let wheel = fs_err::read(sources().root.join("wheels").join(WHEEL)).unwrap();
         let hostile = Arc::new(AtomicBool::new(false));
         let evil: Box<Evil> = Box::new(evil);
         let server = {
             let hostile = hostile.clone();
-            Scripted::start(move |request| {
+            Scripted::start("127.0.0.1", move |request| {
                 let page = good_page(&wheel);
                 if hostile.load(Ordering::SeqCst)
                     && let Some(answer) = evil(request, &page)
                 {
                     return answer;
                 }
-                match request.path.as_str() {
-                    "/simple/demo/" | "/simple/demo" => Answer::ok("text/html", page),
+                match request.path() {
+                    "/simple/demo/" | "/simple/demo" => ok("text/html", page),
                     path if path == format!("/files/{WHEEL}") => {
-                        Answer::ok("application/octet-stream", wheel.clone())
+                        ok("application/octet-stream", wheel.clone())
                     }
-                    _ => Answer::not_found(),
+                    _ => Reply::bytes(404, "not found"),
                 }
             })
         };
@@ -60,6 +60,10 @@ impl Index {
     fn turn(&self) {
         self.hostile.store(true, Ordering::SeqCst);
     }
+}
+
+fn ok(content_type: &str, body: impl Into<Vec<u8>>) -> Reply {
+    Reply::bytes(200, body).header("Content-Type", content_type)
 }
 
 /// The project page linking the wheel by its sha256.
@@ -84,10 +88,10 @@ enum Source {
 fn built(index: &Index, source: Source) -> (Project, Tree) {
     let project = Project::new();
     let pypi = match source {
-        Source::Index => format!("index-url = \"{}/simple\"", index.server.url),
+        Source::Index => format!("index-url = \"{}/simple\"", index.server.url()),
         Source::FindLinks => format!(
             "no-index = true\nfind-links = [\"{}/simple/demo/\"]",
-            index.server.url
+            index.server.url()
         ),
     };
     let conda = recipe(&sources().url("chan")).replace("[\"good\"]", "[\"good\", \"python\"]");
@@ -119,16 +123,16 @@ fn refused(project: &Project, images: &Tree, envs: &[(&str, &str)], needles: &[&
 }
 
 fn page_path(request: &Request) -> bool {
-    request.path.starts_with("/simple/demo")
+    request.path().starts_with("/simple/demo")
 }
 
 fn wheel_path(request: &Request) -> bool {
-    request.path == format!("/files/{WHEEL}")
+    request.path() == format!("/files/{WHEEL}")
 }
 
 #[test]
 fn an_endless_project_page_is_cut_off() {
-    let index = Index::start(|r, _| page_path(r).then_some(Answer::Endless));
+    let index = Index::start(|r, _| page_path(r).then(|| Reply::endless(200, "")));
     let (project, images) = built(&index, Source::Index);
     refused(
         &project,
@@ -140,12 +144,8 @@ fn an_endless_project_page_is_cut_off() {
 
 #[test]
 fn a_page_declaring_a_terabyte_is_refused_before_reading() {
-    let index = Index::start(|r, _| {
-        page_path(r).then_some(Answer::Lying {
-            declared: 1 << 40,
-            body: b"<html>".to_vec(),
-        })
-    });
+    let index =
+        Index::start(|r, _| page_path(r).then(|| Reply::bytes(200, "<html>").declaring(1 << 40)));
     let (project, images) = built(&index, Source::Index);
     refused(
         &project,
@@ -160,7 +160,7 @@ fn a_page_that_is_not_utf8_is_refused() {
     let index = Index::start(|r, page| {
         let mut body = page.as_bytes().to_vec();
         body.extend_from_slice(b"\xff\xfe");
-        page_path(r).then(|| Answer::ok("text/html", body))
+        page_path(r).then(|| ok("text/html", body))
     });
     let (project, images) = built(&index, Source::Index);
     refused(&project, &images, &[], &["/simple/demo", "not UTF-8"]);
@@ -171,7 +171,7 @@ fn deeply_nested_json_on_a_page_is_refused() {
     let index = Index::start(|r, _| {
         let depth = 100_000;
         let body = format!("{}{}", "[".repeat(depth), "]".repeat(depth));
-        page_path(r).then(|| Answer::ok("application/vnd.pypi.simple.v1+json", body))
+        page_path(r).then(|| ok("application/vnd.pypi.simple.v1+json", body))
     });
     let (project, images) = built(&index, Source::Index);
     refused(&project, &images, &[], &["/simple/demo"]);
@@ -182,9 +182,11 @@ fn an_endless_metadata_file_is_cut_off() {
     let index = Index::start(|r, page| {
         if page_path(r) {
             let page = page.replace("<a ", "<a data-dist-info-metadata=\"true\" ");
-            return Some(Answer::ok("text/html", page));
+            return Some(ok("text/html", page));
         }
-        r.path.ends_with(".metadata").then_some(Answer::Endless)
+        r.path()
+            .ends_with(".metadata")
+            .then(|| Reply::endless(200, ""))
     });
     let (project, images) = built(&index, Source::Index);
     refused(
@@ -199,7 +201,7 @@ fn an_endless_metadata_file_is_cut_off() {
 /// downloads of unknown size stops it (lowered here from 16 GiB).
 #[test]
 fn an_endless_wheel_stops_at_the_bound_on_unsized_downloads() {
-    let index = Index::start(|r, _| wheel_path(r).then_some(Answer::Endless));
+    let index = Index::start(|r, _| wheel_path(r).then(|| Reply::endless(200, "")));
     let (project, images) = built(&index, Source::Index);
     // The cached wheel from the good build would be taken instead of the endless one.
     fs_err::remove_dir_all(&project.cache).unwrap();
@@ -219,12 +221,8 @@ fn an_endless_wheel_stops_at_the_bound_on_unsized_downloads() {
 
 #[test]
 fn a_wheel_shorter_than_its_content_length_is_refused() {
-    let index = Index::start(|r, _| {
-        wheel_path(r).then(|| Answer::Lying {
-            declared: 10 << 20,
-            body: b"PK".to_vec(),
-        })
-    });
+    let index =
+        Index::start(|r, _| wheel_path(r).then(|| Reply::bytes(200, "PK").declaring(10 << 20)));
     let (project, images) = built(&index, Source::Index);
     fs_err::remove_dir_all(&project.cache).unwrap();
     refused(&project, &images, &[], &[WHEEL]);
@@ -234,7 +232,7 @@ fn a_wheel_shorter_than_its_content_length_is_refused() {
 fn a_wheel_not_matching_the_pages_sha256_is_refused() {
     let evil = fs_err::read(sources().root.join("wheels-evil").join(WHEEL)).unwrap();
     let index = Index::start(move |r, _| {
-        wheel_path(r).then(|| Answer::ok("application/octet-stream", evil.clone()))
+        wheel_path(r).then(|| ok("application/octet-stream", evil.clone()))
     });
     let (project, images) = built(&index, Source::Index);
     fs_err::remove_dir_all(&project.cache).unwrap();
@@ -250,9 +248,8 @@ fn a_remote_page_linking_a_host_file_is_refused() {
     let host_wheel = canary.dir().join(WHEEL);
     let href = url::Url::from_file_path(&host_wheel).unwrap().to_string();
     let bytes = fs_err::read(&host_wheel).unwrap();
-    let index = Index::start(move |r, _| {
-        page_path(r).then(|| Answer::ok("text/html", link_page(&href, &bytes)))
-    });
+    let index =
+        Index::start(move |r, _| page_path(r).then(|| ok("text/html", link_page(&href, &bytes))));
     let (project, images) = built(&index, Source::Index);
     let run = hostile_build(&project, &[]);
     canary.assert_not_in(project.path());
@@ -262,21 +259,24 @@ fn a_remote_page_linking_a_host_file_is_refused() {
 
 #[test]
 fn an_endless_find_links_page_is_cut_off() {
-    let index = Index::start(|r, _| page_path(r).then_some(Answer::Endless));
+    let index = Index::start(|r, _| page_path(r).then(|| Reply::endless(200, "")));
     let (project, images) = built(&index, Source::FindLinks);
     refused(&project, &images, &[], &["/simple/demo/", "goes on past"]);
 }
 
 #[test]
 fn a_redirect_loop_ends_in_an_error() {
-    let index = Index::start(|r, _| {
-        page_path(r)
-            .then(|| Answer::Body(302, vec![("Location".into(), r.path.clone())], Vec::new()))
-    });
+    let index =
+        Index::start(|r, _| page_path(r).then(|| Reply::status(302).header("Location", r.path())));
     let (project, images) = built(&index, Source::Index);
     refused(&project, &images, &[], &["/simple/demo"]);
     // Redirects are followed a bounded number of times (and the failure retried a few).
-    let asked = index.server.requests("/simple/demo").len();
+    let asked = index
+        .server
+        .requests()
+        .iter()
+        .filter(|r| page_path(r))
+        .count();
     assert!(asked < 100, "the loop was followed {asked} times");
 }
 

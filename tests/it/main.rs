@@ -31,6 +31,7 @@ mod hostile_inputs;
 mod hostile_lock;
 mod hostile_process;
 mod hostile_pypi;
+mod hostile_registry;
 mod hostile_runtime;
 mod image_config;
 mod init;

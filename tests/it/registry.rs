@@ -69,7 +69,8 @@ impl Registry {
         Self::start_with(auth, "")
     }
 
-    fn start_with(auth: Auth, http_extra: &str) -> Registry {
+    /// A registry authenticating with `auth`, with `http_extra` added to its `http:` section.
+    pub fn start_with(auth: Auth, http_extra: &str) -> Registry {
         assert!(
             have("docker-registry"),
             "docker-registry is required: run tests/install-deps.sh"
@@ -723,12 +724,10 @@ fn large_blobs_go_in_chunks() {
     assert_eq!(LayoutView::new(&copied).manifest_digest(), digest);
 }
 
-#[test]
-fn https_registry_with_a_custom_ca() {
-    // A CA of our own and a server certificate it signed for 127.0.0.1, made with the
-    // real openssl CLI.
-    let dir = tempfile::tempdir().unwrap();
-    let path = |name: &str| dir.path().join(name).display().to_string();
+/// A CA of our own and a server certificate it signed for 127.0.0.1, made in `dir` with
+/// the real openssl CLI: the CA certificate, the server certificate and its key.
+pub fn tls_files(dir: &Path) -> (PathBuf, PathBuf, PathBuf) {
+    let path = |name: &str| dir.join(name).display().to_string();
     run_tool(
         "openssl",
         &[
@@ -763,7 +762,7 @@ fn https_registry_with_a_custom_ca() {
         ],
     );
     fs_err::write(
-        dir.path().join("server.ext"),
+        dir.join("server.ext"),
         "subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n",
     )
     .unwrap();
@@ -787,8 +786,17 @@ fn https_registry_with_a_custom_ca() {
             &path("server.crt"),
         ],
     );
-    let cert = dir.path().join("ca.crt");
-    let (server_cert, key) = (dir.path().join("server.crt"), dir.path().join("server.key"));
+    (
+        dir.join("ca.crt"),
+        dir.join("server.crt"),
+        dir.join("server.key"),
+    )
+}
+
+#[test]
+fn https_registry_with_a_custom_ca() {
+    let dir = tempfile::tempdir().unwrap();
+    let (cert, server_cert, key) = tls_files(dir.path());
     let registry = Registry::start_tls(&server_cert, &key);
     let (project, docker) = built_project();
     let target = format!("{}/tls/app:v1", registry.host);

@@ -1,10 +1,11 @@
-//! An HTTP server on 127.0.0.1 whose every answer a test scripts: a closure maps each
-//! request to an [`Answer`], which may be endless, lie about its length, or redirect. It is
-//! how hostile indexes and channels are played. One request per connection (`Connection:
-//! close`); every request is logged before it is answered. Stops when dropped.
+//! An HTTP/1.1 server on a loopback address whose every answer a test scripts: a handler
+//! gets each request (method, target, headers) and returns the reply, whose body may be
+//! bytes, endless, or dripped a byte at a time, with any `Content-Length` it likes. It
+//! records every request it got, headers included, so a test can show what a client sent
+//! (or did not send) where. One request per connection (`Connection: close`).
 
 use std::{
-    io::{BufRead, BufReader, Write},
+    io::{BufRead, BufReader, Read, Write},
     net::{TcpListener, TcpStream},
     sync::{
         Arc, Mutex,
@@ -14,84 +15,163 @@ use std::{
     time::Duration,
 };
 
-/// A request as the server saw it.
+/// One request as the server read it.
 #[derive(Debug, Clone)]
 pub struct Request {
-    pub path: String,
+    pub method: String,
+    /// The request target: path and query.
+    pub target: String,
+    pub headers: Vec<(String, String)>,
 }
 
-/// What the server sends back.
-pub enum Answer {
-    /// A status, extra headers, and a body sent with its true `Content-Length`.
-    Body(u16, Vec<(String, String)>, Vec<u8>),
-    /// 200 with no `Content-Length`, and bytes until the client hangs up.
-    Endless,
-    /// 200 claiming `declared` bytes in `Content-Length`, then sending `body`.
-    Lying { declared: u64, body: Vec<u8> },
-}
-
-impl Answer {
-    pub fn ok(content_type: &str, body: impl Into<Vec<u8>>) -> Answer {
-        Answer::Body(
-            200,
-            vec![("Content-Type".into(), content_type.into())],
-            body.into(),
-        )
+impl Request {
+    /// The value of header `name` (any case), if sent.
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
     }
 
-    pub fn not_found() -> Answer {
-        Answer::Body(404, Vec::new(), b"not found".to_vec())
+    /// The path without the query.
+    pub fn path(&self) -> &str {
+        self.target.split('?').next().unwrap_or_default()
     }
 }
 
-type Handler = dyn Fn(&Request) -> Answer + Send + Sync;
+/// A reply's body.
+#[derive(Debug, Clone)]
+pub enum Body {
+    Bytes(Vec<u8>),
+    /// `prefix`, then `x` for as long as the client reads.
+    Endless {
+        prefix: Vec<u8>,
+    },
+    /// `prefix`, then one `x` every `every`, for as long as the client reads.
+    Drip {
+        prefix: Vec<u8>,
+        every: Duration,
+    },
+}
 
+/// A scripted reply.
+#[derive(Debug, Clone)]
+pub struct Reply {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    pub body: Body,
+    /// The `Content-Length` to declare: the body's own length when `None` for bytes, none
+    /// (the body ends when the connection does) for endless and dripped bodies.
+    pub content_length: Option<u64>,
+    /// Bytes sent with no `Content-Length`: the body ends when the connection does.
+    pub close_delimited: bool,
+}
+
+impl Reply {
+    pub fn status(status: u16) -> Reply {
+        Reply {
+            status,
+            headers: Vec::new(),
+            body: Body::Bytes(Vec::new()),
+            content_length: None,
+            close_delimited: false,
+        }
+    }
+
+    pub fn bytes(status: u16, bytes: impl Into<Vec<u8>>) -> Reply {
+        Reply {
+            body: Body::Bytes(bytes.into()),
+            ..Reply::status(status)
+        }
+    }
+
+    pub fn endless(status: u16, prefix: &str) -> Reply {
+        Reply {
+            body: Body::Endless {
+                prefix: prefix.as_bytes().to_vec(),
+            },
+            ..Reply::status(status)
+        }
+    }
+
+    pub fn drip(status: u16, prefix: &str, every: Duration) -> Reply {
+        Reply {
+            body: Body::Drip {
+                prefix: prefix.as_bytes().to_vec(),
+                every,
+            },
+            ..Reply::status(status)
+        }
+    }
+
+    pub fn header(mut self, name: &str, value: &str) -> Reply {
+        self.headers.push((name.to_string(), value.to_string()));
+        self
+    }
+
+    /// Sends the bytes with no Content-Length.
+    pub fn close_delimited(mut self) -> Reply {
+        self.close_delimited = true;
+        self
+    }
+
+    /// Declares `length` as the Content-Length whatever the body is.
+    pub fn declaring(mut self, length: u64) -> Reply {
+        self.content_length = Some(length);
+        self
+    }
+}
+
+type Handler = dyn Fn(&Request) -> Reply + Send + Sync;
+
+/// The server; stopped on drop.
 pub struct Scripted {
-    pub url: String,
-    log: Arc<Mutex<Vec<Request>>>,
+    /// `ip:port`.
+    pub host: String,
+    requests: Arc<Mutex<Vec<Request>>>,
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
 }
 
 impl Scripted {
-    pub fn start(handler: impl Fn(&Request) -> Answer + Send + Sync + 'static) -> Scripted {
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    /// Serves on `ip` (`127.0.0.1`, `127.0.0.2`…), a free port, answering with `handler`.
+    pub fn start(ip: &str, handler: impl Fn(&Request) -> Reply + Send + Sync + 'static) -> Self {
+        let listener = TcpListener::bind((ip, 0)).unwrap();
+        let host = listener.local_addr().unwrap().to_string();
         listener.set_nonblocking(true).unwrap();
-        let url = format!("http://{}", listener.local_addr().unwrap());
-        let log = Arc::new(Mutex::new(Vec::new()));
+        let requests = Arc::new(Mutex::new(Vec::new()));
         let stop = Arc::new(AtomicBool::new(false));
         let handler: Arc<Handler> = Arc::new(handler);
         let thread = {
-            let (log, stop) = (log.clone(), stop.clone());
+            let (requests, stop) = (requests.clone(), stop.clone());
             std::thread::spawn(move || {
                 while !stop.load(Ordering::Relaxed) {
-                    match listener.accept() {
-                        Ok((stream, _)) => {
-                            let (log, handler) = (log.clone(), handler.clone());
-                            std::thread::spawn(move || serve(stream, &log, &*handler));
-                        }
-                        Err(_) => std::thread::sleep(Duration::from_millis(5)),
-                    }
+                    let Ok((stream, _)) = listener.accept() else {
+                        std::thread::sleep(Duration::from_millis(5));
+                        continue;
+                    };
+                    let (requests, stop, handler) =
+                        (requests.clone(), stop.clone(), handler.clone());
+                    std::thread::spawn(move || serve(stream, &*handler, &requests, &stop));
                 }
             })
         };
         Scripted {
-            url,
-            log,
+            host,
+            requests,
             stop,
             thread: Some(thread),
         }
     }
 
-    /// The requests so far whose path starts with `prefix`.
-    pub fn requests(&self, prefix: &str) -> Vec<Request> {
-        self.log
-            .lock()
-            .unwrap()
-            .iter()
-            .filter(|r| r.path.starts_with(prefix))
-            .cloned()
-            .collect()
+    /// `http://ip:port`.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.host)
+    }
+
+    /// Every request so far.
+    pub fn requests(&self) -> Vec<Request> {
+        self.requests.lock().unwrap().clone()
     }
 }
 
@@ -104,56 +184,88 @@ impl Drop for Scripted {
     }
 }
 
-fn serve(stream: TcpStream, log: &Mutex<Vec<Request>>, handler: &Handler) {
+/// Reads the request head (and its body, if it declares a length), records it and writes
+/// the reply.
+fn serve(stream: TcpStream, handler: &Handler, requests: &Mutex<Vec<Request>>, stop: &AtomicBool) {
     stream.set_nonblocking(false).unwrap();
-    let Some(request) = read_request(&stream) else {
-        return;
-    };
-    log.lock().unwrap().push(request.clone());
-    let _ = answer(stream, handler(&request));
-}
-
-fn read_request(stream: &TcpStream) -> Option<Request> {
-    let mut reader = BufReader::new(stream);
+    let mut reader = BufReader::new(stream.try_clone().unwrap());
     let mut line = String::new();
-    reader.read_line(&mut line).ok()?;
-    let path = line.split_whitespace().nth(1)?.to_string();
-    // The headers, read to the blank line that ends them; no answer depends on them.
+    if reader.read_line(&mut line).unwrap_or(0) == 0 {
+        return;
+    }
+    let mut parts = line.split_whitespace();
+    let method = parts.next().unwrap_or_default().to_string();
+    let target = parts.next().unwrap_or("/").to_string();
+    let mut headers = Vec::new();
     loop {
         let mut line = String::new();
-        reader.read_line(&mut line).ok()?;
-        if line.trim_end().is_empty() {
+        if reader.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
             break;
         }
+        if let Some((name, value)) = line.split_once(':') {
+            headers.push((name.trim().to_string(), value.trim().to_string()));
+        }
     }
-    Some(Request { path })
+    let request = Request {
+        method,
+        target,
+        headers,
+    };
+    if let Some(length) = request
+        .header("content-length")
+        .and_then(|v| v.parse::<u64>().ok())
+    {
+        let _ = std::io::copy(&mut (&mut reader).take(length), &mut std::io::sink());
+    }
+    requests.lock().unwrap().push(request.clone());
+    let reply = handler(&request);
+    let _ = write_reply(stream, &request, &reply, stop);
 }
 
-fn answer(mut stream: TcpStream, answer: Answer) -> std::io::Result<()> {
-    match answer {
-        Answer::Body(status, headers, body) => {
-            let mut head = format!("HTTP/1.1 {status} X\r\nContent-Length: {}\r\n", body.len());
-            for (name, value) in headers {
-                head.push_str(&format!("{name}: {value}\r\n"));
+fn write_reply(
+    mut out: TcpStream,
+    request: &Request,
+    reply: &Reply,
+    stop: &AtomicBool,
+) -> std::io::Result<()> {
+    let mut head = format!(
+        "HTTP/1.1 {} Scripted\r\nConnection: close\r\n",
+        reply.status
+    );
+    for (name, value) in &reply.headers {
+        head.push_str(&format!("{name}: {value}\r\n"));
+    }
+    let length = match (&reply.body, reply.content_length) {
+        (_, Some(length)) => Some(length),
+        (Body::Bytes(bytes), None) if !reply.close_delimited => Some(bytes.len() as u64),
+        _ => None,
+    };
+    if let Some(length) = length {
+        head.push_str(&format!("Content-Length: {length}\r\n"));
+    }
+    head.push_str("\r\n");
+    out.write_all(head.as_bytes())?;
+    if request.method == "HEAD" {
+        return Ok(());
+    }
+    match &reply.body {
+        Body::Bytes(bytes) => out.write_all(bytes),
+        Body::Endless { prefix } => {
+            out.write_all(prefix)?;
+            let piece = vec![b'x'; 64 << 10];
+            while !stop.load(Ordering::Relaxed) {
+                out.write_all(&piece)?;
             }
-            head.push_str("Connection: close\r\n\r\n");
-            stream.write_all(head.as_bytes())?;
-            stream.write_all(&body)
+            Ok(())
         }
-        Answer::Endless => {
-            stream.write_all(b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n")?;
-            let chunk = vec![b'a'; 64 << 10];
-            // Until the client hangs up: the write then fails.
-            loop {
-                stream.write_all(&chunk)?;
+        Body::Drip { prefix, every } => {
+            out.write_all(prefix)?;
+            while !stop.load(Ordering::Relaxed) {
+                std::thread::sleep(*every);
+                out.write_all(b"x")?;
+                out.flush()?;
             }
-        }
-        Answer::Lying { declared, body } => {
-            let head = format!(
-                "HTTP/1.1 200 OK\r\nContent-Length: {declared}\r\nConnection: close\r\n\r\n"
-            );
-            stream.write_all(head.as_bytes())?;
-            stream.write_all(&body)
+            Ok(())
         }
     }
 }
