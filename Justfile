@@ -52,7 +52,9 @@ demo:
 # on; containerd full and lazy with the stargz snapshotter) and a 3x environment. Needs root and:
 # apt-get install pigz zstd umoci docker-registry time podman busybox-static (the containerd rows
 # also what tests/install-deps.sh installs). Pass e.g. `--imgbuild OLD_BINARY --label before` to
-# measure another build.
+# measure another build. `just bench --trust-against OLD_BINARY` measures only what the trust
+# checks cost (cold, warm, cache-hit, restored-cache, one-package and `[[files]]` builds,
+# taking turns with OLD; a few minutes once the channel is made).
 bench *ARGS:
     cargo build --release --bin imgbuild --example bench
     cargo run --release --quiet --example bench -- --out docs/benchmarks.md {{ARGS}}

@@ -38,6 +38,8 @@ mod node;
 mod podman;
 #[path = "../tests/support/registry_log.rs"]
 mod registry_log;
+#[path = "support/bench_trust.rs"]
+mod trust;
 
 use std::{
     fmt::Write as _,
@@ -215,6 +217,8 @@ struct Args {
     imgbuild: PathBuf,
     out: Option<PathBuf>,
     label: String,
+    /// An older binary: measure only what the trust checks cost against it.
+    trust_against: Option<PathBuf>,
 }
 
 fn parse_args() -> anyhow::Result<Args> {
@@ -224,15 +228,20 @@ fn parse_args() -> anyhow::Result<Args> {
     }
     let mut out = None;
     let mut label = "imgbuild (this checkout)".to_string();
+    let mut trust_against = None;
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         match arg.as_str() {
             "--imgbuild" => imgbuild = args.next().context("--imgbuild PATH")?.into(),
             "--out" => out = Some(args.next().context("--out FILE")?.into()),
             "--label" => label = args.next().context("--label TEXT")?,
-            other => {
-                bail!("unknown argument `{other}` (--imgbuild PATH, --out FILE, --label TEXT)")
+            "--trust-against" => {
+                let old = args.next().context("--trust-against OLD_BINARY")?;
+                trust_against = Some(trust::old_binary(&old)?);
             }
+            other => bail!(
+                "unknown argument `{other}` (--imgbuild PATH, --out FILE, --label TEXT, --trust-against OLD_BINARY)"
+            ),
         }
     }
     ensure!(
@@ -244,6 +253,7 @@ fn parse_args() -> anyhow::Result<Args> {
         imgbuild,
         out,
         label,
+        trust_against,
     })
 }
 
@@ -273,6 +283,14 @@ fn main() -> anyhow::Result<()> {
         .unwrap_or_else(|| home().join(".cache/imgbuild/bench"));
     fs_err::create_dir_all(&work)?;
     let channel = prepare_channel(&work)?;
+    if let Some(old) = &args.trust_against {
+        let section = trust::compare(&work, &channel, old, &args.imgbuild)?;
+        println!("{section}");
+        if let Some(out) = &args.out {
+            replace_section(out, "trust cost", &section)?;
+        }
+        return Ok(());
+    }
     let jobs = std::thread::available_parallelism().map_or(2, |n| n.get());
 
     let run_dir = work.join("run");
@@ -814,10 +832,24 @@ impl Bench {
         run_quiet(&mut self.command(args))
     }
 
+    /// [`Bench::command`] with extra environment variables.
+    fn command_with_env(&self, args: &[&str], envs: &[(&str, &Path)]) -> Command {
+        let mut command = self.command(args);
+        for (key, value) in envs {
+            command.env(key, value);
+        }
+        command
+    }
+
     fn measure(&self, what: &str, args: &[&str]) -> anyhow::Result<Row> {
+        self.measure_command(what, self.command(args))
+    }
+
+    /// Times `command`, one of [`Bench::command`]'s.
+    fn measure_command(&self, what: &str, mut command: Command) -> anyhow::Result<Row> {
         eprintln!("measuring: {what}");
         sync_and_settle();
-        run_quiet(&mut self.command(args))?;
+        run_quiet(&mut command)?;
         let text = fs_err::read_to_string(self.dir.join("time.txt"))?;
         let (seconds, rss) = text
             .lines()
