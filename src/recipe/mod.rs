@@ -19,8 +19,8 @@ pub mod suggest;
 pub use crate::cuda::CudaTarget;
 pub use crate::names::{is_valid_tag, oci_architecture};
 pub use error::{RecipeError, SourceSpan};
-pub(crate) use load::lexical_path;
 pub use load::{Base, Recipe, RecipeOptions, read_recipe_text};
+pub(crate) use load::{lexical_path, name_problem, visible};
 pub use platforms::{OciPlatform, Platforms};
 
 /// Where channel names such as `conda-forge` resolve when no alias is configured.
