@@ -3,6 +3,8 @@
 
 use std::{io::Write, path::Path};
 
+pub mod context;
+
 /// Writes `bytes` to `path` through a temporary file in the same directory, synced and then
 /// renamed over `path`.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {

@@ -1,9 +1,11 @@
 //! The layer of one `[[files]]` entry: `src` (a file, or a directory walked in sorted
 //! order) read from the build host into entries at `dest`, with the entry's owner and mode.
 //!
-//! Nothing is written on the host and nothing outside `src` is read: `src` itself may not
-//! be a link, a link inside it must point inside it (relative, not climbing out), and only
-//! files, directories and links are taken. Each file's sha256 is part of the layer's cache
+//! Nothing is written on the host and nothing outside the build context is read: every
+//! read resolves beneath one handle on the context ([`crate::fs::context`]). `src` itself
+//! may not be a link, a link inside it must point inside it (relative, not climbing out),
+//! only files, directories and links are taken, and every name taken follows the recipe's
+//! rule for names (no control or bidirectional characters). Each file's sha256 is part of the layer's cache
 //! key, so a changed file makes a new layer and an unchanged tree is taken from the cache.
 //!
 //! The directories above `dest` are not in the layer: they are the base's (or the accounts
@@ -11,8 +13,9 @@
 
 use std::{
     io::Read,
-    os::unix::fs::{FileTypeExt, MetadataExt},
+    os::unix::fs::MetadataExt,
     path::{Component, Path},
+    sync::Arc,
 };
 
 use sha2::{Digest, Sha256};
@@ -22,6 +25,7 @@ use super::{
     accounts::{Merged, resolve},
 };
 use crate::{
+    fs::context::{BuildContext, ContextError, ContextFile, special_kind},
     layers::{LayerKind, OwnedEntry, OwnedLayer, owned::Content},
     lock::SourceDigest,
     recipe::{Recipe, RecipeError, SourceSpan, files::FileCopy},
@@ -53,6 +57,7 @@ pub(super) fn files_layer(
     let walker = Walker {
         recipe,
         copy,
+        context: open_context(recipe, copy)?,
         uid,
         gid,
         entries: Vec::new(),
@@ -64,6 +69,39 @@ pub(super) fn files_layer(
         entries,
         mtime,
     ))
+}
+
+/// The build context of `copy`: the recipe's directory, or the one `context` names, which
+/// must then lie beneath the directory imgbuild runs in (the invoker's choice, as
+/// `docker build DIR` is), so a recipe cannot widen its reach to the whole host.
+fn open_context(recipe: &Recipe, copy: &FileCopy) -> Result<Arc<BuildContext>, BuildError> {
+    let shown = || crate::recipe::visible(&copy.context.to_string_lossy());
+    let Some(span) = &copy.context_span else {
+        return BuildContext::open(&copy.context).map_err(|e| {
+            at(
+                recipe,
+                &copy.src_span,
+                format!("cannot open the build context `{}`: {e}", shown()),
+            )
+        });
+    };
+    let cwd = std::env::current_dir().map_err(|e| {
+        at(
+            recipe,
+            span,
+            format!("cannot tell the working directory: {e}"),
+        )
+    })?;
+    BuildContext::open_beneath(&cwd, &copy.context).map_err(|e| {
+        let why = match e {
+            ContextError::Outside(_) => format!(
+                "is not beneath the directory imgbuild runs in (`{}`); a `context` may widen the build context up to it, no further",
+                cwd.display()
+            ),
+            other => format!("cannot be opened: {other}"),
+        };
+        at(recipe, span, format!("`context` `{}` {why}", shown()))
+    })
 }
 
 /// What the lock pins of each `[[files]]` source, in the recipe's order: the digest of the
@@ -83,10 +121,11 @@ pub fn source_digests(recipe: &Recipe) -> Result<Vec<SourceDigest>, BuildError> 
         .collect()
 }
 
-/// One source's walk, collecting entries.
+/// One source's walk, collecting entries. Every read goes through `context`.
 struct Walker<'a> {
     recipe: &'a Recipe,
     copy: &'a FileCopy,
+    context: Arc<BuildContext>,
     uid: u32,
     gid: u32,
     entries: Vec<OwnedEntry>,
@@ -95,18 +134,17 @@ struct Walker<'a> {
 impl Walker<'_> {
     fn walk(mut self) -> Result<Vec<OwnedEntry>, BuildError> {
         let copy = self.copy;
-        let meta = match std::fs::symlink_metadata(&copy.src) {
-            Ok(meta) => meta,
-            Err(err) if err.kind() == std::io::ErrorKind::NotFound => {
+        let kind = match self.context.file_type(&copy.src) {
+            Ok(kind) => kind,
+            Err(err) if err.is_not_found() => {
                 return Err(self.at_src(format!(
                     "`src` `{}` does not exist (looked for `{}`)",
                     copy.src_text,
-                    copy.src.display()
+                    self.shown(&copy.src)
                 )));
             }
             Err(err) => return Err(self.read_error(&copy.src, err)),
         };
-        let kind = meta.file_type();
         if kind.is_symlink() {
             return Err(self.at_src(format!(
                 "`src` `{}` is a symbolic link; name the file or directory itself",
@@ -125,30 +163,33 @@ impl Walker<'_> {
             } else {
                 in_image(&copy.dest).to_string()
             };
-            self.push_file(&copy.src, dest, &meta)?;
+            self.push_file(&copy.src, dest)?;
         } else {
             return Err(self.at_src(format!(
-                "`src` `{}` is a {}; only files and directories can be copied",
+                "`src` `{}` is {}; only files and directories can be copied",
                 copy.src_text,
-                crate::fs::file_kind(&kind)
+                special_kind(&kind)
             )));
         }
         Ok(self.entries)
     }
 
-    /// `exclude`, then the lines of the first ignore file at the top of `src`.
+    /// `exclude`, then the lines of the first ignore file at the top of `src`: a regular
+    /// file, read beneath the context like every other (a link or a fifo is refused).
     fn excludes(&self) -> Result<crate::recipe::files::Excludes, BuildError> {
         let mut excludes = self.copy.exclude.clone();
         for name in IGNORE_FILES {
             let path = self.copy.src.join(name);
-            if std::fs::symlink_metadata(&path).is_err() {
-                continue;
-            }
-            let text = crate::fs::read_input_text(&path, MAX_IGNORE_BYTES)
-                .map_err(|e| self.at_src(format!("cannot read `{}`: {e}", path.display())))?;
+            let bytes = match self.context.read_bounded(&path, MAX_IGNORE_BYTES) {
+                Ok(bytes) => bytes,
+                Err(err) if err.is_not_found() => continue,
+                Err(err) => return Err(self.read_error(&path, err)),
+            };
+            let text = String::from_utf8(bytes)
+                .map_err(|_| self.at_src(format!("`{}` is not UTF-8 text", self.shown(&path))))?;
             for (number, line) in text.lines().enumerate() {
                 excludes.push(line).map_err(|e| {
-                    self.at_src(format!("`{}` line {}: {e}", path.display(), number + 1))
+                    self.at_src(format!("`{}` line {}: {e}", self.shown(&path), number + 1))
                 })?;
             }
             // The ignore file says what to leave out; it is not part of the image.
@@ -167,26 +208,28 @@ impl Walker<'_> {
         at: &str,
         excludes: &crate::recipe::files::Excludes,
     ) -> Result<(), BuildError> {
-        let mut names = Vec::new();
-        for entry in std::fs::read_dir(dir).map_err(|e| self.read_error(dir, e))? {
-            let entry = entry.map_err(|e| self.read_error(dir, e))?;
-            let name = entry.file_name().into_string().map_err(|name| {
+        let mut entries = Vec::new();
+        for (name, kind) in self
+            .context
+            .read_dir(dir)
+            .map_err(|e| self.read_error(dir, e))?
+        {
+            let name = name.into_string().map_err(|name| {
                 self.at_src(format!(
                     "`{}` has a name that is not UTF-8, which an image layer cannot carry faithfully",
-                    dir.join(name).display()
+                    self.shown(&dir.join(name))
                 ))
             })?;
-            names.push(name);
+            entries.push((name, kind));
         }
-        names.sort();
-        for name in names {
+        entries.sort_by(|a, b| a.0.cmp(&b.0));
+        for (name, kind) in entries {
             let path = dir.join(&name);
             let rel = join(rel, &name);
-            let meta = std::fs::symlink_metadata(&path).map_err(|e| self.read_error(&path, e))?;
-            let kind = meta.file_type();
             if excludes.excludes(&rel, kind.is_dir()) {
                 continue;
             }
+            self.check_name(&path, &name, "has a name that")?;
             let dest = join(at, &name);
             if kind.is_dir() {
                 self.push_dir(dest.clone())?;
@@ -194,20 +237,25 @@ impl Walker<'_> {
             } else if kind.is_symlink() {
                 self.push_link(&path, &rel, dest)?;
             } else if kind.is_file() {
-                self.push_file(&path, dest, &meta)?;
+                self.push_file(&path, dest)?;
             } else {
                 return Err(self.at_src(format!(
-                    "`{}` is a {}; only files, directories and links can be copied",
-                    path.display(),
-                    if kind.is_fifo() {
-                        "named pipe"
-                    } else {
-                        crate::fs::file_kind(&kind)
-                    }
+                    "`{}` is {}; only files, directories and links can be copied",
+                    self.shown(&path),
+                    special_kind(&kind)
                 )));
             }
         }
         Ok(())
+    }
+
+    /// `name` (of `path`) follows the recipe's rule for names: no control or bidirectional
+    /// characters, which would go into the layer and reorder or hide what a listing shows.
+    fn check_name(&self, path: &Path, name: &str, what: &str) -> Result<(), BuildError> {
+        match crate::recipe::name_problem(name) {
+            None => Ok(()),
+            Some(problem) => Err(self.at_src(format!("`{}` {what} {problem}", self.shown(path)))),
+        }
     }
 
     fn push(&mut self, path: String, mode: u32, content: Content) -> Result<(), BuildError> {
@@ -239,7 +287,10 @@ impl Walker<'_> {
     /// A link kept as it is, when it points inside `src`: relative, and not climbing above
     /// the top of `src` from where it is.
     fn push_link(&mut self, path: &Path, rel: &str, dest: String) -> Result<(), BuildError> {
-        let target = std::fs::read_link(path).map_err(|e| self.read_error(path, e))?;
+        let target = self
+            .context
+            .read_link(path)
+            .map_err(|e| self.read_error(path, e))?;
         let mut depth = rel.matches('/').count() as i64;
         let mut inside = !target.as_os_str().is_empty();
         for component in target.components() {
@@ -253,37 +304,37 @@ impl Walker<'_> {
                 inside = false;
             }
         }
-        if !inside || target.to_str().is_none() {
+        let Some(text) = target.to_str().filter(|_| inside) else {
             return Err(self.at_src(format!(
                 "`{}` is a link to `{}`, outside `src` `{}`: links must point inside the directory copied",
-                path.display(),
-                target.display(),
+                self.shown(path),
+                crate::recipe::visible(&target.to_string_lossy()),
                 self.copy.src_text
             )));
-        }
+        };
+        self.check_name(path, text, "is a link whose target")?;
         self.push(dest, 0o777, Content::Symlink(target))
     }
 
-    /// A file with its size and sha256 as they are now; the tar writer checks them again.
-    fn push_file(
-        &mut self,
-        path: &Path,
-        dest: String,
-        meta: &std::fs::Metadata,
-    ) -> Result<(), BuildError> {
+    /// A file with its size and sha256 as they are now, read from the descriptor the
+    /// context opened; the tar writer opens it again the same way and checks both.
+    fn push_file(&mut self, path: &Path, dest: String) -> Result<(), BuildError> {
+        let (mut file, meta) = self
+            .context
+            .open_file(path)
+            .map_err(|e| self.read_error(path, e))?;
         let mode = self.copy.mode.unwrap_or(if meta.mode() & 0o111 != 0 {
             0o755
         } else {
             0o644
         });
         let mut hasher = Sha256::new();
-        let mut file = fs_err::File::open(path).map_err(|e| self.read_error(path, e))?;
         let mut buffer = vec![0; 1 << 20];
         let mut size = 0u64;
         loop {
             let n = file
                 .read(&mut buffer)
-                .map_err(|e| self.read_error(path, e))?;
+                .map_err(|e| self.read_error(path, ContextError::Io(e)))?;
             if n == 0 {
                 break;
             }
@@ -291,19 +342,27 @@ impl Walker<'_> {
             size += n as u64;
         }
         let content = Content::File {
-            source: path.to_path_buf(),
+            source: ContextFile {
+                context: self.context.clone(),
+                path: path.to_path_buf(),
+            },
             size,
             sha256: hex::encode(hasher.finalize()),
         };
         self.push(dest, mode, content)
     }
 
+    /// `rel` on the host, safe to print.
+    fn shown(&self, rel: &Path) -> String {
+        crate::recipe::visible(&self.context.host_path(rel).to_string_lossy())
+    }
+
     fn at_src(&self, message: String) -> BuildError {
         at(self.recipe, &self.copy.src_span, message)
     }
 
-    fn read_error(&self, path: &Path, err: std::io::Error) -> BuildError {
-        self.at_src(format!("cannot read `{}`: {err}", path.display()))
+    fn read_error(&self, path: &Path, err: ContextError) -> BuildError {
+        self.at_src(format!("cannot read `{}`: {err}", self.shown(path)))
     }
 }
 

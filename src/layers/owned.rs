@@ -19,6 +19,7 @@ use sha2::{Digest, Sha256};
 use tar::{Builder, EntryType, Header};
 
 use super::{compress::Compression, plan::LayerKind, tar::TarError};
+use crate::fs::context::ContextFile;
 
 /// Bump when what an owned layer holds for the same entries changes.
 const KEY_FORMAT: &str = "imgbuild-owned-layer-key/1";
@@ -30,10 +31,10 @@ pub enum Content {
     Symlink(PathBuf),
     /// A file made by the build (`/etc/passwd`).
     Bytes(Vec<u8>),
-    /// A file read from `source`, which had `size` bytes hashing to `sha256` when the layer
-    /// was planned.
+    /// A file of a build context, which had `size` bytes hashing to `sha256` when the
+    /// layer was planned; opened again beneath the same context when it is written.
     File {
-        source: PathBuf,
+        source: ContextFile,
         size: u64,
         sha256: String,
     },
@@ -243,10 +244,15 @@ pub fn write_owned_tar<W: Write>(layer: &OwnedLayer, out: W) -> Result<W, TarErr
                 header.set_entry_type(EntryType::Regular);
                 header.set_size(*size);
                 let read_err = |e: std::io::Error| TarError::Read {
-                    path: source.clone(),
+                    path: source.host_path(),
                     source: e,
                 };
-                let file = fs_err::File::open(source).map_err(read_err)?;
+                // The same confined open as the walk's, and still a regular file of the
+                // planned size: a file swapped for a fifo or a link since is refused, never
+                // waited on or followed.
+                let file = source
+                    .open_sized(*size)
+                    .map_err(|e| read_err(std::io::Error::other(e)))?;
                 let mut reader = Checked {
                     inner: std::io::BufReader::with_capacity(1 << 20, file),
                     remaining: *size,
@@ -369,25 +375,83 @@ mod tests {
         assert_ne!(other.content_digest(), layer.content_digest());
     }
 
+    /// A layer of the one file `f` of a context at `dir`, planned as holding `one`.
+    fn planned(dir: &std::path::Path) -> OwnedLayer {
+        let planned = Content::File {
+            source: ContextFile {
+                context: crate::fs::context::BuildContext::open(dir).unwrap(),
+                path: "f".into(),
+            },
+            size: 3,
+            sha256: hex::encode(Sha256::digest(b"one")),
+        };
+        OwnedLayer::new(
+            LayerKind::Files,
+            "f".into(),
+            vec![entry("f", 0, planned)],
+            0,
+        )
+    }
+
     #[test]
     fn a_file_changed_since_it_was_planned_is_refused() {
         let dir = tempfile::tempdir().unwrap();
         let source = dir.path().join("f");
         fs_err::write(&source, b"one").unwrap();
-        let planned = Content::File {
-            source: source.clone(),
-            size: 3,
-            sha256: hex::encode(Sha256::digest(b"one")),
-        };
-        let layer = OwnedLayer::new(
-            LayerKind::Files,
-            "f".into(),
-            vec![entry("f", 0, planned)],
-            0,
-        );
+        let layer = planned(dir.path());
         assert!(write_owned_tar(&layer, Vec::new()).is_ok());
         fs_err::write(&source, b"two").unwrap();
         let err = write_owned_tar(&layer, Vec::new()).unwrap_err();
         assert!(format!("{:?}", err).contains("changed"), "{err:?}");
+    }
+
+    /// The file swapped, between the walk and the tar writer, for a fifo with no writer
+    /// (which a blocking open would wait on for ever), a link out, or a larger file: each
+    /// refused, naming the file. The thread's deadline guards against a hang only.
+    #[test]
+    fn a_file_swapped_since_it_was_planned_is_refused_without_waiting() {
+        let outside = tempfile::tempdir().unwrap();
+        fs_err::write(outside.path().join("secret"), b"one").unwrap();
+        type Swap = fn(&std::path::Path, &std::path::Path);
+        let swaps: [(Swap, &str); 3] = [
+            (
+                |f, _| {
+                    let c = std::ffi::CString::new(f.as_os_str().as_encoded_bytes()).unwrap();
+                    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+                },
+                "is a fifo, not a regular file",
+            ),
+            (
+                |f, out| std::os::unix::fs::symlink(out.join("secret"), f).unwrap(),
+                "is a symbolic link",
+            ),
+            (
+                |f, _| fs_err::write(f, b"one and more").unwrap(),
+                "not the 3 it had",
+            ),
+        ];
+        for (swap, needle) in swaps {
+            let dir = tempfile::tempdir().unwrap();
+            let source = dir.path().join("f");
+            fs_err::write(&source, b"one").unwrap();
+            let layer = planned(dir.path());
+            fs_err::remove_file(&source).unwrap();
+            swap(&source, outside.path());
+            let (done, wait) = std::sync::mpsc::channel();
+            std::thread::spawn(move || {
+                let _ = done.send(write_owned_tar(&layer, Vec::new()).map(drop));
+            });
+            let result = wait
+                .recv_timeout(std::time::Duration::from_secs(30))
+                .unwrap_or_else(|_| panic!("the tar writer hung on a swapped file ({needle})"));
+            let err = result.unwrap_err();
+            let mut cause: Option<&dyn std::error::Error> = Some(&err);
+            let mut err = String::new();
+            while let Some(e) = cause {
+                err += &format!("{e}: ");
+                cause = e.source();
+            }
+            assert!(err.contains(needle) && err.contains("/f"), "{err}");
+        }
     }
 }

@@ -18,9 +18,16 @@ use super::{
 pub struct FileCopy {
     /// `src` as written, for messages and the layer's name.
     pub src_text: String,
-    /// `src` resolved against the recipe's directory (lexically: `..` climbs by name).
+    /// `src` relative to `context`, lexically (`a/../b` is `b`): only names, never `..`;
+    /// empty for the context's top.
     pub src: PathBuf,
     pub src_span: SourceSpan,
+    /// The build context: the directory `src` is read beneath and nothing outside it, the
+    /// recipe's own unless `context` names another.
+    pub context: PathBuf,
+    /// Where `context` is written, when it is: a context other than the recipe's
+    /// directory must lie beneath the directory imgbuild runs in.
+    pub context_span: Option<SourceSpan>,
     /// Absolute in-image path, as written but without a trailing `/`; `ends_with_slash`
     /// says a file goes into it rather than becoming it.
     pub dest: String,
@@ -123,6 +130,17 @@ impl Checker {
                 "`src` must be a path relative to the recipe (a file or a directory)",
             ));
         }
+        let (context, context_span) = self.context(entry.context.as_ref(), recipe_dir)?;
+        let Some(src_rel) = beneath(src.get_ref()) else {
+            return Err(self.error(
+                src,
+                format!(
+                    "`src` `{}` climbs out of the build context `{}`: files are read beneath the recipe's directory, or beneath the directory `context` names (`context = \"..\"` widens it)",
+                    src.get_ref(),
+                    context.display()
+                ),
+            ));
+        };
         let (dest, dest_is_dir) = self.dest(&entry.dest)?;
         let owner = entry
             .owner
@@ -142,8 +160,10 @@ impl Checker {
         }
         Ok(FileCopy {
             src_text: src.get_ref().clone(),
-            src: lexical_path(&recipe_dir.join(src.get_ref())),
+            src: src_rel,
             src_span: self.span(src.span()),
+            context,
+            context_span,
             dest,
             dest_is_dir,
             dest_span: self.span(entry.dest.span()),
@@ -151,6 +171,27 @@ impl Checker {
             mode,
             exclude,
         })
+    }
+
+    /// `context`: a directory relative to the recipe's (or absolute); the recipe's own
+    /// directory without it.
+    fn context(
+        &self,
+        context: Option<&Spanned<String>>,
+        recipe_dir: &std::path::Path,
+    ) -> Result<(PathBuf, Option<SourceSpan>), RecipeError> {
+        let Some(context) = context else {
+            return Ok((recipe_dir.to_path_buf(), None));
+        };
+        self.visible_only(context, "`context`")?;
+        if context.get_ref().is_empty() {
+            return Err(self.error(
+                context,
+                "`context` must name a directory, relative to the recipe (`..`) or absolute",
+            ));
+        }
+        let dir = lexical_path(&recipe_dir.join(context.get_ref()));
+        Ok((dir, Some(self.span(context.span()))))
     }
 
     /// `dest`: absolute, no `.` or `..` or empty components, nothing hidden. A trailing `/`
@@ -221,6 +262,22 @@ impl Checker {
     }
 }
 
+/// `src` as names beneath the context's top, `.` and `..` resolved lexically; `None` when
+/// a `..` climbs above the top.
+fn beneath(src: &str) -> Option<PathBuf> {
+    let mut names: Vec<&str> = Vec::new();
+    for part in src.split('/') {
+        match part {
+            "" | "." => {}
+            ".." => {
+                names.pop()?;
+            }
+            name => names.push(name),
+        }
+    }
+    Some(names.iter().collect())
+}
+
 #[cfg(test)]
 mod tests {
     use std::path::Path;
@@ -239,12 +296,18 @@ mod tests {
     }
 
     #[test]
-    fn entries_resolve_src_against_the_recipe_and_keep_dest_and_mode() {
-        let recipe =
-            parse("src = \"../app\"\ndest = \"/srv/app/\"\nowner = \"1000:1000\"\nmode = \"0640\"")
-                .unwrap();
+    fn entries_resolve_src_beneath_the_context_and_keep_dest_and_mode() {
+        let recipe = parse(
+            "src = \"./app/../app\"\ndest = \"/srv/app/\"\nowner = \"1000:1000\"\nmode = \"0640\"",
+        )
+        .unwrap();
         let copy = &recipe.files[0];
-        assert_eq!(copy.src, Path::new("/p/app"));
+        assert_eq!(copy.src, Path::new("app"));
+        assert_eq!(copy.context, Path::new("/p/recipes"));
+        assert!(copy.context_span.is_none());
+        let widened = parse("context = \"..\"\nsrc = \"app\"\ndest = \"/srv/app\"").unwrap();
+        assert_eq!(widened.files[0].context, Path::new("/p"));
+        assert_eq!(widened.files[0].src, Path::new("app"));
         assert_eq!((copy.dest.as_str(), copy.dest_is_dir), ("/srv/app", true));
         assert_eq!(copy.mode, Some(0o640));
         assert_eq!(copy.owner.as_ref().unwrap().0, "1000:1000");
@@ -258,6 +321,26 @@ mod tests {
                 "relative to the recipe",
             ),
             ("src = \"\"\ndest = \"/x\"", "relative to the recipe"),
+            (
+                "src = \"../app\"\ndest = \"/x\"",
+                "climbs out of the build context",
+            ),
+            (
+                "src = \"a/../../app\"\ndest = \"/x\"",
+                "climbs out of the build context `/p/recipes`",
+            ),
+            (
+                "context = \"..\"\nsrc = \"../app\"\ndest = \"/x\"",
+                "climbs out of the build context `/p`",
+            ),
+            (
+                "context = \"\"\nsrc = \"a\"\ndest = \"/x\"",
+                "`context` must name",
+            ),
+            (
+                "context = \"a\\u001b\"\nsrc = \"a\"\ndest = \"/x\"",
+                "`context` `a<U+001B>` contains the control character U+001B",
+            ),
             ("src = \"a\"\ndest = \"x\"", "must be an absolute path"),
             ("src = \"a\"\ndest = \"/srv/../etc\"", "without `.`, `..`"),
             ("src = \"a\"\ndest = \"/srv//x\"", "without `.`, `..`"),

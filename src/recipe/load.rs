@@ -1065,8 +1065,19 @@ fn forbidden(c: char) -> bool {
     c == '\t' || is_hidden(c)
 }
 
+/// What is wrong with a name a build finds (a `[[files]]` entry, a link target) by the
+/// rule every value of the recipe follows: `None`, or which forbidden character it holds.
+pub(crate) fn name_problem(text: &str) -> Option<String> {
+    text.chars().find(|c| forbidden(*c)).map(|c| {
+        format!(
+            "contains {}; control and bidirectional characters are not allowed",
+            describe(c)
+        )
+    })
+}
+
 /// `text` with its forbidden characters written as `<U+XXXX>`, safe to print.
-fn visible(text: &str) -> String {
+pub(crate) fn visible(text: &str) -> String {
     text.chars()
         .map(|c| {
             if forbidden(c) {

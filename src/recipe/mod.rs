@@ -20,8 +20,8 @@ pub use crate::cuda::CudaTarget;
 pub use crate::names::{is_valid_tag, oci_architecture};
 pub(crate) use error::shown;
 pub use error::{RecipeError, SourceSpan};
-pub(crate) use load::lexical_path;
 pub use load::{Base, Recipe, RecipeOptions, read_recipe_text};
+pub(crate) use load::{lexical_path, name_problem, visible};
 pub use platforms::{OciPlatform, Platforms};
 
 /// Where channel names such as `conda-forge` resolve when no alias is configured.

@@ -174,8 +174,11 @@ pub(crate) struct UserEntry {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct FilesEntry {
-    /// A file or directory, relative to the recipe.
+    /// A file or directory, relative to the build context.
     pub src: Spanned<String>,
+    /// The build context `src` is read beneath, relative to the recipe (or absolute);
+    /// default: the recipe's directory.
+    pub context: Option<Spanned<String>>,
     /// Absolute in-image path: the file's, or the directory the contents go into.
     pub dest: Spanned<String>,
     /// `UID:GID`, `name` or `name:group`; default `0:0`.
