@@ -1,6 +1,9 @@
 //! How layer blobs are compressed, as recipes name it and manifests record it. The block
 //! sizes and levels are part of the format: the compressors in `crate::layers::compress`
-//! follow them, and changing one changes every digest.
+//! follow them, and changing one changes every digest. [`bounded`] reads what strangers
+//! compressed with a bound on what comes out.
+
+pub mod bounded;
 
 /// Input block size of the gzip compressor. Part of the format: changing it changes every
 /// digest.

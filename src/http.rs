@@ -5,6 +5,11 @@
 //! minimal container). A build from local channels needs no TLS at all, so instead of a
 //! panic: warn, and use a client that trusts no certificate, so an https request fails with
 //! its own clear error and everything else works.
+//!
+//! Channel answers are bounded ([`repodata`]): what a `repodata.json` decompresses to may
+//! not pass `IMGBUILD_MAX_REPODATA_BYTES` (default 2 GiB).
+
+pub mod repodata;
 
 use rattler_networking::LazyClient;
 
@@ -24,9 +29,11 @@ pub fn client() -> Result<LazyClient, HttpError> {
             .tls_certs_only(std::iter::empty())
             .build()
     });
-    client
-        .map(LazyClient::from)
-        .map_err(|err| HttpError(error_chain(&err)))
+    let client = client.map_err(|err| HttpError(error_chain(&err)))?;
+    let client = reqwest_middleware::ClientBuilder::new(client)
+        .with(repodata::RepodataBound::from_env())
+        .build();
+    Ok(LazyClient::from(client))
 }
 
 /// The HTTP client could not be set up.

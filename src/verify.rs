@@ -7,7 +7,6 @@
 
 use std::{
     collections::BTreeSet,
-    io::Read,
     path::{Path, PathBuf},
 };
 
@@ -598,8 +597,12 @@ fn manifest_difference(ma: &ImageManifest, ba: &Path, mb: &ImageManifest, bb: &P
                         .path()
                         .map(|p| p.display().to_string())
                         .unwrap_or_default();
+                    // The header and the sha256 of the content: two layers are compared
+                    // without holding either in memory (the layer reader bounds the rest).
                     let mut data = entry.header().as_bytes().to_vec();
-                    let _ = entry.read_to_end(&mut data);
+                    let mut hasher = Sha256::new();
+                    let _ = std::io::copy(&mut entry, &mut HashSink(&mut hasher));
+                    data.extend_from_slice(&hasher.finalize());
                     (path, data)
                 })
                 .collect()

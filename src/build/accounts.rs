@@ -8,10 +8,9 @@
 //! ID the base already has is refused, naming the recipe's entry and the base's line: two
 //! entries for one name or ID leave which one wins to the reader.
 
-use std::io::Read;
-
 use super::BuildError;
 use crate::{
+    compression::bounded::{Bound, read_to_end_bounded},
     layers::{LayerKind, OwnedEntry, OwnedLayer, owned::Content},
     oci::base::{BaseImage, GlibcError},
     recipe::{Recipe, RecipeError, SourceSpan, accounts::Accounts},
@@ -319,17 +318,13 @@ pub(super) fn read_account_files(base: &BaseImage) -> Result<AccountFiles, Build
                 )),
             ));
         }
-        let mut bytes = Vec::new();
-        entry
-            .take(MAX_ACCOUNT_FILE + 1)
-            .read_to_end(&mut bytes)
+        let bound = Bound::new(
+            MAX_ACCOUNT_FILE,
+            format!("`/{path}` in layer `{digest}`"),
+            "the most an account file may hold",
+        );
+        let bytes = read_to_end_bounded(entry, bound)
             .map_err(|source| layer_error(digest.to_string(), source))?;
-        if bytes.len() as u64 > MAX_ACCOUNT_FILE {
-            return Err(layer_error(
-                digest.to_string(),
-                std::io::Error::other(format!("`/{path}` is larger than 4 MiB")),
-            ));
-        }
         *slot = Some(String::from_utf8_lossy(&bytes).into_owned());
         Ok(())
     })?;

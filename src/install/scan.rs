@@ -59,14 +59,15 @@ pub struct Scanned {
     pub unpacked: u64,
 }
 
-/// How far an archive may expand: [`MAX_RATIO`] times its own size, and never less than
-/// [`MIN_UNPACKED`]. Real packages stay far below (CUDA libraries unpack to 3 to 5 times
-/// their archive, text-heavy ones to 10 to 20, a package of nothing but empty files to under
-/// 100); a kilobyte of bzip2 that unpacks to a gigabyte of zeros is a decompression bomb,
-/// refused at the first header past the bound, before its bytes are decompressed.
-pub const MAX_RATIO: u64 = 1000;
-/// The bound for small archives, whose ratio says little (tar headers alone compress well).
-pub const MIN_UNPACKED: u64 = 32 << 20;
+/// How far an archive may expand: the ratio bound every decompression has
+/// ([`crate::compression::bounded::Bound::ratio`]), [`MAX_RATIO`] times its own size (or
+/// `$IMGBUILD_MAX_UNPACK_RATIO`) and never less than [`MIN_UNPACKED`]. Real packages stay far
+/// below (CUDA libraries unpack to 3 to 5 times their archive, text-heavy ones to 10 to 20, a
+/// package of nothing but empty files to under 100); a kilobyte of bzip2 that unpacks to a
+/// gigabyte of zeros is a decompression bomb, refused at the first header past the bound,
+/// before its bytes are decompressed. The scan counts headers' sizes rather than reading
+/// through a `Bounded` reader, so that it refuses before decompressing the content.
+pub use crate::compression::bounded::{MAX_RATIO, MIN_UNPACKED};
 /// The most `info/paths.json` may hold; torch's, the largest seen, is 9 MiB.
 const MAX_PATHS_JSON: u64 = 64 << 20;
 
@@ -92,8 +93,9 @@ impl Scan<'_> {
             return Err(Refusal::new(
                 self.archive,
                 format!(
-                    "unpacks to more than {} bytes, over {MAX_RATIO} times its size; refused as a decompression bomb",
-                    self.limit
+                    "unpacks to more than {} bytes, over {} times its size; refused as a decompression bomb",
+                    self.limit,
+                    crate::compression::bounded::ratio()
                 ),
             ));
         }
@@ -119,7 +121,7 @@ pub fn scan_archive(
         .map_err(|e| Refusal::new(archive, format!("cannot be read: {e}")))?;
     let mut scan = Scan {
         archive,
-        limit: size.saturating_mul(MAX_RATIO).max(MIN_UNPACKED),
+        limit: crate::compression::bounded::Bound::ratio(size, archive).max,
         scanned: Scanned::default(),
         declared: None,
     };

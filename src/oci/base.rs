@@ -8,7 +8,10 @@ use std::path::PathBuf;
 use oci_spec::image::{Descriptor, ImageConfiguration};
 use rattler_conda_types::Subdir;
 
-use crate::recipe::Base;
+use crate::{
+    compression::bounded::{Bound, read_to_end_bounded},
+    recipe::Base,
+};
 
 use super::{
     layout::Layout,
@@ -102,6 +105,9 @@ pub enum GlibcError {
     },
 }
 
+/// The most `libc.so.6` is read into memory for its version.
+const MAX_LIBC: u64 = 64 << 20;
+
 /// The glibc version the base image ships, found by reading its layers: the version string
 /// inside `libc.so.6` (`… release version 2.36.`) or the name `libc-2.31.so` of older
 /// glibcs. `None` when the base has no glibc (scratch, busybox, musl).
@@ -122,8 +128,13 @@ pub fn detect_glibc(base: &BaseImage) -> Result<Option<rattler_conda_types::Vers
         {
             found = version.parse().ok().or(found.take());
         } else if name == "libc.so.6" && entry.header().entry_type().is_file() {
-            let mut bytes = Vec::new();
-            std::io::Read::read_to_end(entry, &mut bytes)
+            // libc.so.6 is 2 MB; 64 MiB of it is no libc but a bomb held in memory.
+            let bound = Bound::new(
+                MAX_LIBC,
+                format!("`{path}` in layer `{digest}`"),
+                "the most a libc.so.6 may hold",
+            );
+            let bytes = read_to_end_bounded(entry, bound)
                 .map_err(|source| layer_error(digest.to_string(), source))?;
             found = glibc_version_in(&bytes).or(found.take());
         }

@@ -30,6 +30,7 @@ use pep508_rs::PackageName;
 use sha2::{Digest, Sha256};
 
 use super::tags::WheelName;
+use crate::compression::bounded::{Bound, Bounded, TooLarge, read_to_end_bounded};
 
 /// The most a wheel's own metadata file (`WHEEL`, `RECORD`, `entry_points.txt`) may hold.
 const METADATA_LIMIT: u64 = 64 << 20;
@@ -128,13 +129,26 @@ pub fn install_wheel(
         scheme,
     };
     let (name, mut archive) = open_wheel(wheel_path, &install)?;
+    // Every member together may unpack to the ratio bound of the wheel's size.
+    let size = fs_err::metadata(wheel_path)
+        .map_err(install.io(wheel_path))?
+        .len();
+    let budget = Bound::ratio(size, format!("wheel `{wheel_file}`"));
     let dist_info = find_dist_info(&archive, &name.name, &install)?;
     let wheel = read_wheel_file(&mut archive, &dist_info, &install)?;
     let record = read_record(&mut archive, &dist_info, &install)?;
     let Unpacked {
         mut installed,
         mtime,
-    } = unpack_archive(&mut archive, &wheel, &dist_info, &record, owned, &install)?;
+    } = unpack_archive(
+        &mut archive,
+        &wheel,
+        &dist_info,
+        &record,
+        owned,
+        &install,
+        &budget,
+    )?;
     write_entry_points(&mut archive, &dist_info, owned, &mut installed, &install)?;
     write_installer_metadata(&dist_info, requested, &mut installed, &install)?;
     let record_path = write_record(&dist_info, &installed, &install)?;
@@ -260,14 +274,16 @@ fn read_metadata_file(
     match archive.by_name(member) {
         Ok(entry) => {
             // Metadata files are small; a huge one is a zip bomb, not metadata.
-            let mut bytes = Vec::new();
-            entry
-                .take(METADATA_LIMIT + 1)
-                .read_to_end(&mut bytes)
-                .map_err(|e| install.invalid(format!("`{member}` cannot be read: {e}")))?;
-            if bytes.len() as u64 > METADATA_LIMIT {
-                return Err(install.invalid(format!("`{member}` is larger than 64 MiB")));
-            }
+            let bound = Bound::new(
+                METADATA_LIMIT,
+                format!("`{member}`"),
+                "the most a metadata file may hold",
+            );
+            let bytes =
+                read_to_end_bounded(entry, bound).map_err(|e| match TooLarge::in_io(&e) {
+                    Some(too_large) => install.invalid(too_large.to_string()),
+                    None => install.invalid(format!("`{member}` cannot be read: {e}")),
+                })?;
             Ok(Some(bytes))
         }
         Err(zip::result::ZipError::FileNotFound) => Ok(None),
@@ -392,10 +408,12 @@ fn unpack_archive(
     record: &Record,
     owned: &BTreeMap<String, String>,
     install: &Install,
+    budget: &Bound,
 ) -> Result<Unpacked, WheelInstallError> {
     let record_name = dist_info.member("RECORD");
     let mut installed = Installed::new();
     let mut newest_mtime = 0u64;
+    let mut unpacked = 0u64;
     for index in 0..archive.len() {
         let mut entry = archive
             .by_index(index)
@@ -413,7 +431,17 @@ fn unpack_archive(
         if installed.contains_key(&destination.text) {
             return Err(install.invalid(format!("`{}` is in the wheel twice", destination.text)));
         }
+        let bound = Bound::new(
+            budget.max.saturating_sub(unpacked),
+            format!("`{}` in wheel `{}`", member.name, install.wheel_file),
+            format!(
+                "what is left of the {} bytes all members together may hold: {}",
+                budget.max, budget.rule
+            ),
+        );
+        let mut entry = Bounded::new(&mut entry, bound);
         let (temp, copied) = copy_verified(&mut entry, &member, &destination, &recorded, install)?;
+        unpacked += copied.original_size;
         drop(entry);
         let mode = if member.executable || destination.script {
             0o755
@@ -621,7 +649,10 @@ fn copy_verified(
         (destination.script).then_some(install.scheme.python.as_str()),
     )
     .map_err(|e| match e {
-        CopyError::Read(e) => install.invalid(format!("`{name}` cannot be read: {e}")),
+        CopyError::Read(e) => match TooLarge::in_io(&e) {
+            Some(too_large) => install.invalid(too_large.to_string()),
+            None => install.invalid(format!("`{name}` cannot be read: {e}")),
+        },
         CopyError::TooLarge => {
             install.invalid(format!("`{name}` is larger than its RECORD entry says"))
         }

@@ -11,11 +11,11 @@
 //! two `METADATA` members, a compression other than stored or deflate) gives `None`, and the
 //! caller downloads the wheel whole, as before.
 
-use std::io::Read;
-
 use rattler_networking::LazyClient;
 use reqwest::{StatusCode, header};
 use url::Url;
+
+use crate::compression::bounded::{Bound, read_to_end_bounded};
 
 /// The tail read first: the end of central directory record with the longest comment a zip
 /// may have, which is where the record is found.
@@ -336,17 +336,20 @@ fn inflate(member: &Member, raw: &[u8]) -> Result<String, String> {
     if member.size > LIMIT {
         return Err("METADATA larger than 64 MiB".into());
     }
-    let mut bytes = Vec::with_capacity(member.size as usize);
-    match member.method {
-        0 => bytes.extend_from_slice(raw),
-        8 => {
-            flate2::read::DeflateDecoder::new(raw)
-                .take(LIMIT + 1)
-                .read_to_end(&mut bytes)
-                .map_err(|e| format!("METADATA does not inflate: {e}"))?;
-        }
+    let bytes = match member.method {
+        0 => raw.to_vec(),
+        // Bounded by the size the directory declares: more is no METADATA of this wheel.
+        8 => read_to_end_bounded(
+            flate2::read::DeflateDecoder::new(raw),
+            Bound::new(
+                member.size,
+                "METADATA",
+                "the size the zip directory declares",
+            ),
+        )
+        .map_err(|e| format!("METADATA does not inflate: {e}"))?,
         method => return Err(format!("METADATA compressed by method {method}")),
-    }
+    };
     let mut crc = flate2::Crc::new();
     crc.update(&bytes);
     if bytes.len() as u64 != member.size || crc.sum() != member.crc32 {

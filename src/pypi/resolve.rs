@@ -12,7 +12,6 @@ use std::{
     cell::RefCell,
     collections::{BTreeMap, HashMap},
     fmt,
-    io::Read,
     path::Path,
     rc::Rc,
     str::FromStr,
@@ -27,7 +26,10 @@ use pubgrub::{
 use rattler_networking::LazyClient;
 use url::Url;
 
-use crate::report::{Progress, Reporter as BuildReporter};
+use crate::{
+    compression::bounded::{Bound, TooLarge, read_to_end_bounded},
+    report::{Progress, Reporter as BuildReporter},
+};
 
 use super::{
     PythonTarget, ResolvedWheel,
@@ -573,17 +575,13 @@ pub fn wheel_metadata(path: &Path) -> Result<String, String> {
                 .is_some_and(|dir| dir.ends_with(".dist-info") && !dir.contains('/'))
         })
         .ok_or_else(|| "is missing: the wheel has no `*.dist-info/METADATA`".to_string())?;
-    let mut text = String::new();
-    archive
-        .by_name(&name)
-        .map_err(|e| e.to_string())?
-        .take(MAX_METADATA_BYTES + 1)
-        .read_to_string(&mut text)
-        .map_err(|e| format!("cannot be read: {e}"))?;
-    if text.len() as u64 > MAX_METADATA_BYTES {
-        return Err("is larger than 64 MiB".to_string());
-    }
-    Ok(text)
+    let bound = Bound::new(MAX_METADATA_BYTES, format!("`{name}`"), "the most METADATA may hold");
+    let entry = archive.by_name(&name).map_err(|e| e.to_string())?;
+    let bytes = read_to_end_bounded(entry, bound).map_err(|e| match TooLarge::in_io(&e) {
+        Some(too_large) => too_large.to_string(),
+        None => format!("cannot be read: {e}"),
+    })?;
+    String::from_utf8(bytes).map_err(|_| "cannot be read: it is not UTF-8".to_string())
 }
 
 /// `project` as a refusal when no wheel it offers is in `range` but a source distribution is.

@@ -9,7 +9,10 @@ use std::{
 use imgbuild_smoke::libraries::{CudaLibraries, LibraryKind};
 use rattler_conda_types::Subdir;
 
-use crate::oci::{base::BaseImage, layout::Layout, read::ReadError};
+use crate::{
+    compression::bounded::{self, Bound, Bounded},
+    oci::{base::BaseImage, layout::Layout, read::ReadError},
+};
 
 /// The CUDA libraries found in an image.
 #[derive(Debug)]
@@ -22,8 +25,82 @@ pub struct ImageCuda {
     pub sources: BTreeMap<String, String>,
 }
 
+/// The most one extracted library may hold. The largest real one, `libnvrtc.so` of CUDA
+/// 12 and 13, is 60 to 110 MB; cudart is under 1 MB and NVRTC's builtins under 10 MB.
+pub const MAX_LIBRARY: u64 = 256 << 20;
+/// Replaces [`MAX_LIBRARY`] (bytes, a positive integer); all libraries together may hold
+/// twice it.
+pub const MAX_LIBRARY_ENV: &str = "IMGBUILD_SMOKE_MAX_LIBRARY_BYTES";
+
+/// What the extracted files may still hold: each at most `per_file`, all together (copies
+/// a later layer replaces included) at most `left`. A layer's own ratio bound allows a
+/// gigabyte of zeros from a megabyte of gzip; these keep that out of `TMPDIR`.
+struct Budget {
+    per_file: u64,
+    left: u64,
+}
+
+impl Budget {
+    fn from_env() -> Self {
+        let per_file = bounded::env_u64(MAX_LIBRARY_ENV).unwrap_or(MAX_LIBRARY);
+        Budget {
+            per_file,
+            left: per_file.saturating_mul(2),
+        }
+    }
+
+    /// The bound of the next file, `path` in layer `digest`.
+    fn next(&self, digest: &str, path: &str) -> Bound {
+        let (max, rule) = if self.per_file <= self.left {
+            (self.per_file, "the most one CUDA library may hold")
+        } else {
+            (
+                self.left,
+                "what is left of the most all CUDA libraries together may hold",
+            )
+        };
+        Bound::new(
+            max,
+            format!("`{path}` in layer `{digest}`"),
+            format!("{rule}; {MAX_LIBRARY_ENV} sets it"),
+        )
+    }
+
+    fn spend(&mut self, bytes: u64) {
+        self.left = self.left.saturating_sub(bytes);
+    }
+}
+
+/// Copies the library `entry` to `target` through `bound`; the bytes written. A refused
+/// library is removed again, so a bomb leaves nothing behind.
+fn write_library(
+    entry: &mut impl std::io::Read,
+    target: &Path,
+    bound: Bound,
+) -> Result<u64, ExtractError> {
+    let write_error = |source| ExtractError::Write {
+        path: target.to_path_buf(),
+        source,
+    };
+    let mut out = fs_err::File::create(target).map_err(write_error)?;
+    let mut reader = Bounded::new(entry, bound);
+    match std::io::copy(&mut reader, &mut out) {
+        Ok(written) => Ok(written),
+        Err(err) => {
+            drop(out);
+            let _ = fs_err::remove_file(target);
+            Err(match bounded::TooLarge::in_io(&err) {
+                Some(too_large) => ExtractError::TooLarge(too_large.clone()),
+                None => write_error(err),
+            })
+        }
+    }
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum ExtractError {
+    #[error(transparent)]
+    TooLarge(bounded::TooLarge),
     #[error(transparent)]
     Open(#[from] ReadError),
     #[error("Failed to read layer `{digest}` of the image")]
@@ -59,6 +136,7 @@ pub fn extract_cuda_libraries(image: &BaseImage) -> Result<ImageCuda, ExtractErr
         })?;
     // File name → (in-image path, symlink target or None for a file).
     let mut found: BTreeMap<String, (String, Option<String>)> = BTreeMap::new();
+    let mut budget = Budget::from_env();
     let layer_error = |digest, source| ExtractError::Layer { digest, source };
     image.walk_layers(layer_error, |digest, path, entry| {
         let Some(name) = path.rsplit('/').next().map(str::to_string) else {
@@ -79,14 +157,9 @@ pub fn extract_cuda_libraries(image: &BaseImage) -> Result<ImageCuda, ExtractErr
             let link_name = link.rsplit('/').next().unwrap_or(&link).to_string();
             found.insert(name, (path.to_string(), Some(link_name)));
         } else if entry_type.is_file() {
-            let mut out = fs_err::File::create(&target).map_err(|source| ExtractError::Write {
-                path: target.clone(),
-                source,
-            })?;
-            std::io::copy(entry, &mut out).map_err(|source| ExtractError::Write {
-                path: target.clone(),
-                source,
-            })?;
+            let bound = budget.next(digest, path);
+            let written = write_library(entry, &target, bound)?;
+            budget.spend(written);
             found.insert(name, (path.to_string(), None));
         }
         Ok(())

@@ -27,6 +27,7 @@ mod fatbin;
 mod files;
 mod fixtures_smoke;
 mod hostile;
+mod hostile_decompress;
 mod hostile_files;
 mod hostile_inputs;
 mod hostile_lock;
