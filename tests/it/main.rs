@@ -27,6 +27,7 @@ mod fatbin;
 mod files;
 mod fixtures_smoke;
 mod hostile;
+mod hostile_accounts;
 mod hostile_generated;
 mod hostile_init;
 mod hostile_inputs;
