@@ -93,6 +93,14 @@ pub enum SlurmError {
     #[error("`--env {name}` is given twice")]
     DuplicateEnv { name: String },
     #[error(
+        "`--env {name}=…`: with the Pyxis runner the job step's environment is also the one Pyxis runs enroot in on the node, so {why}; set it in the recipe's `[image.env]`, or use `--runner podman`, which passes it to the container only"
+    )]
+    PyxisEnvName { name: String, why: &'static str },
+    #[error(
+        "`--env {name}=…`: the value has a quote (`'` or `\"`), which Slurm's `srun --export` list cannot carry; set it in the recipe's `[image.env]`, or use `--runner podman`"
+    )]
+    PyxisEnvValue { name: String },
+    #[error(
         "`{image}` has neither an entrypoint nor a cmd, so the job would run nothing: give one with `--set command=…`"
     )]
     NoCommand { image: String },
@@ -102,6 +110,9 @@ pub enum SlurmError {
 pub fn sbatch_script(image: &ImageSummary, options: &JobOptions) -> Result<String, SlurmError> {
     let reference = pinned_reference(&options.repository, image.image_digest())?;
     check_env(&options.env)?;
+    if options.runner == Runner::Pyxis {
+        check_pyxis_env(&options.env)?;
+    }
     let name = match &options.name {
         Some(name) => name.clone(),
         None => job_name(&image.image),
@@ -188,16 +199,21 @@ fn pyxis_step(
 ) -> String {
     let mut step = String::new();
     if options.insecure_registry {
-        // Pyxis passes the job's environment to `enroot import`.
+        // Pyxis passes the job's environment to `enroot import`. imgbuild's own constant:
+        // the user's `--env` never reaches the batch shell (below).
         step.push_str("export ENROOT_ALLOW_HTTP=yes\n");
     }
-    for (name, value) in &options.env {
-        step.push_str(&format!("export {name}={}\n", shell_quote(value)));
+    let mut flags = Vec::new();
+    if !options.env.is_empty() {
+        // The values go to the step's tasks through srun's argument, never into the batch
+        // shell or srun's own environment (where `PATH` would pick the `srun` that runs and
+        // `LD_PRELOAD` load into it).
+        flags.push(shell_quote(&export_list(&options.env)));
     }
-    let mut flags = vec![
+    flags.extend([
         format!("--container-image={}", shell_quote(&enroot_uri(reference))),
         "--no-container-entrypoint".to_string(),
-    ];
+    ]);
     if let Some(workdir) = image.config.workdir.as_deref().filter(|w| !w.is_empty()) {
         flags.push(format!("--container-workdir={}", shell_quote(workdir)));
     }
@@ -210,6 +226,53 @@ fn pyxis_step(
     let argv: Vec<String> = argv.iter().map(|w| shell_quote(w)).collect();
     step.push_str(&command_lines("srun", &flags, &argv));
     step
+}
+
+/// `--export=ALL,NAME=VALUE,…`: the batch shell's environment (Slurm's default, with the
+/// job's own `SLURM_*`) and the `--env` values, for the step only. Slurm splits the list at
+/// commas outside quotes and strips the quotes around a whole item, so a value with a comma
+/// is written as `'NAME=VALUE'`; a value with a quote is refused before ([`check_pyxis_env`]).
+fn export_list(env: &[(String, String)]) -> String {
+    let mut list = String::from("--export=ALL");
+    for (name, value) in env {
+        let item = format!("{name}={value}");
+        list.push(',');
+        if value.contains(',') {
+            list.push_str(&format!("'{item}'"));
+        } else {
+            list.push_str(&item);
+        }
+    }
+    list
+}
+
+/// The names that steer what runs on the node rather than in the container (the dynamic
+/// loader, the search path, Slurm, enroot and Pyxis themselves), and the values `srun
+/// --export` cannot carry: refused for the Pyxis runner, whose step environment is also the
+/// environment of the enroot commands Pyxis runs on the node.
+fn check_pyxis_env(env: &[(String, String)]) -> Result<(), SlurmError> {
+    const PREFIXES: &[&str] = &["LD_", "SLURM_", "SPANK_", "ENROOT_", "PYXIS_"];
+    for (name, value) in env {
+        let why = if name == "PATH" {
+            Some("`PATH` would choose the programs Pyxis and enroot run there")
+        } else if PREFIXES.iter().any(|p| name.starts_with(p)) {
+            Some(
+                "`LD_*`, `SLURM_*`, `SPANK_*`, `ENROOT_*` and `PYXIS_*` would steer the loader, Slurm, enroot or Pyxis there",
+            )
+        } else {
+            None
+        };
+        if let Some(why) = why {
+            return Err(SlurmError::PyxisEnvName {
+                name: name.clone(),
+                why,
+            });
+        }
+        if value.contains(['\'', '"']) {
+            return Err(SlurmError::PyxisEnvValue { name: name.clone() });
+        }
+    }
+    Ok(())
 }
 
 /// The podman step: podman reads the image's entrypoint, cmd, env and workdir itself, as a
@@ -556,7 +619,7 @@ mod tests {
         for line in [
             "#SBATCH --job-name=Train_2\n",
             "#SBATCH --gres=gpu:2\n",
-            "export HF_HOME='/a b'\n",
+            "    '--export=ALL,HF_HOME=/a b' \\\n",
             &format!("--container-image='registry.example#ml/train:sha256:{digest}'"),
             "--container-workdir='/work dir'",
             "--container-env=HF_HOME",
@@ -574,5 +637,37 @@ mod tests {
             sbatch_script(&image, &options),
             Err(SlurmError::DuplicateEnv { .. })
         ));
+    }
+
+    #[test]
+    fn pyxis_env_goes_to_the_step_only() {
+        let image = image(Some(&["python"]), None);
+        let mut options = options(Runner::Pyxis);
+        options.env = vec![
+            ("A".into(), "no".into()),
+            ("LIST".into(), "a,b $(id)".into()),
+        ];
+        let script = sbatch_script(&image, &options).unwrap();
+        assert!(!script.contains("export A"), "{script}");
+        assert!(
+            script.contains(r"'--export=ALL,A=no,'\''LIST=a,b $(id)'\''' \"),
+            "{script}"
+        );
+        for (name, value) in [
+            ("PATH", "/tmp/x"),
+            ("LD_PRELOAD", "/tmp/x.so"),
+            ("SLURM_CONF", "/x"),
+            ("ENROOT_MOUNT_HOME", "y"),
+            ("A", "it's"),
+            ("A", "say \"x\""),
+        ] {
+            options.env = vec![(name.into(), value.into())];
+            assert!(sbatch_script(&image, &options).is_err(), "{name}={value}");
+        }
+        // podman gets them as its arguments, which reach the container only.
+        options.runner = Runner::Podman;
+        options.env = vec![("PATH".into(), "/tmp/x".into())];
+        let script = sbatch_script(&image, &options).unwrap();
+        assert!(script.contains("--env=PATH=/tmp/x"), "{script}");
     }
 }

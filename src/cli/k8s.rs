@@ -9,8 +9,9 @@ use k8s_openapi::api::core::v1::Toleration;
 use super::printer::{Failure, Printer};
 
 use crate::k8s::{
-    BuildJobOptions, DataVolume, WorkloadKind, WorkloadOptions, build_job, check_quantity,
-    check_user, parse_env, parse_toleration, parse_volume, smoke_policy, workload,
+    BuildJobOptions, DataVolume, WorkloadKind, WorkloadOptions, build_job, check_namespace,
+    check_object_name, check_quantity, check_user, parse_env, parse_toleration, parse_volume,
+    smoke_policy, workload,
 };
 
 pub(super) const K8S_EXAMPLES: &str = "\
@@ -162,6 +163,14 @@ fn options(args: &K8sArgs) -> Result<(WorkloadOptions, Option<String>), SetError
         env: args.env.clone(),
         volumes: args.volumes.clone(),
     };
+    let named =
+        |what, value: &str| check_object_name(what, value).map_err(|e| set_error(e.to_string()));
+    if let Some(class) = &args.runtime_class {
+        named("`--runtime-class`", class)?;
+    }
+    for secret in args.pull_secrets.iter().chain(&args.push_secret) {
+        named("The Secret", secret)?;
+    }
     let mut user = None;
     for set in &args.sets {
         let Some((key, value)) = set.split_once('=') else {
@@ -169,7 +178,10 @@ fn options(args: &K8sArgs) -> Result<(WorkloadOptions, Option<String>), SetError
         };
         match key {
             "name" => options.name = Some(value.to_string()),
-            "namespace" => options.namespace = Some(value.to_string()),
+            "namespace" => {
+                check_namespace(value).map_err(|e| set_error(e.to_string()))?;
+                options.namespace = Some(value.to_string());
+            }
             "command" => options.command = Some(words(value)?),
             "args" => options.args = Some(words(value)?),
             "cpu" | "memory" | "shm" => {

@@ -2,7 +2,7 @@
 
 use rattler_conda_types::MatchSpec;
 
-use super::quote;
+use super::{comment_text, quote};
 
 /// The packages whose version is the CUDA an environment is for: conda-forge's and NVIDIA's
 /// `cuda-version`, `cuda-toolkit` and `cuda-runtime`, the old `cudatoolkit`, and pytorch's
@@ -110,13 +110,16 @@ pub(super) fn cuda_section(specs: &[&MatchSpec], notes: &mut Vec<String>) -> Str
             "CUDA {version} (`{source}`) is not a release imgbuild builds for (11.x, 12.x and 13.x are); the recipe's [cuda] section is commented out"
         ));
         return format!(
-            "\n# [cuda]                       # from `{source}`\n# version = {}\n",
+            "\n# [cuda]                       # from `{}`\n# version = {}\n",
+            comment_text(source),
             quote(version)
         );
     }
+    // `source` is the file's match spec: it stays on the comment's line.
     format!(
-        "\n[cuda]\nversion = {}              # from `{source}`\n",
-        quote(version)
+        "\n[cuda]\nversion = {}              # from `{}`\n",
+        quote(version),
+        comment_text(source)
     )
 }
 

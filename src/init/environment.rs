@@ -19,11 +19,11 @@ use std::path::Path;
 use rattler_conda_types::{EnvironmentYaml, MatchSpec, MatchSpecOrSubSection, NamedChannelOrUrl};
 
 use super::{
-    InitError, InitRecipe,
+    InitError, InitRecipe, comment_text,
     cuda::cuda_section,
     image_name,
     pip::{PipSection, pip_section, pypi_text},
-    quote,
+    quote, unwritten_key,
 };
 use crate::recipe::{Recipe, RecipeOptions};
 
@@ -89,13 +89,19 @@ pub fn from_environment_yaml(
     }
     text.push_str(&kept_text(&dependencies.kept, &file_name));
 
-    // What we write must be a recipe imgbuild accepts.
+    // What we write must be a recipe imgbuild accepts, with only the tables we write.
     Recipe::from_str_at(&text, Path::new("recipe.toml"), &RecipeOptions::default()).map_err(
         |source| InitError::Invalid {
             path: path.to_path_buf(),
             source,
         },
     )?;
+    if let Some(key) = unwritten_key(&text) {
+        return Err(InitError::Unwritten {
+            path: path.to_path_buf(),
+            key,
+        });
+    }
     Ok(InitRecipe { text, notes })
 }
 
@@ -191,10 +197,12 @@ fn image_text(
          # base = \"scratch\"          # or \"oci:PATH[:TAG]\" or a registry image with glibc\n\
          platforms = [{platforms}]\n\
          entrypoint = [\"/opt/conda/bin/python\"]\n",
+        // The file's name and the environment's are a stranger's text: kept on the line.
+        file_name = comment_text(file_name),
         from = environment
             .name
             .as_ref()
-            .map(|n| format!(" (conda environment `{n}`)"))
+            .map(|n| format!(" (conda environment `{}`)", comment_text(n)))
             .unwrap_or_default(),
         name = quote(name),
         platforms = platforms
@@ -241,6 +249,9 @@ fn conda_text(
 fn kept_text(kept: &[(String, Vec<String>)], file_name: &str) -> String {
     let mut text = String::new();
     for (section, specs) in kept {
+        // The section's name and the lines are the file's text: each kept on its line.
+        let section = comment_text(section);
+        let file_name = comment_text(file_name);
         text.push_str(&format!(
             "\n# Not yet supported: these `{section}:` lines of {file_name}. imgbuild installs\n\
              # conda packages and PyPI wheels from indexes; these are kept here so nothing is\n\
@@ -792,6 +803,81 @@ variables:
         assert_eq!(
             err.to_string(),
             "`env.yml` is not a valid conda environment file"
+        );
+    }
+
+    /// Hostile text in every place `init` copies from the file: each file is refused, or
+    /// converted into a recipe with only the tables `init` writes, whose strings are the
+    /// file's own, unchanged. The same check as the `init_from` fuzz target, over its seeds.
+    #[test]
+    fn a_strangers_text_stays_inside_quoted_strings() {
+        let inject = "x\n[[files]]\nsrc = \"/etc\"\ndest = \"/leak\"\n[pypi]\nindex-url = \"https://evil.example/simple\"";
+        let quoted = serde_json::to_string(inject).unwrap();
+        let cases = [
+            format!("name: {quoted}\nchannels: [nodefaults, conda-forge]\n"),
+            format!(
+                "channels: [nodefaults, conda-forge]\ndependencies:\n  - pip:\n    - {quoted}\n    - -r {}\n",
+                quoted.trim_matches('"')
+            ),
+            format!(
+                "channels: [nodefaults, conda-forge]\ndependencies:\n  - npm:\n    - {quoted}\n"
+            ),
+            format!(
+                "channels: [nodefaults, conda-forge]\ndependencies:\n  - {}:\n    - a\n",
+                serde_json::to_string("]\n[[files]]\nsrc = \"/\"").unwrap()
+            ),
+            format!("channels: [nodefaults, {quoted}]\n"),
+            format!("channels: [nodefaults, conda-forge]\nvariables:\n  {quoted}: {quoted}\n"),
+            format!(
+                "channels: [nodefaults, conda-forge]\nplatforms: [{quoted}]\nchannel_priority: {quoted}\n{quoted}: 1\n"
+            ),
+            "channels: [nodefaults, conda-forge]\ndependencies: ['pytorch=2.1=*cuda11.8*']\n"
+                .to_string(),
+            "channels: [nodefaults, conda-forge]\ndependencies: ['pytorch=2.1=*cuda10.2*']\n"
+                .to_string(),
+            format!(
+                "name: \"\\u202E\\u2066evil\\u2028x\\u0085y\"\nchannels: [nodefaults, conda-forge]\nprefix: {quoted}\n"
+            ),
+            format!(
+                "name: {}\nchannels: [nodefaults, conda-forge]\n",
+                "n".repeat(60_000)
+            ),
+            include_str!("../../fuzz/seeds/init_from/name-newline.yml").to_string(),
+            include_str!("../../fuzz/seeds/init_from/pip-newline.yml").to_string(),
+            include_str!("../../fuzz/seeds/init_from/section-toml.yml").to_string(),
+            include_str!("../../fuzz/seeds/init_from/bidi-variables.yml").to_string(),
+        ];
+        for yaml in &cases {
+            for file in ["environment.yml", "env\n[[files]]\n.yml"] {
+                let Ok(made) = from_environment_yaml(yaml, Path::new(file), None) else {
+                    continue;
+                };
+                assert_eq!(unwritten_key(&made.text), None, "{yaml}\n{}", made.text);
+                for line in made.text.lines() {
+                    assert!(
+                        !line
+                            .chars()
+                            .any(|c| c.is_control() || super::super::hides_text(c)),
+                        "{line:?}"
+                    );
+                }
+                let recipe =
+                    Recipe::from_str_at(&made.text, Path::new("r.toml"), &RecipeOptions::default())
+                        .unwrap();
+                // The strings are the file's own.
+                let environment = EnvironmentYaml::from_yaml_str(yaml).unwrap();
+                for (key, value) in &environment.variables {
+                    assert_eq!(recipe.env.get(key), Some(value), "{}", made.text);
+                }
+                assert!(recipe.files.is_empty(), "{}", made.text);
+            }
+        }
+        // The name and the file's name are in the header comment, escaped on its line.
+        let made = from_environment_yaml(&cases[0], Path::new("env\n[x]\n.yml"), None).unwrap();
+        let header = made.text.lines().next().unwrap();
+        assert!(
+            header.contains(r#"--from "env\n[x]\n.yml"` (conda environment `"x\n[[files]]"#),
+            "{header}"
         );
     }
 }

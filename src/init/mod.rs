@@ -41,6 +41,11 @@ pub enum InitError {
         #[source]
         source: RecipeError,
     },
+    #[error(
+        "The recipe made from `{}` would hold `{key}`, which `init` never writes; refusing to write it",
+        path.display()
+    )]
+    Unwritten { path: PathBuf, key: String },
     #[error("`{}` already exists; refusing to overwrite it", path.display())]
     Exists { path: PathBuf },
     #[error("Failed to write `{}`", path.display())]
@@ -61,9 +66,103 @@ impl InitError {
     }
 }
 
-/// A TOML basic string.
-fn quote(text: &str) -> String {
-    toml::Value::String(text.to_string()).to_string()
+/// `text` as a TOML basic string on one line, for a value or a comment alike: toml_writer's
+/// basic encoding escapes every control character, newlines included (the `toml` crate's
+/// default would pick a multi-line string for text with a newline, which in a comment ends
+/// the comment), and the characters that reorder or break a line on screen (bidi controls,
+/// zero-widths, U+2028/2029, C1 controls) are escaped as `\uXXXX` too, so what a reviewer
+/// reads is what TOML reads. The decoded string is `text`, unchanged.
+pub(crate) fn quote(text: &str) -> String {
+    use toml_writer::ToTomlValue as _;
+    let basic = toml_writer::TomlStringBuilder::new(text)
+        .as_basic()
+        .to_toml_value();
+    let mut quoted = String::with_capacity(basic.len());
+    for c in basic.chars() {
+        if hides_text(c) {
+            quoted.push_str(&format!("\\u{:04X}", u32::from(c)));
+        } else {
+            quoted.push(c);
+        }
+    }
+    quoted
+}
+
+/// `text` as it may stand in a comment: as it is when it holds no control character (a
+/// newline would end the comment and start a line TOML reads) and nothing [`hides_text`],
+/// else as [`quote`] writes it, on one line.
+pub(crate) fn comment_text(text: &str) -> std::borrow::Cow<'_, str> {
+    if text.chars().any(|c| c.is_control() || hides_text(c)) {
+        quote(text).into()
+    } else {
+        text.into()
+    }
+}
+
+/// Characters that display as nothing, reorder the text around them, or break a line in an
+/// editor although TOML reads no newline there.
+fn hides_text(c: char) -> bool {
+    matches!(
+        c,
+        '\u{80}'..='\u{9f}'
+            | '\u{ad}'
+            | '\u{61c}'
+            | '\u{180e}'
+            | '\u{200b}'..='\u{200f}'
+            | '\u{2028}'..='\u{202e}'
+            | '\u{2060}'..='\u{206f}'
+            | '\u{feff}'
+            | '\u{fff9}'..='\u{fffb}'
+    )
+}
+
+/// The tables and keys `init --from` writes, and nothing else. The recipe it makes is held to
+/// them before it is returned (the input's text is only ever in quoted strings, so it cannot
+/// add a table, but this says so by checking), and the `init_from` fuzz target holds it to
+/// them too.
+pub const WRITTEN_KEYS: &[(&str, &[&str])] = &[
+    ("image", &["name", "platforms", "entrypoint", "env"]),
+    ("cuda", &["version"]),
+    ("conda", &["channels", "dependencies", "channel-priority"]),
+    (
+        "pypi",
+        &[
+            "index-url",
+            "extra-index-urls",
+            "find-links",
+            "dependencies",
+            "no-index",
+        ],
+    ),
+];
+
+/// The first table or key of the TOML `text` that is not one of [`WRITTEN_KEYS`] (or is not
+/// a table where one is written, or an `[image.env]` value that is not a string), as
+/// `section.key`; `None` when it has only those.
+pub fn unwritten_key(text: &str) -> Option<String> {
+    let Ok(top) = toml::from_str::<toml::Table>(text) else {
+        return Some("(text that is not TOML)".to_string());
+    };
+    for (section, value) in &top {
+        let keys = WRITTEN_KEYS
+            .iter()
+            .find(|(name, _)| name == section)
+            .map(|(_, keys)| *keys);
+        let (Some(keys), Some(table)) = (keys, value.as_table()) else {
+            return Some(section.clone());
+        };
+        for (key, value) in table {
+            let env_ok = || {
+                value
+                    .as_table()
+                    .is_some_and(|env| env.values().all(toml::Value::is_str))
+            };
+            if !keys.contains(&key.as_str()) || (key == "env" && !env_ok()) {
+                return Some(format!("{section}.{key}"));
+            }
+        }
+    }
+    None
 }
 
 /// Turns any name into a valid image name (`[a-z0-9][a-z0-9._-]*`).

@@ -1,6 +1,6 @@
 //! An environment file's `pip:` section, as the recipe's `[pypi]`.
 
-use super::quote;
+use super::{comment_text, quote};
 
 /// The `[pypi]` section made from an environment file's `pip:` lines.
 #[derive(Debug, Default)]
@@ -51,7 +51,8 @@ pub(super) fn pip_section(lines: &[String]) -> (PipSection, Vec<String>) {
 /// The `[pypi]` section's text.
 pub(super) fn pypi_text(pypi: &PipSection, file_name: &str) -> String {
     let mut text = format!(
-        "\n# The `pip:` section of {file_name}: wheels resolved for the image's Python.\n[pypi]\n"
+        "\n# The `pip:` section of {}: wheels resolved for the image's Python.\n[pypi]\n",
+        comment_text(file_name)
     );
     if pypi.no_index {
         text.push_str("no-index = true\n");

@@ -28,6 +28,7 @@ use crate::inspect::ImageSummary;
 mod build_job;
 mod scheduling;
 mod smoke_policy;
+mod yaml;
 
 pub use build_job::{BuildJobOptions, build_job};
 use scheduling::{affinity, targeted_compute_terms, tolerations};
@@ -52,6 +53,41 @@ pub const ARCH_LABEL: &str = "kubernetes.io/arch";
 /// The user a pod runs as when the image sets none: conda prefixes are world-readable, so
 /// any unprivileged uid can run them.
 pub const DEFAULT_UID: i64 = 1000;
+
+/// The largest uid or gid Kubernetes takes for runAsUser, runAsGroup and fsGroup (its API
+/// validation holds them to 0..2^31-1, though the fields are int64).
+pub const MAX_ID: i64 = (1 << 31) - 1;
+
+/// The rule of [`is_dns_label`], for errors.
+const DNS_LABEL_RULE: &str = "lower-case letters, digits and `-`, starting and ending with a letter or digit, at most 63 characters (RFC 1123 label)";
+/// The rule of [`is_dns_subdomain`], for errors.
+const DNS_SUBDOMAIN_RULE: &str =
+    "`.`-separated RFC 1123 labels (lower-case letters, digits and `-`), at most 253 characters";
+
+/// Checks a namespace: an RFC 1123 label, as Kubernetes requires of namespaces.
+pub fn check_namespace(value: &str) -> Result<(), K8sError> {
+    if is_dns_label(value) {
+        return Ok(());
+    }
+    Err(K8sError::ObjectName {
+        what: "The namespace",
+        value: value.to_string(),
+        rule: DNS_LABEL_RULE,
+    })
+}
+
+/// Checks the name of an object the pod refers to (a Secret, a RuntimeClass): an RFC 1123
+/// subdomain, as Kubernetes requires of them.
+pub fn check_object_name(what: &'static str, value: &str) -> Result<(), K8sError> {
+    if is_dns_subdomain(value) {
+        return Ok(());
+    }
+    Err(K8sError::ObjectName {
+        what,
+        value: value.to_string(),
+        rule: DNS_SUBDOMAIN_RULE,
+    })
+}
 
 /// The volume `--set shm=SIZE` mounts at `/dev/shm`.
 pub const SHM_VOLUME: &str = "shm";
@@ -130,7 +166,8 @@ pub enum K8sError {
     )]
     Repository { repository: String },
     #[error(
-        "`{name}` is not a valid Kubernetes name: lower-case letters, digits and `-`, starting and ending with a letter or digit, at most 63 characters"
+        "`{}` is not a valid Kubernetes name: lower-case letters, digits and `-`, starting and ending with a letter or digit, at most 63 characters",
+        name.escape_debug()
     )]
     Name { name: String },
     #[error("The image's minimum driver `{value}` cannot be read: {message}")]
@@ -139,8 +176,20 @@ pub enum K8sError {
         "The image's user `{user}` is a name, which Kubernetes cannot check against runAsNonRoot; give the image a numeric `user` (e.g. `1000:1000`) or set `--set user=UID[:GID]`"
     )]
     NamedUser { user: String },
-    #[error("`--set user={value}` must be `UID` or `UID:GID` with a non-zero UID")]
+    #[error(
+        "`--set user={value}` must be `UID` or `UID:GID` with a non-zero UID, and IDs at most {MAX_ID}"
+    )]
     User { value: String },
+    #[error(
+        "The image's user `{user}` has an ID above {MAX_ID}, which Kubernetes refuses as runAsUser or runAsGroup; set `--set user=UID[:GID]`"
+    )]
+    UserId { user: String },
+    #[error("{what} {value:?} is not a Kubernetes name: {rule}")]
+    ObjectName {
+        what: &'static str,
+        value: String,
+        rule: &'static str,
+    },
     #[error(
         "`{image}` has no embedded smoke test: build it with `[smoke] embed = true` in the recipe (see `imgbuild smoke` for testing on this machine instead)"
     )]
@@ -183,10 +232,10 @@ impl Workload {
     /// YAML, one document per object.
     pub fn to_yaml(&self) -> Result<String, K8sError> {
         match self {
-            Workload::Job(job) => serde_yaml::to_string(job),
-            Workload::Deployment(deployment) => serde_yaml::to_string(deployment),
-            Workload::BuildJob(config, job) => serde_yaml::to_string(config)
-                .and_then(|c| serde_yaml::to_string(job).map(|j| format!("{c}---\n{j}"))),
+            Workload::Job(job) => yaml::to_string(job),
+            Workload::Deployment(deployment) => yaml::to_string(deployment),
+            Workload::BuildJob(config, job) => yaml::to_string(config)
+                .and_then(|c| yaml::to_string(job).map(|j| format!("{c}---\n{j}"))),
         }
         .map_err(K8sError::Yaml)
     }
@@ -581,21 +630,47 @@ pub fn parse_volume(text: &str) -> Result<DataVolume, K8sError> {
     let source = match kind {
         "pvc" if is_dns_subdomain(source) => DataSource::Claim(source.to_string()),
         "pvc" => return Err(error(format!("`{source}` is not a claim name"))),
-        "host" if source.starts_with('/') => DataSource::Host(source.to_string()),
-        "host" => return Err(error(format!("`{source}` is not an absolute path"))),
+        "host" => match normal_path(source) {
+            Some(path) => DataSource::Host(path),
+            None => {
+                return Err(error(format!(
+                    "the node directory `{}` is not an absolute path without `..`",
+                    source.escape_debug()
+                )));
+            }
+        },
         other => return Err(error(format!("unknown kind `{other}` (pvc or host)"))),
     };
-    if !mount_path.starts_with('/') {
+    let Some(mount_path) = normal_path(mount_path) else {
         return Err(error(format!(
-            "the mount path `{mount_path}` is not absolute"
+            "the mount path `{}` is not an absolute path without `..`",
+            mount_path.escape_debug()
         )));
-    }
+    };
     Ok(DataVolume {
         name: name.to_string(),
         source,
-        mount_path: mount_path.to_string(),
+        mount_path,
         read_only,
     })
+}
+
+/// `path` normalized (`.` and empty components dropped), or `None` when it is not absolute,
+/// has a `..` (a node directory or mount point must say where it is, not climb to it; a
+/// kubelet resolves a hostPath's `..` on the node) or a control character.
+fn normal_path(path: &str) -> Option<String> {
+    if !path.starts_with('/') || path.chars().any(char::is_control) {
+        return None;
+    }
+    let mut parts = Vec::new();
+    for part in path.split('/') {
+        match part {
+            "" | "." => {}
+            ".." => return None,
+            part => parts.push(part),
+        }
+    }
+    Some(format!("/{}", parts.join("/")))
 }
 
 /// Parses `--env NAME=VALUE` (the value may be empty and hold `=`).
@@ -685,6 +760,11 @@ fn run_as(user: Option<&str>) -> Result<(i64, i64), K8sError> {
         })?,
         None => uid,
     };
+    if !(0..=MAX_ID).contains(&uid) || !(0..=MAX_ID).contains(&gid) {
+        return Err(K8sError::UserId {
+            user: user.to_string(),
+        });
+    }
     Ok((uid, gid))
 }
 
@@ -692,7 +772,7 @@ fn run_as(user: Option<&str>) -> Result<(i64, i64), K8sError> {
 pub fn check_user(value: &str) -> Result<(), K8sError> {
     let (uid, gid) = value.split_once(':').unwrap_or((value, "0"));
     match (uid.parse::<i64>(), gid.parse::<i64>()) {
-        (Ok(uid), Ok(_)) if uid > 0 => Ok(()),
+        (Ok(uid), Ok(gid)) if (1..=MAX_ID).contains(&uid) && (0..=MAX_ID).contains(&gid) => Ok(()),
         _ => Err(K8sError::User {
             value: value.to_string(),
         }),
@@ -826,6 +906,20 @@ mod tests {
         assert!(run_as(Some("jovyan")).is_err());
         assert!(check_user("0").is_err());
         assert!(check_user("1000:1000").is_ok());
+        assert!(check_user("2147483647:0").is_ok());
+        for bad in [
+            "2147483648",
+            "4294967296",
+            "1000:-1",
+            "1000:2147483648",
+            "-5",
+        ] {
+            assert!(check_user(bad).is_err(), "{bad}");
+        }
+        assert!(matches!(
+            run_as(Some("4294967296")),
+            Err(K8sError::UserId { .. })
+        ));
     }
 
     #[test]
@@ -889,9 +983,16 @@ mod tests {
             "data=pvc:d:data",
             "data=pvc:d:/data:rx",
             "data=pvc:d",
+            "data=host:/mnt/../etc:/data",
+            "data=pvc:d:/data/../etc",
+            "data=host:/mnt/..:/data",
+            "data=host:/mnt\n:/data",
         ] {
             assert!(parse_volume(bad).is_err(), "{bad}");
         }
+        let tidy = parse_volume("data=host://mnt/./d/:/data//x/").unwrap();
+        assert_eq!(tidy.source, DataSource::Host("/mnt/d".into()));
+        assert_eq!(tidy.mount_path, "/data/x");
         assert_eq!(
             parse_env("OPTS=a=b").unwrap(),
             ("OPTS".to_string(), "a=b".to_string())

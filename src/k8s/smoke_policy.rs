@@ -352,7 +352,7 @@ pub fn cluster_policy(options: &SmokePolicyOptions) -> ClusterPolicy {
 impl ClusterPolicy {
     /// The policy as a YAML document, with the comment that says what it needs.
     pub fn to_yaml(&self) -> Result<String, K8sError> {
-        let body = serde_yaml::to_string(self).map_err(K8sError::Yaml)?;
+        let body = super::yaml::to_string(self).map_err(K8sError::Yaml)?;
         Ok(format!("{HEADER}{body}"))
     }
 }

@@ -56,8 +56,13 @@ pub struct User {
 pub const DEFAULT_SHELL: &str = "/bin/sh";
 
 impl Checker {
-    /// `[accounts]`: groups, then users.
-    pub(super) fn accounts(&self, section: &AccountsSection) -> Result<Accounts, RecipeError> {
+    /// `[accounts]`: groups, then users. `prefix` is the conda prefix, which no home may
+    /// take ([`owned_directory_problem`]).
+    pub(super) fn accounts(
+        &self,
+        section: &AccountsSection,
+        prefix: &str,
+    ) -> Result<Accounts, RecipeError> {
         let mut names = BTreeMap::new();
         let mut gids = BTreeMap::new();
         let mut groups = Vec::with_capacity(section.groups.len());
@@ -70,7 +75,7 @@ impl Checker {
         let (mut names, mut uids) = (BTreeMap::new(), BTreeMap::new());
         let mut users = Vec::with_capacity(section.users.len());
         for entry in &section.users {
-            let user = self.account_user(entry)?;
+            let user = self.account_user(entry, prefix)?;
             self.once(&mut names, &entry.get_ref().name, "user name")?;
             self.once(&mut uids, &entry.get_ref().uid, "uid")?;
             users.push(user);
@@ -107,11 +112,27 @@ impl Checker {
         })
     }
 
-    fn account_user(&self, entry: &Spanned<UserEntry>) -> Result<User, RecipeError> {
+    fn account_user(&self, entry: &Spanned<UserEntry>, prefix: &str) -> Result<User, RecipeError> {
         let user = entry.get_ref();
         let name = self.account_name(&user.name, "user")?;
+        let uid = self.id(&user.uid, "uid")?;
+        // One root: uid 0 is the name `root`'s alone, and `root` is uid 0.
+        if (uid == 0) != (name == "root") {
+            let message = format!(
+                "user `{name}` has uid {uid}: uid 0 is root's, and only the account named `root` may have it (a second uid-0 account is a second root under another name)"
+            );
+            return Err(if uid == 0 {
+                self.error(&user.uid, message)
+            } else {
+                self.error(&user.name, message)
+            });
+        }
         let home = match &user.home {
-            Some(home) => self.account_path(home, "home")?,
+            Some(home) => {
+                let path = self.account_path(home, "home")?;
+                self.owned_directory(home, &path, "home", prefix, uid == 0)?;
+                path
+            }
             None => format!("/home/{name}"),
         };
         let shell = match &user.shell {
@@ -119,7 +140,7 @@ impl Checker {
             None => DEFAULT_SHELL.to_string(),
         };
         Ok(User {
-            uid: self.id(&user.uid, "uid")?,
+            uid,
             gid: self.id(&user.gid, "gid")?,
             name,
             home,
@@ -167,9 +188,84 @@ impl Checker {
                 format!("`{what}` `{raw}` must be an absolute path without `..` or `:`"),
             ));
         }
-        let trimmed = raw.trim_end_matches('/');
-        Ok(if trimmed.is_empty() { "/" } else { trimmed }.to_string())
+        Ok(normal_path(raw))
     }
+
+    /// Refuses `path` (the value `at`, normalized) as a directory the build gives to a user
+    /// (`what`: a home, or the workdir of `[image] user`) where [`owned_directory_problem`]
+    /// finds one.
+    pub(super) fn owned_directory(
+        &self,
+        at: &Spanned<String>,
+        path: &str,
+        what: &str,
+        prefix: &str,
+        root: bool,
+    ) -> Result<(), RecipeError> {
+        match owned_directory_problem(&normal_path(path), prefix, root) {
+            None => Ok(()),
+            Some(problem) => Err(self.error(
+                at,
+                format!(
+                    "`{what}` `{path}` is {problem}: the build would make it a directory owned by the user; give a directory of its own, e.g. under /home"
+                ),
+            )),
+        }
+    }
+}
+
+/// The base's system trees: a directory the build gives to a user is never one of them or
+/// beneath one (owning `/etc` is owning `/etc/passwd`; a home at `/etc/passwd` would replace
+/// the file with a directory).
+const SYSTEM_TREES: &[&str] = &[
+    "/bin", "/boot", "/dev", "/etc", "/lib", "/lib32", "/lib64", "/libx32", "/proc", "/run",
+    "/sbin", "/sys", "/usr", "/var",
+];
+
+/// The directories that hold other users' and services' directories: beneath them is where
+/// a user's directory goes, but whoever owns one of them can rename what it holds.
+const SHARED_PARENTS: &[&str] = &["/home", "/media", "/mnt", "/opt", "/srv", "/tmp"];
+
+/// Why the normalized absolute `path` cannot be a directory the build makes and gives to a
+/// user, if it cannot. The rule: a user's directory is a directory of its own, so not `/`,
+/// not a system tree or anything in one, not a shared parent itself, not the conda `prefix`,
+/// anything in it or a directory that holds it (whose owner could swap the environment),
+/// and not `/root` or anything in it unless the user is `root` (`root` is true).
+pub(crate) fn owned_directory_problem(path: &str, prefix: &str, root: bool) -> Option<String> {
+    let within = |inner: &str, outer: &str| {
+        outer == "/"
+            || inner == outer
+            || inner
+                .strip_prefix(outer)
+                .is_some_and(|rest| rest.starts_with('/'))
+    };
+    if path == "/" {
+        return Some("the root directory".to_string());
+    }
+    if let Some(tree) = SYSTEM_TREES.iter().find(|tree| within(path, tree)) {
+        return Some(format!("in the system tree `{tree}`"));
+    }
+    if SHARED_PARENTS.contains(&path) {
+        return Some("a directory that holds other users' and services' directories".into());
+    }
+    if within(path, prefix) || within(prefix, path) {
+        return Some(format!(
+            "the conda prefix `{prefix}`, in it or a directory that holds it"
+        ));
+    }
+    if !root && within(path, "/root") {
+        return Some("root's home".to_string());
+    }
+    None
+}
+
+/// An absolute path with its empty and `.` components dropped (`..` is refused before).
+fn normal_path(path: &str) -> String {
+    let parts: Vec<&str> = path
+        .split('/')
+        .filter(|part| !part.is_empty() && *part != ".")
+        .collect();
+    format!("/{}", parts.join("/"))
 }
 
 #[cfg(test)]

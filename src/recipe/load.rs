@@ -278,7 +278,11 @@ impl Checker {
         let pypi = file.pypi.as_ref().map(|pypi| self.pypi(pypi)).transpose()?;
         let specs = with_cuda_compat(conda.specs, cuda.as_ref());
         let config = self.image_config(&file.image)?;
-        let accounts = self.accounts(&file.accounts)?;
+        let accounts = self.accounts(&file.accounts, &target.prefix)?;
+        // The workdir of `[image] user` is made and given to that user.
+        if let (Some(dir), Some(_)) = (&file.image.workdir, &config.user) {
+            self.owned_directory(dir, dir.get_ref(), "workdir", &target.prefix, false)?;
+        }
         let files = self.files(&file.files, &recipe_dir(&self.path))?;
         let layers = self.layers(&file.layers)?;
         Ok(Recipe {

@@ -525,3 +525,75 @@ fn bad_values_are_refused_naming_the_key() {
         ok.stdout
     );
 }
+
+/// The `srun --export` list a Pyxis script passes `--env` in, given to the real `srun` of the
+/// test cluster: the step's tasks get each value exactly (a comma, shell metacharacters, a
+/// newline), and the batch shell has none of them. (Pyxis reads the step's environment; it
+/// is not packaged here, so the list is run with `srun` alone.)
+#[test]
+fn the_pyxis_export_list_reaches_the_step_as_slurm_splits_it() {
+    let missing: Vec<&str> = TOOLS.iter().copied().filter(|t| !have(t)).collect();
+    if !missing.is_empty() {
+        panic!(
+            "{} are required: run tests/install-deps.sh",
+            TOOLS.join(", ")
+        );
+    }
+    if !is_root() {
+        eprintln!("skipped: slurmd needs root to start jobs as their users");
+        return;
+    }
+    let project = Project::new();
+    project.write_recipe(
+        &tiny_recipe(shared_channel(), "envjob", &["hello 1.0"]).replace(
+            "base = \"scratch\"",
+            "base = \"scratch\"\nentrypoint = [\"/opt/conda/bin/hello\"]",
+        ),
+    );
+    project.build(&[]).success();
+    let values = ["no", "a,b", "$(id) `id` ; x", "two\nlines"];
+    let mut args = vec![
+        "slurm".to_string(),
+        "images/envjob".into(),
+        "--repository".into(),
+        "registry.example/ml/envjob".into(),
+        "--set".into(),
+        "gpus=0".into(),
+    ];
+    for (i, value) in values.iter().enumerate() {
+        args.extend(["--env".to_string(), format!("P{i}={value}")]);
+    }
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let text = project.run(&args).success().stdout;
+    // The `--export=` word as bash reads it from the script.
+    let recorded = crate::hostile_generated::run_script(&project, &text, &[]);
+    let export = recorded
+        .args
+        .iter()
+        .find(|a| a.starts_with("--export="))
+        .unwrap_or_else(|| panic!("no --export in {:?}", recorded.args))
+        .clone();
+
+    let cluster = Cluster::start();
+    let job = cluster.path("export.sbatch");
+    let quote = |s: &str| format!("'{}'", s.replace('\'', r"'\''"));
+    fs_err::write(
+        &job,
+        format!(
+            "#!/bin/bash\n#SBATCH --ntasks=1\nset -eu\n\
+             [ -z \"${{P0+set}}\" ] || {{ echo 'P0 in the batch shell'; exit 7; }}\n\
+             srun {} /usr/bin/env -0\n",
+            quote(&export)
+        ),
+    )
+    .unwrap();
+    let output = submit(&cluster, &job, &[]);
+    let env: Vec<&str> = output.split('\0').collect();
+    for (i, value) in values.iter().enumerate() {
+        let item = format!("P{i}={value}");
+        assert!(
+            env.contains(&item.as_str()),
+            "{item:?} in the step's environment:\n{output}"
+        );
+    }
+}
