@@ -33,7 +33,10 @@ pub fn marker_path(cache_dir: &Path, archive_sha256: &str) -> PathBuf {
 
 /// Whether `dir` (the extracted copy) is exactly as it was when the marker was written.
 pub fn is_marked(cache_dir: &Path, archive_sha256: &str, dir: &Path) -> bool {
-    let Ok(text) = std::fs::read_to_string(marker_path(cache_dir, archive_sha256)) else {
+    // A marker is a few hundred bytes; one that is not a regular file (a fifo would wait)
+    // or is larger is not imgbuild's, and counts for nothing.
+    let Ok(text) = crate::fs::read_input_text(&marker_path(cache_dir, archive_sha256), 64 << 10)
+    else {
         return false;
     };
     let Ok(fingerprint) = fingerprint(dir) else {

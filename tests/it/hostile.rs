@@ -1120,6 +1120,40 @@ fn a_cached_copy_changed_after_its_check_is_refused() {
     .assert_failure_naming(1, &["good-1.0-h0_0", "share/ok.txt", "sha256"]);
 }
 
+/// A marker that is not the file imgbuild wrote (a fifo, a link to a host file) counts for
+/// nothing: the package is read again, never waited on, and the build is right.
+#[test]
+fn a_check_marker_that_is_a_fifo_or_a_link_is_not_trusted() {
+    let project = Project::new();
+    project.write_recipe(&recipe_for(&["good"]));
+    let digest = project.build(&[]).success().digest();
+    let sha256 = sha256_hex(
+        &fs_err::read(corpus().channel().join("linux-64/good-1.0-h0_0.tar.bz2")).unwrap(),
+    );
+    let marker = project.cache.join("checked").join(&sha256);
+    let canary = crate::trust::Canary::new();
+    let debug = [("IMGBUILD_LOG", "imgbuild=debug")];
+    for (at, plant) in ["fifo", "link"].into_iter().enumerate() {
+        fs_err::remove_file(&marker).unwrap();
+        match plant {
+            "fifo" => {
+                let status = std::process::Command::new("mkfifo").arg(&marker).status();
+                assert!(status.unwrap().success());
+            }
+            _ => std::os::unix::fs::symlink(canary.file(), &marker).unwrap(),
+        }
+        let out = format!("images/again-{at}");
+        let args = ["build", "recipes/image.toml", "-o", out.as_str()];
+        let mut command = project.command(&args);
+        command.envs(debug);
+        let again = crate::common::run_with_deadline(command, &project, &args).success();
+        assert_eq!(again.digest(), digest, "{plant}");
+        assert!(!again.stderr.contains("checked before"), "{plant}: {}", again.stderr);
+        canary.assert_not_in(&project.path().join(&out));
+    }
+    canary.assert_untouched();
+}
+
 /// An entry point naming a module that does not exist is not an error: rattler writes the
 /// `bin/ghost` script from `link.json` without importing anything (the build host never runs
 /// target code), exactly as conda does; the script fails only when run in the image.
