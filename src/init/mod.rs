@@ -228,6 +228,8 @@ entrypoint = ["/opt/conda/bin/python"]
 
 # [[files]]                     # your own files: a layer each, above the environment's
 # src = "src"                   # relative to this file: a file or a directory
+# context = ".."                # where src is read from and confined to (default: this
+#                               # file's directory; beneath the directory you build in)
 # dest = "/app"                 # absolute path in the image
 # owner = "app"                 # UID:GID, or a name from [accounts] or the base
 # mode = "0644"                 # files; directories get the matching x bits
