@@ -3,18 +3,20 @@
 
 pub mod archive;
 pub mod base;
+pub mod blobs;
 pub mod image;
 pub mod json;
 pub mod layout;
 pub mod read;
 
-/// The uncompressed tar stream of a layer blob, by its media type (gzip, which may be
-/// multi-member; zstd; or plain tar).
+/// The uncompressed tar stream of a layer blob's bytes, by its media type (gzip, which may
+/// be multi-member; zstd; or plain tar). The blob is opened by
+/// [`blobs::BlobStore::open_checked`], which checks what was read.
 pub fn layer_reader(
-    path: &std::path::Path,
+    blob: impl std::io::Read + 'static,
     media_type: &oci_spec::image::MediaType,
 ) -> std::io::Result<Box<dyn std::io::Read>> {
-    let file = std::io::BufReader::with_capacity(1 << 20, fs_err::File::open(path)?);
+    let file = std::io::BufReader::with_capacity(1 << 20, blob);
     Ok(match media_type.to_string().as_str() {
         m if m.ends_with("gzip") => Box::new(flate2::read::MultiGzDecoder::new(file)),
         m if m.ends_with("zstd") => Box::new(zstd::Decoder::new(file)?),
