@@ -78,3 +78,43 @@ pub enum Progress<'a> {
 /// A reporter that drops everything.
 pub struct Silent;
 impl Reporter for Silent {}
+
+/// `items` joined by `, `, at most `max` of them, then `… and N more`: an error that lists
+/// what a stranger's file holds (tags, platforms, digests) stays a line however much it
+/// holds.
+pub fn list_capped<S: AsRef<str>>(items: &[S], max: usize) -> String {
+    let shown: Vec<&str> = items.iter().take(max).map(AsRef::as_ref).collect();
+    let mut text = shown.join(", ");
+    if items.len() > max {
+        text.push_str(&format!(", … and {} more", thousands(items.len() - max)));
+    }
+    text
+}
+
+/// `199990` as `199,990`.
+fn thousands(n: usize) -> String {
+    let digits = n.to_string();
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn long_lists_are_cut() {
+        assert_eq!(list_capped(&["a", "b"], 10), "a, b");
+        let many: Vec<String> = (0..200_000).map(|i| i.to_string()).collect();
+        assert_eq!(list_capped(&many, 3), "0, 1, 2, … and 199,997 more");
+        assert_eq!(list_capped::<&str>(&[], 3), "");
+        assert_eq!(thousands(999), "999");
+        assert_eq!(thousands(1000), "1,000");
+    }
+}

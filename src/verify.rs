@@ -10,7 +10,7 @@ use std::{
     path::{Path, PathBuf},
 };
 
-use oci_spec::image::{Descriptor, ImageManifest, MediaType};
+use oci_spec::image::{Descriptor, ImageManifest};
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
@@ -20,9 +20,11 @@ use crate::{
     lock::{Lock, LockedBase, SourceDigest},
     oci::{
         annotations,
+        blobs::BlobStore,
         layout::Layout,
         read::{ManifestContent, ReadError},
     },
+    report::list_capped,
 };
 
 /// What was checked.
@@ -93,11 +95,21 @@ pub enum VerifyError {
     },
 }
 
-fn diff_id(path: &Path, media_type: &MediaType) -> std::io::Result<String> {
-    let mut reader = crate::oci::layer_reader(path, media_type)?;
-    let mut hasher = Sha256::new();
-    std::io::copy(&mut reader, &mut HashSink(&mut hasher))?;
-    Ok(format!("sha256:{}", hex::encode(hasher.finalize())))
+/// The diff_id of the layer `layer` of `layout`: its blob decompressed and hashed, in one
+/// read that also holds the blob to its descriptor. A blob that is not its descriptor's is
+/// that error, whatever the decompression made of it.
+fn diff_id(layout: &Layout, layer: &Descriptor) -> Result<String, VerifyError> {
+    let (blob, check) = layout.blobs().open_checked(layer)?;
+    let decompressed = crate::oci::layer_reader(blob, layer).and_then(|mut reader| {
+        let mut hasher = Sha256::new();
+        std::io::copy(&mut reader, &mut HashSink(&mut hasher))?;
+        Ok(format!("sha256:{}", hex::encode(hasher.finalize())))
+    });
+    check.finish()?;
+    decompressed.map_err(|source| VerifyError::Decompress {
+        digest: layer.digest().to_string(),
+        source,
+    })
 }
 
 struct HashSink<'a>(&'a mut Sha256);
@@ -215,13 +227,8 @@ fn check_image(
         });
     }
     for (index, (layer, expected)) in manifest.layers().iter().zip(diff_ids).enumerate() {
-        let layer_path = layout.check_blob(layer)?;
+        let actual = diff_id(layout, layer)?;
         tally.count(layer);
-        let actual =
-            diff_id(&layer_path, layer.media_type()).map_err(|source| VerifyError::Decompress {
-                digest: layer.digest().to_string(),
-                source,
-            })?;
         if actual != *expected {
             return Err(VerifyError::DiffId {
                 index,
@@ -366,14 +373,23 @@ fn check_against_lock(
     Ok(())
 }
 
+/// The lock a provenance is checked against: always one the user named, never the path the
+/// provenance records (the document being checked would choose what is read and hashed).
+#[derive(Debug, Clone, Copy)]
+pub enum LockSource<'a> {
+    /// The recipe's lock; the recipe's digest is checked too.
+    Recipe(&'a BuildSettings),
+    /// A lock file named as such (`--lock`).
+    Lock(&'a Path),
+}
+
 /// Checks the provenance at `file` (default: the one beside the layout) against the image
-/// at `dir` (after [`verify`] has checked it) and against the lock: `recipe`'s
-/// lock when given (and then the recipe's digest too), else the lock the provenance names,
-/// by the path the build was given it as. Returns the provenance's path.
+/// at `dir` (after [`verify`] has checked it) and against the lock `against` names.
+/// Returns the provenance's path.
 pub fn check_provenance(
     dir: &Path,
     file: Option<&Path>,
-    recipe: Option<&BuildSettings>,
+    against: LockSource<'_>,
 ) -> Result<PathBuf, VerifyError> {
     use crate::provenance::{compare_dependencies, dependencies};
     let path = file.map_or_else(|| crate::provenance::path_beside(dir), Path::to_path_buf);
@@ -389,12 +405,12 @@ pub fn check_provenance(
         return Err(mismatch(format!(
             "the provenance names {} but the layout's image is {}",
             recorded.subject,
-            tagged.join(", ")
+            list_capped(&tagged, 10)
         )));
     }
 
-    let lock_path = match recipe {
-        Some(settings) => {
+    let lock_path = match against {
+        LockSource::Recipe(settings) => {
             let recipe = load_recipe(settings)?;
             let now = crate::provenance::InputFile::read(&settings.recipe_path)?;
             if now.sha256 != recorded.recipe.sha256 {
@@ -405,7 +421,7 @@ pub fn check_provenance(
             }
             recipe.lock_path()
         }
-        None => PathBuf::from(&recorded.lock.path),
+        LockSource::Lock(path) => path.to_path_buf(),
     };
     let now = crate::provenance::InputFile::read(&lock_path)?;
     if now.sha256 != recorded.lock.sha256 {
@@ -429,8 +445,8 @@ pub fn check_provenance(
     if locked != listed {
         return Err(mismatch(format!(
             "it names platforms {}, the lock locks {}",
-            listed.into_iter().collect::<Vec<_>>().join(", "),
-            locked.into_iter().collect::<Vec<_>>().join(", ")
+            list_capped(&listed.into_iter().collect::<Vec<_>>(), 10),
+            list_capped(&locked.into_iter().collect::<Vec<_>>(), 10)
         )));
     }
     let expected = dependencies(&lock, recorded.base_reference.as_deref());
@@ -450,7 +466,7 @@ fn files_difference(listed: &[SourceDigest], pinned: &[SourceDigest]) -> String 
         if shown.is_empty() {
             "none".to_string()
         } else {
-            shown.join(", ")
+            list_capped(&shown, 10)
         }
     };
     format!(
@@ -535,7 +551,7 @@ pub async fn rebuild_and_compare(
 /// first entry that differs; or the config.
 fn first_difference(a: &Path, b: &Path) -> String {
     // The platform images of the first tag, in index order.
-    let open = |dir: &Path| -> Option<(Vec<(String, ImageManifest)>, PathBuf)> {
+    let open = |dir: &Path| -> Option<(Vec<(String, ImageManifest)>, BlobStore)> {
         let layout = Layout::new(dir);
         let entry = layout.index().ok()?.manifests().first()?.clone();
         let manifests = layout
@@ -551,7 +567,7 @@ fn first_difference(a: &Path, b: &Path) -> String {
                 (platform, manifest)
             })
             .collect();
-        Some((manifests, layout.blobs_dir()))
+        Some((manifests, layout.blobs()))
     };
     let (Some((ma, ba)), Some((mb, bb))) = (open(a), open(b)) else {
         return "one of the images cannot be read".to_string();
@@ -575,14 +591,21 @@ fn first_difference(a: &Path, b: &Path) -> String {
 }
 
 /// The first difference between two manifests whose blobs are in `ba` and `bb`.
-fn manifest_difference(ma: &ImageManifest, ba: &Path, mb: &ImageManifest, bb: &Path) -> String {
+fn manifest_difference(
+    ma: &ImageManifest,
+    ba: &BlobStore,
+    mb: &ImageManifest,
+    bb: &BlobStore,
+) -> String {
     for (index, (la, lb)) in ma.layers().iter().zip(mb.layers()).enumerate() {
         if la.digest() == lb.digest() {
             continue;
         }
-        let entries = |blobs: &Path, layer: &Descriptor| -> Vec<(String, Vec<u8>)> {
-            let Ok(reader) =
-                crate::oci::layer_reader(&blobs.join(layer.digest().digest()), layer.media_type())
+        let entries = |blobs: &BlobStore, layer: &Descriptor| -> Vec<(String, Vec<u8>)> {
+            let Ok(reader) = blobs
+                .open(layer)
+                .map_err(std::io::Error::other)
+                .and_then(|blob| crate::oci::layer_reader(blob, layer))
             else {
                 return Vec::new();
             };

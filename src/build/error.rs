@@ -95,6 +95,9 @@ impl BuildError {
         }
         match self {
             BuildError::Layout(LayoutError::NotALayout { .. }) => 1,
+            // Only a base's blob is imported: one that does not match its digest is the
+            // base's fault, as when it is read.
+            BuildError::Layout(LayoutError::DigestMismatch { .. }) => 1,
             BuildError::Layout(_) | BuildError::Staging { .. } => 2,
             BuildError::Lock(LockError::Write { .. }) => 2,
             BuildError::Sbom(_) => 2,

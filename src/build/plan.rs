@@ -154,8 +154,10 @@ impl ImageInPlace {
         let top = top?;
         let digest = top.digest().to_string();
         let read = |digest: &str| {
-            let bytes = fs_err::read(layout.blob_path(digest)).ok()?;
-            (crate::oci::sha256_digest(&bytes) == digest).then_some(bytes)
+            layout
+                .blobs()
+                .read_named(digest, crate::oci::blobs::MAX_JSON_BLOB)
+                .ok()
         };
         let digests: Vec<String> = if *top.media_type() == MediaType::ImageIndex {
             let nested: ImageIndex = serde_json::from_slice(&read(&digest)?).ok()?;

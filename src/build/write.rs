@@ -10,6 +10,7 @@ use super::{BuildError, Context, LayoutImage, Stage, counted, stage::StagedPlatf
 use crate::{
     layers::{BuiltLayer, cache::LayerCache, compress::CompressPool, write::LayerWriter},
     oci::{
+        base::BaseError,
         image::{ImageInputs, WrittenImage, index_of, tag_entries, write_image},
         layout::Layout,
     },
@@ -83,9 +84,12 @@ impl<'a> Writer<'a> {
         for platform in platforms {
             if let Some(base) = &platform.work.prepared.base {
                 for layer in &base.layers {
+                    // Opened beneath the base's directory as a regular file of the
+                    // descriptor's size; its digest is checked as it is copied.
+                    let file = base.blobs.open(layer).map_err(BaseError::from)?;
                     let digest = layer.digest().to_string();
                     self.layout
-                        .import_blob(&base.blobs_dir.join(layer.digest().digest()), &digest)?;
+                        .import_blob(file, &base.blobs.path(&digest), &digest)?;
                 }
             }
         }

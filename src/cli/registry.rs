@@ -1,6 +1,6 @@
 //! `imgbuild push` and `imgbuild login`.
 
-use std::{io::Read, path::PathBuf, process::ExitCode};
+use std::{path::PathBuf, process::ExitCode};
 
 use clap::Args;
 
@@ -192,7 +192,8 @@ async fn attach_sboms(
         ),
     ];
     for (path, media_type, predicate_type) in documents {
-        let Ok(bytes) = fs_err::read(&path) else {
+        // Bounded as a lock is (they list what it lists); a fifo or a device is skipped.
+        let Ok(bytes) = crate::fs::read_input(&path, crate::lock::MAX_LOCK_BYTES) else {
             continue;
         };
         // A layout holds many images, but beside it lies what the last build into it wrote:
@@ -214,11 +215,11 @@ async fn attach_sboms(
     if attachments.is_empty() {
         return Ok(());
     }
-    let manifest_path = layout
-        .join("blobs/sha256")
-        .join(report.digest.trim_start_matches("sha256:"));
-    let manifest: serde_json::Value = serde_json::from_slice(&fs_err::read(&manifest_path)?)?;
-    let size = fs_err::metadata(&manifest_path)?.len();
+    let manifest_bytes = crate::oci::layout::Layout::new(layout)
+        .blobs()
+        .read_named(&report.digest, crate::oci::blobs::MAX_JSON_BLOB)?;
+    let manifest: serde_json::Value = serde_json::from_slice(&manifest_bytes)?;
+    let size = manifest_bytes.len() as u64;
     let created = manifest["annotations"]["org.opencontainers.image.created"]
         .as_str()
         .unwrap_or("1970-01-01T00:00:00Z")
@@ -345,11 +346,10 @@ pub(super) async fn run_push(
     .await
     .map_err(|err| Failure::new(err, 1))?;
     let signed = match &signing {
+        // The error with its causes (a lookaside file that is a fifo), after the line that
+        // says the push itself went through.
         Some(signing) => sign_pushed(signing, &report, &args.tags).map_err(|err| {
-            Failure::new(
-                format!("{} was pushed but not signed: {err}", report.pushed),
-                1,
-            )
+            Failure::new(err, 1).after(vec![format!("{} was pushed but not signed", report.pushed)])
         })?,
         None => Vec::new(),
     };
@@ -423,10 +423,12 @@ pub(super) async fn run_login(
     options: &ClientOptions,
     printer: &Printer,
 ) -> Result<ExitCode, Failure> {
-    let mut password = String::new();
-    std::io::stdin()
-        .read_to_string(&mut password)
-        .map_err(|err| Failure::new(err, 1))?;
+    // Bounded: a token is a few KiB, and `< /dev/zero` must end the read, not fill memory.
+    const MAX_PASSWORD_BYTES: u64 = 64 << 10;
+    let password = crate::fs::read_stream(std::io::stdin().lock(), MAX_PASSWORD_BYTES)
+        .map_err(|err| Failure::new(format!("the password on stdin {err}"), 1))?;
+    let password = String::from_utf8(password)
+        .map_err(|_| Failure::new("the password on stdin is not UTF-8", 1))?;
     let password = password.trim_end_matches(['\n', '\r']).to_string();
     if password.is_empty() {
         return Err(Failure::new("no password on stdin", 1));

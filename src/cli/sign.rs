@@ -109,8 +109,24 @@ impl Signing {
     }
 }
 
+/// Passphrase files larger than this are refused unread: a passphrase is a line.
+const MAX_PASSPHRASE_BYTES: u64 = 64 << 10;
+
+#[derive(Debug, thiserror::Error)]
+#[error("Cannot read the passphrase file `{}`", path.display())]
+struct PassphraseError {
+    path: std::path::PathBuf,
+    #[source]
+    source: crate::fs::InputError,
+}
+
 fn read_passphrase(path: &std::path::Path) -> Result<String, Box<dyn std::error::Error>> {
-    let text = fs_err::read_to_string(path)?;
+    let text = crate::fs::read_input_text(path, MAX_PASSPHRASE_BYTES).map_err(|source| {
+        PassphraseError {
+            path: path.to_path_buf(),
+            source,
+        }
+    })?;
     Ok(text.lines().next().unwrap_or_default().to_string())
 }
 

@@ -12,12 +12,13 @@ Examples:
   imgbuild verify images/py39-torch21
   imgbuild verify images/py39-torch21 --recipe recipes/py39-torch21.toml
   imgbuild verify images/py39-torch21 --recipe recipes/py39-torch21.toml --rebuild
-  imgbuild verify images/py39-torch21 --provenance
+  imgbuild verify images/py39-torch21 --provenance --lock recipes/py39-torch21.lock
 
 Exit codes: 0 the image is whole (and matches its lock, and rebuilds to the same digest, and
 its provenance names it and its lock), 1 it is not, or cannot be read.";
 
 #[derive(Debug, Args)]
+#[command(group(clap::ArgGroup::new("lock_source").args(["recipe", "lock"])))]
 pub struct VerifyArgs {
     /// The image: an OCI layout directory
     pub image: PathBuf,
@@ -29,9 +30,18 @@ pub struct VerifyArgs {
     pub rebuild: bool,
     /// Also check the build's SLSA provenance (default: the one beside the layout,
     /// IMAGE.provenance.json): it names this image and the lock (RECIPE's with --recipe,
-    /// else the one it names), whose every package, wheel and base it lists
-    #[arg(long, value_name = "FILE", num_args = 0..=1)]
+    /// else --lock's; the path it records is never read), whose every package, wheel and
+    /// base it lists
+    #[arg(long, value_name = "FILE", num_args = 0..=1, requires = "lock_source")]
     pub provenance: Option<Option<PathBuf>>,
+    /// The lock to hold the provenance to, without --recipe
+    #[arg(
+        long,
+        value_name = "LOCK",
+        requires = "provenance",
+        conflicts_with = "recipe"
+    )]
+    pub lock: Option<PathBuf>,
     /// Print the report as one JSON object
     #[arg(long)]
     pub json: bool,
@@ -46,7 +56,13 @@ pub(super) async fn run_verify(
         verify::verify(&args.image, settings.as_ref()).map_err(|err| Failure::new(err, 1))?;
     // Before the rebuild: it is cheap, and a mismatch is found without building.
     if let Some(file) = &args.provenance {
-        let checked = verify::check_provenance(&args.image, file.as_deref(), settings.as_ref())
+        let against = match (&settings, &args.lock) {
+            (Some(settings), _) => verify::LockSource::Recipe(settings),
+            (None, Some(lock)) => verify::LockSource::Lock(lock),
+            // clap requires one of them with --provenance.
+            (None, None) => return Err(Failure::new("--provenance needs --recipe or --lock", 2)),
+        };
+        let checked = verify::check_provenance(&args.image, file.as_deref(), against)
             .map_err(|err| Failure::new(err, 1))?;
         report.provenance = Some(checked);
     }

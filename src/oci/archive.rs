@@ -222,9 +222,13 @@ fn append_blob(
         source,
     };
     let path = layout.blob_path(digest);
-    let file = fs_err::File::open(&path).map_err(|source| ReadError::Read {
-        path: path.clone(),
-        source,
+    // Beneath the layout, a regular file: a fifo or a link out of it is not archived.
+    let relative = Path::new("blobs/sha256").join(digest.trim_start_matches("sha256:"));
+    let file = crate::fs::open_input_beneath(&layout.dir, &relative).map_err(|source| {
+        ReadError::Read {
+            path: path.clone(),
+            source: source.into(),
+        }
     })?;
     let size = file.metadata().map_err(write_err)?.len();
     builder

@@ -3,8 +3,6 @@
 //! The base's layers are reused byte for byte (never recompressed); Docker media types are
 //! renamed to their OCI equivalents, which name the same bytes.
 
-use std::path::PathBuf;
-
 use oci_spec::image::{Descriptor, ImageConfiguration};
 use rattler_conda_types::Subdir;
 
@@ -14,6 +12,7 @@ use crate::{
 };
 
 use super::{
+    blobs::BlobStore,
     layout::Layout,
     read::{LayoutImage, ReadError},
 };
@@ -28,8 +27,8 @@ pub struct BaseImage {
     pub config: ImageConfiguration,
     /// The base's layers, bottom first, with OCI media types.
     pub layers: Vec<Descriptor>,
-    /// Directory holding the base's blobs (`…/blobs/sha256`).
-    pub blobs_dir: PathBuf,
+    /// The base's blobs: its layout's, or the pull cache's.
+    pub blobs: BlobStore,
 }
 
 impl BaseImage {
@@ -40,13 +39,18 @@ impl BaseImage {
             manifest_digest: image.manifest_digest,
             config: image.config,
             layers: image.layers,
-            blobs_dir: layout.blobs_dir(),
+            blobs: layout.blobs(),
         }
     }
 
     /// Calls `visit(layer digest, path, entry)` for every tar entry of every layer, bottom
     /// layer first, so a later call for a path overrides an earlier one as in the container.
     /// An error reading a layer becomes `E` through `read_error(layer digest, error)`.
+    ///
+    /// Each layer is hashed as it is read and held to its descriptor before the next is
+    /// read and before this returns, so what a visitor gathered counts only once the bytes
+    /// proved to be the base's; a layer that is not (its digest, its size) is that error,
+    /// whatever else went wrong reading it.
     pub fn walk_layers<E>(
         &self,
         read_error: impl Fn(String, std::io::Error) -> E,
@@ -55,20 +59,34 @@ impl BaseImage {
         for layer in &self.layers {
             let digest = layer.digest().to_string();
             let err = |source| read_error(digest.clone(), source);
-            let reader = super::layer_reader(
-                &self.blobs_dir.join(layer.digest().digest()),
-                layer.media_type(),
-            )
-            .map_err(err)?;
-            let mut archive = tar::Archive::new(reader);
-            for entry in archive.entries().map_err(err)? {
-                let mut entry = entry.map_err(err)?;
-                let path = entry.path().map_err(err)?.to_string_lossy().into_owned();
-                visit(&digest, &path, &mut entry)?;
-            }
+            let (reader, check) = self
+                .blobs
+                .open_checked(layer)
+                .map_err(|e| err(std::io::Error::other(e)))?;
+            let walked = walk_tar(reader, layer, &mut visit, &err);
+            check.finish().map_err(|e| err(std::io::Error::other(e)))?;
+            walked?;
         }
         Ok(())
     }
+}
+
+/// Calls `visit` for each entry of the layer `reader` reads.
+fn walk_tar<E>(
+    reader: super::blobs::HashingReader,
+    layer: &Descriptor,
+    visit: &mut impl FnMut(&str, &str, &mut tar::Entry<'_, Box<dyn std::io::Read>>) -> Result<(), E>,
+    err: &impl Fn(std::io::Error) -> E,
+) -> Result<(), E> {
+    let digest = layer.digest().to_string();
+    let reader = super::layer_reader(reader, layer).map_err(err)?;
+    let mut archive = tar::Archive::new(reader);
+    for entry in archive.entries().map_err(err)? {
+        let mut entry = entry.map_err(err)?;
+        let path = entry.path().map_err(err)?.to_string_lossy().into_owned();
+        visit(&digest, &path, &mut entry)?;
+    }
+    Ok(())
 }
 
 #[derive(Debug, thiserror::Error)]

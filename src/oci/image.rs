@@ -553,7 +553,7 @@ mod tests {
             manifest_digest: format!("sha256:{}", "b".repeat(64)),
             config: base_config,
             layers: Vec::new(),
-            blobs_dir: std::path::PathBuf::from("/nowhere"),
+            blobs: crate::oci::blobs::BlobStore::flat(std::path::Path::new("/nowhere")),
         };
         let config_of = |recipe: &Recipe, base: Option<&BaseImage>| {
             let inputs = ImageInputs {

@@ -72,7 +72,7 @@ pub enum LayoutError {
         #[source]
         source: serde_json::Error,
     },
-    #[error("Blob `{}` does not match its digest: expected {expected}, found {actual}", path.display())]
+    #[error("Blob {expected} does not match its digest: its bytes in `{}` hash to {actual}", path.display())]
     DigestMismatch {
         path: PathBuf,
         expected: String,
@@ -206,9 +206,15 @@ impl Layout {
         Ok((descriptor, bytes))
     }
 
-    /// Copies blob `digest` from another layout's blob directory, checking its digest on
-    /// the way; a blob already present is left alone.
-    pub fn import_blob(&self, from: &Path, digest: &str) -> Result<(), LayoutError> {
+    /// Copies blob `digest` from `input` (a base's blob, opened by
+    /// [`super::blobs::BlobStore::open`]; `from` is its path, for messages), checking its
+    /// digest on the way; a blob already present is left alone.
+    pub fn import_blob(
+        &self,
+        mut input: std::fs::File,
+        from: &Path,
+        digest: &str,
+    ) -> Result<(), LayoutError> {
         let target = self.blob_path(digest);
         if target.exists() {
             return Ok(());
@@ -221,7 +227,6 @@ impl Layout {
             path: target.clone(),
             source,
         };
-        let mut input = fs_err::File::open(from).map_err(read)?;
         let mut temp = tempfile::Builder::new()
             .prefix(".import-")
             .tempfile_in(self.blobs_dir())
@@ -250,13 +255,25 @@ impl Layout {
         Ok(())
     }
 
-    /// Reads `index.json`, if there is one.
+    /// Reads `index.json`, if there is one: as a reader reads it
+    /// ([`Self::index`]: a regular file of the layout itself, bounded).
     pub fn read_index(&self) -> Result<Option<ImageIndex>, LayoutError> {
         let path = self.index_path();
-        if !path.exists() {
-            return Ok(None);
-        }
-        ImageIndex::from_file(&path)
+        let bytes = match crate::fs::read_input_beneath(
+            &self.dir,
+            Path::new("index.json"),
+            super::blobs::MAX_JSON_BLOB,
+        ) {
+            Ok(bytes) => bytes,
+            Err(err) if err.is_not_found() => return Ok(None),
+            Err(err) => {
+                return Err(LayoutError::Read {
+                    path,
+                    source: err.into(),
+                });
+            }
+        };
+        ImageIndex::from_reader(bytes.as_slice())
             .map(Some)
             .map_err(|source| LayoutError::Json { path, source })
     }
@@ -338,8 +355,9 @@ impl Layout {
             if !live.insert(digest.clone()) {
                 continue;
             }
-            let path = self.blob_path(&digest);
-            let value = read_small_json(&path).ok_or_else(|| path.clone())?;
+            let value = self
+                .read_small_json(&digest)
+                .ok_or_else(|| self.blob_path(&digest))?;
             let digests_of = |key: &str| -> Vec<String> {
                 value[key]
                     .as_array()
@@ -387,14 +405,14 @@ fn merge_entries(index: &ImageIndex, existing: &ImageIndex) -> ImageIndex {
     merged
 }
 
-/// The JSON of a blob that should be a manifest or an index; `None` when it is missing,
-/// too large to be one, or not JSON.
-fn read_small_json(path: &Path) -> Option<serde_json::Value> {
-    let size = fs_err::metadata(path).ok()?.len();
-    if size > MAX_MANIFEST_BYTES {
-        return None;
+impl Layout {
+    /// The JSON of a blob that should be a manifest or an index; `None` when it is missing,
+    /// too large to be one, not a regular file of the layout, or not JSON.
+    fn read_small_json(&self, digest: &str) -> Option<serde_json::Value> {
+        let relative = Path::new("blobs/sha256").join(digest.trim_start_matches("sha256:"));
+        let bytes = crate::fs::read_input_beneath(&self.dir, &relative, MAX_MANIFEST_BYTES).ok()?;
+        serde_json::from_slice(&bytes).ok()
     }
-    serde_json::from_slice(&fs_err::read(path).ok()?).ok()
 }
 
 #[cfg(test)]

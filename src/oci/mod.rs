@@ -3,25 +3,25 @@
 
 pub mod archive;
 pub mod base;
+pub mod blobs;
 pub mod image;
 pub mod json;
 pub mod layout;
 pub mod read;
 
-/// The uncompressed tar stream of a layer blob, by its media type (gzip, which may be
-/// multi-member; zstd; or plain tar). A compressed blob is read through a
-/// [`Bounded`](crate::compression::bounded::Bounded) reader: it may unpack to
-/// [`Bound::ratio`] times its size, and a read past that fails naming the layer.
+/// The uncompressed tar stream of the blob of `layer`, by its media type (gzip, which may be
+/// multi-member; zstd; or plain tar). The blob is opened by
+/// [`blobs::BlobStore::open_checked`], which checks what was read; a compressed one is read
+/// through a [`Bounded`](crate::compression::bounded::Bounded) reader: it may unpack to
+/// [`Bound::ratio`] times its descriptor's size, and a read past that fails naming the layer.
 pub fn layer_reader(
-    path: &std::path::Path,
-    media_type: &oci_spec::image::MediaType,
+    blob: impl std::io::Read + 'static,
+    layer: &oci_spec::image::Descriptor,
 ) -> std::io::Result<Box<dyn std::io::Read>> {
     use crate::compression::bounded::{Bound, Bounded};
-    let file = fs_err::File::open(path)?;
-    let size = file.metadata()?.len();
-    let file = std::io::BufReader::with_capacity(1 << 20, file);
-    let bound = || Bound::ratio(size, format!("layer `{}`", blob_digest(path)));
-    Ok(match media_type.to_string().as_str() {
+    let file = std::io::BufReader::with_capacity(1 << 20, blob);
+    let bound = || Bound::ratio(layer.size(), format!("layer `{}`", layer.digest()));
+    Ok(match layer.media_type().to_string().as_str() {
         m if m.ends_with("gzip") => Box::new(Bounded::new(
             flate2::read::MultiGzDecoder::new(file),
             bound(),
@@ -29,16 +29,6 @@ pub fn layer_reader(
         m if m.ends_with("zstd") => Box::new(Bounded::new(zstd::Decoder::new(file)?, bound())),
         _ => Box::new(file),
     })
-}
-
-/// `sha256:<hex>` of the blob at `…/blobs/sha256/<hex>`.
-fn blob_digest(path: &std::path::Path) -> String {
-    let name = |p: Option<&std::path::Path>| {
-        p.and_then(|p| p.file_name())
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default()
-    };
-    format!("{}:{}", name(path.parent()), name(Some(path)))
 }
 
 /// The digest of bytes, `sha256:<hex>`.

@@ -8,13 +8,14 @@
 //! `inspect`, `verify`, `push`, the archives, `smoke` and local base images all read
 //! through here; the write side of a layout is [`super::layout`].
 
-use std::{io::Read, path::PathBuf};
+use std::path::{Path, PathBuf};
 
+use super::{
+    blobs::{BlobStore, MAX_JSON_BLOB},
+    layout::{Layout, ref_name, tagged},
+};
 use oci_spec::image::{Descriptor, ImageConfiguration, ImageIndex, ImageManifest, MediaType};
 use rattler_conda_types::Subdir;
-use sha2::{Digest, Sha256};
-
-use super::layout::{Layout, ref_name, tagged};
 
 pub use crate::reference::{DEFAULT_TAG, LayoutRef, split_layout};
 
@@ -43,12 +44,19 @@ pub enum ReadError {
         #[source]
         source: oci_spec::OciSpecError,
     },
-    #[error("OCI layout `{}` has no tag `{tag}`; it has: {}", layout.display(), if available.is_empty() { "no tags".to_string() } else { available.join(", ") })]
+    #[error("OCI layout `{}` has no tag `{tag}`; it has: {}", layout.display(), if available.is_empty() { "no tags".to_string() } else { crate::report::list_capped(available, 10) })]
     NoTag {
         layout: PathBuf,
         tag: String,
         /// The layout's tags, sorted.
         available: Vec<String>,
+    },
+    #[error("Blob {digest} in `{}` has {size} bytes by its descriptor; a manifest, index or config is read only up to {max}", layout.display())]
+    TooLarge {
+        layout: PathBuf,
+        digest: String,
+        size: u64,
+        max: u64,
     },
     #[error("Blob {digest} is missing from `{}`", layout.display())]
     Missing { layout: PathBuf, digest: String },
@@ -148,13 +156,16 @@ impl StoredManifest {
 
 impl Layout {
     /// `index.json`, which must be there (a writer takes a missing one as an empty layout:
-    /// [`Self::read_index`]).
+    /// [`Self::read_index`]): a regular file in the layout directory itself (not a link,
+    /// not a fifo), of at most [`MAX_JSON_BLOB`].
     pub fn index(&self) -> Result<ImageIndex, ReadError> {
         let path = self.index_path();
-        let bytes = fs_err::read(&path).map_err(|source| ReadError::Read {
-            path: path.clone(),
-            source,
-        })?;
+        let bytes =
+            crate::fs::read_input_beneath(&self.dir, Path::new("index.json"), MAX_JSON_BLOB)
+                .map_err(|source| ReadError::Read {
+                    path: path.clone(),
+                    source: source.into(),
+                })?;
         ImageIndex::from_reader(bytes.as_slice()).map_err(|source| ReadError::Json { path, source })
     }
 
@@ -177,72 +188,15 @@ impl Layout {
         })
     }
 
-    /// Checks the blob `descriptor` names, reading it whole without keeping it (layers are
-    /// large); returns its path.
-    pub fn check_blob(&self, descriptor: &Descriptor) -> Result<PathBuf, ReadError> {
-        self.read_checked(descriptor, |_| {})
+    /// The layout's blobs, each opened beneath the layout and held to its descriptor.
+    pub fn blobs(&self) -> BlobStore {
+        BlobStore::in_layout(&self.dir)
     }
 
-    /// The bytes of the blob `descriptor` names, checked.
+    /// The bytes of the manifest, index or config blob `descriptor` names, checked; one
+    /// larger than [`MAX_JSON_BLOB`] is refused unread.
     pub fn read_blob(&self, descriptor: &Descriptor) -> Result<Vec<u8>, ReadError> {
-        // The descriptor's size is only a hint until the bytes are checked.
-        let mut bytes = Vec::with_capacity(descriptor.size().min(1 << 20) as usize);
-        self.read_checked(descriptor, |chunk| bytes.extend_from_slice(chunk))?;
-        Ok(bytes)
-    }
-
-    /// Streams the blob through `sink`, then checks that it is the descriptor's size and
-    /// hashes to its digest.
-    fn read_checked(
-        &self,
-        descriptor: &Descriptor,
-        mut sink: impl FnMut(&[u8]),
-    ) -> Result<PathBuf, ReadError> {
-        let digest = descriptor.digest().to_string();
-        let path = self.blobs_dir().join(descriptor.digest().digest());
-        let read_err = |source| ReadError::Read {
-            path: path.clone(),
-            source,
-        };
-        let mut file = match fs_err::File::open(&path) {
-            Ok(file) => file,
-            Err(err) if err.kind() == std::io::ErrorKind::NotFound => {
-                return Err(ReadError::Missing {
-                    layout: self.dir.clone(),
-                    digest,
-                });
-            }
-            Err(source) => return Err(read_err(source)),
-        };
-        let mut hasher = Sha256::new();
-        let mut buffer = vec![0u8; 1 << 20];
-        let mut size = 0u64;
-        loop {
-            let n = file.read(&mut buffer).map_err(read_err)?;
-            if n == 0 {
-                break;
-            }
-            hasher.update(&buffer[..n]);
-            sink(&buffer[..n]);
-            size += n as u64;
-        }
-        if size != descriptor.size() {
-            return Err(ReadError::Size {
-                layout: self.dir.clone(),
-                digest,
-                expected: descriptor.size(),
-                actual: size,
-            });
-        }
-        let actual = format!("sha256:{}", hex::encode(hasher.finalize()));
-        if actual != digest {
-            return Err(ReadError::Digest {
-                layout: self.dir.clone(),
-                digest,
-                actual,
-            });
-        }
-        Ok(path)
+        self.blobs().read(descriptor, MAX_JSON_BLOB)
     }
 
     /// The bytes of a manifest or index blob, checked, and what they parse to.
@@ -526,7 +480,7 @@ pub fn index_platforms(index: &ImageIndex) -> String {
     if platforms.is_empty() {
         "no platform manifests".into()
     } else {
-        platforms.join(", ")
+        crate::report::list_capped(&platforms, 10)
     }
 }
 

@@ -575,7 +575,11 @@ pub fn wheel_metadata(path: &Path) -> Result<String, String> {
                 .is_some_and(|dir| dir.ends_with(".dist-info") && !dir.contains('/'))
         })
         .ok_or_else(|| "is missing: the wheel has no `*.dist-info/METADATA`".to_string())?;
-    let bound = Bound::new(MAX_METADATA_BYTES, format!("`{name}`"), "the most METADATA may hold");
+    let bound = Bound::new(
+        MAX_METADATA_BYTES,
+        format!("`{name}`"),
+        "the most METADATA may hold",
+    );
     let entry = archive.by_name(&name).map_err(|e| e.to_string())?;
     let bytes = read_to_end_bounded(entry, bound).map_err(|e| match TooLarge::in_io(&e) {
         Some(too_large) => too_large.to_string(),

@@ -204,10 +204,6 @@ impl Recipe {
 pub fn read_recipe_text(path: &Path) -> Result<String, RecipeError> {
     use crate::fs::InputError;
     crate::fs::read_input_text(path, MAX_RECIPE_BYTES).map_err(|e| match e {
-        InputError::Io(source) => RecipeError::Read {
-            path: path.to_path_buf(),
-            source,
-        },
         InputError::NotAFile(kind) => RecipeError::NotAFile {
             path: path.to_path_buf(),
             kind,
@@ -215,6 +211,10 @@ pub fn read_recipe_text(path: &Path) -> Result<String, RecipeError> {
         InputError::TooLarge { size, .. } => RecipeError::TooLarge {
             path: path.to_path_buf(),
             size,
+        },
+        other => RecipeError::Read {
+            path: path.to_path_buf(),
+            source: other.into(),
         },
     })
 }

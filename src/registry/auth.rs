@@ -161,14 +161,21 @@ fn keys_for(registry: &str) -> Vec<String> {
     keys
 }
 
+/// Auth files larger than this are refused unread: one entry is a few hundred bytes, and
+/// containerd and podman read their configs whole too.
+pub const MAX_AUTH_FILE_BYTES: u64 = 4 << 20;
+
+/// CA bundles larger than this are refused unread: the whole Mozilla bundle is ~220 KiB.
+pub const MAX_CA_BUNDLE_BYTES: u64 = 4 << 20;
+
 fn read_auth_file(path: &Path) -> Result<Option<AuthFile>, AuthError> {
-    let text = match fs_err::read_to_string(path) {
+    let text = match crate::fs::read_input_text(path, MAX_AUTH_FILE_BYTES) {
         Ok(text) => text,
-        Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(err) if err.is_not_found() => return Ok(None),
         Err(source) => {
             return Err(AuthError::Read {
                 path: path.to_path_buf(),
-                source,
+                source: source.into(),
             });
         }
     };
@@ -317,7 +324,7 @@ fn anonymous_client(options: &super::client::ClientOptions) -> Option<reqwest::C
         .user_agent(concat!("imgbuild/", env!("CARGO_PKG_VERSION")))
         .timeout(options.timeout());
     if let Some(path) = &options.ca_cert {
-        let pem = fs_err::read(path).ok()?;
+        let pem = crate::fs::read_input(path, MAX_CA_BUNDLE_BYTES).ok()?;
         for cert in reqwest::Certificate::from_pem_bundle(&pem).ok()? {
             builder = builder.add_root_certificate(cert);
         }

@@ -393,10 +393,13 @@ impl RepositoryClient {
             .user_agent(concat!("imgbuild/", env!("CARGO_PKG_VERSION")))
             .connect_timeout(timeout);
         if let Some(path) = &options.ca_cert {
-            let pem = fs_err::read(path).map_err(|e| RegistryError::CaCert {
-                path: path.clone(),
-                source: Box::new(e),
-            })?;
+            let pem =
+                crate::fs::read_input(path, super::auth::MAX_CA_BUNDLE_BYTES).map_err(|e| {
+                    RegistryError::CaCert {
+                        path: path.clone(),
+                        source: Box::new(e),
+                    }
+                })?;
             for cert in
                 reqwest::Certificate::from_pem_bundle(&pem).map_err(|e| RegistryError::CaCert {
                     path: path.clone(),

@@ -329,7 +329,7 @@ impl Pull<'_> {
             manifest_digest: digest,
             config,
             layers,
-            blobs_dir: self.cache.clone(),
+            blobs: crate::oci::blobs::BlobStore::flat(&self.cache),
         })
     }
 }

@@ -10,6 +10,15 @@ use std::{
 
 use crate::reference::Reference;
 
+/// registries.d files larger than this are refused unread: one configures a few scopes in
+/// a few hundred bytes.
+pub const MAX_REGISTRIES_D_FILE: u64 = 1 << 20;
+
+/// Signatures larger than this are not ours: containers/image reads at most 4 MiB of one.
+/// A file in the lookaside area is compared with the signature being written only up to
+/// that signature's size.
+pub const MAX_SIGNATURE_BYTES: u64 = 4 << 20;
+
 #[derive(Debug, thiserror::Error)]
 pub enum LookasideError {
     #[error("Cannot read the registries.d configuration `{}`", path.display())]
@@ -137,10 +146,13 @@ impl RegistriesD {
         files.sort();
         let mut config = RegistriesD::default();
         for path in files {
-            let text = fs_err::read_to_string(&path).map_err(|source| LookasideError::Read {
-                path: path.clone(),
-                source,
-            })?;
+            let text =
+                crate::fs::read_input_text(&path, MAX_REGISTRIES_D_FILE).map_err(|source| {
+                    LookasideError::Read {
+                        path: path.clone(),
+                        source: source.into(),
+                    }
+                })?;
             config.merge(parse(&text, &path)?, &path)?;
         }
         Ok(config)
@@ -256,14 +268,16 @@ impl Lookaside {
         fs_err::create_dir_all(&dir).map_err(write_err(&dir))?;
         for n in 1.. {
             let path = dir.join(format!("signature-{n}"));
-            match fs_err::read(&path) {
+            // Read no more than the signature's own size: a larger file is another one.
+            let max = signature.len() as u64;
+            match crate::fs::read_input(&path, max) {
                 Ok(existing) if existing == signature => return Ok(path),
-                Ok(_) => continue,
-                Err(err) if err.kind() == std::io::ErrorKind::NotFound => {
+                Ok(_) | Err(crate::fs::InputError::TooLarge { .. }) => continue,
+                Err(err) if err.is_not_found() => {
                     crate::fs::write_atomic(&path, signature).map_err(write_err(&path))?;
                     return Ok(path);
                 }
-                Err(err) => return Err(write_err(&path)(err)),
+                Err(err) => return Err(write_err(&path)(err.into())),
             }
         }
         unreachable!("the loop returns")

@@ -11,6 +11,11 @@ use pgp::{
     types::{KeyDetails, Password},
 };
 
+/// Key files larger than this are refused unread: an armored RSA-4096 secret key with its
+/// subkeys and signatures is a few KiB, one with a photo ID some hundred; a 5 GiB file must
+/// not be loaded to find out it is not a key.
+pub const MAX_KEY_BYTES: u64 = 1 << 20;
+
 #[derive(Debug, thiserror::Error)]
 pub enum SignError {
     #[error("Cannot read the signing key `{}`", path.display())]
@@ -40,10 +45,13 @@ impl Signer {
     /// Loads the secret key in `path`, ASCII-armored or binary, as `gpg
     /// --export-secret-keys` writes it. `passphrase` unlocks it when it is protected.
     pub fn load(path: &Path, passphrase: Option<&str>) -> Result<Signer, SignError> {
-        let bytes = fs_err::read(path).map_err(|source| SignError::Read {
-            path: path.to_path_buf(),
-            source,
-        })?;
+        // A regular file, bounded, opened without blocking (a fifo is refused, not waited
+        // on). A link is followed: a Kubernetes secret volume mounts its keys as links.
+        let bytes =
+            crate::fs::read_input(path, MAX_KEY_BYTES).map_err(|source| SignError::Read {
+                path: path.to_path_buf(),
+                source: source.into(),
+            })?;
         let not_a_key = |err: pgp::errors::Error| SignError::NotAKey {
             path: path.to_path_buf(),
             reason: err.to_string(),

@@ -159,15 +159,12 @@ fn with_kernel_images(mut report: SmokeReport, recorded: Option<&str>) -> SmokeR
 /// the smoke run to classify the device. `None` when the manifest cannot be read back or
 /// records none: the run then says nothing about kernel images.
 fn recorded_architectures(image: &crate::oci::base::BaseImage) -> Option<String> {
-    // A manifest is a few KiB; one larger than this is not one imgbuild wrote.
-    const MAX_MANIFEST: u64 = 4 << 20;
-    let hex = image.manifest_digest.strip_prefix("sha256:")?;
-    let path = image.blobs_dir.join(hex);
-    if std::fs::metadata(&path).ok()?.len() > MAX_MANIFEST {
-        return None;
-    }
-    let manifest: oci_spec::image::ImageManifest =
-        serde_json::from_slice(&std::fs::read(path).ok()?).ok()?;
+    // Read as any blob of the layout: beneath it, a regular file, bounded, checked.
+    let bytes = image
+        .blobs
+        .read_named(&image.manifest_digest, crate::oci::blobs::MAX_JSON_BLOB)
+        .ok()?;
+    let manifest: oci_spec::image::ImageManifest = serde_json::from_slice(&bytes).ok()?;
     manifest
         .annotations()
         .as_ref()?

@@ -246,7 +246,13 @@ fn the_provenance_lists_each_source_as_the_lock_pins_it_and_verify_holds_it_to_t
     assert_eq!(files[0]["src"], "app");
     assert_eq!(files[1]["src"], "config.yaml");
     project
-        .run(&["verify", "images/files", "--provenance"])
+        .run(&[
+            "verify",
+            "images/files",
+            "--provenance",
+            "--lock",
+            "recipes/image.lock",
+        ])
         .success();
 
     // A provenance that claims another source digest is refused, naming both.
@@ -260,7 +266,14 @@ fn the_provenance_lists_each_source_as_the_lock_pins_it_and_verify_holds_it_to_t
     .unwrap();
     let locked = pinned[1]["digest"].as_str().unwrap();
     project
-        .run(&["verify", "images/files", "--provenance", "edited.json"])
+        .run(&[
+            "verify",
+            "images/files",
+            "--provenance",
+            "edited.json",
+            "--lock",
+            "recipes/image.lock",
+        ])
         .assert_failure_naming(
             1,
             &[

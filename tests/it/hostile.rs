@@ -1148,7 +1148,11 @@ fn a_check_marker_that_is_a_fifo_or_a_link_is_not_trusted() {
         command.envs(debug);
         let again = crate::common::run_with_deadline(command, &project, &args).success();
         assert_eq!(again.digest(), digest, "{plant}");
-        assert!(!again.stderr.contains("checked before"), "{plant}: {}", again.stderr);
+        assert!(
+            !again.stderr.contains("checked before"),
+            "{plant}: {}",
+            again.stderr
+        );
         canary.assert_not_in(&project.path().join(&out));
     }
     canary.assert_untouched();

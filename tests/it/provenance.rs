@@ -330,7 +330,13 @@ fn wheels_are_listed_with_their_sha256() {
     assert!(locked.is_subset(&listed));
     assert_eq!(listed.len(), locked.len() + 1, "the lock's and the base");
     project
-        .run(&["verify", "images/pywheel", "--provenance"])
+        .run(&[
+            "verify",
+            "images/pywheel",
+            "--provenance",
+            "--lock",
+            "recipes/image.lock",
+        ])
         .success();
 }
 
@@ -373,7 +379,13 @@ fn a_multi_platform_image_is_named_by_its_index() {
     assert!(uris.iter().any(|(u, _)| u.contains("/linux-aarch64/")));
     assert!(uris.iter().any(|(u, _)| u.contains("/linux-64/")));
     project
-        .run(&["verify", "images/multi", "--provenance"])
+        .run(&[
+            "verify",
+            "images/multi",
+            "--provenance",
+            "--lock",
+            "recipes/image.lock",
+        ])
         .success();
 }
 
@@ -391,8 +403,16 @@ fn verify_provenance_checks_the_image_and_the_lock() {
     let layout = LayoutView::new(project.path().join(image));
     let digest = layout.manifest_digest();
 
-    // Good: the one beside the layout, against the lock it names or the recipe's.
-    let ok = project.run(&["verify", image, "--provenance"]).success();
+    // Good: the one beside the layout, against the lock named or the recipe's.
+    let ok = project
+        .run(&[
+            "verify",
+            image,
+            "--provenance",
+            "--lock",
+            "recipes/image.lock",
+        ])
+        .success();
     assert!(ok.stderr.contains("provenance"), "{}", ok.stderr);
     let report: Value = serde_json::from_str(
         &project
@@ -417,7 +437,14 @@ fn verify_provenance_checks_the_image_and_the_lock() {
     other["subject"][0]["digest"]["sha256"] = Value::from("ab".repeat(32));
     let file = write_edited(&project, "other-subject.json", &other);
     project
-        .run(&["verify", image, "--provenance", file.to_str().unwrap()])
+        .run(&[
+            "verify",
+            image,
+            "--provenance",
+            file.to_str().unwrap(),
+            "--lock",
+            "recipes/image.lock",
+        ])
         .assert_failure_naming(
             1,
             &[
@@ -441,7 +468,14 @@ fn verify_provenance_checks_the_image_and_the_lock() {
     let hello = deps.remove(at);
     let file = write_edited(&project, "dropped.json", &dropped);
     project
-        .run(&["verify", image, "--provenance", file.to_str().unwrap()])
+        .run(&[
+            "verify",
+            image,
+            "--provenance",
+            file.to_str().unwrap(),
+            "--lock",
+            "recipes/image.lock",
+        ])
         .assert_failure_naming(
             1,
             &[&format!(
@@ -457,13 +491,27 @@ fn verify_provenance_checks_the_image_and_the_lock() {
         Value::from("cd".repeat(32));
     let file = write_edited(&project, "changed.json", &changed);
     project
-        .run(&["verify", image, "--provenance", file.to_str().unwrap()])
+        .run(&[
+            "verify",
+            image,
+            "--provenance",
+            file.to_str().unwrap(),
+            "--lock",
+            "recipes/image.lock",
+        ])
         .assert_failure_naming(1, &["that the provenance does not list"]);
 
     // Not a provenance at all.
     let file = write_edited(&project, "not.json", &serde_json::json!({"_type": "x"}));
     project
-        .run(&["verify", image, "--provenance", file.to_str().unwrap()])
+        .run(&[
+            "verify",
+            image,
+            "--provenance",
+            file.to_str().unwrap(),
+            "--lock",
+            "recipes/image.lock",
+        ])
         .assert_failure_naming(1, &["is not an imgbuild SLSA provenance"]);
 
     // The recipe edited (a comment: its lock still fits it, the image matches the lock):
@@ -493,7 +541,13 @@ fn verify_provenance_checks_the_image_and_the_lock() {
     project.write_recipe(&recipe.replace("\"_r-mutex\"", "\"_r-mutex\", \"other\""));
     project.run(&["lock", "recipes/image.toml"]).success();
     project
-        .run(&["verify", image, "--provenance"])
+        .run(&[
+            "verify",
+            image,
+            "--provenance",
+            "--lock",
+            "recipes/image.lock",
+        ])
         .assert_failure_naming(
             1,
             &[
@@ -505,5 +559,13 @@ fn verify_provenance_checks_the_image_and_the_lock() {
 
     // Rebuilt: the provenance is the new image's and lock's again.
     project.build(&[]).success();
-    project.run(&["verify", image, "--provenance"]).success();
+    project
+        .run(&[
+            "verify",
+            image,
+            "--provenance",
+            "--lock",
+            "recipes/image.lock",
+        ])
+        .success();
 }

@@ -16,13 +16,13 @@ use crate::{
 
 /// A gpg home with one fresh Ed25519 signing key, protected by `passphrase` (none when
 /// empty).
-struct Gpg {
+pub(crate) struct Gpg {
     home: PathBuf,
     passphrase: &'static str,
 }
 
 impl Gpg {
-    fn new(dir: &Path, name: &str) -> Gpg {
+    pub(crate) fn new(dir: &Path, name: &str) -> Gpg {
         Gpg::with_passphrase(dir, name, "")
     }
 
@@ -58,7 +58,7 @@ impl Gpg {
     }
 
     /// The secret key as `gpg --export-secret-keys --armor` writes it.
-    fn secret_key(&self, path: &Path) -> PathBuf {
+    pub(crate) fn secret_key(&self, path: &Path) -> PathBuf {
         fs_err::write(path, self.run(&["--export-secret-keys", "--armor"])).unwrap();
         path.to_path_buf()
     }
