@@ -27,6 +27,7 @@ mod fatbin;
 mod files;
 mod fixtures_smoke;
 mod hostile;
+mod hostile_cache;
 mod hostile_inputs;
 mod hostile_process;
 mod hostile_runtime;
