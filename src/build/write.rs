@@ -110,11 +110,21 @@ impl<'a> Writer<'a> {
         reporter.on_stage(Stage::Layers, &counted(total, "layer"));
         reporter.on_stage_total(Stage::Layers, total);
         let blobs_dir = self.layout.blobs_dir();
-        let cache =
-            LayerCache::open(&settings.cache_dir).map_err(|source| BuildError::Staging {
-                path: settings.cache_dir.join("layers"),
-                source,
-            })?;
+        let cache = match LayerCache::open(&settings.cache_dir) {
+            Ok(cache) => Some(cache),
+            // A cache directory that is a link or a file is not written through: the build
+            // goes on without it.
+            Err(err) if err.kind() == std::io::ErrorKind::InvalidData => {
+                tracing::warn!("not using the layer cache: {err}");
+                None
+            }
+            Err(source) => {
+                return Err(BuildError::Staging {
+                    path: settings.cache_dir.join("layers"),
+                    source,
+                });
+            }
+        };
         let pool = CompressPool::new(settings.jobs).map_err(|source| BuildError::Staging {
             path: settings.cache_dir.clone(),
             source,
@@ -126,7 +136,7 @@ impl<'a> Writer<'a> {
                 compression: self.cx.recipe.compression,
                 blobs_dir: &blobs_dir,
                 pool: pool.clone(),
-                cache: Some(&cache),
+                cache: cache.as_ref(),
                 prefetch: &self.cx.recipe.prefetch,
             };
             let mut layers = writer.write_all(&platform.plan, reporter)?;

@@ -15,10 +15,22 @@
 //! libraries again. A wheel's layer is keyed the same way by its installed `RECORD`. Layers
 //! that hold no package record (the image's own files) are not
 //! cached: they are small and their bytes come from the build, not from packages.
+//!
+//! The cache is evidence, not authority: it may come from another branch's CI run or another
+//! machine. An entry enters an image only once this machine has seen that it holds what its
+//! key says ([`verify`]: the blob decompressed is the layer's tar, byte for byte; a seekable
+//! layer is built again and must come out the same); then its key file is sealed with this
+//! machine's key ([`seal`]), and a sealed hit costs one sha256 of the blob. An entry that
+//! fails is evicted, named in a warning, and the layer is built again. Key files and blobs
+//! are opened without following links, as regular files of bounded size.
 
 use std::{
     collections::BTreeMap,
+    fs::File,
+    io::{Read, Seek, Write},
+    os::unix::fs::{MetadataExt, OpenOptionsExt},
     path::{Path, PathBuf},
+    sync::Arc,
 };
 
 use serde::{Deserialize, Serialize};
@@ -27,16 +39,23 @@ use sha2::{Digest, Sha256};
 use super::{
     compress::Compression,
     plan::{LayerKind, PlannedLayer},
-    tar::Entry,
+    tar::{Entry, TarError},
     write::LayerBlob,
 };
 
+pub mod seal;
+pub mod verify;
+
+use seal::SealKey;
+
 /// Bump when the tar writer or the planner change what a layer holds for the same inputs.
 const KEY_FORMAT: &str = "imgbuild-layer-key/1";
+/// The largest key file read: a few digests and a TOC position.
+const MAX_KEY_FILE: u64 = 64 << 10;
 
 /// What a key file records: enough to describe the blob without reading it.
-#[derive(Debug, Serialize, Deserialize)]
-struct CachedBlob {
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct CachedBlob {
     digest: String,
     diff_id: String,
     size: u64,
@@ -44,24 +63,87 @@ struct CachedBlob {
     /// The layer's own manifest annotations (the TOC of an eStargz or zstd:chunked layer).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     annotations: BTreeMap<String, String>,
+    /// This machine's seal ([`seal`]) once the entry was verified here.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    seal: Option<String>,
+}
+
+impl CachedBlob {
+    fn of(blob: &LayerBlob) -> Self {
+        CachedBlob {
+            digest: blob.digest.clone(),
+            diff_id: blob.diff_id.clone(),
+            size: blob.size,
+            tar_size: blob.tar_size,
+            annotations: blob.annotations.clone(),
+            seal: None,
+        }
+    }
+
+    /// What a seal covers: the layer key (itself the digest of the layer's entry list and
+    /// package records) and every claim about the blob.
+    fn sealed_fields(&self, key: &str, compression: Compression) -> serde_json::Value {
+        serde_json::json!([
+            key,
+            compression.describe(),
+            self.digest,
+            self.diff_id,
+            self.size,
+            self.tar_size,
+            self.annotations,
+        ])
+    }
+}
+
+/// Why an entry is refused, and the blob its key file names (to evict with it).
+type EntryError = (String, Option<String>);
+
+/// What the cache holds under a key.
+pub enum Fetched {
+    /// A verified entry, linked into the blobs directory.
+    Hit(LayerBlob),
+    /// Nothing usable: build the layer.
+    Miss,
+    /// A seekable entry not verified here: build the layer, then [`LayerCache::store`] it
+    /// under `claimed`'s digest if it came out the same.
+    Rebuild { claimed: String },
 }
 
 #[derive(Debug, Clone)]
 pub struct LayerCache {
     blobs: PathBuf,
     keys: PathBuf,
+    /// `None`: nothing is sealed, every entry is verified on every use.
+    seal_key: Option<Arc<SealKey>>,
 }
 
 impl LayerCache {
-    /// The cache under `cache_dir`, created if missing.
+    /// The cache under `cache_dir`, created if missing, sealed with this machine's key.
+    /// Its directories must be directories, not links to elsewhere.
     pub fn open(cache_dir: &Path) -> std::io::Result<Self> {
         let root = cache_dir.join("layers");
         let cache = Self {
             blobs: root.join("blobs"),
             keys: root.join("keys"),
+            seal_key: machine_key(cache_dir),
         };
-        fs_err::create_dir_all(&cache.blobs)?;
-        fs_err::create_dir_all(&cache.keys)?;
+        for dir in [&root, &cache.blobs, &cache.keys] {
+            match std::fs::symlink_metadata(dir) {
+                Ok(meta) if !meta.is_dir() => {
+                    let kind = meta.file_type();
+                    let what = if kind.is_symlink() {
+                        "a symbolic link"
+                    } else {
+                        crate::fs::file_kind(&kind)
+                    };
+                    return Err(std::io::Error::new(
+                        std::io::ErrorKind::InvalidData,
+                        format!("`{}` is {what}, not a directory", dir.display()),
+                    ));
+                }
+                _ => fs_err::create_dir_all(dir)?,
+            }
+        }
         Ok(cache)
     }
 
@@ -73,29 +155,43 @@ impl LayerCache {
         self.blobs.join(digest.trim_start_matches("sha256:"))
     }
 
-    /// The blob cached under `key`, linked into `blobs_dir`, or `None` on a miss. An entry
-    /// whose blob is missing or has the wrong size counts as a miss.
+    /// The entry under `key` of layer `name`, checked before use: sealed by this machine and
+    /// its blob's digest right, or verified in full against the tar `write_tar` makes (then
+    /// sealed). An entry that fails is evicted with a warning naming the layer.
     pub fn fetch(
         &self,
+        name: &str,
         key: &str,
         compression: Compression,
         blobs_dir: &Path,
-    ) -> std::io::Result<Option<LayerBlob>> {
-        let Ok(text) = fs_err::read_to_string(self.key_path(key)) else {
-            return Ok(None);
+        write_tar: &dyn Fn(&mut dyn Write) -> Result<(), TarError>,
+    ) -> std::io::Result<Fetched> {
+        let (cached, mut file) = match self.open_entry(key) {
+            Ok(Some(entry)) => entry,
+            Ok(None) => return Ok(Fetched::Miss),
+            Err((why, digest)) => return Ok(self.reject(name, key, digest.as_deref(), &why)),
         };
-        let Ok(cached) = serde_json::from_str::<CachedBlob>(&text) else {
-            tracing::warn!("ignoring unreadable layer cache entry {key}");
-            return Ok(None);
+        let sealed = self.is_sealed(key, &cached, compression);
+        let checked = if sealed {
+            check_digest(&mut file, &cached).map_err(|e| e.to_string())
+        } else if compression.seekable().is_some() {
+            return Ok(Fetched::Rebuild {
+                claimed: cached.digest,
+            });
+        } else {
+            verify::plain(&mut file, &cached, compression, write_tar).map_err(|e| e.to_string())
         };
-        let source = self.blob_path(&cached.digest);
-        match fs_err::metadata(&source) {
-            Ok(meta) if meta.len() == cached.size => {}
-            _ => return Ok(None),
+        if let Err(why) = checked {
+            return Ok(self.reject(name, key, Some(&cached.digest), &why));
         }
-        let target = blobs_dir.join(cached.digest.trim_start_matches("sha256:"));
-        crate::fs::link_or_copy(&source, &target)?;
-        Ok(Some(LayerBlob {
+        let source = self.blob_path(&cached.digest);
+        if let Err(err) = link_verified(&file, &source, &cached.digest, blobs_dir) {
+            return Ok(self.reject(name, key, Some(&cached.digest), &err.to_string()));
+        }
+        if !sealed && self.seal_key.is_some() {
+            self.write_key_file(key, &cached, compression);
+        }
+        Ok(Fetched::Hit(LayerBlob {
             diff_id: cached.diff_id,
             digest: cached.digest,
             size: cached.size,
@@ -105,32 +201,240 @@ impl LayerCache {
         }))
     }
 
+    /// The key file under `key` and its blob, opened; `Ok(None)` when there is no entry,
+    /// `Err` with the reason when there is one that cannot be what it says.
+    /// The error carries the blob's digest once the key file named a well-formed one.
+    fn open_entry(&self, key: &str) -> Result<Option<(CachedBlob, File)>, EntryError> {
+        let text = match open_regular(&self.key_path(key)) {
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            opened => {
+                read_bounded(opened, MAX_KEY_FILE).map_err(|e| (format!("key file: {e}"), None))?
+            }
+        };
+        let cached: CachedBlob =
+            serde_json::from_slice(&text).map_err(|e| (format!("key file: {e}"), None))?;
+        if !is_sha256(&cached.digest) || !is_sha256(&cached.diff_id) {
+            return Err(("key file: a digest is not `sha256:<hex>`".to_string(), None));
+        }
+        let blob_err = |e: std::io::Error| (format!("blob: {e}"), Some(cached.digest.clone()));
+        let file = open_regular(&self.blob_path(&cached.digest)).map_err(blob_err)?;
+        let size = file.metadata().map_err(blob_err)?.len();
+        if size != cached.size {
+            let why = format!("blob: {size} bytes, its key file says {}", cached.size);
+            return Err((why, Some(cached.digest)));
+        }
+        Ok(Some((cached, file)))
+    }
+
+    fn is_sealed(&self, key: &str, cached: &CachedBlob, compression: Compression) -> bool {
+        match (&self.seal_key, &cached.seal) {
+            (Some(machine), Some(seal)) => {
+                machine.is_seal_of(seal, &cached.sealed_fields(key, compression))
+            }
+            _ => false,
+        }
+    }
+
+    /// Warns that the entry of layer `name` under `key` is not used, and evicts it.
+    fn reject(&self, name: &str, key: &str, digest: Option<&str>, why: &str) -> Fetched {
+        tracing::warn!(
+            "layer `{name}`: the layer cache's entry {key} fails its check ({why}); evicted, building the layer again"
+        );
+        self.evict(key, digest);
+        Fetched::Miss
+    }
+
+    /// Removes the key file under `key` and the blob `digest` names (a link or file, never
+    /// what a link points at; a directory is left).
+    pub fn evict(&self, key: &str, digest: Option<&str>) {
+        let blob = digest.filter(|d| is_sha256(d)).map(|d| self.blob_path(d));
+        for path in std::iter::once(self.key_path(key)).chain(blob) {
+            if std::fs::symlink_metadata(&path).is_ok_and(|m| !m.is_dir())
+                && let Err(err) = std::fs::remove_file(&path)
+            {
+                tracing::debug!("cannot evict `{}`: {err}", path.display());
+            }
+        }
+    }
+
     /// Holds `key` for this process until the returned file is dropped: a second build
     /// wanting the same layer (matrix variants at once) waits, then finds it cached instead
     /// of compressing it again.
     pub fn lock_key(&self, key: &str) -> std::io::Result<std::fs::File> {
-        let file = fs_err::OpenOptions::new()
+        let path = self.keys.join(format!("{key}.lock"));
+        let file = std::fs::OpenOptions::new()
             .create(true)
             .truncate(false)
             .write(true)
-            .open(self.keys.join(format!("{key}.lock")))?
-            .into_file();
+            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+            .open(&path)
+            .map_err(|e| std::io::Error::new(e.kind(), format!("`{}`: {e}", path.display())))?;
+        if !file.metadata()?.is_file() {
+            return Err(std::io::Error::other("the lock file is not a regular file"));
+        }
         file.lock()?;
         Ok(file)
     }
 
-    /// Records `blob`, already written at `blob_path`, under `key`.
-    pub fn store(&self, key: &str, blob: &LayerBlob, blob_path: &Path) -> std::io::Result<()> {
-        crate::fs::link_or_copy(blob_path, &self.blob_path(&blob.digest))?;
-        let cached = CachedBlob {
-            digest: blob.digest.clone(),
-            diff_id: blob.diff_id.clone(),
-            size: blob.size,
-            tar_size: blob.tar_size,
-            annotations: blob.annotations.clone(),
-        };
-        let json = serde_json::to_vec(&cached).map_err(std::io::Error::other)?;
-        crate::fs::write_atomic(&self.key_path(key), &json)
+    /// Records `blob`, written by this build at `blob_path`, under `key`, sealed.
+    pub fn store(
+        &self,
+        key: &str,
+        blob: &LayerBlob,
+        blob_path: &Path,
+        compression: Compression,
+    ) -> std::io::Result<()> {
+        let target = self.blob_path(&blob.digest);
+        if std::fs::symlink_metadata(&target).is_ok_and(|m| !m.is_file()) {
+            std::fs::remove_file(&target)?;
+        }
+        crate::fs::link_or_copy(blob_path, &target)?;
+        self.write_key_file(key, &CachedBlob::of(blob), compression);
+        Ok(())
+    }
+
+    /// Writes the key file of `cached` under `key`, sealed when this machine has a key.
+    fn write_key_file(&self, key: &str, cached: &CachedBlob, compression: Compression) {
+        let mut cached = cached.clone();
+        cached.seal = self
+            .seal_key
+            .as_ref()
+            .map(|machine| machine.seal(&cached.sealed_fields(key, compression)));
+        let written = serde_json::to_vec(&cached)
+            .map_err(std::io::Error::other)
+            .and_then(|json| crate::fs::write_atomic(&self.key_path(key), &json));
+        if let Err(err) = written {
+            tracing::warn!("could not write the layer cache's entry {key}: {err}");
+        }
+    }
+}
+
+/// This machine's sealing key, or `None` (with a warning) when there is none to use.
+fn machine_key(cache_dir: &Path) -> Option<Arc<SealKey>> {
+    let Some(path) = seal::key_path() else {
+        tracing::warn!(
+            "no HOME, XDG_STATE_HOME or {}: cached layers are verified in full on every use",
+            seal::KEY_FILE_ENV
+        );
+        return None;
+    };
+    match SealKey::load_or_create(&path, cache_dir) {
+        Ok(key) => Some(Arc::new(key)),
+        Err(why) => {
+            tracing::warn!(
+                "the layer cache key `{}` cannot be used ({why}): cached layers are verified in full on every use",
+                path.display()
+            );
+            None
+        }
+    }
+}
+
+/// `path` opened for reading without following a link and without waiting on a fifo; only
+/// a regular file is returned.
+fn open_regular(path: &Path) -> std::io::Result<File> {
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(path)
+        .map_err(|err| match err.raw_os_error() {
+            Some(libc::ELOOP) => std::io::Error::other("is a symbolic link"),
+            _ => err,
+        })?;
+    let meta = file.metadata()?;
+    if !meta.is_file() {
+        let kind = crate::fs::file_kind(&meta.file_type());
+        return Err(std::io::Error::other(format!(
+            "is {kind}, not a regular file"
+        )));
+    }
+    Ok(file)
+}
+
+/// At most `max` bytes of `file`; more is an error.
+fn read_bounded(file: std::io::Result<File>, max: u64) -> std::io::Result<Vec<u8>> {
+    let mut bytes = Vec::new();
+    file?.take(max + 1).read_to_end(&mut bytes)?;
+    if bytes.len() as u64 > max {
+        return Err(std::io::Error::other(format!("over {max} bytes")));
+    }
+    Ok(bytes)
+}
+
+fn is_sha256(digest: &str) -> bool {
+    digest.strip_prefix("sha256:").is_some_and(|hex| {
+        hex.len() == 64
+            && hex
+                .bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    })
+}
+
+/// `sha256:<hex>` and size of `file`, read from its start.
+fn digest_of(file: &mut File) -> std::io::Result<(String, u64)> {
+    file.rewind()?;
+    let mut hasher = Sha256::new();
+    let mut buf = vec![0u8; 1 << 20];
+    let mut size = 0u64;
+    loop {
+        let n = file.read(&mut buf)?;
+        if n == 0 {
+            break;
+        }
+        hasher.update(&buf[..n]);
+        size += n as u64;
+    }
+    Ok((format!("sha256:{}", hex::encode(hasher.finalize())), size))
+}
+
+/// A sealed entry's cheap check: its blob still has the digest it had when sealed.
+fn check_digest(file: &mut File, cached: &CachedBlob) -> std::io::Result<()> {
+    match digest_of(file)? {
+        (digest, size) if digest == cached.digest && size == cached.size => Ok(()),
+        _ => Err(std::io::Error::other(
+            "its blob is not the one its key file names",
+        )),
+    }
+}
+
+/// Puts the checked blob `file` (opened from `source`) into `blobs_dir`: a hard link that
+/// must be `file`'s inode (a swap since the check is refused), else a copy of `file`.
+fn link_verified(
+    file: &File,
+    source: &Path,
+    digest: &str,
+    blobs_dir: &Path,
+) -> std::io::Result<()> {
+    let target = blobs_dir.join(digest.trim_start_matches("sha256:"));
+    if std::fs::symlink_metadata(&target).is_ok() {
+        // Content-addressed: the layout already holds these bytes.
+        return Ok(());
+    }
+    let checked = file.metadata()?;
+    match std::fs::hard_link(source, &target) {
+        Ok(()) => {
+            let linked = std::fs::symlink_metadata(&target)?;
+            if (linked.dev(), linked.ino()) == (checked.dev(), checked.ino()) {
+                return Ok(());
+            }
+            std::fs::remove_file(&target)?;
+            Err(std::io::Error::other(
+                "its blob was replaced while it was checked",
+            ))
+        }
+        Err(err) if err.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
+        Err(_) => {
+            let mut temp = tempfile::Builder::new()
+                .prefix(".imgbuild-")
+                .tempfile_in(blobs_dir)?;
+            let mut from = file;
+            from.rewind()?;
+            std::io::copy(&mut from, &mut temp)?;
+            temp.as_file().sync_all()?;
+            crate::fs::set_mode(temp.path(), 0o644)?;
+            temp.persist(&target).map_err(|err| err.error)?;
+            Ok(())
+        }
     }
 }
 

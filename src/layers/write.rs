@@ -18,7 +18,7 @@ use sha2::{Digest, Sha256};
 
 use super::{
     blob_file::BlobFile,
-    cache::{LayerCache, layer_key},
+    cache::{Fetched, LayerCache, layer_key},
     compress::{CompressPool, Compression},
     owned::{OwnedLayer, write_owned_tar},
     plan::{LayerKind, LayerPlan, PlannedLayer},
@@ -178,36 +178,52 @@ impl LayerWriter<'_> {
     }
 
     /// The blob cached under `key` (held while it is written, so a second build wanting it
-    /// waits and takes it from the cache), else the tar `write_tar` makes, compressed,
-    /// written and stored under `key`. Says whether it was reused.
+    /// waits and takes it from the cache) once the cache shows it is the tar `write_tar`
+    /// makes, else that tar, compressed, written and stored under `key`. Says whether it was
+    /// reused.
     fn cached_or_written(
         &self,
         name: &str,
         key: Option<String>,
         landmark: Option<usize>,
-        write_tar: impl FnOnce(&mut dyn Write) -> Result<(), TarError>,
+        write_tar: impl Fn(&mut dyn Write) -> Result<(), TarError>,
     ) -> Result<(LayerBlob, bool), WriteError> {
         let blob_err = |path: &Path, source| self.blob_err(name, path, source);
-        let mut _key_lock = None;
-        if let (Some(cache), Some(key)) = (self.cache, &key) {
-            _key_lock = Some(
-                cache
-                    .lock_key(key)
-                    .map_err(|e| blob_err(self.blobs_dir, e))?,
-            );
-            if let Some(blob) = cache
-                .fetch(key, self.compression, self.blobs_dir)
-                .map_err(|e| blob_err(self.blobs_dir, e))?
-            {
-                return Ok((blob, true));
+        let (cache, key) = match (self.cache, key) {
+            (Some(cache), Some(key)) => (cache, key),
+            _ => return Ok((self.write_blob(name, landmark, &write_tar)?.0, false)),
+        };
+        let _key_lock = match cache.lock_key(&key) {
+            Ok(lock) => lock,
+            Err(err) => {
+                tracing::warn!(
+                    "layer `{name}`: the layer cache cannot be locked ({err}); not using it"
+                );
+                return Ok((self.write_blob(name, landmark, &write_tar)?.0, false));
             }
+        };
+        let fetched = cache
+            .fetch(name, &key, self.compression, self.blobs_dir, &write_tar)
+            .map_err(|e| blob_err(self.blobs_dir, e))?;
+        let claimed = match fetched {
+            Fetched::Hit(blob) => return Ok((blob, true)),
+            Fetched::Miss => None,
+            Fetched::Rebuild { claimed } => Some(claimed),
+        };
+        let (blob, target) = self.write_blob(name, landmark, &write_tar)?;
+        if let Some(claimed) = claimed {
+            // A seekable entry is verified by building it again: its TOC holds offsets
+            // into the compressed bytes.
+            if claimed != blob.digest {
+                tracing::warn!(
+                    "layer `{name}`: the layer cache's entry {key} fails its check (its blob is not what the layer builds to); evicted"
+                );
+            }
+            cache.evict(&key, Some(&claimed));
         }
-        let (blob, target) = self.write_blob(name, landmark, write_tar)?;
-        if let (Some(cache), Some(key)) = (self.cache, key) {
-            // A cache that cannot be written costs the next build time, not this build.
-            if let Err(err) = cache.store(&key, &blob, &target) {
-                tracing::warn!("could not store layer `{name}` in the layer cache: {err}");
-            }
+        // A cache that cannot be written costs the next build time, not this build.
+        if let Err(err) = cache.store(&key, &blob, &target, self.compression) {
+            tracing::warn!("could not store layer `{name}` in the layer cache: {err}");
         }
         Ok((blob, false))
     }
@@ -218,7 +234,7 @@ impl LayerWriter<'_> {
         &self,
         name: &str,
         landmark: Option<usize>,
-        write_tar: impl FnOnce(&mut dyn Write) -> Result<(), TarError>,
+        write_tar: &dyn Fn(&mut dyn Write) -> Result<(), TarError>,
     ) -> Result<(LayerBlob, PathBuf), WriteError> {
         let blob_err = |path: &Path, source| self.blob_err(name, path, source);
         let temp = tempfile::Builder::new()

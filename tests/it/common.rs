@@ -122,6 +122,11 @@ impl Project {
             .args(args)
             .current_dir(self.path())
             .env("IMGBUILD_CACHE_DIR", &self.cache)
+            // The project's own "machine": never the user's key under ~/.local/state.
+            .env(
+                "IMGBUILD_CACHE_KEY_FILE",
+                self.path().join("state/cache-key"),
+            )
             .env_remove("SOURCE_DATE_EPOCH")
             .env_remove("IMGBUILD_JOBS")
             .env_remove("IMGBUILD_CHANNEL_ALIAS");
@@ -144,6 +149,11 @@ impl Project {
             .args(args)
             .current_dir(self.path())
             .env("IMGBUILD_CACHE_DIR", &self.cache)
+            // The project's own "machine": never the user's key under ~/.local/state.
+            .env(
+                "IMGBUILD_CACHE_KEY_FILE",
+                self.path().join("state/cache-key"),
+            )
             .env_remove("SOURCE_DATE_EPOCH")
             .env_remove("IMGBUILD_JOBS")
             .env_remove("IMGBUILD_CHANNEL_ALIAS");

@@ -29,6 +29,7 @@ mod fixtures_smoke;
 mod hostile;
 mod hostile_accounts;
 mod hostile_base;
+mod hostile_cache;
 mod hostile_decompress;
 mod hostile_files;
 mod hostile_generated;
