@@ -42,8 +42,8 @@ impl BuildInputs<'_> {
         };
         part(b"imgbuild-build-key/1");
         part(env!("CARGO_PKG_VERSION").as_bytes());
-        part(&fs_err::read(self.recipe_path).ok()?);
-        part(&fs_err::read(self.lock_path).ok()?);
+        part(&crate::fs::read_input(self.recipe_path, crate::recipe::MAX_RECIPE_BYTES).ok()?);
+        part(&crate::fs::read_input(self.lock_path, crate::lock::MAX_LOCK_BYTES).ok()?);
         part(self.base_manifest.unwrap_or("scratch").as_bytes());
         part(self.variant.unwrap_or_default().as_bytes());
         part(self.smoke_exe.unwrap_or_default().as_bytes());
@@ -148,7 +148,8 @@ impl BuildRecords {
 
     /// What was recorded for `key`.
     pub fn get(&self, key: &str) -> Option<BuildRecord> {
-        serde_json::from_slice(&fs_err::read(self.path(key)).ok()?).ok()
+        // A record is a few KB; anything else in its place (a fifo, a huge file) is none.
+        serde_json::from_slice(&crate::fs::read_input(&self.path(key), 1 << 20).ok()?).ok()
     }
 
     /// Records what the build of `key` produced. Failing to record only costs a later

@@ -306,7 +306,10 @@ fn read_lock(
     recipe_path: &std::path::Path,
 ) -> Result<(String, String), String> {
     let lock_path = recipe.lock_path();
-    let lock = fs_err::read_to_string(&lock_path).map_err(|_| {
+    let lock = crate::fs::read_input_text(&lock_path, crate::lock::MAX_LOCK_BYTES).map_err(|err| {
+        if !err.is_not_found() {
+            return format!("`{}` cannot be read: {err}", lock_path.display());
+        }
         format!(
             "`{}` does not exist: the pods build with `--locked`, so lock every variant first (`imgbuild build {}`)",
             lock_path.display(),

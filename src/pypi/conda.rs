@@ -45,7 +45,8 @@ fn distributions_in(extracted: &Path) -> Vec<CoreMetadata> {
                 (Some((_, "dist-info")), "METADATA") | (Some((_, "egg-info")), "PKG-INFO")
                     if grand == "site-packages" =>
                 {
-                    let text = fs_err::read_to_string(path).ok()?;
+                    // Metadata is kilobytes; a package shipping a huge one gets no answer.
+                    let text = crate::fs::read_input_text(path, 64 << 20).ok()?;
                     CoreMetadata::parse(&text).ok()
                 }
                 _ => None,

@@ -397,13 +397,17 @@ async fn try_blob(
         return Ok(BlobOutcome::Mounted);
     };
 
-    let mut file = fs_err::File::open(&blob.path).map_err(BlobError::Read)?;
+    // A regular file of the layout no larger than its descriptor says (a fifo swapped in
+    // would wait, a grown file would be read on).
+    let mut file =
+        crate::fs::open_input(&blob.path, blob.size).map_err(|e| BlobError::Read(e.into()))?;
     let mut hasher = Sha256::new();
     let octets = "application/octet-stream";
     let chunk = chunk_size();
     if blob.size as usize <= chunk {
         let mut bytes = Vec::with_capacity(blob.size as usize);
-        std::io::Read::read_to_end(&mut file, &mut bytes).map_err(BlobError::Read)?;
+        std::io::Read::read_to_end(&mut std::io::Read::take(&mut file, blob.size), &mut bytes)
+            .map_err(BlobError::Read)?;
         hasher.update(&bytes);
         check_local_digest(client, blob, hasher)?;
         put_whole(client, &upload, &blob.digest, bytes.into()).await?;
@@ -461,7 +465,7 @@ fn check_local_digest(
     Ok(())
 }
 
-fn read_full(file: &mut fs_err::File, buffer: &mut [u8]) -> std::io::Result<usize> {
+fn read_full(file: &mut impl std::io::Read, buffer: &mut [u8]) -> std::io::Result<usize> {
     let mut filled = 0;
     while filled < buffer.len() {
         let n = std::io::Read::read(file, &mut buffer[filled..])?;

@@ -176,9 +176,10 @@ fn expected_machine(platform: Subdir) -> (elf::Machine, &'static str) {
 impl SmokeExecutable {
     /// Reads `path`: its digest, architecture and glibc needs.
     pub fn read(path: &Path) -> Result<SmokeExecutable, EmbedError> {
-        let data = fs_err::read(path).map_err(|source| EmbedError::Read {
+        // The operator names it; an executable of more than 256 MiB is not this one.
+        let data = crate::fs::read_input(path, 256 << 20).map_err(|err| EmbedError::Read {
             path: path.to_path_buf(),
-            source,
+            source: err.into(),
         })?;
         let not_elf = |reason: String| EmbedError::NotElf {
             path: path.to_path_buf(),

@@ -54,7 +54,7 @@ const LEVELS: &[(&str, &[&str])] = &[
 ];
 
 /// `text` without comments, string literals and a trailing `#[cfg(test)] mod tests`.
-fn code_of(text: &str) -> String {
+pub(crate) fn code_of(text: &str) -> String {
     let text = text.split("#[cfg(test)]\nmod tests").next().unwrap_or(text);
     let mut out = String::with_capacity(text.len());
     let mut chars = text.chars().peekable();

@@ -57,6 +57,7 @@ mod progress;
 mod provenance;
 mod pypi;
 mod pypi_index;
+mod readers;
 mod recipes;
 mod registry;
 mod reproducible;
