@@ -105,8 +105,9 @@ const SKIPS: &[(&str, &str)] = &[
     ),
 ];
 
-/// How many README commands run (the others are skipped by [`SKIPS`]).
-const README_RUN: usize = 11;
+/// How many README commands run (the others are skipped by [`SKIPS`]); the twelfth is
+/// `verify --provenance --lock`.
+const README_RUN: usize = 12;
 /// How many distinct `--help` example commands run.
 const HELP_RUN: usize = 10;
 

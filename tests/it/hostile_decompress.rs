@@ -9,20 +9,16 @@
 use std::{
     collections::BTreeMap,
     io::{Read, Write},
-    net::TcpListener,
     path::Path,
-    sync::{
-        Arc, Mutex,
-        atomic::{AtomicBool, Ordering},
-    },
 };
 
 use sha2::{Digest, Sha256};
 
 use crate::{
     common::{Project, Run, run_with_deadline},
+    servers::scripted::{Reply, Scripted},
     support::{channel::tiny_recipe, pypi::pypi_channel, shared_channel},
-    trust::Tree,
+    trust::{Tree, bytes_under},
 };
 
 const MIB: u64 = 1 << 20;
@@ -219,19 +215,6 @@ fn layer_digest(dir: &Path) -> String {
         .to_string()
 }
 
-/// The bytes of every file under `dir` (0 when it is not there).
-fn du(dir: &Path) -> u64 {
-    if !dir.exists() {
-        return 0;
-    }
-    walkdir::WalkDir::new(dir)
-        .into_iter()
-        .filter_map(Result::ok)
-        .filter(|e| e.file_type().is_file())
-        .map(|e| e.metadata().unwrap().len())
-        .sum()
-}
-
 // ---------------------------------------------------------------------------------------------
 // Running
 
@@ -257,9 +240,9 @@ fn assert_refused(project: &Project, run: &Run, images: &Tree, cache_max: u64, n
         images,
         "the previous image is intact"
     );
-    let tmp = du(&project.path().join("tmp"));
+    let tmp = bytes_under(&project.path().join("tmp"));
     assert_eq!(tmp, 0, "nothing is left in TMPDIR");
-    let cache = du(&project.cache);
+    let cache = bytes_under(&project.cache);
     assert!(
         cache <= cache_max,
         "the cache holds {cache} bytes, over {cache_max}"
@@ -277,13 +260,11 @@ fn previous_image(project: &Project, name: &str) -> Tree {
 // ---------------------------------------------------------------------------------------------
 // A channel server that answers with given bytes and headers
 
-/// GET and HEAD of the paths in `files` (with extra headers), 404 otherwise.
+/// GET and HEAD of the paths in `files` (with extra headers), 404 otherwise, on the
+/// scripted server.
 struct Server {
     url: String,
-    /// The GET requests answered, by path.
-    gets: Arc<Mutex<BTreeMap<String, usize>>>,
-    stop: Arc<AtomicBool>,
-    thread: Option<std::thread::JoinHandle<()>>,
+    server: Scripted,
 }
 
 /// Extra headers of an answer.
@@ -292,87 +273,30 @@ type Files = BTreeMap<String, (Headers, Vec<u8>)>;
 
 impl Server {
     fn serve(files: Files) -> Self {
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        let url = format!("http://{}/", listener.local_addr().unwrap());
-        listener.set_nonblocking(true).unwrap();
-        let stop = Arc::new(AtomicBool::new(false));
-        let gets = Arc::new(Mutex::new(BTreeMap::new()));
-        let thread = {
-            let (stop, gets) = (stop.clone(), gets.clone());
-            std::thread::spawn(move || {
-                while !stop.load(Ordering::Relaxed) {
-                    match listener.accept() {
-                        Ok((stream, _)) => {
-                            let _ = answer(stream, &files, &gets);
-                        }
-                        Err(_) => std::thread::sleep(std::time::Duration::from_millis(5)),
-                    }
-                }
-            })
-        };
+        let server = Scripted::start("127.0.0.1", move |request| {
+            match files.get(request.path()) {
+                Some((headers, body)) => headers
+                    .iter()
+                    .fold(Reply::bytes(200, body.clone()), |reply, (name, value)| {
+                        reply.header(name, value)
+                    }),
+                None => Reply::bytes(404, ""),
+            }
+        });
         Server {
-            url,
-            gets,
-            stop,
-            thread: Some(thread),
+            url: format!("{}/", server.url()),
+            server,
         }
     }
-}
 
-impl Drop for Server {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
-        }
+    /// How many times `path` was fetched (GET).
+    fn gets(&self, path: &str) -> usize {
+        let requests = self.server.requests();
+        requests
+            .iter()
+            .filter(|r| r.method == "GET" && r.path() == path)
+            .count()
     }
-}
-
-fn answer(
-    stream: std::net::TcpStream,
-    files: &Files,
-    gets: &Mutex<BTreeMap<String, usize>>,
-) -> std::io::Result<()> {
-    use std::io::BufRead;
-    stream.set_nonblocking(false)?;
-    let mut reader = std::io::BufReader::new(stream.try_clone()?);
-    let mut request = String::new();
-    reader.read_line(&mut request)?;
-    loop {
-        let mut line = String::new();
-        if reader.read_line(&mut line)? == 0 || line == "\r\n" {
-            break;
-        }
-    }
-    let mut parts = request.split_whitespace();
-    let method = parts.next().unwrap_or("");
-    let path = parts.next().unwrap_or("/");
-    if method == "GET" {
-        *gets.lock().unwrap().entry(path.to_string()).or_default() += 1;
-    }
-    let mut out = stream;
-    match files.get(path) {
-        Some((headers, body)) => {
-            write!(
-                out,
-                "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n",
-                body.len()
-            )?;
-            for (name, value) in headers {
-                write!(out, "{name}: {value}\r\n")?;
-            }
-            write!(out, "\r\n")?;
-            if method != "HEAD" {
-                // The client may hang up once it has refused the answer.
-                let _ = out.write_all(body);
-            }
-        }
-        None => write!(
-            out,
-            "HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
-        )?,
-    }
-    out.flush()
 }
 
 /// A channel `chan` whose linux-64 subdir serves `files` (name, headers, bytes) and whose
@@ -389,6 +313,22 @@ fn channel(files: Vec<(&str, Headers, Vec<u8>)>) -> Server {
     Server::serve(map)
 }
 
+/// A rebuild from `server`'s channel under an 8 MiB bound is refused naming `file`, with the
+/// cache grown by at most the bound.
+#[track_caller]
+fn assert_repodata_refused(server: &Server, file: &str) {
+    let project = Project::new();
+    let (run, images, cache_before) = build_from(&project, server, 8 * MIB);
+    let needles = channel_needles(server, file);
+    assert_refused(
+        &project,
+        &run,
+        &images,
+        cache_before + 8 * MIB,
+        &as_strs(&needles),
+    );
+}
+
 /// After a first image, a rebuild of it from `server`'s channel with
 /// `IMGBUILD_MAX_REPODATA_BYTES` at `max`: the run, the tree of the first image and the
 /// size of the cache before the rebuild.
@@ -399,7 +339,7 @@ fn build_from(project: &Project, server: &Server, max: u64) -> (Run, Tree, u64) 
         &format!("{}chan", server.url),
     );
     project.write_recipe(&recipe);
-    let cache = du(&project.cache);
+    let cache = bytes_under(&project.cache);
     let max = max.to_string();
     let run = run(
         project,
@@ -433,22 +373,9 @@ fn a_zstd_repodata_bomb_is_cut_off_at_the_bound() {
     let bomb = zstd_of(&head, b' ', 256 * MIB, &tail);
     assert!(bomb.len() < 64 << 10, "a small bomb: {}", bomb.len());
     let server = channel(vec![("repodata.json.zst", vec![], bomb)]);
-    let project = Project::new();
-    let (run, images, cache_before) = build_from(&project, &server, 8 * MIB);
-    assert_refused(
-        &project,
-        &run,
-        &images,
-        cache_before + 8 * MIB,
-        &as_strs(&channel_needles(&server, "repodata.json.zst")),
-    );
+    assert_repodata_refused(&server, "repodata.json.zst");
     // rattler retries a body that fails to decode; the bomb is read once all the same.
-    let gets = server.gets.lock().unwrap();
-    assert_eq!(
-        gets.get("/chan/linux-64/repodata.json.zst"),
-        Some(&1),
-        "{gets:?}"
-    );
+    assert_eq!(server.gets("/chan/linux-64/repodata.json.zst"), 1);
 }
 
 #[test]
@@ -460,15 +387,7 @@ fn a_bzip2_repodata_bomb_is_cut_off_at_the_bound() {
     encoder.write_all(&tail).unwrap();
     let bomb = encoder.finish().unwrap();
     let server = channel(vec![("repodata.json.bz2", vec![], bomb)]);
-    let project = Project::new();
-    let (run, images, cache_before) = build_from(&project, &server, 8 * MIB);
-    assert_refused(
-        &project,
-        &run,
-        &images,
-        cache_before + 8 * MIB,
-        &as_strs(&channel_needles(&server, "repodata.json.bz2")),
-    );
+    assert_repodata_refused(&server, "repodata.json.bz2");
 }
 
 #[test]
@@ -481,15 +400,7 @@ fn a_gzip_transfer_encoded_repodata_bomb_is_cut_off_at_the_bound() {
     encoder.write_all(&tail).unwrap();
     let gzip = vec![("Content-Encoding".to_string(), "gzip".to_string())];
     let server = channel(vec![("repodata.json", gzip, encoder.finish().unwrap())]);
-    let project = Project::new();
-    let (run, images, cache_before) = build_from(&project, &server, 8 * MIB);
-    assert_refused(
-        &project,
-        &run,
-        &images,
-        cache_before + 8 * MIB,
-        &as_strs(&channel_needles(&server, "repodata.json")),
-    );
+    assert_repodata_refused(&server, "repodata.json");
 }
 
 #[test]
@@ -498,15 +409,7 @@ fn a_plain_repodata_over_the_bound_is_refused() {
     json.resize(9 * MIB as usize, b' ');
     json.extend_from_slice(&tail);
     let server = channel(vec![("repodata.json", vec![], json)]);
-    let project = Project::new();
-    let (run, images, cache_before) = build_from(&project, &server, 8 * MIB);
-    assert_refused(
-        &project,
-        &run,
-        &images,
-        cache_before + 8 * MIB,
-        &as_strs(&channel_needles(&server, "repodata.json")),
-    );
+    assert_repodata_refused(&server, "repodata.json");
 }
 
 #[test]
@@ -514,15 +417,7 @@ fn a_sharded_repodata_index_bomb_is_cut_off_at_the_bound() {
     // Sharded repodata is read into memory whole: the bound keeps that to the limit.
     let bomb = zstd_of(b"", 0, 256 * MIB, b"");
     let server = channel(vec![("repodata_shards.msgpack.zst", vec![], bomb)]);
-    let project = Project::new();
-    let (run, images, cache_before) = build_from(&project, &server, 8 * MIB);
-    assert_refused(
-        &project,
-        &run,
-        &images,
-        cache_before + 8 * MIB,
-        &as_strs(&channel_needles(&server, "repodata_shards.msgpack.zst")),
-    );
+    assert_repodata_refused(&server, "repodata_shards.msgpack.zst");
 }
 
 #[test]
@@ -686,7 +581,7 @@ fn a_base_layer_bomb_is_refused_naming_the_layer() {
     let bomb = layer(Codec::Zstd, &[("opt/zeros", Content::Zeros(200 * MIB))]);
     let (run, images) = build_on_base(&project, &[bomb], false);
     let digest = layer_digest(&project.path().join("base"));
-    let cache = du(&project.cache);
+    let cache = bytes_under(&project.cache);
     assert_refused(
         &project,
         &run,
@@ -708,7 +603,7 @@ fn a_base_libc_past_its_cap_is_refused() {
     ];
     let (run, images) = build_on_base(&project, &[layer(Codec::Gzip, &files)], false);
     let digest = layer_digest(&project.path().join("base"));
-    let cache = du(&project.cache);
+    let cache = bytes_under(&project.cache);
     assert_refused(
         &project,
         &run,
@@ -726,7 +621,7 @@ fn a_base_passwd_past_its_cap_is_refused() {
     let files = [("etc/passwd", Content::Zeros(8 * MIB))];
     let (run, images) = build_on_base(&project, &[layer(Codec::Zstd, &files)], true);
     let digest = layer_digest(&project.path().join("base"));
-    let cache = du(&project.cache);
+    let cache = bytes_under(&project.cache);
     assert_refused(
         &project,
         &run,
@@ -827,7 +722,7 @@ fn a_wheel_member_bomb_is_refused_naming_the_member() {
     project.write_recipe(&conda_only);
     run(&project, &["build", "recipes/image.toml"], &[]).success();
     let images = Tree::of(&project.path().join("images"));
-    let cache = du(&project.cache);
+    let cache = bytes_under(&project.cache);
     project.write_recipe(
         &(conda_only
             + "\n[pypi]\nno-index = true\nfind-links = [\"wheels\"]\ndependencies = [\"bombpkg\"]\n"),

@@ -56,14 +56,14 @@ fn edit_lock(project: &Project, from: &str, to: &str) {
     fs_err::write(project.lock_path(), text.replace(from, to)).unwrap();
 }
 
-/// The line of the lock that starts with `key` (after indentation), as it is.
-fn lock_line(project: &Project, key: &str) -> String {
+/// What follows `key` on the first line of the lock that starts with it (after
+/// indentation): `- conda: ` gives the first package's path.
+fn lock_value(project: &Project, key: &str) -> String {
     fs_err::read_to_string(project.lock_path())
         .unwrap()
         .lines()
-        .find(|line| line.trim_start().starts_with(key))
+        .find_map(|line| line.trim_start().strip_prefix(key).map(str::to_string))
         .unwrap_or_else(|| panic!("no `{key}` line in the lock"))
-        .to_string()
 }
 
 fn mkfifo(path: &Path) {
@@ -164,11 +164,7 @@ fn deeply_nested_yaml_is_refused() {
 fn a_lock_pinning_a_host_file_as_a_package_is_refused() {
     let (project, images) = built();
     let canary = Canary::new();
-    let line = lock_line(&project, "- conda: ");
-    let path = line
-        .trim_start()
-        .trim_start_matches("- conda: ")
-        .to_string();
+    let path = lock_value(&project, "- conda: ");
     let secret = canary.file().display().to_string();
     edit_lock(&project, &path, &secret);
     refused(&project, &images, &["recipes/image.lock"]);
@@ -191,11 +187,7 @@ fn a_lock_pinning_a_host_file_as_a_package_is_refused() {
 #[test]
 fn a_lock_path_climbing_out_of_the_channel_is_refused() {
     let (project, images) = built();
-    let line = lock_line(&project, "- conda: ");
-    let path = line
-        .trim_start()
-        .trim_start_matches("- conda: ")
-        .to_string();
+    let path = lock_value(&project, "- conda: ");
     let climbing = path.replacen(
         "/chan/linux-64/",
         "/chan/linux-64/../../chan-evil/linux-64/",
@@ -215,11 +207,7 @@ fn a_lock_pinning_a_loopback_url_outside_the_channels_fetches_nothing() {
         "http://{}/linux-64/good-1.0-h0_0.tar.bz2",
         listener.local_addr().unwrap()
     );
-    let line = lock_line(&project, "- conda: ");
-    let path = line
-        .trim_start()
-        .trim_start_matches("- conda: ")
-        .to_string();
+    let path = lock_value(&project, "- conda: ");
     edit_lock(&project, &path, &url);
     refused(&project, &images, &["good", &url]);
     assert!(
@@ -231,8 +219,7 @@ fn a_lock_pinning_a_loopback_url_outside_the_channels_fetches_nothing() {
 #[test]
 fn a_sha256_that_is_not_hex_is_refused() {
     let (project, images) = built();
-    let line = lock_line(&project, "sha256: ");
-    let digest = line.trim_start().trim_start_matches("sha256: ").to_string();
+    let digest = lock_value(&project, "sha256: ");
     edit_lock(&project, &digest, &"z".repeat(64));
     refused(&project, &images, &["recipes/image.lock"]);
 }
@@ -241,11 +228,7 @@ fn a_sha256_that_is_not_hex_is_refused() {
 #[test]
 fn control_characters_in_a_locked_name_are_refused() {
     let (project, images) = built();
-    let line = lock_line(&project, "- conda: ");
-    let path = line
-        .trim_start()
-        .trim_start_matches("- conda: ")
-        .to_string();
+    let path = lock_value(&project, "- conda: ");
     edit_lock(&project, &path, "\"good-1.0-h0_0\\e[2J\\u202e.tar.bz2\"");
     for run in builds(&project) {
         run.assert_clean_failure(1);

@@ -5,19 +5,16 @@
 //! what was refused and exit 1 without waiting past a bound, no host file may enter the
 //! image, and the good image stays as it was.
 
-use std::{
-    path::Path,
-    sync::{
-        Arc,
-        atomic::{AtomicBool, Ordering},
-    },
+use std::sync::{
+    Arc,
+    atomic::{AtomicBool, Ordering},
 };
 
 use crate::{
     common::{Project, Run, run_with_deadline},
     hostile_inputs::{recipe, sources, write_wheel},
     servers::scripted::{Reply, Request, Scripted},
-    trust::{Canary, Tree},
+    trust::{Canary, Tree, bytes_under},
 };
 
 const WHEEL: &str = "demo-1.0-py3-none-any.whl";
@@ -213,9 +210,9 @@ fn an_endless_wheel_stops_at_the_bound_on_unsized_downloads() {
         &[WHEEL, "sent more than 1048576 bytes"],
     );
     assert!(
-        dir_size(&project.cache) < 4 << 20,
+        bytes_under(&project.cache) < 4 << 20,
         "the cache grew to {} bytes",
-        dir_size(&project.cache)
+        bytes_under(&project.cache)
     );
 }
 
@@ -278,13 +275,4 @@ fn a_redirect_loop_ends_in_an_error() {
         .filter(|r| page_path(r))
         .count();
     assert!(asked < 100, "the loop was followed {asked} times");
-}
-
-fn dir_size(dir: &Path) -> u64 {
-    walkdir::WalkDir::new(dir)
-        .into_iter()
-        .filter_map(Result::ok)
-        .filter(|e| e.file_type().is_file())
-        .map(|e| e.metadata().unwrap().len())
-        .sum()
 }

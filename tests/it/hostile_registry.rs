@@ -26,7 +26,7 @@ use crate::{
     registry::{Auth, Registry, tls_files},
     servers::scripted::{Reply, Request, Scripted},
     support::{channel::tiny_recipe, hostile::sha256_hex, shared_channel},
-    trust::Tree,
+    trust::{Tree, bytes_under},
 };
 
 const MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json";
@@ -133,16 +133,6 @@ fn accepts_pushes(request: &Request) -> Option<Reply> {
         "PUT" if request.path().contains("/manifests/") => Some(Reply::status(201)),
         _ => None,
     }
-}
-
-/// Bytes under `dir`, all files.
-fn bytes_under(dir: &Path) -> u64 {
-    walkdir::WalkDir::new(dir)
-        .into_iter()
-        .filter_map(Result::ok)
-        .filter(|e| e.file_type().is_file())
-        .map(|e| e.metadata().unwrap().len())
-        .sum()
 }
 
 /// A project with a built image `app` (the previous image), a Docker config holding

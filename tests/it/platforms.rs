@@ -566,8 +566,11 @@ fn inspect_describes_each_platform_and_k8s_pins_the_index() {
         ])
         .success()
         .stdout;
+    // (Quoted or not: the YAML writer quotes what is not a plain word.)
+    let pinned = format!("registry.example/ml/multi@{digest}");
     assert!(
-        yaml.contains(&format!("image: registry.example/ml/multi@{digest}")),
+        yaml.lines()
+            .any(|l| l.trim_start().starts_with("image: ") && l.contains(&pinned)),
         "{yaml}"
     );
     // Nodes of either architecture may run it (and no others).

@@ -208,15 +208,9 @@ const EXCEPTIONS: &[(&str, &str, usize, &str)] = &[
     ),
     (
         "src/registry/push.rs",
-        "File::open(",
-        1,
-        "a blob of the layout being pushed, which push has read back through the layout reader; its digest is checked again as it is read",
-    ),
-    (
-        "src/registry/push.rs",
         "read_to_end(",
         1,
-        "the same blob, at most the push chunk size, its digest checked",
+        "a blob of the layout being pushed, opened by fs::open_input at most its descriptor's size and read to that size, its digest checked",
     ),
     (
         "src/sign/lookaside.rs",

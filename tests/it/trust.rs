@@ -110,6 +110,16 @@ impl Tree {
     }
 }
 
+/// The bytes of every file under `dir` (0 when it is not there): how much a run wrote.
+pub fn bytes_under(dir: &Path) -> u64 {
+    walkdir::WalkDir::new(dir)
+        .into_iter()
+        .filter_map(Result::ok)
+        .filter(|e| e.file_type().is_file())
+        .map(|e| e.metadata().map_or(0, |m| m.len()))
+        .sum()
+}
+
 /// Every regular file under `root` with its bytes, and, where it is gzip or zstd, its
 /// decompressed bytes as well (test outputs are small).
 fn files_under(root: &Path) -> Vec<(PathBuf, Vec<u8>)> {
