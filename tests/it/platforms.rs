@@ -569,8 +569,11 @@ fn inspect_describes_each_platform_and_k8s_pins_the_index() {
     // (Quoted or not: the YAML writer quotes what is not a plain word.)
     let pinned = format!("registry.example/ml/multi@{digest}");
     assert!(
-        yaml.lines()
-            .any(|l| l.trim_start().starts_with("image: ") && l.contains(&pinned)),
+        yaml.lines().any(|l| l
+            .trim_start()
+            .trim_start_matches("- ")
+            .starts_with("image: ")
+            && l.contains(&pinned)),
         "{yaml}"
     );
     // Nodes of either architecture may run it (and no others).
