@@ -353,12 +353,7 @@ fn open_regular(path: &Path) -> std::io::Result<File> {
 
 /// At most `max` bytes of `file`; more is an error.
 fn read_bounded(file: std::io::Result<File>, max: u64) -> std::io::Result<Vec<u8>> {
-    let mut bytes = Vec::new();
-    file?.take(max + 1).read_to_end(&mut bytes)?;
-    if bytes.len() as u64 > max {
-        return Err(std::io::Error::other(format!("over {max} bytes")));
-    }
-    Ok(bytes)
+    Ok(crate::fs::read_stream(file?, max)?)
 }
 
 fn is_sha256(digest: &str) -> bool {

@@ -14,7 +14,7 @@
 
 use std::{
     io::{Read, Write},
-    os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt},
+    os::unix::fs::{DirBuilderExt, MetadataExt},
     path::{Path, PathBuf},
 };
 
@@ -95,15 +95,12 @@ fn invalid(message: String) -> std::io::Error {
 /// The key file's 32 bytes: opened without following a link, a regular file of this user,
 /// with no permission for group or others.
 fn read_key(path: &Path) -> std::io::Result<SealKey> {
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
-        .open(path)?;
+    let file = super::open_regular(path).map_err(|err| match err.kind() {
+        // A missing key is made (see `load_or_create`).
+        std::io::ErrorKind::NotFound => err,
+        _ => invalid(format!("`{}` {err}", path.display())),
+    })?;
     let meta = file.metadata()?;
-    if !meta.is_file() {
-        let kind = crate::fs::file_kind(&meta.file_type());
-        return Err(invalid(format!("`{}` is {kind}", path.display())));
-    }
     if meta.uid() != unsafe { libc::geteuid() } || meta.mode() & 0o077 != 0 {
         return Err(invalid(format!(
             "`{}` must belong to this user with mode 0600",
