@@ -330,13 +330,7 @@ fn wheels_are_listed_with_their_sha256() {
     assert!(locked.is_subset(&listed));
     assert_eq!(listed.len(), locked.len() + 1, "the lock's and the base");
     project
-        .run(&[
-            "verify",
-            "images/pywheel",
-            "--provenance",
-            "--lock",
-            "recipes/image.lock",
-        ])
+        .run(&verify_provenance("images/pywheel", &[]))
         .success();
 }
 
@@ -379,13 +373,7 @@ fn a_multi_platform_image_is_named_by_its_index() {
     assert!(uris.iter().any(|(u, _)| u.contains("/linux-aarch64/")));
     assert!(uris.iter().any(|(u, _)| u.contains("/linux-64/")));
     project
-        .run(&[
-            "verify",
-            "images/multi",
-            "--provenance",
-            "--lock",
-            "recipes/image.lock",
-        ])
+        .run(&verify_provenance("images/multi", &[]))
         .success();
 }
 
@@ -404,15 +392,7 @@ fn verify_provenance_checks_the_image_and_the_lock() {
     let digest = layout.manifest_digest();
 
     // Good: the one beside the layout, against the lock named or the recipe's.
-    let ok = project
-        .run(&[
-            "verify",
-            image,
-            "--provenance",
-            "--lock",
-            "recipes/image.lock",
-        ])
-        .success();
+    let ok = project.run(&verify_provenance(image, &[])).success();
     assert!(ok.stderr.contains("provenance"), "{}", ok.stderr);
     let report: Value = serde_json::from_str(
         &project
@@ -437,14 +417,7 @@ fn verify_provenance_checks_the_image_and_the_lock() {
     other["subject"][0]["digest"]["sha256"] = Value::from("ab".repeat(32));
     let file = write_edited(&project, "other-subject.json", &other);
     project
-        .run(&[
-            "verify",
-            image,
-            "--provenance",
-            file.to_str().unwrap(),
-            "--lock",
-            "recipes/image.lock",
-        ])
+        .run(&verify_provenance(image, &[file.to_str().unwrap()]))
         .assert_failure_naming(
             1,
             &[
@@ -468,14 +441,7 @@ fn verify_provenance_checks_the_image_and_the_lock() {
     let hello = deps.remove(at);
     let file = write_edited(&project, "dropped.json", &dropped);
     project
-        .run(&[
-            "verify",
-            image,
-            "--provenance",
-            file.to_str().unwrap(),
-            "--lock",
-            "recipes/image.lock",
-        ])
+        .run(&verify_provenance(image, &[file.to_str().unwrap()]))
         .assert_failure_naming(
             1,
             &[&format!(
@@ -491,27 +457,13 @@ fn verify_provenance_checks_the_image_and_the_lock() {
         Value::from("cd".repeat(32));
     let file = write_edited(&project, "changed.json", &changed);
     project
-        .run(&[
-            "verify",
-            image,
-            "--provenance",
-            file.to_str().unwrap(),
-            "--lock",
-            "recipes/image.lock",
-        ])
+        .run(&verify_provenance(image, &[file.to_str().unwrap()]))
         .assert_failure_naming(1, &["that the provenance does not list"]);
 
     // Not a provenance at all.
     let file = write_edited(&project, "not.json", &serde_json::json!({"_type": "x"}));
     project
-        .run(&[
-            "verify",
-            image,
-            "--provenance",
-            file.to_str().unwrap(),
-            "--lock",
-            "recipes/image.lock",
-        ])
+        .run(&verify_provenance(image, &[file.to_str().unwrap()]))
         .assert_failure_naming(1, &["is not an imgbuild SLSA provenance"]);
 
     // The recipe edited (a comment: its lock still fits it, the image matches the lock):
@@ -541,13 +493,7 @@ fn verify_provenance_checks_the_image_and_the_lock() {
     project.write_recipe(&recipe.replace("\"_r-mutex\"", "\"_r-mutex\", \"other\""));
     project.run(&["lock", "recipes/image.toml"]).success();
     project
-        .run(&[
-            "verify",
-            image,
-            "--provenance",
-            "--lock",
-            "recipes/image.lock",
-        ])
+        .run(&verify_provenance(image, &[]))
         .assert_failure_naming(
             1,
             &[
@@ -559,13 +505,14 @@ fn verify_provenance_checks_the_image_and_the_lock() {
 
     // Rebuilt: the provenance is the new image's and lock's again.
     project.build(&[]).success();
-    project
-        .run(&[
-            "verify",
-            image,
-            "--provenance",
-            "--lock",
-            "recipes/image.lock",
-        ])
-        .success();
+    project.run(&verify_provenance(image, &[])).success();
+}
+
+/// `verify IMAGE --provenance [EXTRA…] --lock recipes/image.lock`: the provenance held to
+/// the lock the user names.
+fn verify_provenance<'a>(image: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
+    let mut args = vec!["verify", image, "--provenance"];
+    args.extend_from_slice(extra);
+    args.extend(["--lock", "recipes/image.lock"]);
+    args
 }
