@@ -515,3 +515,16 @@ pub fn venv_tool(name: &str) -> PathBuf {
     );
     path
 }
+
+/// `len` bytes that do not compress, the same for the same `seed` every run (xorshift64).
+pub fn noise(seed: u64, len: usize) -> Vec<u8> {
+    let mut state = seed;
+    (0..len)
+        .map(|_| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state as u8
+        })
+        .collect()
+}

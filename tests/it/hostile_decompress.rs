@@ -50,17 +50,9 @@ fn empty_repodata(subdir: &str) -> Vec<u8> {
     head
 }
 
-/// Bytes that do not compress: xorshift from a fixed seed.
+/// Bytes that do not compress, from a fixed seed.
 fn noise(len: usize) -> Vec<u8> {
-    let mut state = 0x2545_f491_4f6c_dd1du64;
-    (0..len)
-        .map(|_| {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            state as u8
-        })
-        .collect()
+    crate::common::noise(0x2545_f491_4f6c_dd1d, len)
 }
 
 /// A file of a layer: given bytes, or `len` zeros streamed into the tar.

@@ -25,15 +25,7 @@ const LIBRARY: usize = 24 << 20;
 
 /// Bytes that do not compress (xorshift), the same every run: a layer of real size.
 pub(crate) fn library() -> Vec<u8> {
-    let mut state = 0x9E37_79B9_7F4A_7C15u64;
-    (0..LIBRARY)
-        .map(|_| {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            state as u8
-        })
-        .collect()
+    crate::common::noise(0x9E37_79B9_7F4A_7C15, LIBRARY)
 }
 
 /// `biglib` 1.0 and 1.1: the same library and data, one small file differs.
