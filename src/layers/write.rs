@@ -206,7 +206,10 @@ impl LayerWriter<'_> {
             .fetch(name, &key, self.compression, self.blobs_dir, &write_tar)
             .map_err(|e| blob_err(self.blobs_dir, e))?;
         let claimed = match fetched {
-            Fetched::Hit(blob) => return Ok((blob, true)),
+            Fetched::Hit(blob, check) => {
+                tracing::debug!("layer `{name}`: from the layer cache ({check:?})");
+                return Ok((blob, true));
+            }
             Fetched::Miss => None,
             Fetched::Rebuild { claimed } => Some(claimed),
         };
