@@ -40,10 +40,10 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use super::{
+    built::LayerBlob,
     compress::Compression,
     plan::{LayerKind, PlannedLayer},
     tar::{Entry, TarError},
-    write::LayerBlob,
 };
 
 pub mod seal;
