@@ -6,7 +6,7 @@
 use std::path::{Path, PathBuf};
 
 use indexmap::IndexMap;
-use rattler_conda_types::Subdir;
+use rattler_conda_types::{MatchSpec, ParseStrictness, Subdir};
 use rattler_shell::{activation::Activator, shell};
 
 use super::{
@@ -18,8 +18,8 @@ use super::{
 };
 use crate::{
     cuda::compat::Support,
-    install::{InstallOptions, StagedPackage, StagedPrefix, install_reporting},
-    layers::{LayerPlan, OwnedLayer, plan_layers},
+    install::{InstallOptions, StagedPackage, StagedPrefix, install_reporting, ownership},
+    layers::{LayerPlan, OwnedLayer, StagedTree, StagedUnit, plan_layers},
     lock::Lock,
     oci::image::Activation,
     pypi::StagedWheel,
@@ -262,8 +262,7 @@ impl<'a> Stager<'a> {
         // The smoke executable's layer and the recipe's own are planned like more base
         // layers, then added on top.
         let mut plan = plan_layers(
-            staged,
-            wheels,
+            &planned_tree(staged, wheels),
             self.cx.recipe.layer_budget,
             prepared.base_layers() + usize::from(prepared.smoke.is_some()) + owned,
             self.cx.created_seconds as u64,
@@ -277,6 +276,58 @@ impl<'a> Stager<'a> {
         }
         Ok((plan, annotations))
     }
+}
+
+/// The staged prefix and the wheels installed into it, as the layer planner sees them.
+fn planned_tree(staged: &StagedPrefix, wheels: &[StagedWheel]) -> StagedTree {
+    let mut files = vec![Vec::new(); staged.packages.len()];
+    for (path, owner) in ownership(&staged.packages) {
+        files[owner].push(path.to_string());
+    }
+    let packages = staged
+        .packages
+        .iter()
+        .zip(files)
+        .map(|(package, files)| {
+            let record = &package.record.package_record;
+            StagedUnit {
+                name: record.name.as_normalized().to_string(),
+                label: package.dist_name(),
+                depends: depended_names(&record.depends),
+                files,
+                mtime: record
+                    .timestamp
+                    .as_ref()
+                    .map_or(0, |t| t.timestamp().max(0) as u64),
+            }
+        })
+        .collect();
+    let wheels = wheels
+        .iter()
+        .map(|wheel| StagedUnit {
+            name: wheel.name.to_string(),
+            label: wheel.dist_name.clone(),
+            depends: Vec::new(),
+            files: wheel.files.clone(),
+            mtime: wheel.mtime,
+        })
+        .collect();
+    StagedTree {
+        root: staged.root.clone(),
+        prefix: staged.prefix.clone(),
+        packages,
+        wheels,
+    }
+}
+
+/// The package names a record's `depends` match exactly (`numpy >=1` → `numpy`); a spec that
+/// does not parse or names no one package is left out.
+fn depended_names(depends: &[String]) -> Vec<String> {
+    depends
+        .iter()
+        .filter_map(|d| MatchSpec::from_str(d, ParseStrictness::Lenient).ok())
+        .filter_map(|s| s.name.as_exact().map(|n| n.as_normalized().to_string()))
+        .collect()
 }
 
 /// The `Installing` line's detail: the lock's package count and, for several platforms,

@@ -16,4 +16,4 @@ pub mod write;
 pub use crate::compression::Compression;
 pub use built::{BuiltLayer, LayerBlob};
 pub use owned::{OwnedEntry, OwnedLayer};
-pub use plan::{LayerKind, LayerPlan, PlannedLayer, plan_layers};
+pub use plan::{LayerKind, LayerPlan, PlannedLayer, StagedTree, StagedUnit, plan_layers};

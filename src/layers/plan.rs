@@ -10,16 +10,45 @@
 //! directories).
 
 use std::{
-    collections::{BTreeMap, BTreeSet, HashMap},
-    path::Path,
+    collections::{BTreeSet, HashMap},
+    path::{Path, PathBuf},
 };
 
-use rattler_conda_types::{MatchSpec, ParseStrictness};
+/// A staged prefix as the planner sees it: plain data that the build's staging step makes
+/// from what it installed, so planning names neither the installer nor the PyPI code.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StagedTree {
+    /// The staging root: the image's `/`.
+    pub root: PathBuf,
+    /// The in-image prefix, `/opt/conda`.
+    pub prefix: String,
+    /// The conda packages in the order they were installed; a path two of them list is in
+    /// the later one's files only (as on disk).
+    pub packages: Vec<StagedUnit>,
+    /// The wheels installed into the prefix.
+    pub wheels: Vec<StagedUnit>,
+}
 
-use crate::{
-    install::{StagedPrefix, ownership},
-    pypi::StagedWheel,
-};
+impl StagedTree {
+    fn prefix_dir(&self) -> PathBuf {
+        self.root.join(self.prefix.trim_start_matches('/'))
+    }
+}
+
+/// One installed conda package or wheel.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StagedUnit {
+    /// Its normalized name (`numpy`), which orders the layers.
+    pub name: String,
+    /// How layers name it: a package's `name-version-build`, a wheel's `.dist-info` stem.
+    pub label: String,
+    /// The names of the packages it depends on (those outside the tree are ignored).
+    pub depends: Vec<String>,
+    /// Its files, relative to the prefix.
+    pub files: Vec<String>,
+    /// Its build time, seconds since the epoch (0 when unknown).
+    pub mtime: u64,
+}
 
 /// What a layer holds. It decides the layer's history line, its annotations and where the
 /// layer cache finds its packages' file lists, so no stage has to read it back from a name.
@@ -109,18 +138,16 @@ fn is_cuda_runtime(name: &str) -> bool {
     PREFIXES.iter().any(|p| name.starts_with(p))
 }
 
-/// Plans the layers of `staged` and the `wheels` installed into it within `budget` layers
-/// in all, `base_layers` of which the base already uses. `image_mtime` stamps the image's
-/// own layer.
+/// Plans the layers of `tree` within `budget` layers in all, `base_layers` of which the
+/// base already uses. `image_mtime` stamps the image's own layer.
 pub fn plan_layers(
-    staged: &StagedPrefix,
-    wheels: &[StagedWheel],
+    tree: &StagedTree,
     budget: u32,
     base_layers: usize,
     image_mtime: u64,
 ) -> Result<LayerPlan, PlanError> {
     // Conda packages and wheels each need a shared layer when they do not all fit alone.
-    let kinds = usize::from(!staged.packages.is_empty()) + usize::from(!wheels.is_empty());
+    let kinds = usize::from(!tree.packages.is_empty()) + usize::from(!tree.wheels.is_empty());
     let slots = (budget as usize)
         .checked_sub(base_layers + 1)
         .filter(|slots| *slots >= kinds.max(1) || kinds == 0)
@@ -128,11 +155,10 @@ pub fn plan_layers(
             budget,
             base_layers,
         })?;
-    let owners = ownership(&staged.packages);
-    let mut units = package_units(staged, &owners);
-    units.extend(wheel_units(staged, wheels));
+    let mut units = package_units(tree);
+    units.extend(wheel_units(tree));
     let mut layers = fit_budget(&units, slots, kinds);
-    layers.push(image_layer(staged, wheels, &owners, image_mtime)?);
+    layers.push(image_layer(tree, image_mtime)?);
     Ok(LayerPlan { layers })
 }
 
@@ -160,31 +186,29 @@ impl Unit {
 }
 
 /// `rel` (under the prefix) relative to the staging root.
-fn in_prefix(staged: &StagedPrefix, rel: &str) -> String {
-    format!("{}/{rel}", staged.prefix.trim_start_matches('/'))
+fn in_prefix(tree: &StagedTree, rel: &str) -> String {
+    format!("{}/{rel}", tree.prefix.trim_start_matches('/'))
 }
 
-fn size_of(staged: &StagedPrefix, paths: &[String]) -> u64 {
-    paths.iter().map(|p| file_size(&staged.root.join(p))).sum()
+fn size_of(tree: &StagedTree, paths: &[String]) -> u64 {
+    paths.iter().map(|p| file_size(&tree.root.join(p))).sum()
 }
 
-/// The conda packages from most shared to most specific, each with the files it claims
-/// (a clobbered path belongs to its last owner).
-fn package_units(staged: &StagedPrefix, owners: &BTreeMap<&str, usize>) -> Vec<Unit> {
-    let mut package_paths: Vec<Vec<String>> = vec![Vec::new(); staged.packages.len()];
-    for (path, owner) in owners {
-        package_paths[*owner].push(in_prefix(staged, path));
-    }
-    dependency_order(staged)
+/// The conda packages from most shared to most specific, each with its files in path order.
+fn package_units(tree: &StagedTree) -> Vec<Unit> {
+    dependency_order(&tree.packages)
         .into_iter()
         .map(|index| {
-            let package = &staged.packages[index];
+            let package = &tree.packages[index];
+            let mut files: Vec<&String> = package.files.iter().collect();
+            files.sort();
+            let paths: Vec<String> = files.iter().map(|f| in_prefix(tree, f)).collect();
             Unit {
                 kind: LayerKind::Conda,
-                package: package.dist_name(),
-                size: size_of(staged, &package_paths[index]),
-                paths: std::mem::take(&mut package_paths[index]),
-                mtime: package_mtime(package),
+                package: package.label.clone(),
+                size: size_of(tree, &paths),
+                paths,
+                mtime: package.mtime,
             }
         })
         .collect()
@@ -192,20 +216,19 @@ fn package_units(staged: &StagedPrefix, owners: &BTreeMap<&str, usize>) -> Vec<U
 
 /// The wheels, above the conda packages (they depend on the conda environment, never the
 /// other way round), CUDA runtime wheels first.
-fn wheel_units(staged: &StagedPrefix, wheels: &[StagedWheel]) -> Vec<Unit> {
-    let mut wheels: Vec<&StagedWheel> = wheels.iter().collect();
+fn wheel_units(tree: &StagedTree) -> Vec<Unit> {
+    let mut wheels: Vec<&StagedUnit> = tree.wheels.iter().collect();
     wheels.sort_by(|a, b| {
-        (!is_cuda_runtime(a.name.as_ref()), &a.name)
-            .cmp(&(!is_cuda_runtime(b.name.as_ref()), &b.name))
+        (!is_cuda_runtime(&a.name), &a.name).cmp(&(!is_cuda_runtime(&b.name), &b.name))
     });
     wheels
         .into_iter()
         .map(|wheel| {
-            let paths: Vec<String> = wheel.files.iter().map(|f| in_prefix(staged, f)).collect();
+            let paths: Vec<String> = wheel.files.iter().map(|f| in_prefix(tree, f)).collect();
             Unit {
                 kind: LayerKind::Wheels,
-                package: wheel.dist_name.clone(),
-                size: size_of(staged, &paths),
+                package: wheel.label.clone(),
+                size: size_of(tree, &paths),
                 paths,
                 mtime: wheel.mtime,
             }
@@ -268,18 +291,14 @@ fn shared_layer(kind: LayerKind, grouped: &[&Unit]) -> PlannedLayer {
 }
 
 /// The image's own layer: everything under the prefix no package or wheel owns.
-fn image_layer(
-    staged: &StagedPrefix,
-    wheels: &[StagedWheel],
-    owners: &BTreeMap<&str, usize>,
-    image_mtime: u64,
-) -> Result<PlannedLayer, PlanError> {
-    let owned_by_wheels: BTreeSet<&str> = wheels
+fn image_layer(tree: &StagedTree, image_mtime: u64) -> Result<PlannedLayer, PlanError> {
+    let owned: BTreeSet<&str> = tree
+        .packages
         .iter()
-        .flat_map(|w| w.files.iter().map(String::as_str))
+        .chain(&tree.wheels)
+        .flat_map(|unit| unit.files.iter().map(String::as_str))
         .collect();
-    let owned = |rel: &str| owners.contains_key(rel) || owned_by_wheels.contains(rel);
-    let prefix_dir = staged.prefix_dir();
+    let prefix_dir = tree.prefix_dir();
     let mut own = Vec::new();
     let mut own_size = 0;
     if prefix_dir.exists() {
@@ -300,15 +319,15 @@ fn image_layer(
                 .ok_or_else(|| PlanError::NonUtf8 {
                     path: entry.path().to_path_buf(),
                 })?;
-            if !owned(rel) && is_own_entry(&entry) {
+            if !owned.contains(rel) && is_own_entry(&entry) {
                 own_size += file_size(entry.path());
-                own.push(in_prefix(staged, rel));
+                own.push(in_prefix(tree, rel));
             }
         }
     }
     if own.is_empty() {
         // An image always has its own layer (it marks the prefix), even when empty of files.
-        own.push(staged.prefix.trim_start_matches('/').to_string());
+        own.push(tree.prefix.trim_start_matches('/').to_string());
     }
     Ok(PlannedLayer {
         kind: LayerKind::Image,
@@ -349,107 +368,75 @@ fn file_size(path: &Path) -> u64 {
         .unwrap_or(0)
 }
 
-/// A package's build time in seconds (0 when the channel does not say).
-fn package_mtime(package: &crate::install::StagedPackage) -> u64 {
-    package
-        .record
-        .package_record
-        .timestamp
-        .as_ref()
-        .map(|t| t.timestamp().max(0) as u64)
-        .unwrap_or(0)
-}
-
 /// Package indices from most shared to most specific: CUDA runtime packages first, then by
 /// depth in the dependency graph (what nothing depends on comes last), then by name.
-fn dependency_order(staged: &StagedPrefix) -> Vec<usize> {
-    let index: HashMap<&str, usize> = staged
-        .packages
+fn dependency_order(packages: &[StagedUnit]) -> Vec<usize> {
+    let index: HashMap<&str, usize> = packages
         .iter()
         .enumerate()
-        .map(|(i, p)| (p.record.package_record.name.as_normalized(), i))
+        .map(|(i, p)| (p.name.as_str(), i))
         .collect();
-    let deps: Vec<Vec<usize>> = staged
-        .packages
+    let deps: Vec<Vec<usize>> = packages
         .iter()
         .map(|p| {
-            p.record
-                .package_record
-                .depends
+            p.depends
                 .iter()
-                .filter_map(|d| MatchSpec::from_str(d, ParseStrictness::Lenient).ok())
-                .filter_map(|s| s.name.as_exact().map(|n| n.as_normalized().to_string()))
-                .filter_map(|n| index.get(n.as_str()).copied())
+                .filter_map(|name| index.get(name.as_str()).copied())
                 .collect()
         })
         .collect();
-    // Height: 0 for packages without dependencies in the set, else 1 + max of deps.
-    // Dependency cycles exist in the wild (e.g. python ↔ pip); a node on the stack counts 0.
-    let mut height: Vec<Option<usize>> = vec![None; deps.len()];
-    fn visit(
-        i: usize,
-        deps: &[Vec<usize>],
-        height: &mut [Option<usize>],
-        stack: &mut Vec<bool>,
-    ) -> usize {
-        if let Some(h) = height[i] {
-            return h;
-        }
-        if stack[i] {
-            return 0;
-        }
-        stack[i] = true;
-        let h = deps[i]
-            .iter()
-            .map(|&d| visit(d, deps, height, stack) + 1)
-            .max()
-            .unwrap_or(0);
-        stack[i] = false;
-        height[i] = Some(h);
-        h
-    }
-    let mut stack = vec![false; deps.len()];
-    let mut order: Vec<usize> = (0..deps.len()).collect();
-    let keys: BTreeMap<usize, (bool, usize)> = (0..deps.len())
-        .map(|i| {
-            let name = staged.packages[i]
-                .record
-                .package_record
-                .name
-                .as_normalized();
-            (
-                i,
-                (
-                    !is_cuda_runtime(name),
-                    visit(i, &deps, &mut height, &mut stack),
-                ),
-            )
-        })
+    let mut heights = Heights {
+        deps: &deps,
+        height: vec![None; deps.len()],
+        stack: vec![false; deps.len()],
+    };
+    let keys: Vec<(bool, usize)> = (0..deps.len())
+        .map(|i| (!is_cuda_runtime(&packages[i].name), heights.of(i)))
         .collect();
+    let mut order: Vec<usize> = (0..deps.len()).collect();
     order.sort_by(|a, b| {
-        keys[a].cmp(&keys[b]).then_with(|| {
-            staged.packages[*a]
-                .record
-                .package_record
-                .name
-                .cmp(&staged.packages[*b].record.package_record.name)
-        })
+        keys[*a]
+            .cmp(&keys[*b])
+            .then_with(|| packages[*a].name.cmp(&packages[*b].name))
     });
     order
 }
 
+/// Heights in the dependency graph: 0 for a package without dependencies in the set, else
+/// one more than the highest of its dependencies. Dependency cycles exist in the wild
+/// (python ↔ pip): a package on the stack counts 0.
+struct Heights<'a> {
+    deps: &'a [Vec<usize>],
+    height: Vec<Option<usize>>,
+    stack: Vec<bool>,
+}
+
+impl Heights<'_> {
+    fn of(&mut self, i: usize) -> usize {
+        if let Some(h) = self.height[i] {
+            return h;
+        }
+        if self.stack[i] {
+            return 0;
+        }
+        self.stack[i] = true;
+        let deps = self.deps;
+        let h = deps[i].iter().map(|&d| self.of(d) + 1).max().unwrap_or(0);
+        self.stack[i] = false;
+        self.height[i] = Some(h);
+        h
+    }
+}
+
 #[cfg(test)]
 mod tests {
-    use rattler_conda_types::RepoDataRecord;
-
     use super::*;
-    use crate::install::StagedPackage;
 
     /// `(name, depends, [(file, size)])` of a made-up package.
     type Package<'a> = (&'a str, &'a [&'a str], &'a [(&'a str, usize)]);
 
-    /// A staged prefix holding `packages`.
-    fn staged(root: &Path, packages: &[Package<'_>]) -> StagedPrefix {
+    /// A staged tree holding `packages`, their files written.
+    fn staged(root: &Path, packages: &[Package<'_>]) -> StagedTree {
         let prefix = root.join("opt/conda");
         fs_err::create_dir_all(prefix.join("conda-meta")).unwrap();
         fs_err::write(prefix.join("conda-meta/history"), "").unwrap();
@@ -457,14 +444,6 @@ mod tests {
         let packages = packages
             .iter()
             .map(|(name, depends, files)| {
-                let record: RepoDataRecord = serde_json::from_value(serde_json::json!({
-                    "name": name, "version": "1", "build": "0", "build_number": 0,
-                    "depends": depends, "subdir": "linux-64", "timestamp": 1_696_118_400_000u64,
-                    "fn": format!("{name}-1-0.conda"),
-                    "url": format!("https://example.org/c/linux-64/{name}-1-0.conda"),
-                    "channel": "https://example.org/c/",
-                }))
-                .unwrap();
                 let mut owned = Vec::new();
                 for (file, size) in *files {
                     let path = prefix.join(file);
@@ -475,24 +454,28 @@ mod tests {
                 let meta = format!("conda-meta/{name}-1-0.json");
                 fs_err::write(prefix.join(&meta), "{}").unwrap();
                 owned.push(meta);
-                StagedPackage {
-                    record,
+                StagedUnit {
+                    name: name.to_string(),
+                    label: format!("{name}-1-0"),
+                    depends: depends.iter().map(|d| d.to_string()).collect(),
                     files: owned,
+                    mtime: 1_696_118_400,
                 }
             })
             .collect();
-        StagedPrefix {
+        StagedTree {
             root: root.to_path_buf(),
             prefix: "/opt/conda".into(),
             packages,
+            wheels: Vec::new(),
         }
     }
 
     const PACKAGES: &[Package<'static>] = &[
-        ("app", &["numpy >=1", "python 3.9.*"], &[("bin/app", 10)]),
+        ("app", &["numpy", "python"], &[("bin/app", 10)]),
         ("cuda-cudart", &[], &[("lib/libcudart.so.11.0", 500)]),
         ("numpy", &["python"], &[("lib/numpy.so", 300)]),
-        ("python", &["__glibc >=2.17"], &[("bin/python", 200)]),
+        ("python", &["__glibc"], &[("bin/python", 200)]),
         ("tiny", &[], &[("share/tiny", 1)]),
     ];
 
@@ -503,7 +486,7 @@ mod tests {
     #[test]
     fn one_layer_per_package_cuda_first_libraries_before_users() {
         let dir = tempfile::tempdir().unwrap();
-        let plan = plan_layers(&staged(dir.path(), PACKAGES), &[], 60, 0, 7).unwrap();
+        let plan = plan_layers(&staged(dir.path(), PACKAGES), 60, 0, 7).unwrap();
         assert_eq!(
             names(&plan),
             [
@@ -537,7 +520,7 @@ mod tests {
     fn over_budget_the_largest_stay_alone_and_the_rest_share_a_layer() {
         let dir = tempfile::tempdir().unwrap();
         // 6 layers in all, 2 from the base, 1 for the image: 3 for 5 packages.
-        let plan = plan_layers(&staged(dir.path(), PACKAGES), &[], 6, 2, 0).unwrap();
+        let plan = plan_layers(&staged(dir.path(), PACKAGES), 6, 2, 0).unwrap();
         assert_eq!(
             names(&plan),
             ["cuda-cudart-1-0", "numpy-1-0", "3 small packages", "image"]
@@ -557,7 +540,7 @@ mod tests {
     #[test]
     fn a_budget_the_base_already_fills_is_an_error() {
         let dir = tempfile::tempdir().unwrap();
-        let err = plan_layers(&staged(dir.path(), PACKAGES), &[], 10, 9, 0).unwrap_err();
+        let err = plan_layers(&staged(dir.path(), PACKAGES), 10, 9, 0).unwrap_err();
         assert!(err.to_string().contains("the base has 9 layers"), "{err}");
     }
 }
@@ -568,8 +551,8 @@ mod wheel_tests {
 
     use super::*;
 
-    /// A prefix with one conda-less environment's wheels of the given sizes.
-    fn with_wheels(root: &Path, wheels: &[(&str, usize)]) -> (StagedPrefix, Vec<StagedWheel>) {
+    /// A tree of one conda-less environment's wheels of the given sizes.
+    fn with_wheels(root: &Path, wheels: &[(&str, usize)]) -> StagedTree {
         let prefix = root.join("opt/conda");
         let site = "lib/python3.9/site-packages";
         let wheels = wheels
@@ -581,21 +564,21 @@ mod wheel_tests {
                     fs_err::create_dir_all(prefix.join(path).parent().unwrap()).unwrap();
                     fs_err::write(prefix.join(path), vec![0u8; bytes]).unwrap();
                 }
-                StagedWheel {
-                    name: pep508_rs::PackageName::new(name.to_string()).unwrap(),
-                    version: "1.0".parse().unwrap(),
-                    dist_name: format!("{name}-1.0"),
+                StagedUnit {
+                    name: name.replace('_', "-"),
+                    label: format!("{name}-1.0"),
+                    depends: Vec::new(),
                     files: vec![file, record],
                     mtime: 1_700_000_000,
                 }
             })
             .collect();
-        let staged = StagedPrefix {
+        StagedTree {
             root: root.to_path_buf(),
             prefix: "/opt/conda".into(),
             packages: Vec::new(),
-        };
-        (staged, wheels)
+            wheels,
+        }
     }
 
     #[test]
@@ -608,11 +591,11 @@ mod wheel_tests {
             ("idna", 20),
             ("numpy", 900),
         ];
-        let (staged, wheels) = with_wheels(dir.path(), &wheels);
+        let staged = with_wheels(dir.path(), &wheels);
         let names = |plan: &LayerPlan| -> Vec<String> {
             plan.layers.iter().map(|l| l.name.clone()).collect()
         };
-        let plan = plan_layers(&staged, &wheels, 60, 0, 0).unwrap();
+        let plan = plan_layers(&staged, 60, 0, 0).unwrap();
         assert_eq!(
             names(&plan),
             [
@@ -626,7 +609,7 @@ mod wheel_tests {
         );
         assert_eq!(plan.layers[4].mtime, 1_700_000_000);
         // 5 layers in all, 1 for the image: torch, cuDNN and numpy alone, the rest share.
-        let plan = plan_layers(&staged, &wheels, 5, 0, 0).unwrap();
+        let plan = plan_layers(&staged, 5, 0, 0).unwrap();
         assert_eq!(
             names(&plan),
             [
