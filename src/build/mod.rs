@@ -367,7 +367,7 @@ struct ProvenanceInputs {
     epoch_source: crate::provenance::EpochSource,
     variant: Option<String>,
     /// `[smoke] embed = true`: each platform's embedded executable, by its sha256.
-    smoke_executables: Vec<crate::provenance::SmokeExecutable>,
+    smoke_executables: Vec<crate::provenance::EmbeddedSmoke>,
 }
 
 impl Output {
@@ -404,7 +404,7 @@ impl Output {
                     .filter_map(|p| {
                         p.smoke
                             .as_ref()
-                            .map(|smoke| crate::provenance::SmokeExecutable {
+                            .map(|smoke| crate::provenance::EmbeddedSmoke {
                                 platform: p.platform.to_string(),
                                 digest: smoke.digest.clone(),
                             })

@@ -83,7 +83,7 @@ impl Job {
         self.refuse(&self.archive, reason)
     }
 
-    fn refused(&self, refusal: scan::Refusal) -> InstallError {
+    fn refused(&self, refusal: scan::ArchiveRefusal) -> InstallError {
         self.refuse(&refusal.entry, refusal.reason)
     }
 }
