@@ -8,7 +8,7 @@
 //! the layout reader ([`crate::oci::read`]);
 //! [`BuildPlan::new`] is pure.
 
-use super::{LayoutImage, prepare::PreparedPlatform};
+use super::{model::BuiltImage, prepare::PreparedPlatform};
 use crate::{
     lock::{Lock, PlatformLock},
     oci::layout::{Layout, tagged},
@@ -20,7 +20,7 @@ use oci_spec::image::Descriptor;
 pub(super) enum BuildPlan<'a> {
     /// The layout already holds the image these inputs make: nothing to install, nothing
     /// to compress.
-    Unchanged(LayoutImage),
+    Unchanged(BuiltImage),
     /// Install and write these platforms, in the recipe's order: every platform of the
     /// image, as one image is written whole.
     Build(Vec<PlatformWork<'a>>),
@@ -70,7 +70,7 @@ fn unchanged(
     record: &BuildRecord,
     image: &ImageInPlace,
     platforms: &[PreparedPlatform],
-) -> Option<LayoutImage> {
+) -> Option<BuiltImage> {
     if image.digest != record.manifest_digest || image.manifests.len() != platforms.len() {
         return None;
     }
@@ -93,7 +93,7 @@ fn unchanged(
     } else {
         vec![(platforms[0].platform, image.digest.clone())]
     };
-    Some(LayoutImage {
+    Some(BuiltImage {
         digest: image.digest.clone(),
         manifests,
         layers,
