@@ -13,9 +13,12 @@ use serde::Serialize;
 
 use rattler_conda_types::Subdir;
 
-use crate::oci::{
-    annotations,
-    read::{LayoutImage, LayoutRef, ReadError},
+use crate::{
+    layers::LayerKind,
+    oci::{
+        annotations,
+        read::{LayoutImage, LayoutRef, ReadError},
+    },
 };
 
 const BASE_NAME: &str = "org.opencontainers.image.base.name";
@@ -108,11 +111,12 @@ pub struct GpuArchitectures {
     /// (`compute_90`).
     pub architectures: Vec<String>,
     /// `dev.imgbuild.cuda.package-architectures`: each package's, by name.
-    pub packages: Vec<PackageArchitectures>,
+    pub packages: Vec<PackageGpuArchitectures>,
 }
 
+/// One package's GPU architectures, as the annotation records them.
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]
-pub struct PackageArchitectures {
+pub struct PackageGpuArchitectures {
     pub package: String,
     pub architectures: Vec<String>,
 }
@@ -135,7 +139,7 @@ fn gpu_architectures(
         .map(|value| crate::cuda::fatbin::parse_package_annotation(value))
         .unwrap_or_default()
         .iter()
-        .map(|(package, archs)| PackageArchitectures {
+        .map(|(package, archs)| PackageGpuArchitectures {
             package: package.clone(),
             architectures: names(archs),
         })
@@ -146,10 +150,11 @@ fn gpu_architectures(
     })
 }
 
-/// What a layer holds.
+/// What a layer is in the image read back: a base's, or one of the build's, by the
+/// [`LayerKind`] its annotation names (conda and wheel layers both hold packages).
 #[derive(Debug, Clone, Copy, Serialize, PartialEq, Eq)]
 #[serde(rename_all = "kebab-case")]
-pub enum LayerKind {
+pub enum LayerRole {
     /// A layer of the base image, reused as it is.
     Base,
     /// One or more conda packages.
@@ -170,7 +175,8 @@ pub struct LayerSummary {
     /// Compressed size in bytes.
     pub size: u64,
     pub media_type: String,
-    pub kind: LayerKind,
+    #[serde(rename = "kind")]
+    pub role: LayerRole,
     /// `name-version-build` of each package in the layer.
     pub packages: Vec<String>,
 }
@@ -325,20 +331,12 @@ fn layer_packages(layer: &Descriptor) -> Vec<String> {
         .unwrap_or_default()
 }
 
-fn is_smoke_layer(layer: &Descriptor) -> bool {
+/// The kind of one of the build's layers, from its annotation.
+fn layer_kind(layer: &Descriptor) -> Option<LayerKind> {
     layer
         .annotations()
         .as_ref()
-        .is_some_and(|a| a.contains_key(annotations::SMOKE))
-}
-
-/// What a layer of the recipe's own holds (`accounts`, `files`), from its annotation.
-fn layer_content(layer: &Descriptor) -> Option<&str> {
-    layer
-        .annotations()
-        .as_ref()
-        .and_then(|a| a.get(annotations::LAYER_CONTENT))
-        .map(String::as_str)
+        .and_then(LayerKind::from_annotations)
 }
 
 /// How many layers on top are not the image-files layer or below it: the smoke executable
@@ -347,7 +345,12 @@ fn top_layers(layers: &[Descriptor]) -> usize {
     layers
         .iter()
         .rev()
-        .take_while(|l| is_smoke_layer(l) || layer_content(l).is_some())
+        .take_while(|l| {
+            matches!(
+                layer_kind(l),
+                Some(LayerKind::Smoke | LayerKind::Accounts | LayerKind::Files)
+            )
+        })
         .count()
 }
 
@@ -383,27 +386,24 @@ fn classify_layers(layers: &[Descriptor], built_by_imgbuild: bool) -> Vec<LayerS
         .enumerate()
         .map(|(position, layer)| {
             let packages = layer_packages(layer);
-            let kind = if !packages.is_empty() {
-                LayerKind::Packages
-            } else if is_smoke_layer(layer) {
-                LayerKind::Smoke
-            } else if let Some(content) = layer_content(layer) {
-                if content == "accounts" {
-                    LayerKind::Accounts
-                } else {
-                    LayerKind::Files
+            let role = match layer_kind(layer) {
+                Some(LayerKind::Conda | LayerKind::Wheels) => LayerRole::Packages,
+                Some(LayerKind::Smoke) => LayerRole::Smoke,
+                Some(LayerKind::Accounts) => LayerRole::Accounts,
+                Some(LayerKind::Files) => LayerRole::Files,
+                Some(LayerKind::Image) | None
+                    if built_by_imgbuild && position + 1 == image_files =>
+                {
+                    LayerRole::ImageFiles
                 }
-            } else if built_by_imgbuild && position + 1 == image_files {
-                LayerKind::ImageFiles
-            } else {
-                LayerKind::Base
+                Some(LayerKind::Image) | None => LayerRole::Base,
             };
-            debug_assert!(kind != LayerKind::Base || position < own_start);
+            debug_assert!(role != LayerRole::Base || position < own_start);
             LayerSummary {
                 digest: layer.digest().to_string(),
                 size: layer.size(),
                 media_type: layer.media_type().to_string(),
-                kind,
+                role,
                 packages,
             }
         })
@@ -646,13 +646,13 @@ pub fn diff(from: &ImageSummary, to: &ImageSummary) -> ImageDiff {
 
 /// What a layer holds, in words: its packages, `base`, `image files` or `smoke test`.
 pub fn describe_layer(layer: &LayerSummary) -> String {
-    match layer.kind {
-        LayerKind::Packages => layer.packages.join(", "),
-        LayerKind::Base => "base".to_string(),
-        LayerKind::ImageFiles => "image files".to_string(),
-        LayerKind::Smoke => "smoke test executable".to_string(),
-        LayerKind::Accounts => "accounts".to_string(),
-        LayerKind::Files => "files".to_string(),
+    match layer.role {
+        LayerRole::Packages => layer.packages.join(", "),
+        LayerRole::Base => "base".to_string(),
+        LayerRole::ImageFiles => "image files".to_string(),
+        LayerRole::Smoke => "smoke test executable".to_string(),
+        LayerRole::Accounts => "accounts".to_string(),
+        LayerRole::Files => "files".to_string(),
     }
 }
 
@@ -676,12 +676,12 @@ mod tests {
         assert!(PackageId::parse("nodash").is_none());
     }
 
-    fn layer(digest: &str, size: u64, kind: LayerKind, packages: &[&str]) -> LayerSummary {
+    fn layer(digest: &str, size: u64, role: LayerRole, packages: &[&str]) -> LayerSummary {
         LayerSummary {
             digest: digest.into(),
             size,
             media_type: "application/vnd.oci.image.layer.v1.tar+gzip".into(),
-            kind,
+            role,
             packages: packages.iter().map(|p| p.to_string()).collect(),
         }
     }
@@ -718,24 +718,24 @@ mod tests {
         let a = summary(
             "a",
             vec![
-                layer("sha256:b0", 100, LayerKind::Base, &[]),
-                layer("sha256:p1", 10, LayerKind::Packages, &["zlib-1.2-h0_0"]),
-                layer("sha256:p2", 20, LayerKind::Packages, &["hello-1.0-h0_0"]),
-                layer("sha256:i1", 1, LayerKind::ImageFiles, &[]),
+                layer("sha256:b0", 100, LayerRole::Base, &[]),
+                layer("sha256:p1", 10, LayerRole::Packages, &["zlib-1.2-h0_0"]),
+                layer("sha256:p2", 20, LayerRole::Packages, &["hello-1.0-h0_0"]),
+                layer("sha256:i1", 1, LayerRole::ImageFiles, &[]),
             ],
         );
         let b = summary(
             "b",
             vec![
-                layer("sha256:b0", 100, LayerKind::Base, &[]),
-                layer("sha256:p3", 30, LayerKind::Packages, &["hello-2.0-h0_0"]),
+                layer("sha256:b0", 100, LayerRole::Base, &[]),
+                layer("sha256:p3", 30, LayerRole::Packages, &["hello-2.0-h0_0"]),
                 layer(
                     "sha256:p4",
                     40,
-                    LayerKind::Packages,
+                    LayerRole::Packages,
                     &["cuda-cudart-11.8.89-h0_0"],
                 ),
-                layer("sha256:i2", 2, LayerKind::ImageFiles, &[]),
+                layer("sha256:i2", 2, LayerRole::ImageFiles, &[]),
             ],
         );
         let d = diff(&a, &b);

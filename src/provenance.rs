@@ -135,13 +135,13 @@ pub struct Build<'a> {
     /// The `[[files]]` sources, in the recipe's order, with the digests the lock pins.
     pub files: Vec<SourceDigest>,
     /// The `imgbuild-smoke` executables `[smoke] embed = true` put into the image.
-    pub smoke_executables: Vec<SmokeExecutable>,
+    pub smoke_executables: Vec<EmbeddedSmoke>,
 }
 
 /// An embedded smoke executable: the builder's own tool in the image, so recorded with the
 /// builder's parameters (by digest only: its host path differs from machine to machine).
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
-pub struct SmokeExecutable {
+pub struct EmbeddedSmoke {
     /// The conda subdir whose image holds it.
     pub platform: String,
     /// `sha256:<hex>` of the executable.

@@ -11,6 +11,7 @@ use crate::{
         base::{BaseError, GlibcError},
         image::ImageError,
         layout::LayoutError,
+        read::ReadError,
     },
     recipe::RecipeError,
     registry::pull::PullError,
@@ -97,7 +98,7 @@ impl BuildError {
             BuildError::Layout(LayoutError::NotALayout { .. }) => 1,
             // Only a base's blob is imported: one that does not match its digest is the
             // base's fault, as when it is read.
-            BuildError::Layout(LayoutError::DigestMismatch { .. }) => 1,
+            BuildError::Layout(LayoutError::Read(ReadError::Digest { .. })) => 1,
             BuildError::Layout(_) | BuildError::Staging { .. } => 2,
             BuildError::Lock(LockError::Write { .. }) => 2,
             BuildError::Sbom(_) => 2,

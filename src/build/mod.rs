@@ -4,7 +4,7 @@
 //! 1. `prepare`: the recipe, and for each of its platforms the base image (pulled from its
 //!    registry or opened from a layout), the target the solver solves for and the smoke
 //!    executable to embed.
-//! 2. `lock`: a lock that satisfies the recipe: the existing one, or each platform solved
+//! 2. `obtain_lock`: a lock that satisfies the recipe: the existing one, or each platform solved
 //!    (conda packages, then wheels) and the lock written and read back.
 //! 3. `plan`: what there is to do, computed from what is wanted and what is there, and only
 //!    read: *unchanged* when the build record of these inputs (recipe, lock, bases,
@@ -21,12 +21,15 @@
 //!    unchanged image too).
 //!
 //! [`lock()`] stops after step 2; [`lock_and_fetch`] also fetches the lock's packages.
+//!
+//! What the steps share (settings, reports, the context and the built image) is in
+//! `model`; this module is only the driver, and no step names it.
 
-mod accounts;
+mod accounts_layer;
 mod error;
-mod files;
-pub use files::source_digests;
-mod lock;
+mod files_layer;
+mod model;
+mod obtain_lock;
 mod plan;
 mod prepare;
 mod stage;
@@ -37,119 +40,30 @@ use std::{
     time::{Duration, Instant},
 };
 
-use rattler_conda_types::Subdir;
-use url::Url;
-
 pub use error::BuildError;
+pub use files_layer::source_digests;
+pub(crate) use model::counted;
+pub use model::{BuildReport, BuildSettings, LockMode, LockOutcome, LockReport};
 
 use crate::{
     install::InstallOptions,
-    layers::{BuiltLayer, Compression},
+    layers::Compression,
     lock::Lock,
     oci::layout::{Layout, LayoutLock},
     rebuild::{BuildInputs, BuildRecord, BuildRecords},
     recipe::Recipe,
-    registry::ClientOptions,
     sbom::SbomSubject,
 };
-use lock::obtain_lock;
+use model::{BuiltImage, Context};
+use obtain_lock::obtain_lock;
 use plan::{BuildPlan, ImageInPlace, PlanInputs};
 use prepare::{Prepared, prepare};
 use stage::{Stager, create_staging, sweep_staging};
 use write::Writer;
 
-/// How to treat an existing lock file.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum LockMode {
-    /// Use the lock if it still satisfies the recipe, else solve and rewrite it.
-    #[default]
-    Reuse,
-    /// Use the lock; fail if it is missing or no longer satisfies the recipe.
-    Locked,
-    /// Always solve and rewrite the lock.
-    Refresh,
-}
-
-/// Settings of one build, resolved from the command line and environment.
-#[derive(Debug, Clone)]
-pub struct BuildSettings {
-    pub recipe_path: PathBuf,
-    pub channel_alias: Url,
-    pub cache_dir: PathBuf,
-    /// The layout directory; `images/<name>` under the working directory when `None`.
-    pub output: Option<PathBuf>,
-    pub lock_mode: LockMode,
-    pub offline: bool,
-    /// Layers compressed at once.
-    pub jobs: usize,
-    /// `SOURCE_DATE_EPOCH`, if set: the image's `created` time.
-    pub source_date_epoch: Option<i64>,
-    /// How to reach registries (bases).
-    pub registry: ClientOptions,
-    /// The matrix variant to build, for a recipe with a `[matrix]`.
-    pub variant: Option<crate::recipe::matrix::Variant>,
-    /// The `imgbuild-smoke` executables for `[smoke] embed = true`, one per architecture;
-    /// default: those beside imgbuild.
-    pub smoke_exe: Vec<PathBuf>,
-}
-
 // Progress reporting lives in `report`, below the stages that report; re-exported here,
 // where callers of `build` look for it.
 pub use crate::report::{Reporter, Silent, Stage};
-
-/// How the lock was obtained.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum LockOutcome {
-    Reused,
-    /// Solved and written; `reason` says why a lock that existed was replaced.
-    Written {
-        reason: Option<String>,
-    },
-    /// The packages kept, the `[[files]]` sources pinned again because `reason`.
-    Repinned {
-        reason: String,
-    },
-}
-
-/// The result of `lock`.
-#[derive(Debug, Clone)]
-pub struct LockReport {
-    pub lock_path: PathBuf,
-    pub outcome: LockOutcome,
-    pub packages: usize,
-}
-
-/// The result of `build`.
-#[derive(Debug, Clone)]
-pub struct BuildReport {
-    pub layout_dir: PathBuf,
-    pub tags: Vec<String>,
-    /// What the tags name: the manifest, or the image index of a multi-platform image.
-    pub manifest_digest: String,
-    /// Each platform's manifest digest, in the recipe's order.
-    pub platforms: Vec<(Subdir, String)>,
-    pub base_layers: usize,
-    pub layers: Vec<BuiltLayer>,
-    pub lock: LockReport,
-    pub timings: Vec<(Stage, Duration)>,
-    /// The SPDX and CycloneDX SBOMs written beside the layout.
-    pub sboms: Vec<PathBuf>,
-    /// The SLSA provenance written beside the layout.
-    pub provenance: PathBuf,
-    /// The inputs were those of the image already in the layout: nothing was rebuilt.
-    pub unchanged: bool,
-}
-
-/// An image in the layout, as a build reports it.
-#[derive(Debug)]
-struct LayoutImage {
-    /// What the tags name: the manifest, or the image index of several platforms.
-    digest: String,
-    /// Each platform's manifest digest, in the recipe's order.
-    manifests: Vec<(Subdir, String)>,
-    /// The image's own layers (not its bases'), platform after platform.
-    layers: Vec<BuiltLayer>,
-}
 
 /// Solves the recipe and writes its lock (always re-solving with [`LockMode::Refresh`]).
 pub async fn lock(
@@ -237,36 +151,6 @@ pub async fn build(
     output.report(image, &lock, lock_report, timings, false)
 }
 
-/// What the steps after the plan share.
-struct Context<'a> {
-    settings: &'a BuildSettings,
-    recipe: &'a Recipe,
-    /// The image's `created` time, seconds since the epoch: `SOURCE_DATE_EPOCH`, else the
-    /// time of the lock's newest package.
-    created_seconds: i64,
-    reporter: &'a dyn Reporter,
-}
-
-impl<'a> Context<'a> {
-    fn new(
-        settings: &'a BuildSettings,
-        recipe: &'a Recipe,
-        lock: &Lock,
-        reporter: &'a dyn Reporter,
-    ) -> Self {
-        let created_seconds = settings
-            .source_date_epoch
-            .unwrap_or_else(|| lock.newest_timestamp())
-            .max(0);
-        Context {
-            settings,
-            recipe,
-            created_seconds,
-            reporter,
-        }
-    }
-}
-
 /// The build records, and this build's inputs key in them (see [`crate::rebuild`]).
 struct Records {
     records: BuildRecords,
@@ -301,13 +185,13 @@ impl Records {
     /// What the records hold for this build's inputs, with the image `layout` holds under
     /// `tags`; `None` when there is no key or no record of it, and then the layout is not
     /// even locked.
-    fn read(&self, layout: &Layout, tags: &[String]) -> Result<Option<Recorded>, BuildError> {
+    fn read(&self, layout: &Layout, tags: &[String]) -> Result<Option<PreviousBuild>, BuildError> {
         let Some(record) = self.key.as_deref().and_then(|key| self.records.get(key)) else {
             return Ok(None);
         };
         let lock = layout.lock()?;
         let image = ImageInPlace::read(layout, tags);
-        Ok(Some(Recorded {
+        Ok(Some(PreviousBuild {
             record,
             image,
             _lock: lock,
@@ -315,7 +199,7 @@ impl Records {
     }
 
     /// Records what this build produced, for the next build with the same inputs.
-    fn put(&self, image: &LayoutImage, compression: Compression) {
+    fn put(&self, image: &BuiltImage, compression: Compression) {
         if let Some(key) = &self.key {
             let record = BuildRecord::new(&image.digest, &image.layers, compression);
             self.records.put(key, &record);
@@ -330,16 +214,17 @@ fn with_sources(key: String, recipe: &Recipe) -> Option<String> {
     if recipe.files.is_empty() {
         return Some(key);
     }
-    let digests = files::source_digests(recipe).ok()?;
+    let digests = files_layer::source_digests(recipe).ok()?;
     let json = serde_json::to_string(&digests).expect("strings serialize");
     Some(crate::oci::sha256_digest(
         format!("{key}\n{json}").as_bytes(),
     ))
 }
 
-/// A build record, with the image the layout holds under the recipe's tags, read under the
-/// layout's lock; the lock is held while this is.
-struct Recorded {
+/// What a previous build with these inputs left: its build record, with the image the layout
+/// holds under the recipe's tags, read under the layout's lock; the lock is held while this
+/// is.
+struct PreviousBuild {
     record: BuildRecord,
     image: Option<ImageInPlace>,
     _lock: LayoutLock,
@@ -367,7 +252,7 @@ struct ProvenanceInputs {
     epoch_source: crate::provenance::EpochSource,
     variant: Option<String>,
     /// `[smoke] embed = true`: each platform's embedded executable, by its sha256.
-    smoke_executables: Vec<crate::provenance::SmokeExecutable>,
+    smoke_executables: Vec<crate::provenance::EmbeddedSmoke>,
 }
 
 impl Output {
@@ -404,7 +289,7 @@ impl Output {
                     .filter_map(|p| {
                         p.smoke
                             .as_ref()
-                            .map(|smoke| crate::provenance::SmokeExecutable {
+                            .map(|smoke| crate::provenance::EmbeddedSmoke {
                                 platform: p.platform.to_string(),
                                 digest: smoke.digest.clone(),
                             })
@@ -441,7 +326,7 @@ impl Output {
     /// image is in it: a failed build writes neither) and reports the build.
     fn report(
         self,
-        image: LayoutImage,
+        image: BuiltImage,
         lock: &Lock,
         lock_report: LockReport,
         timings: Vec<(Stage, Duration)>,
@@ -469,15 +354,5 @@ impl Output {
             provenance,
             unchanged,
         })
-    }
-}
-
-/// `1 package`, `2 packages`: a count with its noun in the number it takes. Only for
-/// nouns whose plural adds an `s` (package, layer).
-pub(crate) fn counted(count: usize, noun: &str) -> String {
-    if count == 1 {
-        format!("1 {noun}")
-    } else {
-        format!("{count} {noun}s")
     }
 }

@@ -4,22 +4,23 @@
 //! recipe's tags), and only the driver in [`super`] acts on it: an unchanged image is
 //! reported as it is, anything else is installed and written platform by platform.
 //!
-//! [`ImageInPlace::read`] is the plan's one contact with the disk, and it only reads;
+//! [`ImageInPlace::read`] is the plan's one contact with the disk, and it only reads, through
+//! the layout reader ([`crate::oci::read`]);
 //! [`BuildPlan::new`] is pure.
 
-use super::{LayoutImage, prepare::PreparedPlatform};
+use super::{model::BuiltImage, prepare::PreparedPlatform};
 use crate::{
     lock::{Lock, PlatformLock},
     oci::layout::{Layout, tagged},
     rebuild::BuildRecord,
 };
-use oci_spec::image::{ImageIndex, ImageManifest, MediaType};
+use oci_spec::image::Descriptor;
 
 /// What a build has to do.
 pub(super) enum BuildPlan<'a> {
     /// The layout already holds the image these inputs make: nothing to install, nothing
     /// to compress.
-    Unchanged(LayoutImage),
+    Unchanged(BuiltImage),
     /// Install and write these platforms, in the recipe's order: every platform of the
     /// image, as one image is written whole.
     Build(Vec<PlatformWork<'a>>),
@@ -69,7 +70,7 @@ fn unchanged(
     record: &BuildRecord,
     image: &ImageInPlace,
     platforms: &[PreparedPlatform],
-) -> Option<LayoutImage> {
+) -> Option<BuiltImage> {
     if image.digest != record.manifest_digest || image.manifests.len() != platforms.len() {
         return None;
     }
@@ -92,7 +93,7 @@ fn unchanged(
     } else {
         vec![(platforms[0].platform, image.digest.clone())]
     };
-    Some(LayoutImage {
+    Some(BuiltImage {
         digest: image.digest.clone(),
         manifests,
         layers,
@@ -142,8 +143,8 @@ impl ImageInPlace {
     pub(super) fn read(layout: &Layout, tags: &[String]) -> Option<Self> {
         // Other entries of the layout (other images' tags) are kept by every build, so only
         // the recipe's own tags decide.
-        let index = layout.read_index().ok()??;
-        let mut top: Option<&oci_spec::image::Descriptor> = None;
+        let index = layout.index().ok()?;
+        let mut top: Option<&Descriptor> = None;
         for tag in tags {
             let descriptor = tagged(&index, tag)?;
             if top.is_some_and(|top| top.digest() != descriptor.digest()) {
@@ -152,46 +153,28 @@ impl ImageInPlace {
             top = Some(descriptor);
         }
         let top = top?;
-        let digest = top.digest().to_string();
-        let read = |digest: &str| {
-            layout
-                .blobs()
-                .read_named(digest, crate::oci::blobs::MAX_JSON_BLOB)
-                .ok()
-        };
-        let digests: Vec<String> = if *top.media_type() == MediaType::ImageIndex {
-            let nested: ImageIndex = serde_json::from_slice(&read(&digest)?).ok()?;
-            nested
-                .manifests()
-                .iter()
-                .map(|d| d.digest().to_string())
-                .collect()
-        } else {
-            vec![digest.clone()]
-        };
-        let present = |digest: &str, size: u64| {
-            fs_err::metadata(layout.blob_path(digest)).is_ok_and(|m| m.len() == size)
-        };
-        let mut manifests = Vec::with_capacity(digests.len());
-        for digest in digests {
-            let manifest: ImageManifest = serde_json::from_slice(&read(&digest)?).ok()?;
-            let config = manifest.config();
-            let complete = present(config.digest().as_ref(), config.size())
-                && manifest
-                    .layers()
-                    .iter()
-                    .all(|d| present(d.digest().as_ref(), d.size()));
-            manifests.push(ManifestInPlace {
-                digest,
+        // Through the layout reader: each manifest and index held to its descriptor, and a
+        // blob present only as a reader would open it.
+        let blobs = layout.blobs();
+        let present = |descriptor: &Descriptor| blobs.open(descriptor).is_ok();
+        let manifests = layout
+            .platform_manifests(top)
+            .ok()?
+            .into_iter()
+            .map(|(descriptor, manifest)| ManifestInPlace {
+                digest: descriptor.digest().to_string(),
                 layers: manifest
                     .layers()
                     .iter()
                     .map(|d| d.digest().to_string())
                     .collect(),
-                complete,
-            });
-        }
-        Some(ImageInPlace { digest, manifests })
+                complete: present(manifest.config()) && manifest.layers().iter().all(present),
+            })
+            .collect();
+        Some(ImageInPlace {
+            digest: top.digest().to_string(),
+            manifests,
+        })
     }
 }
 
@@ -425,7 +408,7 @@ mod tests {
 
     /// A layout holding one manifest, with a config and `layers` as blobs, under `tags`.
     fn layout_with(dir: &std::path::Path, layers: &[&[u8]], tags: &[&str]) -> (Layout, String) {
-        use oci_spec::image::{Descriptor, ImageIndexBuilder, ImageManifestBuilder};
+        use oci_spec::image::{ImageIndexBuilder, ImageManifestBuilder, MediaType};
         let layout = Layout::new(dir.join("image"));
         layout.prepare().unwrap();
         let blob = |bytes: &[u8], media_type: MediaType| {

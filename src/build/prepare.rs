@@ -3,7 +3,7 @@
 
 use rattler_conda_types::Subdir;
 
-use super::{BuildError, BuildSettings, Reporter};
+use super::{error::BuildError, model::BuildSettings};
 use crate::{
     lock::{Lock, LockedBase},
     oci::base::{BaseImage, detect_glibc, open_base},
@@ -12,6 +12,7 @@ use crate::{
         Reference, RepositoryClient,
         pull::{Platform, PullError, pull_base_reporting},
     },
+    report::Reporter,
     resolve::Target,
     smoke::embed::{SmokeExecutable, SmokeExecutables},
 };

@@ -10,10 +10,10 @@ use rattler_conda_types::{MatchSpec, ParseStrictness, Subdir};
 use rattler_shell::{activation::Activator, shell};
 
 use super::{
-    BuildError, BuildSettings, Context, Reporter, Stage,
-    accounts::{account_tables, accounts_layer},
-    counted,
-    files::files_layer,
+    accounts_layer::{account_tables, accounts_layer},
+    error::BuildError,
+    files_layer::files_layer,
+    model::{BuildSettings, Context, counted},
     plan::PlatformWork,
 };
 use crate::{
@@ -23,6 +23,7 @@ use crate::{
     lock::Lock,
     oci::image::Activation,
     pypi::StagedWheel,
+    report::{Reporter, Stage},
     smoke::embed,
 };
 

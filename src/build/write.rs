@@ -6,7 +6,11 @@
 
 use std::time::{Duration, Instant};
 
-use super::{BuildError, Context, LayoutImage, Stage, counted, stage::StagedPlatform};
+use super::{
+    error::BuildError,
+    model::{BuiltImage, Context, counted},
+    stage::StagedPlatform,
+};
 use crate::{
     layers::{BuiltLayer, cache::LayerCache, compress::CompressPool, write::LayerWriter},
     oci::{
@@ -14,6 +18,7 @@ use crate::{
         image::{ImageInputs, WrittenImage, index_of, tag_entries, write_image},
         layout::Layout,
     },
+    report::Stage,
 };
 
 /// The staged platforms into one layout.
@@ -33,7 +38,7 @@ impl<'a> Writer<'a> {
         &self,
         platforms: &[StagedPlatform<'_>],
         timings: &mut Vec<(Stage, Duration)>,
-    ) -> Result<LayoutImage, BuildError> {
+    ) -> Result<BuiltImage, BuildError> {
         let created_dir = self.layout.prepare()?;
         let result = self.write_output(platforms, timings);
         if result.is_err() && created_dir {
@@ -47,7 +52,7 @@ impl<'a> Writer<'a> {
         &self,
         platforms: &[StagedPlatform<'_>],
         timings: &mut Vec<(Stage, Duration)>,
-    ) -> Result<LayoutImage, BuildError> {
+    ) -> Result<BuiltImage, BuildError> {
         let started = Instant::now();
         self.import_base_blobs(platforms)?;
         let layers = self.write_layers(platforms)?;
@@ -72,7 +77,7 @@ impl<'a> Writer<'a> {
                 )
             })
             .collect();
-        Ok(LayoutImage {
+        Ok(BuiltImage {
             digest,
             manifests,
             layers: layers.into_iter().flatten().collect(),

@@ -22,7 +22,7 @@ use rattler_networking::LazyClient;
 
 use super::{
     InstallError, checked, dist_name,
-    progress::{self, ArchiveBytes, Pass},
+    forward_progress::{self, ArchiveBytes, Pass},
     scan::{self, ArchiveKind},
 };
 
@@ -35,11 +35,11 @@ pub(super) async fn fetch_and_check(
     (cache, pkgs): (&PackageCache, &Path),
     cache_dir: &Path,
     client: &LazyClient,
-    events: tokio::sync::mpsc::UnboundedSender<progress::Event>,
+    events: tokio::sync::mpsc::UnboundedSender<forward_progress::Event>,
 ) -> Result<Vec<PathBuf>, InstallError> {
     use futures::{StreamExt, TryStreamExt};
     let total = records.iter().filter_map(|r| r.package_record.size).sum();
-    let _ = events.send(progress::Event::ArchiveTotal(total));
+    let _ = events.send(forward_progress::Event::ArchiveTotal(total));
     futures::stream::iter(records)
         .map(|record| fetch_one(record, (cache, pkgs), cache_dir, client, events.clone()))
         .buffered(8)
@@ -83,7 +83,7 @@ impl Job {
         self.refuse(&self.archive, reason)
     }
 
-    fn refused(&self, refusal: scan::Refusal) -> InstallError {
+    fn refused(&self, refusal: scan::ArchiveRefusal) -> InstallError {
         self.refuse(&refusal.entry, refusal.reason)
     }
 }
@@ -93,7 +93,7 @@ async fn fetch_one(
     (cache, pkgs): (&PackageCache, &Path),
     cache_dir: &Path,
     client: &LazyClient,
-    events: tokio::sync::mpsc::UnboundedSender<progress::Event>,
+    events: tokio::sync::mpsc::UnboundedSender<forward_progress::Event>,
 ) -> Result<PathBuf, InstallError> {
     let package = dist_name(record);
     let archive = record
@@ -127,7 +127,7 @@ async fn fetch_one(
         source,
         downloads: cache_dir.join("downloads"),
         client: client.clone(),
-        reporter: Arc::new(progress::CacheForward::new(events.clone())),
+        reporter: Arc::new(forward_progress::CacheForward::new(events.clone())),
         bytes: ArchiveBytes::new(events, record.package_record.size),
     };
 

@@ -20,7 +20,7 @@ use serde_json::Value;
 mod checked;
 mod confine;
 mod fetch;
-mod progress;
+mod forward_progress;
 /// Public for the fuzz target (`fuzz/fuzz_targets/package_reader.rs`).
 pub mod scan;
 
@@ -207,7 +207,7 @@ pub async fn fetch_only_reporting(
     let (events_tx, mut events_rx) = tokio::sync::mpsc::unbounded_channel();
     let cache = PackageCache::new(package_cache_dir(options.cache_dir, platform));
     let cache_lock = lock_cache(&cache, options.cache_dir, platform).await?;
-    progress::forward_until_done(
+    forward_progress::forward_until_done(
         fetch::fetch_and_check(
             records,
             (&cache, &package_cache_dir(options.cache_dir, platform)),
@@ -253,7 +253,7 @@ pub async fn install_reporting(
     let cache = PackageCache::new(package_cache_dir(options.cache_dir, platform));
     // The installer takes the same lock for linking; it must not be held here then.
     let cache_lock = lock_cache(&cache, options.cache_dir, platform).await?;
-    let dirs = progress::forward_until_done(
+    let dirs = forward_progress::forward_until_done(
         fetch::fetch_and_check(
             records,
             (&cache, &package_cache_dir(options.cache_dir, platform)),
@@ -295,9 +295,9 @@ pub async fn install_reporting(
         .with_execute_link_scripts(false)
         .with_external_symlink_policy(ExternalSymlinkPolicy::Deny)
         .with_installed_packages(Vec::new())
-        .with_reporter(progress::Forward::new(events_tx))
+        .with_reporter(forward_progress::Forward::new(events_tx))
         .install(&prefix_dir, records.iter().cloned());
-    progress::forward_until_done(installing, &mut events_rx, reporter)
+    forward_progress::forward_until_done(installing, &mut events_rx, reporter)
         .await
         .map_err(InstallError::Install)?;
 

@@ -37,14 +37,14 @@ impl ArchiveKind {
 /// Why an archive is refused: the entry (or the archive itself) and what is wrong with it.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("`{entry}` {reason}")]
-pub struct Refusal {
+pub struct ArchiveRefusal {
     pub entry: String,
     pub reason: String,
 }
 
-impl Refusal {
+impl ArchiveRefusal {
     fn new(entry: impl Into<String>, reason: impl Into<String>) -> Self {
-        Refusal {
+        ArchiveRefusal {
             entry: printable(&entry.into()),
             reason: printable(&reason.into()),
         }
@@ -82,15 +82,15 @@ struct Scan<'a> {
 }
 
 impl Scan<'_> {
-    fn unreadable(&self, e: &dyn std::fmt::Display) -> Refusal {
-        Refusal::new(self.archive, format!("cannot be read: {e}"))
+    fn unreadable(&self, e: &dyn std::fmt::Display) -> ArchiveRefusal {
+        ArchiveRefusal::new(self.archive, format!("cannot be read: {e}"))
     }
 
     /// Counts `bytes` more unpacked bytes, refusing the archive once past the bound.
-    fn count(&mut self, bytes: u64) -> Result<(), Refusal> {
+    fn count(&mut self, bytes: u64) -> Result<(), ArchiveRefusal> {
         self.scanned.unpacked = self.scanned.unpacked.saturating_add(bytes);
         if self.scanned.unpacked > self.limit {
-            return Err(Refusal::new(
+            return Err(ArchiveRefusal::new(
                 self.archive,
                 format!(
                     "unpacks to more than {} bytes, over {} times its size; refused as a decompression bomb",
@@ -114,11 +114,11 @@ pub fn scan_archive(
     mut reader: impl Read + Seek,
     kind: ArchiveKind,
     archive: &str,
-) -> Result<Scanned, Refusal> {
+) -> Result<Scanned, ArchiveRefusal> {
     let size = reader
         .seek(std::io::SeekFrom::End(0))
         .and_then(|size| reader.rewind().map(|()| size))
-        .map_err(|e| Refusal::new(archive, format!("cannot be read: {e}")))?;
+        .map_err(|e| ArchiveRefusal::new(archive, format!("cannot be read: {e}")))?;
     let mut scan = Scan {
         archive,
         limit: crate::compression::bounded::Bound::ratio(size, archive).max,
@@ -139,7 +139,7 @@ pub fn scan_archive(
 }
 
 /// Reads `reader` to its end, counting what it yields against the bound.
-fn drain(mut reader: impl Read, scan: &mut Scan<'_>) -> Result<(), Refusal> {
+fn drain(mut reader: impl Read, scan: &mut Scan<'_>) -> Result<(), ArchiveRefusal> {
     let mut buf = vec![0u8; 64 << 10];
     loop {
         let n = reader.read(&mut buf).map_err(|e| scan.unreadable(&e))?;
@@ -150,7 +150,7 @@ fn drain(mut reader: impl Read, scan: &mut Scan<'_>) -> Result<(), Refusal> {
     }
 }
 
-fn scan_tar<R: Read>(tar: &mut tar::Archive<R>, scan: &mut Scan<'_>) -> Result<(), Refusal> {
+fn scan_tar<R: Read>(tar: &mut tar::Archive<R>, scan: &mut Scan<'_>) -> Result<(), ArchiveRefusal> {
     for entry in tar.entries().map_err(|e| scan.unreadable(&e))? {
         let mut entry = entry.map_err(|e| scan.unreadable(&e))?;
         check_entry(&entry)?;
@@ -166,7 +166,10 @@ fn scan_tar<R: Read>(tar: &mut tar::Archive<R>, scan: &mut Scan<'_>) -> Result<(
 }
 
 /// Refuses a payload file whose header says it is larger than `info/paths.json` declares.
-fn check_declared_size<R: Read>(entry: &tar::Entry<'_, R>, scan: &Scan<'_>) -> Result<(), Refusal> {
+fn check_declared_size<R: Read>(
+    entry: &tar::Entry<'_, R>,
+    scan: &Scan<'_>,
+) -> Result<(), ArchiveRefusal> {
     let Some(declared) = &scan.declared else {
         return Ok(());
     };
@@ -174,7 +177,7 @@ fn check_declared_size<R: Read>(entry: &tar::Entry<'_, R>, scan: &Scan<'_>) -> R
     let name = name.strip_prefix(b"./").unwrap_or(&name);
     match declared.get(name) {
         Some(&size) if entry.header().entry_type().is_file() && entry.size() > size => {
-            Err(Refusal::new(
+            Err(ArchiveRefusal::new(
                 String::from_utf8_lossy(name),
                 format!(
                     "is {} bytes in the archive, but info/paths.json declares {size}",
@@ -191,14 +194,14 @@ fn check_declared_size<R: Read>(entry: &tar::Entry<'_, R>, scan: &Scan<'_>) -> R
 fn read_declared_sizes(
     entry: &mut impl Read,
     scan: &Scan<'_>,
-) -> Result<std::collections::HashMap<Vec<u8>, u64>, Refusal> {
+) -> Result<std::collections::HashMap<Vec<u8>, u64>, ArchiveRefusal> {
     let mut text = Vec::new();
     entry
         .take(MAX_PATHS_JSON + 1)
         .read_to_end(&mut text)
         .map_err(|e| scan.unreadable(&e))?;
     if text.len() as u64 > MAX_PATHS_JSON {
-        return Err(Refusal::new(
+        return Err(ArchiveRefusal::new(
             "info/paths.json",
             format!("is larger than {MAX_PATHS_JSON} bytes"),
         ));
@@ -235,7 +238,7 @@ impl<R: Read> Read for Counting<R> {
 /// readers see) must list exactly the same members at the same offsets, or the archive is
 /// refused: otherwise a member present only in the stream would be unpacked but never seen by
 /// a reader of the directory, or the other way round.
-fn scan_conda(reader: &mut (impl Read + Seek), scan: &mut Scan<'_>) -> Result<(), Refusal> {
+fn scan_conda(reader: &mut (impl Read + Seek), scan: &mut Scan<'_>) -> Result<(), ArchiveRefusal> {
     let directory = central_directory(reader, scan)?;
     reader.rewind().map_err(|e| scan.unreadable(&e))?;
     let mut stream = Counting {
@@ -264,7 +267,7 @@ fn scan_conda(reader: &mut (impl Read + Seek), scan: &mut Scan<'_>) -> Result<()
     }
     check_members(&members, scan)?;
     if members != directory {
-        return Err(Refusal::new(
+        return Err(ArchiveRefusal::new(
             scan.archive,
             format!(
                 "is a zip whose central directory ({}) and local headers ({}) disagree",
@@ -281,7 +284,7 @@ fn scan_conda(reader: &mut (impl Read + Seek), scan: &mut Scan<'_>) -> Result<()
 fn central_directory(
     reader: &mut (impl Read + Seek),
     scan: &mut Scan<'_>,
-) -> Result<Vec<(u64, Vec<u8>)>, Refusal> {
+) -> Result<Vec<(u64, Vec<u8>)>, ArchiveRefusal> {
     let mut zip = zip::ZipArchive::new(&mut *reader).map_err(|e| scan.unreadable(&e))?;
     let mut directory = Vec::with_capacity(zip.len());
     for index in 0..zip.len() {
@@ -313,11 +316,11 @@ fn is_member(name: &[u8], kind: &[u8]) -> bool {
 }
 
 /// One info and one payload member, and no other archive the extractor would unpack.
-fn check_members(members: &[(u64, Vec<u8>)], scan: &Scan<'_>) -> Result<(), Refusal> {
+fn check_members(members: &[(u64, Vec<u8>)], scan: &Scan<'_>) -> Result<(), ArchiveRefusal> {
     for kind in [&b"info-"[..], b"pkg-"] {
         let count = members.iter().filter(|(_, n)| is_member(n, kind)).count();
         if count != 1 {
-            return Err(Refusal::new(
+            return Err(ArchiveRefusal::new(
                 scan.archive,
                 format!(
                     "holds {count} `{}*.tar.zst` members; a `.conda` has exactly one",
@@ -329,7 +332,7 @@ fn check_members(members: &[(u64, Vec<u8>)], scan: &Scan<'_>) -> Result<(), Refu
     if let Some((_, extra)) = members.iter().find(|(_, n)| {
         n.ends_with(b".tar.zst") && !is_member(n, b"info-") && !is_member(n, b"pkg-")
     }) {
-        return Err(Refusal::new(
+        return Err(ArchiveRefusal::new(
             printable(&String::from_utf8_lossy(extra)),
             "is a third archive in the `.conda`, which the extractor would unpack too",
         ));
@@ -360,10 +363,10 @@ pub fn printable(text: &str) -> String {
 }
 
 /// Judges one tar entry by its header (names as raw bytes, so nothing is lost to decoding).
-fn check_entry<R: Read>(entry: &tar::Entry<'_, R>) -> Result<(), Refusal> {
+fn check_entry<R: Read>(entry: &tar::Entry<'_, R>) -> Result<(), ArchiveRefusal> {
     let name_bytes = entry.path_bytes();
     let name = String::from_utf8_lossy(&name_bytes).into_owned();
-    let refuse = |reason: String| Err(Refusal::new(name.clone(), reason));
+    let refuse = |reason: String| Err(ArchiveRefusal::new(name.clone(), reason));
     let Some(depth) = inside_depth(&name_bytes) else {
         return refuse(where_it_goes(&name_bytes).to_string());
     };

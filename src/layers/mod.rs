@@ -17,3 +17,18 @@ pub use crate::compression::Compression;
 pub use built::{BuiltLayer, LayerBlob};
 pub use owned::{OwnedEntry, OwnedLayer};
 pub use plan::{LayerKind, LayerPlan, PlannedLayer, StagedTree, StagedUnit, plan_layers};
+
+/// The layer `[smoke] embed = true` adds (`crate::smoke::embed`): the image's history and
+/// its smoke settings name it.
+pub mod smoke_layer {
+    /// Where the executable lies in the image, relative to `/`: outside the environment, so
+    /// it never collides with a package's files.
+    pub const IN_IMAGE_PATH: &str = "opt/imgbuild/bin/imgbuild-smoke";
+    /// [`IN_IMAGE_PATH`] as the absolute path a container sees.
+    pub fn in_image_path() -> String {
+        format!("/{IN_IMAGE_PATH}")
+    }
+
+    /// The name of its layer in plans, reports and history.
+    pub const LAYER_NAME: &str = "imgbuild-smoke";
+}

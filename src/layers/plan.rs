@@ -14,6 +14,8 @@ use std::{
     path::{Path, PathBuf},
 };
 
+use crate::annotations;
+
 /// A staged prefix as the planner sees it: plain data that the build's staging step makes
 /// from what it installed, so planning names neither the installer nor the PyPI code.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -70,7 +72,56 @@ pub enum LayerKind {
     Files,
 }
 
+/// The [`annotations::LAYER_CONTENT`] of an [`LayerKind::Accounts`] layer; a
+/// [`LayerKind::Files`] layer's is [`FILES_CONTENT`].
+const ACCOUNTS_CONTENT: &str = "accounts";
+const FILES_CONTENT: &str = "files";
+
 impl LayerKind {
+    /// The annotation a layer of this kind carries: the `packages` it holds (named as
+    /// [`Self::package_label`] says), where the smoke executable is, or that it holds the
+    /// recipe's accounts or files; none for the image's own files. Readers of an image
+    /// take the kind back with [`Self::from_annotations`].
+    pub fn annotation(self, packages: &[String]) -> Option<(&'static str, String)> {
+        match self {
+            LayerKind::Conda | LayerKind::Wheels => {
+                let labels: Vec<String> = packages.iter().map(|p| self.package_label(p)).collect();
+                Some((annotations::PACKAGES, labels.join(",")))
+            }
+            LayerKind::Smoke => Some((annotations::SMOKE, super::smoke_layer::in_image_path())),
+            LayerKind::Accounts => Some((annotations::LAYER_CONTENT, ACCOUNTS_CONTENT.into())),
+            LayerKind::Files => Some((annotations::LAYER_CONTENT, FILES_CONTENT.into())),
+            LayerKind::Image => None,
+        }
+    }
+
+    /// The kind of a layer, from the annotations [`Self::annotation`] gave it; `None` for a
+    /// layer without any (the image's own files, or a base's layer that is not imgbuild's).
+    /// Packages that are all [`wheel_label`]s make a wheels layer; a content other than
+    /// accounts is read as files.
+    pub fn from_annotations(layer_annotations: &HashMap<String, String>) -> Option<LayerKind> {
+        let mut labels = layer_annotations
+            .get(annotations::PACKAGES)
+            .into_iter()
+            .flat_map(|list| list.split(','))
+            .filter(|label| !label.is_empty())
+            .peekable();
+        if labels.peek().is_some() {
+            return Some(match labels.all(|label| wheel_of_label(label).is_some()) {
+                true => LayerKind::Wheels,
+                false => LayerKind::Conda,
+            });
+        }
+        if layer_annotations.contains_key(annotations::SMOKE) {
+            return Some(LayerKind::Smoke);
+        }
+        let content = layer_annotations.get(annotations::LAYER_CONTENT)?;
+        Some(match content.as_str() {
+            ACCOUNTS_CONTENT => LayerKind::Accounts,
+            _ => LayerKind::Files,
+        })
+    }
+
     /// How a package of a layer of this kind is named in the layer's packages annotation
     /// and in reports: a wheel as [`wheel_label`], a conda package as it is.
     pub fn package_label(self, package: &str) -> String {
@@ -431,6 +482,28 @@ impl Heights<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_layer_kind_is_read_back_from_its_annotation() {
+        let conda = vec!["zlib-1.3-h0_0".to_string()];
+        let wheels = vec!["six-1.16.0".to_string()];
+        for (kind, packages) in [
+            (LayerKind::Conda, &conda),
+            (LayerKind::Wheels, &wheels),
+            (LayerKind::Smoke, &Vec::new()),
+            (LayerKind::Accounts, &Vec::new()),
+            (LayerKind::Files, &Vec::new()),
+        ] {
+            let (key, value) = kind.annotation(packages).unwrap();
+            let annotations = HashMap::from([(key.to_string(), value)]);
+            assert_eq!(LayerKind::from_annotations(&annotations), Some(kind));
+        }
+        assert_eq!(LayerKind::Image.annotation(&[]), None);
+        assert_eq!(LayerKind::from_annotations(&HashMap::new()), None);
+        // An empty package list names no packages.
+        let empty = HashMap::from([(annotations::PACKAGES.to_string(), String::new())]);
+        assert_eq!(LayerKind::from_annotations(&empty), None);
+    }
 
     /// `(name, depends, [(file, size)])` of a made-up package.
     type Package<'a> = (&'a str, &'a [&'a str], &'a [(&'a str, usize)]);

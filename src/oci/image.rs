@@ -387,29 +387,10 @@ fn history_line(layer: &BuiltLayer) -> String {
     }
 }
 
-/// The annotation a layer carries: the packages it holds, where the smoke executable is, or
-/// that it holds the recipe's accounts or files.
+/// The annotation a layer carries ([`LayerKind::annotation`]).
 fn layer_annotation(layer: &BuiltLayer) -> Option<(String, String)> {
-    match layer.kind {
-        LayerKind::Conda | LayerKind::Wheels => {
-            let labels: Vec<String> = layer
-                .packages
-                .iter()
-                .map(|p| layer.kind.package_label(p))
-                .collect();
-            Some((annotations::PACKAGES.to_string(), labels.join(",")))
-        }
-        LayerKind::Smoke => Some((
-            annotations::SMOKE.to_string(),
-            super::smoke_layer::in_image_path(),
-        )),
-        LayerKind::Accounts => Some((
-            annotations::LAYER_CONTENT.to_string(),
-            "accounts".to_string(),
-        )),
-        LayerKind::Files => Some((annotations::LAYER_CONTENT.to_string(), "files".to_string())),
-        LayerKind::Image => None,
-    }
+    let (key, value) = layer.kind.annotation(&layer.packages)?;
+    Some((key.to_string(), value))
 }
 
 #[cfg(test)]

@@ -16,7 +16,7 @@ use std::{
 use oci_spec::image::{Descriptor, ImageIndex, MediaType};
 use sha2::{Digest, Sha256};
 
-use super::json::canonical_json;
+use super::{json::canonical_json, read::ReadError};
 
 const OCI_LAYOUT: &str = r#"{"imageLayoutVersion":"1.0.0"}"#;
 
@@ -54,30 +54,16 @@ pub enum LayoutError {
         #[source]
         source: std::io::Error,
     },
-    #[error("Failed to read `{}`", path.display())]
-    Read {
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
-    #[error("`{}` is not valid OCI JSON", path.display())]
-    Json {
-        path: PathBuf,
-        #[source]
-        source: oci_spec::OciSpecError,
-    },
     #[error("Failed to serialize {what}")]
     Serialize {
         what: &'static str,
         #[source]
         source: serde_json::Error,
     },
-    #[error("Blob {expected} does not match its digest: its bytes in `{}` hash to {actual}", path.display())]
-    DigestMismatch {
-        path: PathBuf,
-        expected: String,
-        actual: String,
-    },
+    /// What a writer reads (`index.json`, the blobs it copies or lists) fails as a reader's
+    /// read does.
+    #[error(transparent)]
+    Read(#[from] ReadError),
 }
 
 /// Held while a build writes a layout; released on drop.
@@ -219,7 +205,7 @@ impl Layout {
         if target.exists() {
             return Ok(());
         }
-        let read = |source| LayoutError::Read {
+        let read = |source| ReadError::Read {
             path: from.to_path_buf(),
             source,
         };
@@ -243,11 +229,12 @@ impl Layout {
         }
         let actual = format!("sha256:{}", hex::encode(hasher.finalize()));
         if actual != digest {
-            return Err(LayoutError::DigestMismatch {
-                path: from.to_path_buf(),
-                expected: digest.to_string(),
+            return Err(ReadError::Digest {
+                layout: from.to_path_buf(),
+                digest: digest.to_string(),
                 actual,
-            });
+            }
+            .into());
         }
         temp.as_file().sync_all().map_err(write)?;
         crate::fs::set_mode(temp.path(), 0o644).map_err(write)?;
@@ -255,27 +242,13 @@ impl Layout {
         Ok(())
     }
 
-    /// Reads `index.json`, if there is one: as a reader reads it
-    /// ([`Self::index`]: a regular file of the layout itself, bounded).
-    pub fn read_index(&self) -> Result<Option<ImageIndex>, LayoutError> {
-        let path = self.index_path();
-        let bytes = match crate::fs::read_input_beneath(
-            &self.dir,
-            Path::new("index.json"),
-            super::blobs::MAX_JSON_BLOB,
-        ) {
-            Ok(bytes) => bytes,
-            Err(err) if err.is_not_found() => return Ok(None),
-            Err(err) => {
-                return Err(LayoutError::Read {
-                    path,
-                    source: err.into(),
-                });
-            }
-        };
-        ImageIndex::from_reader(bytes.as_slice())
-            .map(Some)
-            .map_err(|source| LayoutError::Json { path, source })
+    /// `index.json` as [`Self::index`] reads it, or `None` when the layout has none yet.
+    fn existing_index(&self) -> Result<Option<ImageIndex>, LayoutError> {
+        match self.index() {
+            Ok(index) => Ok(Some(index)),
+            Err(err) if err.is_not_found() => Ok(None),
+            Err(err) => Err(err.into()),
+        }
     }
 
     /// Makes `index`'s entries the layout's images under their tags, keeping every other
@@ -284,7 +257,7 @@ impl Layout {
     /// [`Self::commit_index`]. An `index.json` that cannot be read is an error, never
     /// overwritten: the images it lists would be lost with it.
     pub fn commit_tags(&self, index: &ImageIndex) -> Result<(), LayoutError> {
-        let merged = match self.read_index()? {
+        let merged = match self.existing_index()? {
             Some(existing) => merge_entries(index, &existing),
             None => index.clone(),
         };
@@ -306,7 +279,7 @@ impl Layout {
     /// index an entry reaches cannot be read (missing, damaged, not JSON), what it reaches is
     /// unknown, so nothing is removed: collecting is only ever a saving of space.
     pub fn collect_garbage(&self) -> Result<usize, LayoutError> {
-        let Some(index) = self.read_index()? else {
+        let Some(index) = self.existing_index()? else {
             return Ok(0);
         };
         let live = match self.reachable(&index) {
@@ -322,7 +295,7 @@ impl Layout {
         };
         let mut removed = 0;
         let blobs = self.blobs_dir();
-        let entries = fs_err::read_dir(&blobs).map_err(|source| LayoutError::Read {
+        let entries = fs_err::read_dir(&blobs).map_err(|source| ReadError::Read {
             path: blobs.clone(),
             source,
         })?;
@@ -459,7 +432,7 @@ mod tests {
     }
 
     fn tags(layout: &Layout) -> Vec<String> {
-        let index = layout.read_index().unwrap().unwrap();
+        let index = layout.index().unwrap();
         index
             .manifests()
             .iter()
@@ -514,7 +487,7 @@ mod tests {
         let (a, _) = image(&layout, "a", "a");
         assert!(matches!(
             layout.commit_tags(&index(vec![a])),
-            Err(LayoutError::Json { .. })
+            Err(LayoutError::Read(ReadError::Json { .. }))
         ));
         assert_eq!(fs_err::read(layout.index_path()).unwrap(), b"{not json");
     }

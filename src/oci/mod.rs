@@ -37,20 +37,5 @@ pub fn sha256_digest(bytes: &[u8]) -> String {
     format!("sha256:{}", hex::encode(Sha256::digest(bytes)))
 }
 
-/// The layer `[smoke] embed = true` adds (`crate::smoke::embed`): the image's history and
-/// its smoke settings name it.
-pub mod smoke_layer {
-    /// Where the executable lies in the image, relative to `/`: outside the environment, so
-    /// it never collides with a package's files.
-    pub const IN_IMAGE_PATH: &str = "opt/imgbuild/bin/imgbuild-smoke";
-    /// [`IN_IMAGE_PATH`] as the absolute path a container sees.
-    pub fn in_image_path() -> String {
-        format!("/{IN_IMAGE_PATH}")
-    }
-
-    /// The name of its layer in plans, reports and history.
-    pub const LAYER_NAME: &str = "imgbuild-smoke";
-}
-
 /// The annotation keys, at their old path for the readers of images.
 pub use crate::annotations;

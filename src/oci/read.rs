@@ -96,6 +96,14 @@ pub enum ReadError {
     },
 }
 
+impl ReadError {
+    /// Whether the file read is simply not there (a layout without `index.json` yet); a
+    /// missing blob is [`ReadError::Missing`].
+    pub fn is_not_found(&self) -> bool {
+        matches!(self, ReadError::Read { source, .. } if source.kind() == std::io::ErrorKind::NotFound)
+    }
+}
+
 /// One platform's image of a tag.
 #[derive(Debug, Clone)]
 pub struct LayoutImage {
@@ -155,9 +163,9 @@ impl StoredManifest {
 }
 
 impl Layout {
-    /// `index.json`, which must be there (a writer takes a missing one as an empty layout:
-    /// [`Self::read_index`]): a regular file in the layout directory itself (not a link,
-    /// not a fifo), of at most [`MAX_JSON_BLOB`].
+    /// `index.json`: a regular file in the layout directory itself (not a link, not a fifo),
+    /// of at most [`MAX_JSON_BLOB`]. The one read of it, for readers and writers alike; a
+    /// writer takes a missing one ([`ReadError::is_not_found`]) as an empty layout.
     pub fn index(&self) -> Result<ImageIndex, ReadError> {
         let path = self.index_path();
         let bytes =

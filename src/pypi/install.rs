@@ -534,7 +534,7 @@ fn entry_time(entry: &ArchiveEntry) -> Option<u64> {
 
 /// What `RECORD` says a member holds. A member it gives no sha256 for is refused: nothing is
 /// installed that `RECORD` does not vouch for.
-struct Recorded<'a> {
+struct RecordedMember<'a> {
     hash: &'a str,
     size: Option<u64>,
 }
@@ -543,12 +543,12 @@ fn recorded<'a>(
     record: &'a Record,
     member: &str,
     install: &Install,
-) -> Result<Recorded<'a>, WheelInstallError> {
+) -> Result<RecordedMember<'a>, WheelInstallError> {
     match record.get(member) {
         Some(RecordEntry {
             hash: Some(hash),
             size,
-        }) => Ok(Recorded { hash, size: *size }),
+        }) => Ok(RecordedMember { hash, size: *size }),
         _ => Err(install.invalid(format!("`{member}` has no sha256 in RECORD"))),
     }
 }
@@ -633,7 +633,7 @@ fn copy_verified(
     entry: &mut impl Read,
     member: &Member,
     destination: &Destination,
-    recorded: &Recorded,
+    recorded: &RecordedMember,
     install: &Install,
 ) -> Result<(tempfile::NamedTempFile, Copied), WheelInstallError> {
     let target = install.prefix_dir.join(&destination.path);

@@ -45,7 +45,7 @@ pub enum PypiError {
     #[error(transparent)]
     Http(#[from] crate::http::HttpError),
     #[error(transparent)]
-    Resolve(#[from] resolve::ResolveError),
+    Resolve(#[from] resolve::WheelResolveError),
     #[error(transparent)]
     Fetch(#[from] fetch::FetchError),
     #[error(transparent)]

@@ -101,7 +101,7 @@ fn sdist_only_message(projects: &[SdistOnly]) -> String {
 }
 
 #[derive(Debug, thiserror::Error)]
-pub enum ResolveError {
+pub enum WheelResolveError {
     /// Every requirement that asks for versions with only source distributions, named in
     /// one error so a user fixes them all at once.
     #[error("{}", sdist_only_message(.0))]
@@ -139,15 +139,15 @@ pub enum ResolveError {
     UrlRequirement(String),
 }
 
-impl From<IndexError> for ResolveError {
+impl From<IndexError> for WheelResolveError {
     fn from(err: IndexError) -> Self {
-        ResolveError::Index(Box::new(err))
+        WheelResolveError::Index(Box::new(err))
     }
 }
 
-impl From<FetchError> for ResolveError {
+impl From<FetchError> for WheelResolveError {
     fn from(err: FetchError) -> Self {
-        ResolveError::Fetch(Box::new(err))
+        WheelResolveError::Fetch(Box::new(err))
     }
 }
 
@@ -265,7 +265,7 @@ impl Provider<'_> {
         }
     }
 
-    fn find_links(&self) -> Result<Rc<Vec<DistFile>>, ResolveError> {
+    fn find_links(&self) -> Result<Rc<Vec<DistFile>>, WheelResolveError> {
         if let Some(files) = self.find_links.borrow().as_ref() {
             return Ok(files.clone());
         }
@@ -281,7 +281,7 @@ impl Provider<'_> {
         Ok(files)
     }
 
-    fn project(&self, name: &PackageName) -> Result<Rc<Project>, ResolveError> {
+    fn project(&self, name: &PackageName) -> Result<Rc<Project>, WheelResolveError> {
         if let Some(project) = self.projects.borrow().get(name) {
             return Ok(project.clone());
         }
@@ -295,7 +295,7 @@ impl Provider<'_> {
         let pending = self.prefetched.borrow_mut().remove(name);
         let listed = match pending {
             Some(task) => self.handle.block_on(task).map_err(|e| {
-                ResolveError::from(IndexError::Fetch {
+                WheelResolveError::from(IndexError::Fetch {
                     url: self.sources.indexes[0].clone(),
                     reason: format!("the request task failed: {e}"),
                 })
@@ -381,13 +381,13 @@ impl Provider<'_> {
         &self,
         name: &PackageName,
         candidate: &Candidate,
-    ) -> Result<Rc<CoreMetadata>, ResolveError> {
+    ) -> Result<Rc<CoreMetadata>, WheelResolveError> {
         let key = (name.clone(), candidate.version.clone());
         if let Some(metadata) = self.metadata.borrow().get(&key) {
             return Ok(metadata.clone());
         }
         let file = &candidate.file;
-        let metadata_error = |reason: String| ResolveError::Metadata {
+        let metadata_error = |reason: String| WheelResolveError::Metadata {
             file: file.filename.clone(),
             reason,
         };
@@ -433,8 +433,8 @@ impl Provider<'_> {
         &self,
         file: &DistFile,
         sha256: Option<&rattler_digest::Sha256Hash>,
-    ) -> Result<String, ResolveError> {
-        let metadata_error = |reason: String| ResolveError::Metadata {
+    ) -> Result<String, WheelResolveError> {
+        let metadata_error = |reason: String| WheelResolveError::Metadata {
             file: file.filename.clone(),
             reason,
         };
@@ -475,7 +475,7 @@ impl Provider<'_> {
     }
 
     /// The metadata of the whole wheel, downloaded (or copied) into the cache.
-    fn wheel_metadata(&self, file: &DistFile) -> Result<String, ResolveError> {
+    fn wheel_metadata(&self, file: &DistFile) -> Result<String, WheelResolveError> {
         let (path, _) = self.handle.block_on(fetch_wheel(
             &self.client,
             self.cache_dir,
@@ -484,7 +484,7 @@ impl Provider<'_> {
             file.sha256,
             self.reporter,
         ))?;
-        wheel_metadata(&path).map_err(|reason| ResolveError::Metadata {
+        wheel_metadata(&path).map_err(|reason| WheelResolveError::Metadata {
             file: file.filename.clone(),
             reason,
         })
@@ -506,7 +506,7 @@ impl Provider<'_> {
     fn refuse_sdist_only(
         &self,
         constraints: &[(Node, Ranges<Version>)],
-    ) -> Result<(), ResolveError> {
+    ) -> Result<(), WheelResolveError> {
         let mut refused = Vec::new();
         for (node, range) in constraints {
             let Node::Package(name) = node else { continue };
@@ -521,7 +521,7 @@ impl Provider<'_> {
         if refused.is_empty() {
             Ok(())
         } else {
-            Err(ResolveError::SdistOnly(refused))
+            Err(WheelResolveError::SdistOnly(refused))
         }
     }
 
@@ -529,7 +529,7 @@ impl Provider<'_> {
         &self,
         requirements: &[Requirement],
         extras: &[ExtraName],
-    ) -> Result<Vec<(Node, Ranges<Version>)>, ResolveError> {
+    ) -> Result<Vec<(Node, Ranges<Version>)>, WheelResolveError> {
         let mut constraints = Vec::new();
         for requirement in requirements {
             if !self.target.applies(requirement, extras) {
@@ -539,7 +539,7 @@ impl Provider<'_> {
                 None => Ranges::full(),
                 Some(VersionOrUrl::VersionSpecifier(specifiers)) => specifiers_ranges(specifiers),
                 Some(VersionOrUrl::Url(_)) => {
-                    return Err(ResolveError::UrlRequirement(requirement.to_string()));
+                    return Err(WheelResolveError::UrlRequirement(requirement.to_string()));
                 }
             };
             constraints.push((Node::Package(requirement.name.clone()), range.clone()));
@@ -618,7 +618,7 @@ impl DependencyProvider for Provider<'_> {
     type VS = Ranges<Version>;
     type M = String;
     type Priority = u32;
-    type Err = ResolveError;
+    type Err = WheelResolveError;
 
     fn prioritize(
         &self,
@@ -634,7 +634,7 @@ impl DependencyProvider for Provider<'_> {
         &self,
         node: &Node,
         range: &Ranges<Version>,
-    ) -> Result<Option<Version>, ResolveError> {
+    ) -> Result<Option<Version>, WheelResolveError> {
         let name = match node {
             Node::Root => return Ok(Some(Version::new([0]))),
             Node::Package(name) | Node::Extra(name, _) => name,
@@ -661,7 +661,7 @@ impl DependencyProvider for Provider<'_> {
             return Ok(Some(chosen.version.clone()));
         }
         if !project.found {
-            return Err(ResolveError::NotFound {
+            return Err(WheelResolveError::NotFound {
                 package: name.to_string(),
                 sources: self.sources.to_string(),
             });
@@ -671,17 +671,17 @@ impl DependencyProvider for Provider<'_> {
             .iter()
             .find(|c| c.file.yanked && range.contains(&c.version))
         {
-            return Err(ResolveError::Yanked {
+            return Err(WheelResolveError::Yanked {
                 package: name.to_string(),
                 version: yanked.version.to_string(),
             });
         }
         if let Some(sdist_only) = sdist_only(name, &project, range) {
-            return Err(ResolveError::SdistOnly(vec![sdist_only]));
+            return Err(WheelResolveError::SdistOnly(vec![sdist_only]));
         }
         if project.candidates.is_empty() && !project.other_wheels.is_empty() {
             let wheel = &self.target.wheel;
-            return Err(ResolveError::NoCompatibleWheel {
+            return Err(WheelResolveError::NoCompatibleWheel {
                 package: name.to_string(),
                 python: wheel.python.to_string(),
                 platform: wheel.platform.to_string(),
@@ -698,7 +698,7 @@ impl DependencyProvider for Provider<'_> {
         &self,
         node: &Node,
         version: &Version,
-    ) -> Result<Dependencies<Node, Ranges<Version>, String>, ResolveError> {
+    ) -> Result<Dependencies<Node, Ranges<Version>, String>, WheelResolveError> {
         let (name, extra) = match node {
             Node::Root => {
                 let constraints = self.constraints(self.requirements, &[])?;
@@ -756,7 +756,7 @@ pub struct ResolveInput<'a> {
 
 /// Resolves `input.requirements`; wheels sorted by name. Runs the solver on a blocking
 /// thread (it is synchronous; index requests run on the caller's runtime).
-pub async fn resolve(input: ResolveInput<'_>) -> Result<Vec<ResolvedWheel>, ResolveError> {
+pub async fn resolve(input: ResolveInput<'_>) -> Result<Vec<ResolvedWheel>, WheelResolveError> {
     let client = crate::http::client()?;
     let handle = tokio::runtime::Handle::current();
     let provider = Provider {
@@ -799,7 +799,7 @@ pub async fn resolve(input: ResolveInput<'_>) -> Result<Vec<ResolvedWheel>, Reso
                         ));
                     }
                 }
-                return Err(ResolveError::NoSolution(report));
+                return Err(WheelResolveError::NoSolution(report));
             }
             PubGrubError::ErrorChoosingVersion { source, .. }
             | PubGrubError::ErrorRetrievingDependencies { source, .. }

@@ -16,7 +16,7 @@ use futures::StreamExt;
 use reqwest::{Method, StatusCode, header};
 use tokio::sync::Mutex;
 
-use super::{auth::Credentials, realm::Refusal, reference::Reference};
+use super::{auth::Credentials, realm::RealmRefusal, reference::Reference};
 
 /// Attempts per request, first included.
 const ATTEMPTS: u32 = 6;
@@ -903,11 +903,11 @@ impl RepositoryClient {
     ) -> Result<String, RegistryError> {
         let registry = self.reference.registry.clone();
         let judged = super::realm::judge(&self.origin, realm).map_err(|refusal| match refusal {
-            Refusal::NotHttps => RegistryError::InsecureRealm {
+            RealmRefusal::NotHttps => RegistryError::InsecureRealm {
                 registry: registry.clone(),
                 realm: realm.to_string(),
             },
-            Refusal::Invalid => RegistryError::Challenge {
+            RealmRefusal::Invalid => RegistryError::Challenge {
                 registry: registry.clone(),
                 challenge: format!("realm `{realm}`"),
             },

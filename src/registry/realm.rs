@@ -31,7 +31,7 @@ pub struct Realm {
 
 /// Why a realm is refused.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Refusal {
+pub enum RealmRefusal {
     /// Not a URL, or no host.
     Invalid,
     /// Not HTTPS (and not the loopback exception).
@@ -49,17 +49,17 @@ fn is_loopback(host: &url::Host<&str>) -> bool {
 
 /// Judges `realm` for a registry reached at `registry` (the API's origin, e.g.
 /// `https://ghcr.io`).
-pub fn judge(registry: &url::Url, realm: &str) -> Result<Realm, Refusal> {
-    let url = url::Url::parse(realm).map_err(|_| Refusal::Invalid)?;
-    let registry_host = registry.host().ok_or(Refusal::Invalid)?;
+pub fn judge(registry: &url::Url, realm: &str) -> Result<Realm, RealmRefusal> {
+    let url = url::Url::parse(realm).map_err(|_| RealmRefusal::Invalid)?;
+    let registry_host = registry.host().ok_or(RealmRefusal::Invalid)?;
     let loopback_http = url.scheme() == "http"
         && registry.scheme() == "http"
         && is_loopback(&registry_host)
         && url.host().is_some_and(|host| is_loopback(&host));
     if url.scheme() != "https" && !loopback_http {
-        return Err(Refusal::NotHttps);
+        return Err(RealmRefusal::NotHttps);
     }
-    let host = url.host().ok_or(Refusal::Invalid)?;
+    let host = url.host().ok_or(RealmRefusal::Invalid)?;
     let realm_host = host.to_string().to_ascii_lowercase();
     let own_host = registry_host.to_string().to_ascii_lowercase();
     let credentials = realm_host == own_host
@@ -73,7 +73,7 @@ pub fn judge(registry: &url::Url, realm: &str) -> Result<Realm, Refusal> {
 mod tests {
     use super::*;
 
-    fn judged(registry: &str, realm: &str) -> Result<bool, Refusal> {
+    fn judged(registry: &str, realm: &str) -> Result<bool, RealmRefusal> {
         judge(&url::Url::parse(registry).unwrap(), realm).map(|r| r.credentials)
     }
 
@@ -109,11 +109,11 @@ mod tests {
     fn plain_http_realms_only_between_loopback_ends() {
         assert_eq!(
             judged("https://ghcr.io", "http://ghcr.io/token"),
-            Err(Refusal::NotHttps)
+            Err(RealmRefusal::NotHttps)
         );
         assert_eq!(
             judged("https://127.0.0.1:5000", "http://127.0.0.1:1/t"),
-            Err(Refusal::NotHttps)
+            Err(RealmRefusal::NotHttps)
         );
         assert_eq!(
             judged("http://127.0.0.1:5000", "http://127.0.0.1:1/t"),
@@ -125,12 +125,15 @@ mod tests {
         );
         assert_eq!(
             judged("http://127.0.0.1:5000", "http://10.0.0.1/t"),
-            Err(Refusal::NotHttps)
+            Err(RealmRefusal::NotHttps)
         );
         assert_eq!(
             judged("https://ghcr.io", "file:///etc/passwd"),
-            Err(Refusal::NotHttps)
+            Err(RealmRefusal::NotHttps)
         );
-        assert_eq!(judged("https://ghcr.io", "token"), Err(Refusal::Invalid));
+        assert_eq!(
+            judged("https://ghcr.io", "token"),
+            Err(RealmRefusal::Invalid)
+        );
     }
 }

@@ -23,7 +23,7 @@ use crate::layers::{LayerKind, PlannedLayer};
 
 // Where the executable lies in the image and its layer's name: the image writer (`oci`)
 // names them too, so they are defined there, below both.
-pub use crate::oci::smoke_layer::{IN_IMAGE_PATH, LAYER_NAME, in_image_path};
+pub use crate::layers::smoke_layer::{IN_IMAGE_PATH, LAYER_NAME, in_image_path};
 /// The environment variable naming the executable to embed (also `--smoke-exe`).
 pub const EXE_ENV: &str = "IMGBUILD_SMOKE_EXE";
 /// The layer's modification time. Fixed rather than the image's `created`, so every image

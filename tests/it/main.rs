@@ -52,6 +52,7 @@ mod layering;
 mod lazy_pull;
 mod lock;
 mod matrix;
+mod names;
 mod partial_pull;
 mod platforms;
 mod progress;

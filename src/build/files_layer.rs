@@ -21,8 +21,8 @@ use std::{
 use sha2::{Digest, Sha256};
 
 use super::{
-    BuildError,
-    accounts::{Merged, resolve},
+    accounts_layer::{Merged, resolve},
+    error::BuildError,
 };
 use crate::{
     fs::context::{BuildContext, ContextError, ContextFile, special_kind},

@@ -8,7 +8,7 @@
 //! ID the base already has is refused, naming the recipe's entry and the base's line: two
 //! entries for one name or ID leave which one wins to the reader.
 
-use super::BuildError;
+use super::error::BuildError;
 use crate::{
     compression::bounded::{Bound, read_to_end_bounded},
     layers::{LayerKind, OwnedEntry, OwnedLayer, owned::Content},

@@ -8,12 +8,14 @@ use std::path::{Path, PathBuf};
 use rattler_conda_types::RepoDataRecord;
 
 use super::{
-    BuildError, BuildSettings, LockMode, LockOutcome, LockReport, Reporter, Stage,
+    error::BuildError,
+    model::{BuildSettings, LockMode, LockOutcome, LockReport},
     prepare::{Prepared, PreparedPlatform},
 };
 use crate::{
     lock::{Lock, PlatformLock, Staleness},
     recipe::Recipe,
+    report::{Reporter, Stage},
     resolve::{ResolveOptions, resolve_recipe},
 };
 
@@ -68,7 +70,7 @@ pub(super) async fn obtain_lock(
         Some(lock) => {
             // The `[[files]]` sources after the packages: a changed package explains more.
             let files = crate::lock::read_sources(&lock_path)?;
-            let wanted = super::files::source_digests(recipe)?;
+            let wanted = super::files_layer::source_digests(recipe)?;
             lock.check(recipe, &prepared.wanted())
                 .and_then(|()| crate::lock::check_files(&files, &wanted))
                 .err()
@@ -211,7 +213,7 @@ fn write_and_read_back(lock: &Lock, recipe: &Recipe, lock_path: &Path) -> Result
     lock.write_with_sources(
         lock_path,
         &recipe_file,
-        &super::files::source_digests(recipe)?,
+        &super::files_layer::source_digests(recipe)?,
     )?;
     // Build from the lock as it reads back, not from the solver's records: the lock
     // keeps fewer fields (no `arch`/`platform`, which some channels leave to be

@@ -1,0 +1,138 @@
+//! One word for one thing: no two modules of `src/` define a type or trait of the same name
+//! that other modules can see (`pub`, `pub(crate)`, `pub(super)`, …). Two `LayoutImage`s, one
+//! an image read back and one an image built, had a reader guess which was meant; a second
+//! meaning gets a name of its own. A private type is left out: no reader outside its module
+//! meets it. A re-export (`pub use`) is not a definition, so the same type under two paths
+//! passes; a clash that is really one concept would be a row of [`SAME_CONCEPT`], with why.
+
+use std::{collections::BTreeMap, path::Path};
+
+/// Names defined twice on purpose: (name, why it is one concept). Every row must still be
+/// a clash, so the list stays exact.
+const SAME_CONCEPT: &[(&str, &str)] = &[];
+
+/// The item kinds a name can stand for in a `use` or a signature.
+const KINDS: &[&str] = &["struct", "enum", "trait", "union", "type"];
+
+/// The name a line of code defines with some `pub` visibility, if it does.
+fn visible_definition(line: &str) -> Option<&str> {
+    let rest = line.trim_start().strip_prefix("pub")?;
+    let rest = match rest.strip_prefix('(') {
+        Some(scoped) => &scoped[scoped.find(')')? + 1..],
+        None => rest,
+    };
+    let mut words = rest.split_whitespace();
+    let kind = words.next()?;
+    if !KINDS.contains(&kind) {
+        return None;
+    }
+    let name = words.next()?;
+    let end = name
+        .find(|c: char| !(c.is_alphanumeric() || c == '_'))
+        .unwrap_or(name.len());
+    Some(&name[..end]).filter(|name| !name.is_empty())
+}
+
+/// Each visible type or trait name defined under `src`, with the files that define it.
+fn definitions(src: &Path) -> BTreeMap<String, Vec<String>> {
+    let mut found: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for entry in walkdir::WalkDir::new(src).sort_by_file_name() {
+        let entry = entry.unwrap();
+        if entry.path().extension().is_none_or(|x| x != "rs") {
+            continue;
+        }
+        let text = fs_err::read_to_string(entry.path()).unwrap();
+        let file = entry
+            .path()
+            .strip_prefix(src)
+            .unwrap()
+            .display()
+            .to_string();
+        for line in crate::layering::code_of(&text).lines() {
+            if let Some(name) = visible_definition(line) {
+                found
+                    .entry(name.to_string())
+                    .or_default()
+                    .push(file.clone());
+            }
+        }
+    }
+    found
+}
+
+/// The names `src` defines more than once, with where.
+fn clashes(src: &Path) -> BTreeMap<String, Vec<String>> {
+    definitions(src)
+        .into_iter()
+        .filter(|(_, files)| files.len() > 1)
+        .collect()
+}
+
+#[test]
+fn no_visible_type_name_is_defined_twice() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut clashes = clashes(&src);
+    for (name, why) in SAME_CONCEPT {
+        assert!(
+            clashes.remove(*name).is_some(),
+            "`{name}` is listed as one concept ({why}) but is no longer defined twice"
+        );
+    }
+    let report: Vec<String> = clashes
+        .iter()
+        .map(|(name, files)| format!("{name}: {}", files.join(", ")))
+        .collect();
+    assert!(
+        report.is_empty(),
+        "type names defined more than once in src/ (give each meaning its own name):\n{}",
+        report.join("\n")
+    );
+}
+
+#[test]
+fn a_definition_is_read_with_any_visibility_and_generics() {
+    assert_eq!(visible_definition("pub struct Layout {"), Some("Layout"));
+    assert_eq!(
+        visible_definition("    pub(crate) struct Context<'a> {"),
+        Some("Context")
+    );
+    assert_eq!(
+        visible_definition("pub(in crate::build) enum Step {"),
+        Some("Step")
+    );
+    assert_eq!(
+        visible_definition("pub trait Reporter: Send {"),
+        Some("Reporter")
+    );
+    assert_eq!(
+        visible_definition("pub type Result<T> = …;"),
+        Some("Result")
+    );
+    assert_eq!(visible_definition("struct Private;"), None);
+    assert_eq!(visible_definition("pub fn layout() {"), None);
+    assert_eq!(visible_definition("pub use read::LayoutImage;"), None);
+}
+
+#[test]
+fn a_clash_is_found_across_files() {
+    let dir = tempfile::tempdir().unwrap();
+    fs_err::create_dir_all(dir.path().join("oci")).unwrap();
+    fs_err::write(
+        dir.path().join("oci/read.rs"),
+        "pub struct LayoutImage {}\n",
+    )
+    .unwrap();
+    fs_err::write(
+        dir.path().join("build.rs"),
+        "// pub struct Commented;\npub(super) struct LayoutImage;\npub struct BuiltImage;\n",
+    )
+    .unwrap();
+    let clashes = clashes(dir.path());
+    assert_eq!(
+        clashes.into_iter().collect::<Vec<_>>(),
+        [(
+            "LayoutImage".to_string(),
+            vec!["build.rs".to_string(), "oci/read.rs".to_string()]
+        )]
+    );
+}
