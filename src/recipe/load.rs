@@ -25,7 +25,8 @@ use super::{Platforms, matrix::Variant};
 
 use super::{
     DEFAULT_CHANNEL_ALIAS, DEFAULT_LAYER_BUDGET, DEFAULT_PREFIX, MAX_RECIPE_BYTES,
-    error::{RecipeError, SourceSpan, is_hidden},
+    checker::{Checker, MAX_ID, UserPart, lexical_path, user_part, visible},
+    error::RecipeError,
     schema::{CondaSection, ImageSection, LayersSection, RecipeFile},
 };
 
@@ -219,23 +220,6 @@ pub fn read_recipe_text(path: &Path) -> Result<String, RecipeError> {
     })
 }
 
-/// `path` with `.` and `..` resolved by name, without asking the file system (as a shell's
-/// `cd -L` does). Two spellings of one directory compare equal, and a path checked to lie
-/// inside a directory cannot climb out of it afterwards.
-pub(crate) fn lexical_path(path: &Path) -> PathBuf {
-    let mut out = PathBuf::new();
-    for component in path.components() {
-        match component {
-            std::path::Component::ParentDir => {
-                out.pop();
-            }
-            std::path::Component::CurDir => {}
-            other => out.push(other),
-        }
-    }
-    out
-}
-
 fn recipe_dir(path: &Path) -> PathBuf {
     let dir = path.parent().unwrap_or(Path::new(""));
     let dir = if dir.as_os_str().is_empty() {
@@ -246,28 +230,7 @@ fn recipe_dir(path: &Path) -> PathBuf {
     std::path::absolute(dir).unwrap_or_else(|_| dir.to_path_buf())
 }
 
-/// Holds the recipe text so every check can report a span.
-pub(super) struct Checker {
-    path: PathBuf,
-    text: Arc<str>,
-}
-
 impl Checker {
-    pub(super) fn span(&self, range: std::ops::Range<usize>) -> SourceSpan {
-        SourceSpan {
-            text: self.text.clone(),
-            range,
-        }
-    }
-
-    pub(super) fn error<T>(&self, value: &Spanned<T>, message: impl Into<String>) -> RecipeError {
-        RecipeError::Invalid {
-            path: self.path.clone(),
-            message: message.into(),
-            span: Some(self.span(value.span())),
-        }
-    }
-
     /// Checks the sections in the order their errors are reported: what the image is, the
     /// conda environment, `[cuda]`, `[pypi]`, how the image runs, `[accounts]`,
     /// `[[files]]`, then `[layers]`.
@@ -927,27 +890,6 @@ impl Checker {
         Ok(args.iter().map(|a| a.get_ref().clone()).collect())
     }
 
-    /// Refuses a value holding a control character (TAB and newline included) or a
-    /// bidirectional control: in an image config it breaks the consumers of `KEY=value`
-    /// lines, or shows a reviewer something other than what the image gets.
-    pub(super) fn visible_only(
-        &self,
-        value: &Spanned<String>,
-        what: &str,
-    ) -> Result<(), RecipeError> {
-        match value.get_ref().chars().find(|c| forbidden(*c)) {
-            None => Ok(()),
-            Some(c) => Err(self.error(
-                value,
-                format!(
-                    "{what} `{}` contains {}; control and bidirectional characters are not allowed",
-                    visible(value.get_ref()),
-                    describe(c)
-                ),
-            )),
-        }
-    }
-
     fn prefix(&self, prefix: &Spanned<String>) -> Result<String, RecipeError> {
         self.visible_only(prefix, "the prefix")?;
         let raw = prefix.get_ref();
@@ -1033,79 +975,6 @@ fn with_cuda_compat(mut specs: Vec<MatchSpec>, cuda: Option<&CudaTarget>) -> Vec
     specs
 }
 
-/// The largest user or group ID: Linux IDs are 32 bits and `(uid_t)-1` means "no ID".
-pub(super) const MAX_ID: u64 = 4_294_967_294;
-
-/// What one side of `user` is.
-pub(super) enum UserPart {
-    Id,
-    IdOutOfRange,
-    Name,
-    Invalid,
-}
-
-/// Digits are an ID; otherwise a name as `useradd` accepts it: `[a-z_][a-z0-9_-]*[$]?`.
-pub(super) fn user_part(part: &str) -> UserPart {
-    if !part.is_empty() && part.bytes().all(|b| b.is_ascii_digit()) {
-        return match part.parse::<u64>() {
-            Ok(id) if id <= MAX_ID => UserPart::Id,
-            _ => UserPart::IdOutOfRange,
-        };
-    }
-    let body = part.strip_suffix('$').unwrap_or(part);
-    let mut chars = body.chars();
-    let valid = matches!(chars.next(), Some(c) if c.is_ascii_lowercase() || c == '_')
-        && chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || matches!(c, '_' | '-'));
-    if valid {
-        UserPart::Name
-    } else {
-        UserPart::Invalid
-    }
-}
-
-/// A character no value in an image config may hold: any control character (TAB too,
-/// which [`is_hidden`] lets through in a source line) or a bidirectional control.
-fn forbidden(c: char) -> bool {
-    c == '\t' || is_hidden(c)
-}
-
-/// What is wrong with a name a build finds (a `[[files]]` entry, a link target) by the
-/// rule every value of the recipe follows: `None`, or which forbidden character it holds.
-pub(crate) fn name_problem(text: &str) -> Option<String> {
-    text.chars().find(|c| forbidden(*c)).map(|c| {
-        format!(
-            "contains {}; control and bidirectional characters are not allowed",
-            describe(c)
-        )
-    })
-}
-
-/// `text` with its forbidden characters written as `<U+XXXX>`, safe to print.
-pub(crate) fn visible(text: &str) -> String {
-    text.chars()
-        .map(|c| {
-            if forbidden(c) {
-                format!("<U+{:04X}>", u32::from(c))
-            } else {
-                c.to_string()
-            }
-        })
-        .collect()
-}
-
-/// Names a forbidden character for a message.
-fn describe(c: char) -> String {
-    let code = format!("U+{:04X}", u32::from(c));
-    match c {
-        '\n' => format!("a newline ({code})"),
-        '\r' => format!("a carriage return ({code})"),
-        '\t' => format!("a TAB ({code})"),
-        '\0' => format!("a NUL ({code})"),
-        c if c.is_control() => format!("the control character {code}"),
-        _ => format!("the bidirectional control {code}"),
-    }
-}
-
 /// A checked map without its spans.
 fn plain(map: &BTreeMap<Spanned<String>, Spanned<String>>) -> BTreeMap<String, String> {
     map.iter()
@@ -1125,6 +994,7 @@ fn is_valid_image_name(name: &str) -> bool {
 
 #[cfg(test)]
 mod tests {
+    use super::super::checker::forbidden;
     use super::*;
 
     fn parse(text: &str) -> Result<Recipe, RecipeError> {

@@ -6,7 +6,7 @@ use std::collections::BTreeSet;
 
 use toml::Spanned;
 
-use super::{error::RecipeError, load::Checker};
+use super::{checker::Checker, error::RecipeError};
 
 /// The protocols an OCI config's `ExposedPorts` key may name.
 const PROTOCOLS: [&str; 3] = ["tcp", "udp", "sctp"];
