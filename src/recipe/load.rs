@@ -18,7 +18,9 @@ use crate::cuda::compat::{
 use crate::{
     compression::Compression,
     cuda::CudaTarget,
+    image_config::ImageConfig,
     names::{is_valid_tag, oci_architecture},
+    reference::Base,
 };
 
 use super::{Platforms, matrix::Variant};
@@ -51,27 +53,6 @@ impl Default for RecipeOptions {
 /// The values of `[conda] channel-priority`.
 const CHANNEL_PRIORITIES: [&str; 2] = ["strict", "disabled"];
 
-/// The image the recipe builds on.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Base {
-    /// An empty root filesystem.
-    Scratch,
-    /// An image in a local OCI image layout, selected by tag (`latest` when none is given).
-    OciLayout { path: PathBuf, tag: String },
-    /// An image in a registry, by tag or digest.
-    Registry(crate::reference::Reference),
-}
-
-impl std::fmt::Display for Base {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Base::Scratch => f.write_str("scratch"),
-            Base::OciLayout { path, tag } => write!(f, "oci:{}:{tag}", path.display()),
-            Base::Registry(reference) => write!(f, "{reference}"),
-        }
-    }
-}
-
 /// A validated recipe. Every field holds a value later stages can use as it is.
 #[derive(Debug, Clone)]
 pub struct Recipe {
@@ -100,17 +81,9 @@ pub struct Recipe {
     pub channel_priority: ChannelPriority,
     pub specs: Vec<MatchSpec>,
     pub cuda: Option<CudaTarget>,
-    pub env: BTreeMap<String, String>,
-    pub entrypoint: Option<Vec<String>>,
-    pub cmd: Option<Vec<String>>,
-    pub workdir: Option<String>,
-    pub user: Option<String>,
-    pub labels: BTreeMap<String, String>,
-    /// `[image] ports`: exposed ports as the config writes them (`8888/tcp`), sorted, each
-    /// once.
-    pub ports: Vec<String>,
-    /// `[image] stop-signal`: `SIGTERM`, `SIGRTMIN+3` or a signal number, as written.
-    pub stop_signal: Option<String>,
+    /// How the image runs: `[image]`'s env, entrypoint, cmd, workdir, user, labels, ports
+    /// and stop signal, as the image config takes them.
+    pub config: ImageConfig,
     /// `[accounts]`: users and groups added to the image; empty without the section.
     pub accounts: super::accounts::Accounts,
     /// `[[files]]`: the recipe's own files, a layer each above the environment's.
@@ -262,14 +235,7 @@ impl Checker {
             channel_priority: conda.channel_priority,
             specs,
             cuda,
-            env: config.env,
-            entrypoint: config.entrypoint,
-            cmd: config.cmd,
-            workdir: config.workdir,
-            user: config.user,
-            labels: config.labels,
-            ports: config.ports,
-            stop_signal: config.stop_signal,
+            config,
             accounts,
             files,
             layer_budget: layers.budget,
@@ -941,18 +907,6 @@ struct CondaEnvironment {
     specs: Vec<MatchSpec>,
 }
 
-/// The `[image]` keys that say how the image runs, checked.
-struct ImageConfig {
-    env: BTreeMap<String, String>,
-    entrypoint: Option<Vec<String>>,
-    cmd: Option<Vec<String>>,
-    workdir: Option<String>,
-    user: Option<String>,
-    labels: BTreeMap<String, String>,
-    ports: Vec<String>,
-    stop_signal: Option<String>,
-}
-
 /// `[layers]`, checked.
 struct LayerSettings {
     budget: u32,
@@ -1351,7 +1305,7 @@ dependencies = ["python=3.9", "numpy >=1.20"]
             "1000:users",
         ] {
             let text = format!("[image]\nname = \"x\"\nuser = \"{user}\"\n");
-            assert_eq!(parse(&text).unwrap().user.as_deref(), Some(user));
+            assert_eq!(parse(&text).unwrap().config.user.as_deref(), Some(user));
         }
     }
 
@@ -1362,11 +1316,11 @@ dependencies = ["python=3.9", "numpy >=1.20"]
                     [image.env]\nPATH_EXTRA = \"/x=y\"\n[image.labels]\n\"a.b\" = \"caf\u{e9}\"\n";
         let recipe = parse(text).unwrap();
         assert_eq!(recipe.tags, ["a", "b"]);
-        assert_eq!(recipe.workdir.as_deref(), Some("/srv/a..b"));
-        assert_eq!(recipe.entrypoint, Some(Vec::new()));
-        assert_eq!(recipe.cmd.unwrap()[1], "echo 'a=b'");
-        assert_eq!(recipe.env["PATH_EXTRA"], "/x=y");
-        assert_eq!(recipe.labels["a.b"], "caf\u{e9}");
+        assert_eq!(recipe.config.workdir.as_deref(), Some("/srv/a..b"));
+        assert_eq!(recipe.config.entrypoint, Some(Vec::new()));
+        assert_eq!(recipe.config.cmd.unwrap()[1], "echo 'a=b'");
+        assert_eq!(recipe.config.env["PATH_EXTRA"], "/x=y");
+        assert_eq!(recipe.config.labels["a.b"], "caf\u{e9}");
     }
 
     #[test]
