@@ -13,6 +13,7 @@ pub mod cuda;
 pub mod download;
 pub mod fs;
 pub mod http;
+pub mod image_config;
 pub mod init;
 pub mod inspect;
 pub mod install;

@@ -1,12 +1,34 @@
 //! Image references: registry references as Docker reads them
 //! (`[registry/]repository[:tag][@digest]`, [`Reference`]) and images of a local OCI layout
-//! as a user names them (`DIR[:TAG]`, [`LayoutRef`]; `crate::oci::read` reads them).
+//! as a user names them (`DIR[:TAG]`, [`LayoutRef`]; `crate::oci::read` reads them), and
+//! the [`Base`] a recipe builds on.
 
 use std::{fmt, path::PathBuf};
 
 /// Docker Hub's name in references and its API endpoint.
 const DOCKER_HUB: &str = "docker.io";
 const DOCKER_HUB_API: &str = "registry-1.docker.io";
+
+/// The image a recipe builds on, as checked when the recipe is read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Base {
+    /// An empty root filesystem.
+    Scratch,
+    /// An image in a local OCI image layout, selected by tag (`latest` when none is given).
+    OciLayout { path: PathBuf, tag: String },
+    /// An image in a registry, by tag or digest.
+    Registry(Reference),
+}
+
+impl fmt::Display for Base {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Base::Scratch => f.write_str("scratch"),
+            Base::OciLayout { path, tag } => write!(f, "oci:{}:{tag}", path.display()),
+            Base::Registry(reference) => write!(f, "{reference}"),
+        }
+    }
+}
 
 /// A parsed image reference.
 #[derive(Debug, Clone, PartialEq, Eq)]

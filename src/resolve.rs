@@ -25,6 +25,30 @@ pub const DEFAULT_GLIBC: &str = "2.17";
 /// cluster node still in service.
 pub const TARGET_LINUX: &str = "4.18";
 
+/// What an environment is solved from: the recipe's `[conda]` channels, dependencies and
+/// channel priority, and the CUDA runtime its `[cuda]` holds the solution to.
+#[derive(Debug, Clone, Copy)]
+pub struct Environment<'a> {
+    /// In priority order.
+    pub channels: &'a [Channel],
+    pub specs: &'a [MatchSpec],
+    pub priority: ChannelPriority,
+    /// `[cuda] version`, when the recipe has `[cuda]`.
+    pub cuda: Option<CudaVersion>,
+}
+
+impl<'a> Environment<'a> {
+    /// What `recipe` asks for.
+    pub fn of(recipe: &'a Recipe) -> Self {
+        Environment {
+            channels: &recipe.channels,
+            specs: &recipe.specs,
+            priority: recipe.channel_priority,
+            cuda: recipe.cuda.as_ref().map(|cuda| cuda.version),
+        }
+    }
+}
+
 /// What the image runs on, as the solver sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Target {
@@ -229,20 +253,25 @@ pub async fn resolve(
     }
 }
 
-/// Solves `recipe` for `target`, holding the environment to its `[cuda]`: the runtime must
-/// be `[cuda] version`'s MAJOR.MINOR (solver constraints, so the CUDA solution is found
+/// Solves `environment` for `target`, holding it to its `[cuda]`: the runtime must be
+/// `[cuda] version`'s MAJOR.MINOR (solver constraints, so the CUDA solution is found
 /// whenever there is one), and a CPU build of a GPU framework is re-solved away or refused.
-pub async fn resolve_recipe(
-    recipe: &Recipe,
+pub async fn resolve_environment(
+    environment: &Environment<'_>,
     target: &Target,
     options: &ResolveOptions<'_>,
 ) -> Result<Vec<RepoDataRecord>, ResolveError> {
-    let (channels, specs, priority) = (&recipe.channels, &recipe.specs, recipe.channel_priority);
-    let Some(cuda) = recipe.cuda.as_ref().filter(|_| !specs.is_empty()) else {
+    let Environment {
+        channels,
+        specs,
+        priority,
+        cuda,
+    } = *environment;
+    let Some(wanted) = cuda.filter(|_| !specs.is_empty()) else {
         return resolve(channels, specs, priority, target, options).await;
     };
     let repodata = query(channels, specs, target, options).await?;
-    let mut constraints = crate::cuda::intent::runtime_constraints(cuda.version);
+    let mut constraints = crate::cuda::intent::runtime_constraints(wanted);
     // The CPU builds ruled out so far: each round rules out at least one more, of a fixed
     // set of names, so this ends.
     let mut excluded: Vec<CpuBuild> = Vec::new();
@@ -264,23 +293,11 @@ pub async fn resolve_recipe(
             Err(explanation) => explanation,
         };
         if !excluded.is_empty() {
-            return Err(cpu_only(
-                &repodata,
-                &excluded,
-                cuda.version,
-                target,
-                explanation,
-            ));
+            return Err(cpu_only(&repodata, &excluded, wanted, target, explanation));
         }
-        return Err(no_cuda_solution(
-            recipe,
-            &repodata,
-            cuda.version,
-            target,
-            options,
-            explanation,
-        )
-        .await);
+        return Err(
+            no_cuda_solution(environment, &repodata, wanted, target, options, explanation).await,
+        );
     }
 }
 
@@ -324,7 +341,7 @@ fn cpu_only(
 /// No solution has `[cuda] version`'s runtime. The recipe solved without that pin names the
 /// packages that hold another runtime; one that does not solve either is simply unsolvable.
 async fn no_cuda_solution(
-    recipe: &Recipe,
+    environment: &Environment<'_>,
     repodata: &[RepoData],
     wanted: CudaVersion,
     target: &Target,
@@ -333,13 +350,13 @@ async fn no_cuda_solution(
 ) -> ResolveError {
     let unpinned = match solve(
         repodata,
-        &recipe.specs,
+        environment.specs,
         &[],
-        recipe.channel_priority,
+        environment.priority,
         target,
     ) {
         Ok(Ok(records)) => records,
-        Ok(Err(other)) => return unsolvable(&recipe.channels, target, options, other).await,
+        Ok(Err(other)) => return unsolvable(environment.channels, target, options, other).await,
         Err(err) => return err,
     };
     let holders = crate::cuda::intent::other_runtimes(&unpinned, wanted);

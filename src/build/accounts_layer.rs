@@ -75,7 +75,11 @@ pub(super) fn accounts_layer(
     mtime: u64,
 ) -> Result<Option<OwnedLayer>, BuildError> {
     let accounts = &recipe.accounts;
-    let workdir = recipe.workdir.as_ref().filter(|_| recipe.user.is_some());
+    let workdir = recipe
+        .config
+        .workdir
+        .as_ref()
+        .filter(|_| recipe.config.user.is_some());
     if accounts.is_empty() && workdir.is_none() {
         return Ok(None);
     }
@@ -94,6 +98,7 @@ pub(super) fn accounts_layer(
     // The user is looked up whenever this layer is made, so a name `[image] user` gives
     // is one the image has.
     let owner = recipe
+        .config
         .user
         .as_ref()
         .map(|user| resolve(recipe, "`[image] user`", user, None, tables))

@@ -16,7 +16,7 @@ use crate::{
     lock::{Lock, PlatformLock, Staleness},
     recipe::Recipe,
     report::{Reporter, Stage},
-    resolve::{ResolveOptions, resolve_recipe},
+    resolve::{Environment, ResolveOptions, resolve_environment},
 };
 
 /// What to do with the lock file, decided from the mode and what the file holds.
@@ -173,8 +173,8 @@ async fn solve_platform(
     settings: &BuildSettings,
     reporter: &dyn Reporter,
 ) -> Result<PlatformLock, BuildError> {
-    let mut records: Vec<RepoDataRecord> = resolve_recipe(
-        recipe,
+    let mut records: Vec<RepoDataRecord> = resolve_environment(
+        &Environment::of(recipe),
         &platform.target,
         &ResolveOptions {
             cache_dir: &settings.cache_dir,

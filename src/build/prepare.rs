@@ -7,7 +7,8 @@ use super::{error::BuildError, model::BuildSettings};
 use crate::{
     lock::{Lock, LockedBase},
     oci::base::{BaseImage, detect_glibc, open_base},
-    recipe::{Base, Recipe, RecipeOptions, oci_architecture},
+    recipe::{Recipe, RecipeOptions, oci_architecture},
+    reference::Base,
     registry::{
         Reference, RepositoryClient,
         pull::{Platform, PullError, pull_base_reporting},

@@ -234,7 +234,7 @@ impl<'a> Stager<'a> {
         let recipe = self.cx.recipe;
         let mtime = self.cx.created_seconds as u64;
         let needs_tables = !recipe.accounts.is_empty()
-            || (recipe.user.is_some() && recipe.workdir.is_some())
+            || (recipe.config.user.is_some() && recipe.config.workdir.is_some())
             || recipe.files.iter().any(|copy| copy.owner.is_some());
         let tables = needs_tables
             .then(|| account_tables(recipe, work.prepared.base.as_ref()))

@@ -171,9 +171,12 @@ impl<'a> Writer<'a> {
             images.push(write_image(
                 layout,
                 &ImageInputs {
-                    recipe,
+                    name: &recipe.name,
+                    prefix: &recipe.prefix,
+                    config: &recipe.config,
                     platform: platform.work.prepared.platform,
                     base: platform.work.prepared.base.as_ref(),
+                    base_name: &recipe.base_reference,
                     activation: &platform.activation,
                     layers,
                     created: created.clone(),
@@ -182,7 +185,7 @@ impl<'a> Writer<'a> {
                 },
             )?);
         }
-        let entries = tag_entries(layout, recipe, &created, &images)?;
+        let entries = tag_entries(layout, &recipe.name, &recipe.tags, &created, &images)?;
         let digest = entries
             .first()
             .map(|e| e.digest().to_string())

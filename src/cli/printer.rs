@@ -8,7 +8,18 @@ use std::{fmt::Display, io::IsTerminal, process::ExitCode};
 
 use serde_json::{Value, json};
 
-use super::progress::Mode;
+/// How build progress is shown, as [`Printer::progress_mode`] picks it from the flags.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Mode {
+    /// Nothing but errors and warnings.
+    Quiet,
+    /// One line per stage on stderr (stderr is not a terminal).
+    Plain,
+    /// indicatif spinners and bars on stderr.
+    Bars,
+    /// JSON events on stdout.
+    Json,
+}
 
 /// The output mode of one run: `--quiet`, the `--json` event stream of `build` and `lock`,
 /// and whether stderr is a terminal (for progress bars).

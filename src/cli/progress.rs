@@ -33,19 +33,7 @@ use crate::{
     report::Progress,
 };
 
-use super::printer::{Printer, human_bytes};
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Mode {
-    /// Nothing but errors and warnings.
-    Quiet,
-    /// One line per stage on stderr (stderr is not a terminal).
-    Plain,
-    /// indicatif spinners and bars on stderr.
-    Bars,
-    /// JSON events on stdout.
-    Json,
-}
+use super::printer::{Mode, Printer, human_bytes};
 
 #[derive(Default)]
 struct Current {

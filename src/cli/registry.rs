@@ -10,6 +10,7 @@ use crate::oci::read::LayoutRef;
 use crate::registry::{
     ClientOptions, Reference, RepositoryClient,
     auth::{self, Credentials},
+    client,
     push::{PushProgress, PushReport, push},
 };
 
@@ -445,7 +446,7 @@ pub(super) async fn run_login(
         .map_err(|err| Failure::new(err, 1))?;
     // A registry that answers anyone needs no login: storing credentials would only put a
     // secret on disk for nothing (issue 18).
-    if auth::asks_for_no_credentials(&reference, options).await {
+    if client::asks_for_no_credentials(&reference, options).await {
         printer.notice(format_args!(
             "Registry {} asks for no credentials; nothing stored",
             reference.registry

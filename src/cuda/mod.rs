@@ -98,7 +98,7 @@ pub enum RuntimeMismatch {
 }
 
 /// Refuses a locked platform that pins a CPU build of a GPU framework under `[cuda]`: a
-/// solve never locks one (see [`crate::resolve::resolve_recipe`]), but an older lock may.
+/// solve never locks one (see [`crate::resolve::resolve_environment`]), but an older lock may.
 pub fn check_no_cpu_builds(
     target: &CudaTarget,
     records: &[RepoDataRecord],

@@ -576,7 +576,7 @@ variables:
         );
         let specs: Vec<String> = recipe.specs.iter().map(|s| s.to_string()).collect();
         assert_eq!(specs, ["python 3.11.*", "numpy >=1.26,<2", "pip"]);
-        assert_eq!(recipe.env["OMP_NUM_THREADS"], "4");
+        assert_eq!(recipe.config.env["OMP_NUM_THREADS"], "4");
         let pypi = recipe
             .pypi
             .as_ref()
@@ -867,7 +867,7 @@ variables:
                 // The strings are the file's own.
                 let environment = EnvironmentYaml::from_yaml_str(yaml).unwrap();
                 for (key, value) in &environment.variables {
-                    assert_eq!(recipe.env.get(key), Some(value), "{}", made.text);
+                    assert_eq!(recipe.config.env.get(key), Some(value), "{}", made.text);
                 }
                 assert!(recipe.files.is_empty(), "{}", made.text);
             }

@@ -8,7 +8,7 @@ use rattler_conda_types::Subdir;
 
 use crate::{
     compression::bounded::{Bound, read_to_end_bounded},
-    recipe::Base,
+    reference::Base,
 };
 
 use super::{

@@ -1,5 +1,5 @@
 //! The image config, manifest and index of a build: base config merged with the
-//! environment's activation, the recipe's runtime settings, and one history entry per layer.
+//! environment's activation, the checked [`ImageConfig`], and one history entry per layer.
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -18,8 +18,9 @@ use super::{
 };
 use crate::{
     compression::Compression,
+    image_config::ImageConfig,
     layers::{BuiltLayer, LayerKind},
-    recipe::{Recipe, oci_architecture},
+    names::oci_architecture,
 };
 
 /// `PATH` of an image whose base does not set one (Docker's default).
@@ -37,10 +38,18 @@ pub struct Activation {
 /// Everything that goes into the image's JSON.
 #[derive(Debug)]
 pub struct ImageInputs<'a> {
-    pub recipe: &'a Recipe,
+    /// The image's name, its title annotation.
+    pub name: &'a str,
+    /// The in-image path of the conda environment.
+    pub prefix: &'a str,
+    /// How the image runs, on top of the base's config.
+    pub config: &'a ImageConfig,
     /// The platform of this image (one of the recipe's).
     pub platform: Subdir,
     pub base: Option<&'a BaseImage>,
+    /// The base as the recipe wrote it (`oci:../base:v1`, no path of the build host), the
+    /// `base.name` annotation when there is a base.
+    pub base_name: &'a str,
     pub activation: &'a Activation,
     /// Our layers, bottom first, with the blob written for each.
     pub layers: &'a [BuiltLayer],
@@ -174,9 +183,9 @@ pub fn image_config(inputs: &ImageInputs<'_>) -> Result<ImageConfiguration, Imag
 }
 
 /// The config a container runs with: the base's, with the environment's activation and the
-/// recipe's env, entrypoint, cmd, workdir, user, ports, stop signal and labels on top.
+/// image config's env, entrypoint, cmd, workdir, user, ports, stop signal and labels on top.
 fn runtime_config(inputs: &ImageInputs<'_>) -> Result<Config, ImageError> {
-    let recipe = inputs.recipe;
+    let image = inputs.config;
     let base_config = inputs.base.and_then(|b| b.config.config().clone());
     let mut config: Config = match base_config {
         Some(config) => config,
@@ -185,34 +194,34 @@ fn runtime_config(inputs: &ImageInputs<'_>) -> Result<Config, ImageError> {
             .map_err(spec_err("config"))?,
     };
     let base_env = config.env().clone().unwrap_or_default();
-    config.set_env(Some(merge_env(&base_env, inputs.activation, &recipe.env)));
-    if let Some(entrypoint) = &recipe.entrypoint {
+    config.set_env(Some(merge_env(&base_env, inputs.activation, &image.env)));
+    if let Some(entrypoint) = &image.entrypoint {
         config.set_entrypoint(Some(entrypoint.clone()));
         // As in a Dockerfile: a new entrypoint drops the base's command.
-        config.set_cmd(recipe.cmd.clone());
-    } else if let Some(cmd) = &recipe.cmd {
+        config.set_cmd(image.cmd.clone());
+    } else if let Some(cmd) = &image.cmd {
         config.set_cmd(Some(cmd.clone()));
     }
-    if let Some(workdir) = &recipe.workdir {
+    if let Some(workdir) = &image.workdir {
         config.set_working_dir(Some(workdir.clone()));
     }
-    if let Some(user) = &recipe.user {
+    if let Some(user) = &image.user {
         config.set_user(Some(user.clone()));
     }
     // As Dockerfile's EXPOSE: the recipe's ports add to the base's. Left untouched when the
     // recipe names none, so such an image's config is what it always was.
-    if !recipe.ports.is_empty() {
+    if !image.ports.is_empty() {
         let mut ports: Vec<String> = config.exposed_ports().clone().unwrap_or_default();
-        ports.extend(recipe.ports.iter().cloned());
+        ports.extend(image.ports.iter().cloned());
         ports.sort();
         ports.dedup();
         config.set_exposed_ports(Some(ports));
     }
-    if let Some(signal) = &recipe.stop_signal {
+    if let Some(signal) = &image.stop_signal {
         config.set_stop_signal(Some(signal.clone()));
     }
     let mut labels: HashMap<String, String> = config.labels().clone().unwrap_or_default();
-    labels.extend(recipe.labels.iter().map(|(k, v)| (k.clone(), v.clone())));
+    labels.extend(image.labels.iter().map(|(k, v)| (k.clone(), v.clone())));
     config.set_labels((!labels.is_empty()).then_some(labels));
     Ok(config)
 }
@@ -256,7 +265,6 @@ fn layer_descriptor(layer: &BuiltLayer) -> Descriptor {
 /// The manifest's annotations: when and what it is, how its layers are compressed, its
 /// conda platform and prefix, the base it is built on, and the caller's (CUDA) ones.
 fn manifest_annotations(inputs: &ImageInputs<'_>) -> HashMap<String, String> {
-    let recipe = inputs.recipe;
     let mut annotations = HashMap::from([
         (
             "org.opencontainers.image.created".to_string(),
@@ -264,7 +272,7 @@ fn manifest_annotations(inputs: &ImageInputs<'_>) -> HashMap<String, String> {
         ),
         (
             "org.opencontainers.image.title".to_string(),
-            recipe.name.clone(),
+            inputs.name.to_string(),
         ),
         (
             annotations::COMPRESSION.to_string(),
@@ -274,13 +282,13 @@ fn manifest_annotations(inputs: &ImageInputs<'_>) -> HashMap<String, String> {
             annotations::PLATFORM.to_string(),
             inputs.platform.to_string(),
         ),
-        (annotations::PREFIX.to_string(), recipe.prefix.clone()),
+        (annotations::PREFIX.to_string(), inputs.prefix.to_string()),
     ]);
     annotations.extend(inputs.annotations.clone());
     if let Some(base) = inputs.base {
         annotations.insert(
             "org.opencontainers.image.base.name".to_string(),
-            recipe.base_reference.clone(),
+            inputs.base_name.to_string(),
         );
         annotations.insert(
             "org.opencontainers.image.base.digest".to_string(),
@@ -302,16 +310,16 @@ fn oci_platform(subdir: Subdir) -> Result<Platform, ImageError> {
     platform.build().map_err(spec_err("platform"))
 }
 
-/// The `index.json` entries of an image, one per tag: the platform image itself when there
-/// is one platform (what single-platform tools expect), else an image index of the platform
-/// images, written into `layout`, in the recipe's platform order.
+/// The `index.json` entries of image `name`, one per tag: the platform image itself when
+/// there is one platform (what single-platform tools expect), else an image index of the
+/// platform images, written into `layout`, in the recipe's platform order.
 pub fn tag_entries(
     layout: &Layout,
-    recipe: &Recipe,
+    name: &str,
+    tags: &[String],
     created: &str,
     images: &[WrittenImage],
 ) -> Result<Vec<Descriptor>, ImageError> {
-    let tags = &recipe.tags;
     // A one-platform entry names its platform, as it always has; an index has none.
     let (target, platform) = match images {
         [image] => (image.manifest.clone(), Some(image.platform.clone())),
@@ -338,7 +346,7 @@ pub fn tag_entries(
                 ),
                 (
                     "org.opencontainers.image.title".to_string(),
-                    recipe.name.clone(),
+                    name.to_string(),
                 ),
             ])));
             let (descriptor, _) =
@@ -417,25 +425,16 @@ mod tests {
         }
     }
 
-    fn recipe() -> Recipe {
-        Recipe::from_str_at(
-            "[image]\nname = \"x\"\ntags = [\"latest\", \"v1\"]\n",
-            std::path::Path::new("/work/recipes/x.toml"),
-            &crate::recipe::RecipeOptions::default(),
-        )
-        .unwrap()
-    }
-
     #[test]
     fn one_platform_tags_name_the_manifest_and_several_an_index() {
         let dir = tempfile::tempdir().unwrap();
         let layout = Layout::new(dir.path().join("image"));
         layout.prepare().unwrap();
-        let recipe = recipe();
+        let tags = ["latest", "v1"].map(String::from);
         let created = "2023-10-01T00:00:00Z";
 
         let arm = written('a', "arm64", Some("v8"));
-        let single = tag_entries(&layout, &recipe, created, std::slice::from_ref(&arm)).unwrap();
+        let single = tag_entries(&layout, "x", &tags, created, std::slice::from_ref(&arm)).unwrap();
         assert_eq!(single.len(), 2);
         for entry in &single {
             assert_eq!(*entry.media_type(), MediaType::ImageManifest);
@@ -444,7 +443,7 @@ mod tests {
         }
 
         let both = [written('b', "amd64", None), arm.clone()];
-        let entries = tag_entries(&layout, &recipe, created, &both).unwrap();
+        let entries = tag_entries(&layout, "x", &tags, created, &both).unwrap();
         assert_eq!(entries.len(), 2);
         assert_eq!(entries[0].digest(), entries[1].digest());
         let entry = &entries[0];
@@ -469,7 +468,7 @@ mod tests {
         assert_eq!(annotations["org.opencontainers.image.created"], created);
         assert_eq!(annotations["org.opencontainers.image.title"], "x");
         // Canonical: the same images give the same index bytes.
-        let again = tag_entries(&layout, &recipe, created, &both).unwrap();
+        let again = tag_entries(&layout, "x", &tags, created, &both).unwrap();
         assert_eq!(again[0].digest(), entry.digest());
     }
 
@@ -514,14 +513,6 @@ mod tests {
     /// the base's; a recipe without either leaves the base's config as it was.
     #[test]
     fn ports_add_to_the_bases_and_the_stop_signal_is_set() {
-        let recipe = |lines: &str| {
-            Recipe::from_str_at(
-                &format!("[image]\nname = \"x\"\n{lines}\n"),
-                std::path::Path::new("/work/recipes/x.toml"),
-                &crate::recipe::RecipeOptions::default(),
-            )
-            .unwrap()
-        };
         let base_config: ImageConfiguration = serde_json::from_value(serde_json::json!({
             "architecture": "amd64",
             "os": "linux",
@@ -536,11 +527,14 @@ mod tests {
             layers: Vec::new(),
             blobs: crate::oci::blobs::BlobStore::flat(std::path::Path::new("/nowhere")),
         };
-        let config_of = |recipe: &Recipe, base: Option<&BaseImage>| {
+        let config_of = |config: &ImageConfig, base: Option<&BaseImage>| {
             let inputs = ImageInputs {
-                recipe,
+                name: "x",
+                prefix: "/opt/conda",
+                config,
                 platform: Subdir::Linux64,
                 base,
+                base_name: "oci:base",
                 activation: &Activation::default(),
                 layers: &[],
                 created: "2023-10-01T00:00:00Z".into(),
@@ -549,14 +543,18 @@ mod tests {
             };
             runtime_config(&inputs).unwrap()
         };
-        let set = recipe("ports = [\"8888/tcp\", \"53/udp\"]\nstop-signal = \"SIGINT\"");
+        let set = ImageConfig {
+            ports: vec!["53/udp".into(), "8888/tcp".into()],
+            stop_signal: Some("SIGINT".into()),
+            ..ImageConfig::default()
+        };
         let config = config_of(&set, Some(&base));
         assert_eq!(
             config.exposed_ports().as_deref(),
             Some(&["22/tcp", "53/udp", "8888/tcp"].map(String::from)[..])
         );
         assert_eq!(config.stop_signal().as_deref(), Some("SIGINT"));
-        let unset = recipe("");
+        let unset = ImageConfig::default();
         let config = config_of(&unset, Some(&base));
         assert_eq!(config.exposed_ports().as_ref().map(Vec::len), Some(2));
         assert_eq!(config.stop_signal().as_deref(), Some("SIGQUIT"));

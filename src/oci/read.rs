@@ -431,7 +431,7 @@ fn linux_subdir(architecture: &str, variant: Option<&str>) -> Option<Subdir> {
         Some(variant) => format!("linux/{architecture}/{variant}"),
         None => format!("linux/{architecture}"),
     };
-    crate::recipe::OciPlatform::parse_subdir(&text)
+    crate::names::OciPlatform::parse_subdir(&text)
 }
 
 /// The subdirs of an index's platform entries, in index order.

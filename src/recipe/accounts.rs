@@ -7,8 +7,8 @@ use std::collections::BTreeMap;
 use toml::Spanned;
 
 use super::{
+    checker::{Checker, MAX_ID, UserPart, user_part},
     error::{RecipeError, SourceSpan},
-    load::{Checker, MAX_ID, UserPart, user_part},
     schema::{AccountsSection, GroupEntry, UserEntry},
 };
 

@@ -8,8 +8,8 @@ use glob::{MatchOptions, Pattern};
 use toml::Spanned;
 
 use super::{
+    checker::{Checker, MAX_ID, UserPart, lexical_path, user_part},
     error::{RecipeError, SourceSpan},
-    load::{Checker, MAX_ID, UserPart, lexical_path, user_part},
     schema::FilesEntry,
 };
 

@@ -18,14 +18,17 @@ use crate::cuda::compat::{
 use crate::{
     compression::Compression,
     cuda::CudaTarget,
+    image_config::ImageConfig,
     names::{is_valid_tag, oci_architecture},
+    reference::Base,
 };
 
 use super::{Platforms, matrix::Variant};
 
 use super::{
     DEFAULT_CHANNEL_ALIAS, DEFAULT_LAYER_BUDGET, DEFAULT_PREFIX, MAX_RECIPE_BYTES,
-    error::{RecipeError, SourceSpan, is_hidden},
+    checker::{Checker, MAX_ID, UserPart, lexical_path, user_part, visible},
+    error::RecipeError,
     schema::{CondaSection, ImageSection, LayersSection, RecipeFile},
 };
 
@@ -49,27 +52,6 @@ impl Default for RecipeOptions {
 
 /// The values of `[conda] channel-priority`.
 const CHANNEL_PRIORITIES: [&str; 2] = ["strict", "disabled"];
-
-/// The image the recipe builds on.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Base {
-    /// An empty root filesystem.
-    Scratch,
-    /// An image in a local OCI image layout, selected by tag (`latest` when none is given).
-    OciLayout { path: PathBuf, tag: String },
-    /// An image in a registry, by tag or digest.
-    Registry(crate::reference::Reference),
-}
-
-impl std::fmt::Display for Base {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Base::Scratch => f.write_str("scratch"),
-            Base::OciLayout { path, tag } => write!(f, "oci:{}:{tag}", path.display()),
-            Base::Registry(reference) => write!(f, "{reference}"),
-        }
-    }
-}
 
 /// A validated recipe. Every field holds a value later stages can use as it is.
 #[derive(Debug, Clone)]
@@ -99,17 +81,9 @@ pub struct Recipe {
     pub channel_priority: ChannelPriority,
     pub specs: Vec<MatchSpec>,
     pub cuda: Option<CudaTarget>,
-    pub env: BTreeMap<String, String>,
-    pub entrypoint: Option<Vec<String>>,
-    pub cmd: Option<Vec<String>>,
-    pub workdir: Option<String>,
-    pub user: Option<String>,
-    pub labels: BTreeMap<String, String>,
-    /// `[image] ports`: exposed ports as the config writes them (`8888/tcp`), sorted, each
-    /// once.
-    pub ports: Vec<String>,
-    /// `[image] stop-signal`: `SIGTERM`, `SIGRTMIN+3` or a signal number, as written.
-    pub stop_signal: Option<String>,
+    /// How the image runs: `[image]`'s env, entrypoint, cmd, workdir, user, labels, ports
+    /// and stop signal, as the image config takes them.
+    pub config: ImageConfig,
     /// `[accounts]`: users and groups added to the image; empty without the section.
     pub accounts: super::accounts::Accounts,
     /// `[[files]]`: the recipe's own files, a layer each above the environment's.
@@ -219,23 +193,6 @@ pub fn read_recipe_text(path: &Path) -> Result<String, RecipeError> {
     })
 }
 
-/// `path` with `.` and `..` resolved by name, without asking the file system (as a shell's
-/// `cd -L` does). Two spellings of one directory compare equal, and a path checked to lie
-/// inside a directory cannot climb out of it afterwards.
-pub(crate) fn lexical_path(path: &Path) -> PathBuf {
-    let mut out = PathBuf::new();
-    for component in path.components() {
-        match component {
-            std::path::Component::ParentDir => {
-                out.pop();
-            }
-            std::path::Component::CurDir => {}
-            other => out.push(other),
-        }
-    }
-    out
-}
-
 fn recipe_dir(path: &Path) -> PathBuf {
     let dir = path.parent().unwrap_or(Path::new(""));
     let dir = if dir.as_os_str().is_empty() {
@@ -246,28 +203,7 @@ fn recipe_dir(path: &Path) -> PathBuf {
     std::path::absolute(dir).unwrap_or_else(|_| dir.to_path_buf())
 }
 
-/// Holds the recipe text so every check can report a span.
-pub(super) struct Checker {
-    path: PathBuf,
-    text: Arc<str>,
-}
-
 impl Checker {
-    pub(super) fn span(&self, range: std::ops::Range<usize>) -> SourceSpan {
-        SourceSpan {
-            text: self.text.clone(),
-            range,
-        }
-    }
-
-    pub(super) fn error<T>(&self, value: &Spanned<T>, message: impl Into<String>) -> RecipeError {
-        RecipeError::Invalid {
-            path: self.path.clone(),
-            message: message.into(),
-            span: Some(self.span(value.span())),
-        }
-    }
-
     /// Checks the sections in the order their errors are reported: what the image is, the
     /// conda environment, `[cuda]`, `[pypi]`, how the image runs, `[accounts]`,
     /// `[[files]]`, then `[layers]`.
@@ -299,14 +235,7 @@ impl Checker {
             channel_priority: conda.channel_priority,
             specs,
             cuda,
-            env: config.env,
-            entrypoint: config.entrypoint,
-            cmd: config.cmd,
-            workdir: config.workdir,
-            user: config.user,
-            labels: config.labels,
-            ports: config.ports,
-            stop_signal: config.stop_signal,
+            config,
             accounts,
             files,
             layer_budget: layers.budget,
@@ -927,27 +856,6 @@ impl Checker {
         Ok(args.iter().map(|a| a.get_ref().clone()).collect())
     }
 
-    /// Refuses a value holding a control character (TAB and newline included) or a
-    /// bidirectional control: in an image config it breaks the consumers of `KEY=value`
-    /// lines, or shows a reviewer something other than what the image gets.
-    pub(super) fn visible_only(
-        &self,
-        value: &Spanned<String>,
-        what: &str,
-    ) -> Result<(), RecipeError> {
-        match value.get_ref().chars().find(|c| forbidden(*c)) {
-            None => Ok(()),
-            Some(c) => Err(self.error(
-                value,
-                format!(
-                    "{what} `{}` contains {}; control and bidirectional characters are not allowed",
-                    visible(value.get_ref()),
-                    describe(c)
-                ),
-            )),
-        }
-    }
-
     fn prefix(&self, prefix: &Spanned<String>) -> Result<String, RecipeError> {
         self.visible_only(prefix, "the prefix")?;
         let raw = prefix.get_ref();
@@ -999,18 +907,6 @@ struct CondaEnvironment {
     specs: Vec<MatchSpec>,
 }
 
-/// The `[image]` keys that say how the image runs, checked.
-struct ImageConfig {
-    env: BTreeMap<String, String>,
-    entrypoint: Option<Vec<String>>,
-    cmd: Option<Vec<String>>,
-    workdir: Option<String>,
-    user: Option<String>,
-    labels: BTreeMap<String, String>,
-    ports: Vec<String>,
-    stop_signal: Option<String>,
-}
-
 /// `[layers]`, checked.
 struct LayerSettings {
     budget: u32,
@@ -1033,79 +929,6 @@ fn with_cuda_compat(mut specs: Vec<MatchSpec>, cuda: Option<&CudaTarget>) -> Vec
     specs
 }
 
-/// The largest user or group ID: Linux IDs are 32 bits and `(uid_t)-1` means "no ID".
-pub(super) const MAX_ID: u64 = 4_294_967_294;
-
-/// What one side of `user` is.
-pub(super) enum UserPart {
-    Id,
-    IdOutOfRange,
-    Name,
-    Invalid,
-}
-
-/// Digits are an ID; otherwise a name as `useradd` accepts it: `[a-z_][a-z0-9_-]*[$]?`.
-pub(super) fn user_part(part: &str) -> UserPart {
-    if !part.is_empty() && part.bytes().all(|b| b.is_ascii_digit()) {
-        return match part.parse::<u64>() {
-            Ok(id) if id <= MAX_ID => UserPart::Id,
-            _ => UserPart::IdOutOfRange,
-        };
-    }
-    let body = part.strip_suffix('$').unwrap_or(part);
-    let mut chars = body.chars();
-    let valid = matches!(chars.next(), Some(c) if c.is_ascii_lowercase() || c == '_')
-        && chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || matches!(c, '_' | '-'));
-    if valid {
-        UserPart::Name
-    } else {
-        UserPart::Invalid
-    }
-}
-
-/// A character no value in an image config may hold: any control character (TAB too,
-/// which [`is_hidden`] lets through in a source line) or a bidirectional control.
-fn forbidden(c: char) -> bool {
-    c == '\t' || is_hidden(c)
-}
-
-/// What is wrong with a name a build finds (a `[[files]]` entry, a link target) by the
-/// rule every value of the recipe follows: `None`, or which forbidden character it holds.
-pub(crate) fn name_problem(text: &str) -> Option<String> {
-    text.chars().find(|c| forbidden(*c)).map(|c| {
-        format!(
-            "contains {}; control and bidirectional characters are not allowed",
-            describe(c)
-        )
-    })
-}
-
-/// `text` with its forbidden characters written as `<U+XXXX>`, safe to print.
-pub(crate) fn visible(text: &str) -> String {
-    text.chars()
-        .map(|c| {
-            if forbidden(c) {
-                format!("<U+{:04X}>", u32::from(c))
-            } else {
-                c.to_string()
-            }
-        })
-        .collect()
-}
-
-/// Names a forbidden character for a message.
-fn describe(c: char) -> String {
-    let code = format!("U+{:04X}", u32::from(c));
-    match c {
-        '\n' => format!("a newline ({code})"),
-        '\r' => format!("a carriage return ({code})"),
-        '\t' => format!("a TAB ({code})"),
-        '\0' => format!("a NUL ({code})"),
-        c if c.is_control() => format!("the control character {code}"),
-        _ => format!("the bidirectional control {code}"),
-    }
-}
-
 /// A checked map without its spans.
 fn plain(map: &BTreeMap<Spanned<String>, Spanned<String>>) -> BTreeMap<String, String> {
     map.iter()
@@ -1125,6 +948,7 @@ fn is_valid_image_name(name: &str) -> bool {
 
 #[cfg(test)]
 mod tests {
+    use super::super::checker::forbidden;
     use super::*;
 
     fn parse(text: &str) -> Result<Recipe, RecipeError> {
@@ -1481,7 +1305,7 @@ dependencies = ["python=3.9", "numpy >=1.20"]
             "1000:users",
         ] {
             let text = format!("[image]\nname = \"x\"\nuser = \"{user}\"\n");
-            assert_eq!(parse(&text).unwrap().user.as_deref(), Some(user));
+            assert_eq!(parse(&text).unwrap().config.user.as_deref(), Some(user));
         }
     }
 
@@ -1492,11 +1316,11 @@ dependencies = ["python=3.9", "numpy >=1.20"]
                     [image.env]\nPATH_EXTRA = \"/x=y\"\n[image.labels]\n\"a.b\" = \"caf\u{e9}\"\n";
         let recipe = parse(text).unwrap();
         assert_eq!(recipe.tags, ["a", "b"]);
-        assert_eq!(recipe.workdir.as_deref(), Some("/srv/a..b"));
-        assert_eq!(recipe.entrypoint, Some(Vec::new()));
-        assert_eq!(recipe.cmd.unwrap()[1], "echo 'a=b'");
-        assert_eq!(recipe.env["PATH_EXTRA"], "/x=y");
-        assert_eq!(recipe.labels["a.b"], "caf\u{e9}");
+        assert_eq!(recipe.config.workdir.as_deref(), Some("/srv/a..b"));
+        assert_eq!(recipe.config.entrypoint, Some(Vec::new()));
+        assert_eq!(recipe.config.cmd.unwrap()[1], "echo 'a=b'");
+        assert_eq!(recipe.config.env["PATH_EXTRA"], "/x=y");
+        assert_eq!(recipe.config.labels["a.b"], "caf\u{e9}");
     }
 
     #[test]

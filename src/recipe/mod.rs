@@ -6,6 +6,7 @@
 //! Every error points at the file, line and column of the offending value.
 
 pub mod accounts;
+mod checker;
 mod error;
 pub mod files;
 mod load;
@@ -17,12 +18,12 @@ mod schema;
 pub mod suggest;
 
 pub use crate::cuda::CudaTarget;
-pub use crate::names::{is_valid_tag, oci_architecture};
+pub use crate::names::{OciPlatform, is_valid_tag, oci_architecture};
+pub(crate) use checker::{lexical_path, name_problem, visible};
 pub(crate) use error::shown;
 pub use error::{RecipeError, SourceSpan};
-pub use load::{Base, Recipe, RecipeOptions, read_recipe_text};
-pub(crate) use load::{lexical_path, name_problem, visible};
-pub use platforms::{OciPlatform, Platforms};
+pub use load::{Recipe, RecipeOptions, read_recipe_text};
+pub use platforms::Platforms;
 
 /// Where channel names such as `conda-forge` resolve when no alias is configured.
 pub const DEFAULT_CHANNEL_ALIAS: &str = "https://conda.anaconda.org";

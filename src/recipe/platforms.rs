@@ -5,7 +5,7 @@ use std::fmt;
 
 use rattler_conda_types::Subdir;
 
-use crate::names::oci_architecture;
+use crate::names::OciPlatform;
 
 /// The conda subdirs of a recipe, in the recipe's order: never empty, no duplicates, each a
 /// Linux subdir with an OCI architecture (checked when the recipe is read).
@@ -70,66 +70,6 @@ impl fmt::Display for Platforms {
     }
 }
 
-/// An OCI platform (`linux/arm64/v8`), as image configs and index entries name it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct OciPlatform {
-    pub architecture: &'static str,
-    pub variant: Option<&'static str>,
-}
-
-impl OciPlatform {
-    /// The OCI platform of a conda subdir; `None` for subdirs that are not Linux.
-    pub fn of(subdir: Subdir) -> Option<Self> {
-        oci_architecture(subdir).map(|(architecture, variant)| Self {
-            architecture,
-            variant,
-        })
-    }
-
-    /// The conda subdir of an OCI platform as a user writes it (`linux/arm64`, `arm64`,
-    /// `linux/arm64/v8`, or the subdir itself, `linux-aarch64`).
-    pub fn parse_subdir(text: &str) -> Option<Subdir> {
-        if let Ok(subdir) = text.parse::<Subdir>() {
-            return OciPlatform::of(subdir).map(|_| subdir);
-        }
-        let mut parts = text.split('/');
-        let first = parts.next()?;
-        let architecture = if first == "linux" {
-            parts.next()?
-        } else {
-            first
-        };
-        let variant = parts.next();
-        if parts.next().is_some() {
-            return None;
-        }
-        [
-            Subdir::Linux64,
-            Subdir::LinuxAarch64,
-            Subdir::LinuxPpc64le,
-            Subdir::LinuxS390X,
-            Subdir::LinuxArmV7l,
-            Subdir::LinuxRiscv64,
-        ]
-        .into_iter()
-        .find(|subdir| {
-            OciPlatform::of(*subdir).is_some_and(|p| {
-                p.architecture == architecture && (variant.is_none() || p.variant == variant)
-            })
-        })
-    }
-}
-
-impl fmt::Display for OciPlatform {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "linux/{}", self.architecture)?;
-        if let Some(variant) = self.variant {
-            write!(f, "/{variant}")?;
-        }
-        Ok(())
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -157,40 +97,5 @@ mod tests {
         assert_eq!(both.default_platform(), expected);
         let arm = Platforms::single(Subdir::LinuxAarch64);
         assert_eq!(arm.default_platform(), Subdir::LinuxAarch64);
-    }
-
-    #[test]
-    fn oci_platforms_parse_from_the_forms_users_write() {
-        for text in ["linux/arm64", "arm64", "linux/arm64/v8", "linux-aarch64"] {
-            assert_eq!(
-                OciPlatform::parse_subdir(text),
-                Some(Subdir::LinuxAarch64),
-                "{text}"
-            );
-        }
-        for text in ["linux/amd64", "amd64", "linux-64"] {
-            assert_eq!(
-                OciPlatform::parse_subdir(text),
-                Some(Subdir::Linux64),
-                "{text}"
-            );
-        }
-        for text in [
-            "win-64",
-            "linux/sparc",
-            "linux/arm64/v9",
-            "linux/arm64/v8/x",
-            "",
-        ] {
-            assert_eq!(OciPlatform::parse_subdir(text), None, "{text}");
-        }
-        assert_eq!(
-            OciPlatform::of(Subdir::LinuxAarch64).unwrap().to_string(),
-            "linux/arm64/v8"
-        );
-        assert_eq!(
-            OciPlatform::of(Subdir::Linux64).unwrap().to_string(),
-            "linux/amd64"
-        );
     }
 }

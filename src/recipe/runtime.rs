@@ -6,7 +6,7 @@ use std::collections::BTreeSet;
 
 use toml::Spanned;
 
-use super::{error::RecipeError, load::Checker};
+use super::{checker::Checker, error::RecipeError};
 
 /// The protocols an OCI config's `ExposedPorts` key may name.
 const PROTOCOLS: [&str; 3] = ["tcp", "udp", "sctp"];
@@ -157,8 +157,11 @@ mod tests {
     #[test]
     fn ports_are_keyed_as_the_config_keys_them_and_sorted() {
         let recipe = image("ports = [\"9000/udp\", \"8888\", \"0080/tcp\", \"132/sctp\"]").unwrap();
-        assert_eq!(recipe.ports, ["132/sctp", "80/tcp", "8888/tcp", "9000/udp"]);
-        assert!(image("").unwrap().ports.is_empty());
+        assert_eq!(
+            recipe.config.ports,
+            ["132/sctp", "80/tcp", "8888/tcp", "9000/udp"]
+        );
+        assert!(image("").unwrap().config.ports.is_empty());
     }
 
     #[test]
@@ -193,7 +196,7 @@ mod tests {
             "64",
         ] {
             let recipe = image(&format!("stop-signal = \"{signal}\"")).unwrap();
-            assert_eq!(recipe.stop_signal.as_deref(), Some(signal));
+            assert_eq!(recipe.config.stop_signal.as_deref(), Some(signal));
         }
         for (signal, needle) in [
             ("TERM", "write `SIGTERM`"),

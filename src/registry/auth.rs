@@ -165,9 +165,6 @@ fn keys_for(registry: &str) -> Vec<String> {
 /// containerd and podman read their configs whole too.
 pub const MAX_AUTH_FILE_BYTES: u64 = 4 << 20;
 
-/// CA bundles larger than this are refused unread: the whole Mozilla bundle is ~220 KiB.
-pub const MAX_CA_BUNDLE_BYTES: u64 = 4 << 20;
-
 fn read_auth_file(path: &Path) -> Result<Option<AuthFile>, AuthError> {
     let text = match crate::fs::read_input_text(path, MAX_AUTH_FILE_BYTES) {
         Ok(text) => text,
@@ -292,44 +289,6 @@ pub fn store(path: &Path, registry: &str, credentials: &Credentials) -> Result<(
     bytes.push(b'\n');
     crate::fs::write_atomic(path, &bytes).map_err(write)?;
     crate::fs::set_mode(path, 0o600).map_err(write)
-}
-
-/// Whether `registry`'s API answers `GET /v2/` with 200 to a request that carries no
-/// credentials and follows no challenge: such a registry asks for none, so `login` has
-/// nothing to store. Any other answer, or none at all, is `false`: this is asked only after
-/// the check with credentials passed, which has already reported what went wrong.
-pub async fn asks_for_no_credentials(
-    reference: &super::reference::Reference,
-    options: &super::client::ClientOptions,
-) -> bool {
-    let scheme = if options.insecure && reference.is_loopback() {
-        "http"
-    } else {
-        "https"
-    };
-    let Some(http) = anonymous_client(options) else {
-        return false;
-    };
-    let url = format!("{scheme}://{}/v2/", reference.api_host());
-    http.get(&url)
-        .send()
-        .await
-        .is_ok_and(|response| response.status() == reqwest::StatusCode::OK)
-}
-
-/// A client trusting what the registry client trusts, with the same timeout as a whole
-/// (one short request, so a registry that never answers cannot hold `login`).
-fn anonymous_client(options: &super::client::ClientOptions) -> Option<reqwest::Client> {
-    let mut builder = reqwest::Client::builder()
-        .user_agent(concat!("imgbuild/", env!("CARGO_PKG_VERSION")))
-        .timeout(options.timeout());
-    if let Some(path) = &options.ca_cert {
-        let pem = crate::fs::read_input(path, MAX_CA_BUNDLE_BYTES).ok()?;
-        for cert in reqwest::Certificate::from_pem_bundle(&pem).ok()? {
-            builder = builder.add_root_certificate(cert);
-        }
-    }
-    builder.build().ok()
 }
 
 #[cfg(test)]

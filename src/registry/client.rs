@@ -77,6 +77,9 @@ fn shown_size(bytes: u64) -> String {
     }
 }
 
+/// CA bundles larger than this are refused unread: the whole Mozilla bundle is ~220 KiB.
+pub const MAX_CA_BUNDLE_BYTES: u64 = 4 << 20;
+
 /// How to reach registries.
 #[derive(Debug, Clone, Default)]
 pub struct ClientOptions {
@@ -393,19 +396,7 @@ impl RepositoryClient {
             .user_agent(concat!("imgbuild/", env!("CARGO_PKG_VERSION")))
             .connect_timeout(timeout);
         if let Some(path) = &options.ca_cert {
-            let pem =
-                crate::fs::read_input(path, super::auth::MAX_CA_BUNDLE_BYTES).map_err(|e| {
-                    RegistryError::CaCert {
-                        path: path.clone(),
-                        source: Box::new(e),
-                    }
-                })?;
-            for cert in
-                reqwest::Certificate::from_pem_bundle(&pem).map_err(|e| RegistryError::CaCert {
-                    path: path.clone(),
-                    source: Box::new(e),
-                })?
-            {
+            for cert in ca_certificates(path)? {
                 builder = builder.add_root_certificate(cert);
             }
         }
@@ -1014,6 +1005,50 @@ fn parse_challenge(challenge: &str) -> Option<(String, Vec<(String, String)>)> {
         rest = remainder.trim_start().trim_start_matches(',').trim_start();
     }
     Some((scheme.to_string(), params))
+}
+
+/// Whether `registry`'s API answers `GET /v2/` with 200 to a request that carries no
+/// credentials and follows no challenge: such a registry asks for none, so `login` has
+/// nothing to store. Any other answer, or none at all, is `false`: this is asked only after
+/// the check with credentials passed, which has already reported what went wrong.
+pub async fn asks_for_no_credentials(reference: &Reference, options: &ClientOptions) -> bool {
+    let scheme = if options.insecure && reference.is_loopback() {
+        "http"
+    } else {
+        "https"
+    };
+    let Some(http) = anonymous_client(options) else {
+        return false;
+    };
+    let url = format!("{scheme}://{}/v2/", reference.api_host());
+    http.get(&url)
+        .send()
+        .await
+        .is_ok_and(|response| response.status() == reqwest::StatusCode::OK)
+}
+
+/// A client trusting what the registry client trusts, with the same timeout as a whole
+/// (one short request, so a registry that never answers cannot hold `login`).
+fn anonymous_client(options: &ClientOptions) -> Option<reqwest::Client> {
+    let mut builder = reqwest::Client::builder()
+        .user_agent(concat!("imgbuild/", env!("CARGO_PKG_VERSION")))
+        .timeout(options.timeout());
+    if let Some(path) = &options.ca_cert {
+        for cert in ca_certificates(path).ok()? {
+            builder = builder.add_root_certificate(cert);
+        }
+    }
+    builder.build().ok()
+}
+
+/// The certificates of the CA bundle at `path`, read bounded.
+fn ca_certificates(path: &std::path::Path) -> Result<Vec<reqwest::Certificate>, RegistryError> {
+    let error = |source| RegistryError::CaCert {
+        path: path.to_path_buf(),
+        source,
+    };
+    let pem = crate::fs::read_input(path, MAX_CA_BUNDLE_BYTES).map_err(|e| error(Box::new(e)))?;
+    reqwest::Certificate::from_pem_bundle(&pem).map_err(|e| error(Box::new(e)))
 }
 
 #[cfg(test)]

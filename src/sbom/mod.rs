@@ -20,7 +20,8 @@ use sha2::{Digest, Sha256};
 
 use crate::{
     lock::{Lock, LockError, LockedBase, ResolvedWheel},
-    recipe::{Base, OciPlatform, Recipe, RecipeError, RecipeOptions},
+    recipe::{OciPlatform, Recipe, RecipeError, RecipeOptions},
+    reference::Base,
 };
 
 /// What the SBOM describes besides the lock's packages.

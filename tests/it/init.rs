@@ -125,7 +125,7 @@ fn an_environment_yml_becomes_a_recipe_that_builds() {
             "cuda-cudart 11.8.*"
         ]
     );
-    assert_eq!(recipe.env["HELLO_MODE"], "production");
+    assert_eq!(recipe.config.env["HELLO_MODE"], "production");
 
     // It builds against the test channel, with the pinned versions.
     project

@@ -140,21 +140,21 @@ fn starter_recipes_keep_their_promises() {
 
     // Jupyter: non-root, port 8888, and nothing that turns the token off or bakes one in.
     let jupyter = load("jupyter");
-    let user = jupyter.user.as_deref().unwrap();
+    let user = jupyter.config.user.as_deref().unwrap();
     assert!(
         !user.starts_with('0') && user != "root",
         "non-root user, got {user}"
     );
-    let cmd = jupyter.cmd.as_ref().unwrap().join(" ");
+    let cmd = jupyter.config.cmd.as_ref().unwrap().join(" ");
     assert!(cmd.contains("--port=8888"), "{cmd}");
     assert!(
         !cmd.to_lowercase().contains("token"),
         "no token on the command line: {cmd}"
     );
     assert!(
-        !jupyter.env.contains_key("JUPYTER_TOKEN"),
+        !jupyter.config.env.contains_key("JUPYTER_TOKEN"),
         "no token baked into the image"
     );
-    assert_eq!(jupyter.labels["dev.imgbuild.port"], "8888/tcp");
+    assert_eq!(jupyter.config.labels["dev.imgbuild.port"], "8888/tcp");
     assert!(specs(&jupyter).iter().any(|s| s.starts_with("jupyterlab")));
 }

@@ -13,7 +13,7 @@ use std::path::Path;
 
 use imgbuild::{
     recipe::{Recipe, RecipeOptions},
-    resolve::{ResolveError, ResolveOptions, Target, resolve_recipe},
+    resolve::{Environment, ResolveError, ResolveOptions, Target, resolve_environment},
 };
 use rattler_conda_types::RepoDataRecord;
 use serde_json::{Value, json};
@@ -277,8 +277,8 @@ async fn py39_torch21_picks_the_cuda_11_8_build_from_the_real_pytorch_index() {
     );
     let target = Target::for_recipe(&recipe, recipe.platforms.as_slice()[0], None);
     let cache = root.path().join("cache");
-    let records = resolve_recipe(
-        &recipe,
+    let records = resolve_environment(
+        &Environment::of(&recipe),
         &target,
         &ResolveOptions {
             cache_dir: &cache,
@@ -398,8 +398,8 @@ async fn torch21_matrix_solves_each_variant_to_its_python_and_cuda_build() {
             .find(|p| p.name.as_normalized() == "__cuda")
             .unwrap();
         assert_eq!(virtual_cuda.version.to_string(), cuda);
-        let records = resolve_recipe(
-            &recipe,
+        let records = resolve_environment(
+            &Environment::of(&recipe),
             &target,
             &ResolveOptions {
                 cache_dir: &cache,
@@ -498,8 +498,8 @@ impl Solve {
     async fn solve(&self) -> Result<Vec<RepoDataRecord>, ResolveError> {
         let target = Target::for_recipe(&self.recipe, self.recipe.platforms.as_slice()[0], None);
         let cache = self.root.path().join("cache");
-        resolve_recipe(
-            &self.recipe,
+        resolve_environment(
+            &Environment::of(&self.recipe),
             &target,
             &ResolveOptions {
                 cache_dir: &cache,
