@@ -59,7 +59,7 @@ impl<'a> Writer<'a> {
             .reporter
             .on_stage(Stage::Write, &layout.dir.display().to_string());
         let (digest, images) = self.write_images(platforms, &layers)?;
-        let removed = layout.collect_garbage()?;
+        let removed = layout.collect_garbage(self.cx.reporter)?;
         tracing::debug!("removed {removed} unreferenced blobs");
         timings.push((Stage::Write, started.elapsed()));
         let manifests = platforms
@@ -115,7 +115,7 @@ impl<'a> Writer<'a> {
             // A cache directory that is a link or a file is not written through: the build
             // goes on without it.
             Err(err) if err.kind() == std::io::ErrorKind::InvalidData => {
-                tracing::warn!("not using the layer cache: {err}");
+                reporter.on_warning(&format!("not using the layer cache: {err}"));
                 None
             }
             Err(source) => {
