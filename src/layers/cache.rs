@@ -20,13 +20,16 @@
 //! machine. An entry enters an image only once this machine has seen that it holds what its
 //! key says ([`verify`]: the blob decompressed is the layer's tar, byte for byte; a seekable
 //! layer is built again and must come out the same); then its key file is sealed with this
-//! machine's key ([`seal`]), and a sealed hit costs one sha256 of the blob. An entry that
-//! fails is evicted, named in a warning, and the layer is built again. Key files and blobs
-//! are opened without following links, as regular files of bounded size.
+//! machine's key ([`seal`]). The seal also covers the blob file's identity (device, inode,
+//! size, mtime and ctime): while that is unchanged, a hit reads nothing of the blob; once it
+//! changed (a link added or removed, a write, a restore), the hit costs one sha256 of the
+//! blob and is sealed again. An entry that fails is evicted, named in a warning, and the
+//! layer is built again. Key files and blobs are opened without following links, as regular
+//! files of bounded size.
 
 use std::{
     collections::BTreeMap,
-    fs::File,
+    fs::{File, Metadata},
     io::{Read, Seek, Write},
     os::unix::fs::{MetadataExt, OpenOptionsExt},
     path::{Path, PathBuf},
@@ -37,10 +40,10 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use super::{
+    built::LayerBlob,
     compress::Compression,
     plan::{LayerKind, PlannedLayer},
     tar::{Entry, TarError},
-    write::LayerBlob,
 };
 
 pub mod seal;
@@ -66,6 +69,10 @@ pub struct CachedBlob {
     /// This machine's seal ([`seal`]) once the entry was verified here.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     seal: Option<String>,
+    /// This machine's seal of the same claims and of the blob file's identity when it was
+    /// last checked ([`identity`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    identity_seal: Option<String>,
 }
 
 impl CachedBlob {
@@ -77,6 +84,7 @@ impl CachedBlob {
             tar_size: blob.tar_size,
             annotations: blob.annotations.clone(),
             seal: None,
+            identity_seal: None,
         }
     }
 
@@ -93,6 +101,49 @@ impl CachedBlob {
             self.annotations,
         ])
     }
+
+    /// What an identity seal covers: the sealed fields and the blob file's identity.
+    fn identity_fields(
+        &self,
+        key: &str,
+        compression: Compression,
+        blob: &Metadata,
+    ) -> serde_json::Value {
+        serde_json::json!([
+            "identity",
+            self.sealed_fields(key, compression),
+            identity(blob)
+        ])
+    }
+}
+
+/// What tells one state of a blob file from another without reading it. A write moves
+/// mtime and ctime, and nothing but the clock sets ctime (`utimensat` can put mtime back,
+/// never ctime); a restored, copied or replaced file is a new inode with a new ctime. So an
+/// unchanged identity means unchanged bytes. Links added or removed move ctime too: the
+/// next hit then reads the blob once. (With coarse timestamps a write in the same clock
+/// tick as the seal keeps ctime; that window is the few milliseconds after a check.)
+fn identity(blob: &Metadata) -> serde_json::Value {
+    serde_json::json!([
+        blob.dev(),
+        blob.ino(),
+        blob.size(),
+        blob.mtime(),
+        blob.mtime_nsec(),
+        blob.ctime(),
+        blob.ctime_nsec(),
+    ])
+}
+
+/// How much of a cached entry had to be checked before it could be used.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HitCheck {
+    /// Sealed, and the blob file's identity is what was sealed: nothing was read.
+    Unchanged,
+    /// Sealed, and the blob was read for its digest.
+    Digest,
+    /// Not sealed by this machine: the blob was decompressed and compared with the tar.
+    Full,
 }
 
 /// Why an entry is refused, and the blob its key file names (to evict with it).
@@ -100,8 +151,8 @@ type EntryError = (String, Option<String>);
 
 /// What the cache holds under a key.
 pub enum Fetched {
-    /// A verified entry, linked into the blobs directory.
-    Hit(LayerBlob),
+    /// A verified entry, linked into the blobs directory, and what its check took.
+    Hit(LayerBlob, HitCheck),
     /// Nothing usable: build the layer.
     Miss,
     /// A seekable entry not verified here: build the layer, then [`LayerCache::store`] it
@@ -156,8 +207,9 @@ impl LayerCache {
     }
 
     /// The entry under `key` of layer `name`, checked before use: sealed by this machine and
-    /// its blob's digest right, or verified in full against the tar `write_tar` makes (then
-    /// sealed). An entry that fails is evicted with a warning naming the layer.
+    /// its blob unchanged since, or its blob's digest right, or verified in full against the
+    /// tar `write_tar` makes (then sealed). An entry that fails is evicted with a warning
+    /// naming the layer.
     pub fn fetch(
         &self,
         name: &str,
@@ -166,45 +218,52 @@ impl LayerCache {
         blobs_dir: &Path,
         write_tar: &dyn Fn(&mut dyn Write) -> Result<(), TarError>,
     ) -> std::io::Result<Fetched> {
-        let (cached, mut file) = match self.open_entry(key) {
+        let (cached, mut file, checked_meta) = match self.open_entry(key) {
             Ok(Some(entry)) => entry,
             Ok(None) => return Ok(Fetched::Miss),
             Err((why, digest)) => return Ok(self.reject(name, key, digest.as_deref(), &why)),
         };
-        let sealed = self.is_sealed(key, &cached, compression);
-        let checked = if sealed {
-            check_digest(&mut file, &cached).map_err(|e| e.to_string())
-        } else if compression.seekable().is_some() {
-            return Ok(Fetched::Rebuild {
-                claimed: cached.digest,
-            });
-        } else {
-            verify::plain(&mut file, &cached, compression, write_tar).map_err(|e| e.to_string())
+        let check = self.check_needed(key, &cached, compression, &checked_meta);
+        let checked = match check {
+            HitCheck::Unchanged => Ok(()),
+            HitCheck::Digest => check_digest(&mut file, &cached).map_err(|e| e.to_string()),
+            HitCheck::Full if compression.seekable().is_some() => {
+                return Ok(Fetched::Rebuild {
+                    claimed: cached.digest,
+                });
+            }
+            HitCheck::Full => {
+                verify::plain(&mut file, &cached, compression, write_tar).map_err(|e| e.to_string())
+            }
         };
         if let Err(why) = checked {
             return Ok(self.reject(name, key, Some(&cached.digest), &why));
         }
         let source = self.blob_path(&cached.digest);
-        if let Err(err) = link_verified(&file, &source, &cached.digest, blobs_dir) {
-            return Ok(self.reject(name, key, Some(&cached.digest), &err.to_string()));
+        let linked = match link_verified(&file, &source, &cached.digest, blobs_dir) {
+            Ok(linked) => linked,
+            Err(err) => return Ok(self.reject(name, key, Some(&cached.digest), &err.to_string())),
+        };
+        if self.seal_key.is_some() && (check != HitCheck::Unchanged || linked) {
+            self.reseal(key, &cached, compression, &file, &checked_meta);
         }
-        if !sealed && self.seal_key.is_some() {
-            self.write_key_file(key, &cached, compression);
-        }
-        Ok(Fetched::Hit(LayerBlob {
-            diff_id: cached.diff_id,
-            digest: cached.digest,
-            size: cached.size,
-            tar_size: cached.tar_size,
-            media_type: compression.media_type(),
-            annotations: cached.annotations,
-        }))
+        Ok(Fetched::Hit(
+            LayerBlob {
+                diff_id: cached.diff_id,
+                digest: cached.digest,
+                size: cached.size,
+                tar_size: cached.tar_size,
+                media_type: compression.media_type(),
+                annotations: cached.annotations,
+            },
+            check,
+        ))
     }
 
     /// The key file under `key` and its blob, opened; `Ok(None)` when there is no entry,
     /// `Err` with the reason when there is one that cannot be what it says.
     /// The error carries the blob's digest once the key file named a well-formed one.
-    fn open_entry(&self, key: &str) -> Result<Option<(CachedBlob, File)>, EntryError> {
+    fn open_entry(&self, key: &str) -> Result<Option<(CachedBlob, File, Metadata)>, EntryError> {
         let text = match open_regular(&self.key_path(key)) {
             Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(None),
             opened => {
@@ -218,21 +277,62 @@ impl LayerCache {
         }
         let blob_err = |e: std::io::Error| (format!("blob: {e}"), Some(cached.digest.clone()));
         let file = open_regular(&self.blob_path(&cached.digest)).map_err(blob_err)?;
-        let size = file.metadata().map_err(blob_err)?.len();
-        if size != cached.size {
-            let why = format!("blob: {size} bytes, its key file says {}", cached.size);
+        let meta = file.metadata().map_err(blob_err)?;
+        if meta.len() != cached.size {
+            let why = format!(
+                "blob: {} bytes, its key file says {}",
+                meta.len(),
+                cached.size
+            );
             return Err((why, Some(cached.digest)));
         }
-        Ok(Some((cached, file)))
+        Ok(Some((cached, file, meta)))
     }
 
-    fn is_sealed(&self, key: &str, cached: &CachedBlob, compression: Compression) -> bool {
-        match (&self.seal_key, &cached.seal) {
-            (Some(machine), Some(seal)) => {
-                machine.is_seal_of(seal, &cached.sealed_fields(key, compression))
-            }
-            _ => false,
+    /// The least check that shows the entry is what it claims, given the seals it carries
+    /// and its blob file's identity `blob`.
+    fn check_needed(
+        &self,
+        key: &str,
+        cached: &CachedBlob,
+        compression: Compression,
+        blob: &Metadata,
+    ) -> HitCheck {
+        let Some(machine) = &self.seal_key else {
+            return HitCheck::Full;
+        };
+        let sealed = |seal: &Option<String>, fields: serde_json::Value| {
+            seal.as_deref()
+                .is_some_and(|seal| machine.is_seal_of(seal, &fields))
+        };
+        if sealed(
+            &cached.identity_seal,
+            cached.identity_fields(key, compression, blob),
+        ) {
+            HitCheck::Unchanged
+        } else if sealed(&cached.seal, cached.sealed_fields(key, compression)) {
+            HitCheck::Digest
+        } else {
+            HitCheck::Full
         }
+    }
+
+    /// Seals the entry checked through `file` again, with the identity its blob has now
+    /// (a link since the check moved its ctime). If its bytes may have changed since the
+    /// check (size or mtime moved), the identity is left unsealed: the next hit reads it.
+    fn reseal(
+        &self,
+        key: &str,
+        cached: &CachedBlob,
+        compression: Compression,
+        file: &File,
+        checked: &Metadata,
+    ) {
+        let now = file.metadata().ok().filter(|now| {
+            (now.size(), now.mtime(), now.mtime_nsec())
+                == (checked.size(), checked.mtime(), checked.mtime_nsec())
+        });
+        self.write_key_file(key, cached, compression, now.as_ref());
     }
 
     /// Warns that the entry of layer `name` under `key` is not used, and evicts it.
@@ -289,17 +389,27 @@ impl LayerCache {
             std::fs::remove_file(&target)?;
         }
         crate::fs::link_or_copy(blob_path, &target)?;
-        self.write_key_file(key, &CachedBlob::of(blob), compression);
+        // This build wrote the blob: its identity now is the one to seal.
+        let meta = open_regular(&target)?.metadata()?;
+        self.write_key_file(key, &CachedBlob::of(blob), compression, Some(&meta));
         Ok(())
     }
 
-    /// Writes the key file of `cached` under `key`, sealed when this machine has a key.
-    fn write_key_file(&self, key: &str, cached: &CachedBlob, compression: Compression) {
+    /// Writes the key file of `cached` under `key`, sealed when this machine has a key, with
+    /// the blob file's identity `blob` when given.
+    fn write_key_file(
+        &self,
+        key: &str,
+        cached: &CachedBlob,
+        compression: Compression,
+        blob: Option<&Metadata>,
+    ) {
         let mut cached = cached.clone();
-        cached.seal = self
-            .seal_key
-            .as_ref()
-            .map(|machine| machine.seal(&cached.sealed_fields(key, compression)));
+        let machine = self.seal_key.as_ref();
+        cached.seal = machine.map(|m| m.seal(&cached.sealed_fields(key, compression)));
+        cached.identity_seal = machine
+            .zip(blob)
+            .map(|(m, blob)| m.seal(&cached.identity_fields(key, compression, blob)));
         let written = serde_json::to_vec(&cached)
             .map_err(std::io::Error::other)
             .and_then(|json| crate::fs::write_atomic(&self.key_path(key), &json));
@@ -393,31 +503,32 @@ fn check_digest(file: &mut File, cached: &CachedBlob) -> std::io::Result<()> {
 }
 
 /// Puts the checked blob `file` (opened from `source`) into `blobs_dir`: a hard link that
-/// must be `file`'s inode (a swap since the check is refused), else a copy of `file`.
+/// must be `file`'s inode (a swap since the check is refused), else a copy of `file`. Says
+/// whether it linked (which moves the blob's ctime).
 fn link_verified(
     file: &File,
     source: &Path,
     digest: &str,
     blobs_dir: &Path,
-) -> std::io::Result<()> {
+) -> std::io::Result<bool> {
     let target = blobs_dir.join(digest.trim_start_matches("sha256:"));
     if std::fs::symlink_metadata(&target).is_ok() {
         // Content-addressed: the layout already holds these bytes.
-        return Ok(());
+        return Ok(false);
     }
     let checked = file.metadata()?;
     match std::fs::hard_link(source, &target) {
         Ok(()) => {
             let linked = std::fs::symlink_metadata(&target)?;
             if (linked.dev(), linked.ino()) == (checked.dev(), checked.ino()) {
-                return Ok(());
+                return Ok(true);
             }
             std::fs::remove_file(&target)?;
             Err(std::io::Error::other(
                 "its blob was replaced while it was checked",
             ))
         }
-        Err(err) if err.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
+        Err(err) if err.kind() == std::io::ErrorKind::AlreadyExists => Ok(false),
         Err(_) => {
             let mut temp = tempfile::Builder::new()
                 .prefix(".imgbuild-")
@@ -428,7 +539,7 @@ fn link_verified(
             temp.as_file().sync_all()?;
             crate::fs::set_mode(temp.path(), 0o644)?;
             temp.persist(&target).map_err(|err| err.error)?;
-            Ok(())
+            Ok(false)
         }
     }
 }

@@ -4,6 +4,7 @@
 //! The recipe's accounts and files are layers of entries with their own owners ([`owned`]).
 
 mod blob_file;
+pub mod built;
 pub mod cache;
 pub mod compress;
 pub mod owned;
@@ -13,6 +14,6 @@ pub mod tar;
 pub mod write;
 
 pub use crate::compression::Compression;
+pub use built::{BuiltLayer, LayerBlob};
 pub use owned::{OwnedEntry, OwnedLayer};
 pub use plan::{LayerKind, LayerPlan, PlannedLayer, plan_layers};
-pub use write::{BuiltLayer, LayerBlob};

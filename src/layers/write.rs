@@ -18,30 +18,14 @@ use sha2::{Digest, Sha256};
 
 use super::{
     blob_file::BlobFile,
+    built::{BuiltLayer, LayerBlob},
     cache::{Fetched, LayerCache, layer_key},
     compress::{CompressPool, Compression},
     owned::{OwnedLayer, write_owned_tar},
-    plan::{LayerKind, LayerPlan, PlannedLayer},
+    plan::{LayerPlan, PlannedLayer},
     seekable::SeekableWriter,
     tar::{TarError, entries, prefetch_first, write_entries},
 };
-
-/// A layer written to the blob store.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LayerBlob {
-    /// sha256 of the uncompressed tar, `sha256:<hex>`.
-    pub diff_id: String,
-    /// sha256 of the compressed blob, `sha256:<hex>`.
-    pub digest: String,
-    /// Size of the compressed blob in bytes.
-    pub size: u64,
-    /// Size of the uncompressed tar in bytes.
-    pub tar_size: u64,
-    pub media_type: &'static str,
-    /// Annotations the manifest gives this layer's descriptor: where an eStargz or
-    /// zstd:chunked layer's TOC is, for lazy and partial pulls.
-    pub annotations: BTreeMap<String, String>,
-}
 
 #[derive(Debug, thiserror::Error)]
 pub enum WriteError {
@@ -96,19 +80,6 @@ impl<W: Write> Write for HashingWriter<W> {
     fn flush(&mut self) -> std::io::Result<()> {
         self.inner.flush()
     }
-}
-
-/// A layer of the image as built: what it holds and its blob.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct BuiltLayer {
-    pub kind: LayerKind,
-    /// As [`PlannedLayer::name`].
-    pub name: String,
-    /// The packages in the layer, named as [`LayerKind`] says, empty for the image layer.
-    pub packages: Vec<String>,
-    pub blob: LayerBlob,
-    /// Taken from the layer cache (or an unchanged image) instead of compressed.
-    pub reused: bool,
 }
 
 /// Where and how layers are written.
@@ -206,7 +177,10 @@ impl LayerWriter<'_> {
             .fetch(name, &key, self.compression, self.blobs_dir, &write_tar)
             .map_err(|e| blob_err(self.blobs_dir, e))?;
         let claimed = match fetched {
-            Fetched::Hit(blob) => return Ok((blob, true)),
+            Fetched::Hit(blob, check) => {
+                tracing::debug!("layer `{name}`: from the layer cache ({check:?})");
+                return Ok((blob, true));
+            }
             Fetched::Miss => None,
             Fetched::Rebuild { claimed } => Some(claimed),
         };

@@ -512,3 +512,91 @@ fn zstd_and_seekable_layers_are_verified_too() {
         assert!(!run.stderr.contains("fails its check"), "{}", run.stderr);
     }
 }
+
+/// The second project's build on `key`, logging how each cached layer was checked.
+fn rebuild_logged(second: &Project, key: &Path) -> Run {
+    let key = key.to_str().unwrap();
+    second.run_with(
+        &["build", "recipes/image.toml", "--locked"],
+        &[
+            ("IMGBUILD_CACHE_KEY_FILE", key),
+            ("IMGBUILD_LOG", "warn,imgbuild::layers=debug"),
+        ],
+        None,
+    )
+}
+
+/// How the run took the `hello` layer from the cache (`Unchanged`, `Digest`, `Full`).
+fn hello_check(run: &Run) -> String {
+    let line = run
+        .stderr
+        .lines()
+        .find(|l| l.contains(LAYER) && l.contains("from the layer cache"))
+        .unwrap_or_else(|| panic!("no cache hit of {LAYER}:\n{}", run.stderr));
+    let check = line.rsplit_once('(').unwrap().1;
+    check.trim_end_matches(')').to_string()
+}
+
+#[test]
+fn a_sealed_blob_left_as_it_was_is_not_read_again() {
+    let cold = Cold::build("unchanged", "");
+    let key = cold.machine_key();
+    // Stored by the cold build with its identity sealed; linking it into a layout moves
+    // its ctime, and the hit seals it again: hit after hit reads nothing. (The projects
+    // are kept: dropping one removes its layout's links.)
+    let mut kept = Vec::new();
+    for _ in 0..2 {
+        let next = cold.second();
+        let run = rebuild_logged(&next, &key);
+        cold.assert_correct(&next, &run);
+        assert_eq!(hello_check(&run), "Unchanged", "{}", run.stderr);
+        kept.push(next);
+    }
+    // A layout removed takes a link away: the next hit reads the blob's digest once.
+    drop(kept);
+    let next = cold.second();
+    let run = rebuild_logged(&next, &key);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert_eq!(run.digest(), cold.digest);
+    assert_eq!(hello_check(&run), "Digest", "{}", run.stderr);
+    let next = cold.second();
+    let run = rebuild_logged(&next, &key);
+    assert_eq!(hello_check(&run), "Unchanged", "{}", run.stderr);
+}
+
+#[test]
+fn a_blob_written_in_place_with_its_mtime_put_back_is_caught() {
+    let cold = Cold::build("inplace", "");
+    let entry = cold.entry();
+    let blob = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&entry.blob)
+        .unwrap();
+    let before = blob.metadata().unwrap();
+    let mut bytes = Vec::new();
+    (&blob).read_to_end(&mut bytes).unwrap();
+    let middle = bytes.len() / 2;
+    bytes[middle] ^= 0x01;
+    std::os::unix::fs::FileExt::write_all_at(&blob, &bytes[middle..=middle], middle as u64)
+        .unwrap();
+    // Same inode, same size, the old mtime: only ctime tells.
+    let times = std::fs::FileTimes::new()
+        .set_modified(before.modified().unwrap())
+        .set_accessed(before.accessed().unwrap());
+    blob.set_times(times).unwrap();
+    drop(blob);
+    let second = cold.second();
+    let run = rebuild_logged(&second, &cold.machine_key());
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert_eq!(run.digest(), cold.digest, "the cold build's image");
+    assert!(
+        run.stderr.contains(LAYER) && run.stderr.contains("fails its check"),
+        "a warning naming the layer:\n{}",
+        run.stderr
+    );
+    let image = "images/inplace";
+    second
+        .run(&["verify", image, "--recipe", "recipes/image.toml"])
+        .success();
+}

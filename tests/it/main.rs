@@ -41,6 +41,7 @@ mod hostile_process;
 mod hostile_pypi;
 mod hostile_registry;
 mod hostile_runtime;
+mod hostile_silence;
 mod image_config;
 mod init;
 mod inspect;
