@@ -110,7 +110,7 @@ impl<'a> Writer<'a> {
         reporter.on_stage(Stage::Layers, &counted(total, "layer"));
         reporter.on_stage_total(Stage::Layers, total);
         let blobs_dir = self.layout.blobs_dir();
-        let cache = match LayerCache::open(&settings.cache_dir) {
+        let cache = match LayerCache::open(&settings.cache_dir, reporter) {
             Ok(cache) => Some(cache),
             // A cache directory that is a link or a file is not written through: the build
             // goes on without it.
@@ -138,8 +138,9 @@ impl<'a> Writer<'a> {
                 pool: pool.clone(),
                 cache: cache.as_ref(),
                 prefetch: &self.cx.recipe.prefetch,
+                reporter,
             };
-            let mut layers = writer.write_all(&platform.plan, reporter)?;
+            let mut layers = writer.write_all(&platform.plan)?;
             // The recipe's own layers are small next to the environment's: one at a time.
             for owned in &platform.owned {
                 let layer = writer.write_owned(owned)?;
