@@ -3,8 +3,8 @@
 //! reqwest's `Client::new()`, which rattler uses when it is given no client, panics when the
 //! machine has no CA certificates (a distroless or scratch builder image without them, a
 //! minimal container). A build from local channels needs no TLS at all, so instead of a
-//! panic: warn, and use a client that trusts no certificate, so an https request fails with
-//! its own clear error and everything else works.
+//! panic: use a client that trusts no certificate, so an https request fails with its own
+//! clear error and everything else works; the build warns of it ([`missing_certificates`]).
 //!
 //! Channel answers are bounded ([`repodata`]): what a `repodata.json` decompresses to may
 //! not pass `IMGBUILD_MAX_REPODATA_BYTES` (default 2 GiB). And no server can hold a build
@@ -59,10 +59,7 @@ pub fn client() -> Result<LazyClient, HttpError> {
             .read_timeout(timeout)
     };
     let client = builder().build().or_else(|err| {
-        tracing::warn!(
-            "no CA certificates could be loaded ({}): https channels cannot be reached; install CA certificates or set SSL_CERT_FILE",
-            error_chain(&err)
-        );
+        tracing::debug!("no CA certificates: {}", error_chain(&err));
         builder().tls_certs_only(std::iter::empty()).build()
     });
     let client = client.map_err(|err| HttpError(error_chain(&err)))?;
@@ -70,6 +67,16 @@ pub fn client() -> Result<LazyClient, HttpError> {
         .with(repodata::RepodataBound::from_env())
         .build();
     Ok(LazyClient::from(client))
+}
+
+/// The warning for a machine whose CA certificates cannot be loaded, where [`client`] goes
+/// on with none; `None` where they load. Plain data for the stage that reports.
+pub fn missing_certificates() -> Option<String> {
+    let err = reqwest::Client::builder().build().err()?;
+    Some(format!(
+        "no CA certificates could be loaded ({}): https channels cannot be reached; install CA certificates or set SSL_CERT_FILE",
+        error_chain(&err)
+    ))
 }
 
 /// The HTTP client could not be set up.

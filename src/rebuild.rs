@@ -18,7 +18,10 @@ use sha2::{Digest, Sha256};
 
 use serde::{Deserialize, Serialize};
 
-use crate::layers::{BuiltLayer, Compression, LayerBlob, LayerKind};
+use crate::{
+    layers::{BuiltLayer, Compression, LayerBlob, LayerKind},
+    report::Reporter,
+};
 
 /// The parts of a build that decide its output.
 pub struct BuildInputs<'a> {
@@ -153,17 +156,17 @@ impl BuildRecords {
     }
 
     /// Records what the build of `key` produced. Failing to record only costs a later
-    /// no-op rebuild its shortcut, so errors are logged, not returned.
-    pub fn put(&self, key: &str, record: &BuildRecord) {
+    /// no-op rebuild its shortcut, so errors are warnings, not returned.
+    pub fn put(&self, key: &str, record: &BuildRecord, reporter: &dyn Reporter) {
         let result = fs_err::create_dir_all(&self.dir).and_then(|()| {
             let json = serde_json::to_vec(record).map_err(std::io::Error::other)?;
             crate::fs::write_atomic(&self.path(key), &json)
         });
         if let Err(err) = result {
-            tracing::warn!(
+            reporter.on_warning(&format!(
                 "could not record the build in `{}`: {err}",
                 self.dir.display()
-            );
+            ));
         }
     }
 }

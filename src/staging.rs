@@ -15,17 +15,20 @@ use std::{
     time::Duration,
 };
 
-/// A build's staging tree, removed (with its lock file) when dropped.
-#[derive(Debug)]
-pub struct Staging {
+use crate::report::Reporter;
+
+/// A build's staging tree, removed (with its lock file) when dropped; `reporter` is warned
+/// when it cannot be.
+pub struct Staging<'r> {
     dir: PathBuf,
     lock_path: PathBuf,
     _lock: File,
+    reporter: &'r dyn Reporter,
 }
 
-impl Staging {
+impl<'r> Staging<'r> {
     /// Removes stale trees in `parent`, then makes and locks a new one.
-    pub fn create(parent: &Path) -> std::io::Result<Staging> {
+    pub fn create(parent: &Path, reporter: &'r dyn Reporter) -> std::io::Result<Staging<'r>> {
         fs_err::create_dir_all(parent)?;
         sweep(parent);
         loop {
@@ -68,6 +71,7 @@ impl Staging {
                 dir,
                 lock_path,
                 _lock: lock,
+                reporter,
             });
         }
     }
@@ -78,7 +82,7 @@ impl Staging {
     }
 }
 
-impl Drop for Staging {
+impl Drop for Staging<'_> {
     /// When an install fails, rattler returns the first error while its other link tasks may
     /// still be writing into the tree for a moment, so removal is retried until the tree
     /// stays gone. The lock file goes last, while still locked.
@@ -91,7 +95,10 @@ impl Drop for Staging {
                 return;
             }
         }
-        tracing::warn!("could not remove the staging tree `{}`", self.dir.display());
+        self.reporter.on_warning(&format!(
+            "could not remove the staging tree `{}`",
+            self.dir.display()
+        ));
     }
 }
 
@@ -153,7 +160,7 @@ mod tests {
     #[test]
     fn a_live_tree_is_kept_and_a_dead_one_removed() {
         let parent = tempfile::tempdir().unwrap();
-        let live = Staging::create(parent.path()).unwrap();
+        let live = Staging::create(parent.path(), &crate::report::Silent).unwrap();
         fs_err::write(live.dir().join("file"), "x").unwrap();
         // A dead build: its lock file exists but nobody holds it.
         fs_err::create_dir(parent.path().join("build-dead")).unwrap();
@@ -167,7 +174,7 @@ mod tests {
             .keep()
             .unwrap();
 
-        let other = Staging::create(parent.path()).unwrap();
+        let other = Staging::create(parent.path(), &crate::report::Silent).unwrap();
         assert!(live.dir().join("file").exists(), "a live tree is kept");
         assert!(!parent.path().join("build-dead").exists());
         assert!(!parent.path().join("build-dead.lock").exists());

@@ -138,7 +138,7 @@ pub async fn build(
     // Installing does not hold the layout; it is locked again to be written.
     drop(recorded);
 
-    let staging = create_staging(settings)?;
+    let staging = create_staging(settings, reporter)?;
     let started = Instant::now();
     let staged = Stager::new(&cx, staging.dir())
         .stage_all(&work, &lock)
@@ -147,7 +147,7 @@ pub async fn build(
 
     let _lock = layout.lock()?;
     let image = Writer::new(&cx, &layout).write(&staged, &mut timings)?;
-    records.put(&image, cx.recipe.compression);
+    records.put(&image, cx.recipe.compression, reporter);
     output.report(image, &lock, lock_report, timings, false)
 }
 
@@ -199,10 +199,10 @@ impl Records {
     }
 
     /// Records what this build produced, for the next build with the same inputs.
-    fn put(&self, image: &BuiltImage, compression: Compression) {
+    fn put(&self, image: &BuiltImage, compression: Compression, reporter: &dyn Reporter) {
         if let Some(key) = &self.key {
             let record = BuildRecord::new(&image.digest, &image.layers, compression);
-            self.records.put(key, &record);
+            self.records.put(key, &record, reporter);
         }
     }
 }

@@ -72,6 +72,9 @@ pub(super) async fn prepare(
         variant: settings.variant.clone(),
     };
     let recipe = Recipe::load(&settings.recipe_path, &options)?;
+    if let Some(warning) = crate::http::missing_certificates() {
+        reporter.on_warning(&warning);
+    }
     // Read once; checked against each platform before solving, so a smoke executable that
     // cannot run in one of the images fails now.
     let smoke = match recipe.embed_smoke {

@@ -48,19 +48,23 @@ pub(super) fn sweep_staging(settings: &BuildSettings) {
 }
 
 /// Creates the build's staging directory under the cache, away from the output: a failed
-/// build never leaves a half-made tree next to the images.
-pub(super) fn create_staging(
+/// build never leaves a half-made tree next to the images. `reporter` hears if the tree
+/// cannot be removed at the end.
+pub(super) fn create_staging<'r>(
     settings: &BuildSettings,
-) -> Result<crate::staging::Staging, BuildError> {
+    reporter: &'r dyn Reporter,
+) -> Result<crate::staging::Staging<'r>, BuildError> {
     let staging_parent = settings.cache_dir.join("staging");
     fs_err::create_dir_all(&staging_parent).map_err(|source| BuildError::Staging {
         path: staging_parent.clone(),
         source,
     })?;
     // Also removes the trees of builds that were killed (`src/staging.rs`).
-    crate::staging::Staging::create(&staging_parent).map_err(|source| BuildError::Staging {
-        path: staging_parent.clone(),
-        source,
+    crate::staging::Staging::create(&staging_parent, reporter).map_err(|source| {
+        BuildError::Staging {
+            path: staging_parent.clone(),
+            source,
+        }
     })
 }
 

@@ -64,7 +64,7 @@ impl<'a> Writer<'a> {
             .reporter
             .on_stage(Stage::Write, &layout.dir.display().to_string());
         let (digest, images) = self.write_images(platforms, &layers)?;
-        let removed = layout.collect_garbage()?;
+        let removed = layout.collect_garbage(self.cx.reporter)?;
         tracing::debug!("removed {removed} unreferenced blobs");
         timings.push((Stage::Write, started.elapsed()));
         let manifests = platforms
@@ -115,12 +115,12 @@ impl<'a> Writer<'a> {
         reporter.on_stage(Stage::Layers, &counted(total, "layer"));
         reporter.on_stage_total(Stage::Layers, total);
         let blobs_dir = self.layout.blobs_dir();
-        let cache = match LayerCache::open(&settings.cache_dir) {
+        let cache = match LayerCache::open(&settings.cache_dir, reporter) {
             Ok(cache) => Some(cache),
             // A cache directory that is a link or a file is not written through: the build
             // goes on without it.
             Err(err) if err.kind() == std::io::ErrorKind::InvalidData => {
-                tracing::warn!("not using the layer cache: {err}");
+                reporter.on_warning(&format!("not using the layer cache: {err}"));
                 None
             }
             Err(source) => {
@@ -143,8 +143,9 @@ impl<'a> Writer<'a> {
                 pool: pool.clone(),
                 cache: cache.as_ref(),
                 prefetch: &self.cx.recipe.prefetch,
+                reporter,
             };
-            let mut layers = writer.write_all(&platform.plan, reporter)?;
+            let mut layers = writer.write_all(&platform.plan)?;
             // The recipe's own layers are small next to the environment's: one at a time.
             for owned in &platform.owned {
                 let layer = writer.write_owned(owned)?;

@@ -276,8 +276,21 @@ pub fn main() -> ExitCode {
     ran.unwrap_or_else(|failure| printer.fail(&failure))
 }
 
+/// The limits read from the environment as positive integers wherever they apply; a value
+/// that is not one is ignored there, and warned of once, here.
+const LIMIT_SETTINGS: [&str; 3] = [
+    crate::compression::bounded::RATIO_ENV,
+    crate::http::repodata::MAX_REPODATA_ENV,
+    crate::smoke::extract::MAX_LIBRARY_ENV,
+];
+
 /// Runs one command: its exit code, or the failure for `main` to render.
 async fn run(cli: &Cli, printer: &Printer) -> Result<ExitCode, Failure> {
+    for name in LIMIT_SETTINGS {
+        if let Some(warning) = crate::compression::bounded::env_u64_warning(name) {
+            printer.warning(&warning);
+        }
+    }
     let env = Env::resolve(&cli.global)?;
     let registry = cli.global.registry_options();
     match &cli.command {

@@ -83,17 +83,25 @@ pub fn ratio() -> u64 {
     env_u64(RATIO_ENV).unwrap_or(MAX_RATIO)
 }
 
-/// A positive integer from the environment variable `name`; anything else is warned about
-/// and ignored (the default applies).
+/// A positive integer from the environment variable `name`; anything else is ignored (the
+/// default applies), which [`env_u64_warning`] tells the user.
 pub fn env_u64(name: &str) -> Option<u64> {
+    positive(&std::env::var(name).ok()?)
+}
+
+/// The warning for `name` when it is set to something [`env_u64`] ignores.
+pub fn env_u64_warning(name: &str) -> Option<String> {
     let value = std::env::var(name).ok()?;
-    match value.trim().parse::<u64>() {
-        Ok(n) if n > 0 => Some(n),
-        _ => {
-            tracing::warn!("{name}={value} is not a positive integer; using the default");
-            None
-        }
+    match positive(&value) {
+        Some(_) => None,
+        None => Some(format!(
+            "{name}={value} is not a positive integer; using the default"
+        )),
     }
+}
+
+fn positive(value: &str) -> Option<u64> {
+    value.trim().parse::<u64>().ok().filter(|n| *n > 0)
 }
 
 /// A reader that yields at most `bound.max` bytes of `inner` and fails with [`TooLarge`]

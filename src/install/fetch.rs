@@ -19,6 +19,7 @@ use rattler_conda_types::RepoDataRecord;
 use rattler_digest::{Md5Hash, Sha256Hash};
 
 use rattler_networking::LazyClient;
+use tokio::sync::mpsc::UnboundedSender;
 
 use super::{
     InstallError, checked, dist_name,
@@ -35,7 +36,7 @@ pub(super) async fn fetch_and_check(
     (cache, pkgs): (&PackageCache, &Path),
     cache_dir: &Path,
     client: &LazyClient,
-    events: tokio::sync::mpsc::UnboundedSender<forward_progress::Event>,
+    events: UnboundedSender<forward_progress::Event>,
 ) -> Result<Vec<PathBuf>, InstallError> {
     use futures::{StreamExt, TryStreamExt};
     let total = records.iter().filter_map(|r| r.package_record.size).sum();
@@ -93,7 +94,7 @@ async fn fetch_one(
     (cache, pkgs): (&PackageCache, &Path),
     cache_dir: &Path,
     client: &LazyClient,
-    events: tokio::sync::mpsc::UnboundedSender<forward_progress::Event>,
+    events: UnboundedSender<forward_progress::Event>,
 ) -> Result<PathBuf, InstallError> {
     let package = dist_name(record);
     let archive = record
@@ -128,7 +129,7 @@ async fn fetch_one(
         downloads: cache_dir.join("downloads"),
         client: client.clone(),
         reporter: Arc::new(forward_progress::CacheForward::new(events.clone())),
-        bytes: ArchiveBytes::new(events, record.package_record.size),
+        bytes: ArchiveBytes::new(events.clone(), record.package_record.size),
     };
 
     // rattler calls `fetch` only when the package is not in its cache yet; the closure's
@@ -162,7 +163,7 @@ async fn fetch_one(
                 .take();
             match refused {
                 Some(err) => {
-                    forget(pkgs, &package);
+                    forget(pkgs, &package, &events);
                     err
                 }
                 None => InstallError::Fetch {
@@ -182,14 +183,15 @@ async fn fetch_one(
         return Ok(dir);
     }
     if let Err(err) = check_extracted(&job, &dir, !extracted_here.load(Ordering::SeqCst)).await {
-        forget(pkgs, &package);
+        forget(pkgs, &package, &events);
         return Err(err);
     }
     if let Some(sha256) = &sha256
         && let Err(err) = checked::mark(cache_dir, sha256, &dir)
     {
         // Only costs the next build a full check.
-        tracing::warn!("could not record that {package} was checked: {err}");
+        let warning = format!("could not record that {package} was checked: {err}");
+        let _ = events.send(forward_progress::Event::Warning(warning));
     }
     job.bytes.finish();
     Ok(dir)
@@ -197,12 +199,14 @@ async fn fetch_one(
 
 /// Removes what the cache holds of the refused package `package` (its extracted copy and
 /// rattler's metadata file beside it), so nothing of it stays; the whole-cache lock is held.
-fn forget(pkgs: &Path, package: &str) {
+/// What cannot be removed is a warning on `events`.
+fn forget(pkgs: &Path, package: &str, events: &UnboundedSender<forward_progress::Event>) {
     let dir = pkgs.join(package);
     if dir.is_dir()
         && let Err(e) = fs_err::remove_dir_all(&dir)
     {
-        tracing::warn!("could not remove the refused package's copy: {e}");
+        let warning = format!("could not remove the refused package's copy: {e}");
+        let _ = events.send(forward_progress::Event::Warning(warning));
     }
     let _ = std::fs::remove_file(pkgs.join(format!("{package}.lock")));
 }

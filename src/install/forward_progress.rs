@@ -27,6 +27,8 @@ pub(super) enum Event {
     ArchiveTotal(u64),
     /// Archive bytes checked and extracted.
     Archive(u64),
+    /// Something the user should hear of that does not stop the install.
+    Warning(String),
 }
 
 pub(super) struct Forward {
@@ -150,6 +152,7 @@ fn deliver(event: Event, reporter: &dyn crate::report::Reporter) {
         Event::Linked(name) => reporter.on_item_done(Stage::Install, &name, 0),
         Event::ArchiveTotal(bytes) => reporter.on_progress(Progress::PackageBytesTotal(bytes)),
         Event::Archive(bytes) => reporter.on_progress(Progress::PackageBytes(bytes)),
+        Event::Warning(message) => reporter.on_warning(&message),
     }
 }
 

@@ -39,6 +39,8 @@ use std::{
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
+use crate::report::Reporter;
+
 use super::{
     built::LayerBlob,
     compress::Compression,
@@ -169,14 +171,15 @@ pub struct LayerCache {
 }
 
 impl LayerCache {
-    /// The cache under `cache_dir`, created if missing, sealed with this machine's key.
-    /// Its directories must be directories, not links to elsewhere.
-    pub fn open(cache_dir: &Path) -> std::io::Result<Self> {
+    /// The cache under `cache_dir`, created if missing, sealed with this machine's key
+    /// (`reporter` is warned when there is none to use). Its directories must be
+    /// directories, not links to elsewhere.
+    pub fn open(cache_dir: &Path, reporter: &dyn Reporter) -> std::io::Result<Self> {
         let root = cache_dir.join("layers");
         let cache = Self {
             blobs: root.join("blobs"),
             keys: root.join("keys"),
-            seal_key: machine_key(cache_dir),
+            seal_key: machine_key(cache_dir, reporter),
         };
         for dir in [&root, &cache.blobs, &cache.keys] {
             match std::fs::symlink_metadata(dir) {
@@ -209,7 +212,7 @@ impl LayerCache {
     /// The entry under `key` of layer `name`, checked before use: sealed by this machine and
     /// its blob unchanged since, or its blob's digest right, or verified in full against the
     /// tar `write_tar` makes (then sealed). An entry that fails is evicted with a warning
-    /// naming the layer.
+    /// to `reporter` naming the layer.
     pub fn fetch(
         &self,
         name: &str,
@@ -217,11 +220,19 @@ impl LayerCache {
         compression: Compression,
         blobs_dir: &Path,
         write_tar: &dyn Fn(&mut dyn Write) -> Result<(), TarError>,
+        reporter: &dyn Reporter,
     ) -> std::io::Result<Fetched> {
+        let reject = |digest: Option<&str>, why: &str| {
+            reporter.on_warning(&format!(
+                "layer `{name}`: the layer cache's entry {key} fails its check ({why}); evicted, building the layer again"
+            ));
+            self.evict(key, digest);
+            Fetched::Miss
+        };
         let (cached, mut file, checked_meta) = match self.open_entry(key) {
             Ok(Some(entry)) => entry,
             Ok(None) => return Ok(Fetched::Miss),
-            Err((why, digest)) => return Ok(self.reject(name, key, digest.as_deref(), &why)),
+            Err((why, digest)) => return Ok(reject(digest.as_deref(), &why)),
         };
         let check = self.check_needed(key, &cached, compression, &checked_meta);
         let checked = match check {
@@ -237,15 +248,16 @@ impl LayerCache {
             }
         };
         if let Err(why) = checked {
-            return Ok(self.reject(name, key, Some(&cached.digest), &why));
+            return Ok(reject(Some(&cached.digest), &why));
         }
         let source = self.blob_path(&cached.digest);
         let linked = match link_verified(&file, &source, &cached.digest, blobs_dir) {
             Ok(linked) => linked,
-            Err(err) => return Ok(self.reject(name, key, Some(&cached.digest), &err.to_string())),
+            Err(err) => return Ok(reject(Some(&cached.digest), &err.to_string())),
         };
         if self.seal_key.is_some() && (check != HitCheck::Unchanged || linked) {
-            self.reseal(key, &cached, compression, &file, &checked_meta);
+            let now = resealable(&file, &checked_meta);
+            self.write_key_file(key, &cached, compression, now.as_ref(), reporter);
         }
         Ok(Fetched::Hit(
             LayerBlob {
@@ -317,33 +329,6 @@ impl LayerCache {
         }
     }
 
-    /// Seals the entry checked through `file` again, with the identity its blob has now
-    /// (a link since the check moved its ctime). If its bytes may have changed since the
-    /// check (size or mtime moved), the identity is left unsealed: the next hit reads it.
-    fn reseal(
-        &self,
-        key: &str,
-        cached: &CachedBlob,
-        compression: Compression,
-        file: &File,
-        checked: &Metadata,
-    ) {
-        let now = file.metadata().ok().filter(|now| {
-            (now.size(), now.mtime(), now.mtime_nsec())
-                == (checked.size(), checked.mtime(), checked.mtime_nsec())
-        });
-        self.write_key_file(key, cached, compression, now.as_ref());
-    }
-
-    /// Warns that the entry of layer `name` under `key` is not used, and evicts it.
-    fn reject(&self, name: &str, key: &str, digest: Option<&str>, why: &str) -> Fetched {
-        tracing::warn!(
-            "layer `{name}`: the layer cache's entry {key} fails its check ({why}); evicted, building the layer again"
-        );
-        self.evict(key, digest);
-        Fetched::Miss
-    }
-
     /// Removes the key file under `key` and the blob `digest` names (a link or file, never
     /// what a link points at; a directory is left).
     pub fn evict(&self, key: &str, digest: Option<&str>) {
@@ -376,13 +361,15 @@ impl LayerCache {
         Ok(file)
     }
 
-    /// Records `blob`, written by this build at `blob_path`, under `key`, sealed.
+    /// Records `blob`, written by this build at `blob_path`, under `key`, sealed; a key file
+    /// that cannot be written is a warning to `reporter`.
     pub fn store(
         &self,
         key: &str,
         blob: &LayerBlob,
         blob_path: &Path,
         compression: Compression,
+        reporter: &dyn Reporter,
     ) -> std::io::Result<()> {
         let target = self.blob_path(&blob.digest);
         if std::fs::symlink_metadata(&target).is_ok_and(|m| !m.is_file()) {
@@ -391,7 +378,13 @@ impl LayerCache {
         crate::fs::link_or_copy(blob_path, &target)?;
         // This build wrote the blob: its identity now is the one to seal.
         let meta = open_regular(&target)?.metadata()?;
-        self.write_key_file(key, &CachedBlob::of(blob), compression, Some(&meta));
+        self.write_key_file(
+            key,
+            &CachedBlob::of(blob),
+            compression,
+            Some(&meta),
+            reporter,
+        );
         Ok(())
     }
 
@@ -403,6 +396,7 @@ impl LayerCache {
         cached: &CachedBlob,
         compression: Compression,
         blob: Option<&Metadata>,
+        reporter: &dyn Reporter,
     ) {
         let mut cached = cached.clone();
         let machine = self.seal_key.as_ref();
@@ -414,27 +408,40 @@ impl LayerCache {
             .map_err(std::io::Error::other)
             .and_then(|json| crate::fs::write_atomic(&self.key_path(key), &json));
         if let Err(err) = written {
-            tracing::warn!("could not write the layer cache's entry {key}: {err}");
+            reporter.on_warning(&format!(
+                "could not write the layer cache's entry {key}: {err}"
+            ));
         }
     }
 }
 
-/// This machine's sealing key, or `None` (with a warning) when there is none to use.
-fn machine_key(cache_dir: &Path) -> Option<Arc<SealKey>> {
+/// The identity to seal again for the blob checked through `file` (a link since the check
+/// moved its ctime); `None` if its bytes may have changed since the check (size or mtime
+/// moved): then the next hit reads it.
+fn resealable(file: &File, checked: &Metadata) -> Option<Metadata> {
+    file.metadata().ok().filter(|now| {
+        (now.size(), now.mtime(), now.mtime_nsec())
+            == (checked.size(), checked.mtime(), checked.mtime_nsec())
+    })
+}
+
+/// This machine's sealing key, or `None` (with a warning to `reporter`) when there is none
+/// to use.
+fn machine_key(cache_dir: &Path, reporter: &dyn Reporter) -> Option<Arc<SealKey>> {
     let Some(path) = seal::key_path() else {
-        tracing::warn!(
+        reporter.on_warning(&format!(
             "no HOME, XDG_STATE_HOME or {}: cached layers are verified in full on every use",
             seal::KEY_FILE_ENV
-        );
+        ));
         return None;
     };
     match SealKey::load_or_create(&path, cache_dir) {
         Ok(key) => Some(Arc::new(key)),
         Err(why) => {
-            tracing::warn!(
+            reporter.on_warning(&format!(
                 "the layer cache key `{}` cannot be used ({why}): cached layers are verified in full on every use",
                 path.display()
-            );
+            ));
             None
         }
     }

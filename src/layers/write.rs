@@ -16,6 +16,8 @@ use std::{
 
 use sha2::{Digest, Sha256};
 
+use crate::report::Reporter;
+
 use super::{
     blob_file::BlobFile,
     built::{BuiltLayer, LayerBlob},
@@ -91,6 +93,8 @@ pub struct LayerWriter<'a> {
     pub cache: Option<&'a LayerCache>,
     /// `[layers] prefetch` (eStargz): the paths each package layer puts first.
     pub prefetch: &'a [glob::Pattern],
+    /// Hears of each layer done (its compressed size), and of the layer cache's warnings.
+    pub reporter: &'a dyn Reporter,
 }
 
 impl LayerWriter<'_> {
@@ -167,14 +171,21 @@ impl LayerWriter<'_> {
         let _key_lock = match cache.lock_key(&key) {
             Ok(lock) => lock,
             Err(err) => {
-                tracing::warn!(
+                self.reporter.on_warning(&format!(
                     "layer `{name}`: the layer cache cannot be locked ({err}); not using it"
-                );
+                ));
                 return Ok((self.write_blob(name, landmark, &write_tar)?.0, false));
             }
         };
         let fetched = cache
-            .fetch(name, &key, self.compression, self.blobs_dir, &write_tar)
+            .fetch(
+                name,
+                &key,
+                self.compression,
+                self.blobs_dir,
+                &write_tar,
+                self.reporter,
+            )
             .map_err(|e| blob_err(self.blobs_dir, e))?;
         let claimed = match fetched {
             Fetched::Hit(blob, check) => {
@@ -189,15 +200,18 @@ impl LayerWriter<'_> {
             // A seekable entry is verified by building it again: its TOC holds offsets
             // into the compressed bytes.
             if claimed != blob.digest {
-                tracing::warn!(
+                self.reporter.on_warning(&format!(
                     "layer `{name}`: the layer cache's entry {key} fails its check (its blob is not what the layer builds to); evicted"
-                );
+                ));
             }
             cache.evict(&key, Some(&claimed));
         }
         // A cache that cannot be written costs the next build time, not this build.
-        if let Err(err) = cache.store(&key, &blob, &target, self.compression) {
-            tracing::warn!("could not store layer `{name}` in the layer cache: {err}");
+        let stored = cache.store(&key, &blob, &target, self.compression, self.reporter);
+        if let Err(err) = stored {
+            self.reporter.on_warning(&format!(
+                "could not store layer `{name}` in the layer cache: {err}"
+            ));
         }
         Ok((blob, false))
     }
@@ -270,12 +284,8 @@ impl LayerWriter<'_> {
     }
 
     /// Writes every layer of `plan`, up to the pool's thread count at once; layers come back
-    /// in plan order. `reporter` hears of each layer done (its compressed size).
-    pub fn write_all(
-        &self,
-        plan: &LayerPlan,
-        reporter: &dyn crate::report::Reporter,
-    ) -> Result<Vec<BuiltLayer>, WriteError> {
+    /// in plan order.
+    pub fn write_all(&self, plan: &LayerPlan) -> Result<Vec<BuiltLayer>, WriteError> {
         let next = AtomicUsize::new(0);
         let results: Mutex<Vec<Option<Result<BuiltLayer, WriteError>>>> =
             Mutex::new((0..plan.layers.len()).map(|_| None).collect());
@@ -294,7 +304,7 @@ impl LayerWriter<'_> {
                         let Some(&index) = queue.get(i) else { break };
                         let result = self.write(&plan.layers[index]);
                         if let Ok(layer) = &result {
-                            reporter.on_item_done(
+                            self.reporter.on_item_done(
                                 crate::report::Stage::Layers,
                                 &layer.blob.digest,
                                 layer.blob.size,

@@ -17,6 +17,7 @@ use oci_spec::image::{Descriptor, ImageIndex, MediaType};
 use sha2::{Digest, Sha256};
 
 use super::{json::canonical_json, read::ReadError};
+use crate::report::Reporter;
 
 const OCI_LAYOUT: &str = r#"{"imageLayoutVersion":"1.0.0"}"#;
 
@@ -277,19 +278,20 @@ impl Layout {
     /// Removes blobs (and leftover temporary files) that no entry of `index.json` reaches,
     /// whoever wrote the entry. Returns how many files were removed. When a manifest or
     /// index an entry reaches cannot be read (missing, damaged, not JSON), what it reaches is
-    /// unknown, so nothing is removed: collecting is only ever a saving of space.
-    pub fn collect_garbage(&self) -> Result<usize, LayoutError> {
+    /// unknown, so nothing is removed (`reporter` is warned): collecting is only ever a
+    /// saving of space.
+    pub fn collect_garbage(&self, reporter: &dyn Reporter) -> Result<usize, LayoutError> {
         let Some(index) = self.existing_index()? else {
             return Ok(0);
         };
         let live = match self.reachable(&index) {
             Ok(live) => live,
             Err(unreadable) => {
-                tracing::warn!(
+                reporter.on_warning(&format!(
                     "not removing unused blobs from `{}`: `{}` is reachable from index.json but cannot be read as a manifest or index",
                     self.dir.display(),
                     unreadable.display()
-                );
+                ));
                 return Ok(0);
             }
         };
@@ -449,14 +451,14 @@ mod tests {
         layout.commit_tags(&index(vec![a])).unwrap();
         let (b1, b1_blobs) = image(&layout, "b", "b1");
         layout.commit_tags(&index(vec![b1])).unwrap();
-        assert_eq!(layout.collect_garbage().unwrap(), 0);
+        assert_eq!(layout.collect_garbage(&crate::report::Silent).unwrap(), 0);
         assert_eq!(tags(&layout), ["b", "a"]);
 
         // Tag `b` moves: only what b1 alone held goes.
         let (b2, b2_blobs) = image(&layout, "b", "b2");
         layout.commit_tags(&index(vec![b2])).unwrap();
         assert_eq!(tags(&layout), ["b", "a"]);
-        assert_eq!(layout.collect_garbage().unwrap(), 3);
+        assert_eq!(layout.collect_garbage(&crate::report::Silent).unwrap(), 3);
         for digest in a_blobs.iter().chain(&b2_blobs) {
             assert!(layout.blob_path(digest).is_file(), "{digest}");
         }
@@ -474,7 +476,7 @@ mod tests {
         let orphan = layout.write_blob(b"orphan").unwrap();
         layout.commit_tags(&index(vec![a])).unwrap();
         fs_err::remove_file(layout.blob_path(&manifest)).unwrap();
-        assert_eq!(layout.collect_garbage().unwrap(), 0);
+        assert_eq!(layout.collect_garbage(&crate::report::Silent).unwrap(), 0);
         assert!(layout.blob_path(&orphan).is_file());
     }
 

@@ -5,7 +5,7 @@
 use std::path::Path;
 
 use crate::{
-    common::{LayoutView, Project, is_root, run_bundle, run_tool, unpack},
+    common::{LayoutView, Project, is_root, require_root, run_bundle, run_tool, unpack},
     support::{
         base::{busybox_base_layout, have},
         channel::tiny_recipe,
@@ -77,10 +77,7 @@ fn a_recipe_user_runs_with_its_name_home_and_a_writable_workdir() {
     // The base's files are still there under ours.
     assert!(rootfs.join("bin/busybox").is_file());
 
-    if !is_root() {
-        eprintln!("skipped the run: runc needs root to run a container here");
-        return;
-    }
+    require_root!("runc needs root to run a container here");
     let out = run_bundle(&bundle, "accounts");
     assert_eq!(
         out,

@@ -5,7 +5,7 @@
 //! sandbox lets runc set); the same archive is also run with runc after `skopeo copy`.
 
 use crate::{
-    common::{LayoutView, Project, is_root, run_bundle, run_tool, unpack},
+    common::{LayoutView, Project, is_root, require_root, run_bundle, run_tool, unpack},
     support::{
         base::busybox_base_layout,
         channel::tiny_recipe,
@@ -70,10 +70,7 @@ fn docker_archive_loads_in_podman_and_runs() {
             &format!("oci:{}:latest", copied.display()),
         ],
     );
-    if !is_root() {
-        eprintln!("skipped the runc part: runc needs root here");
-        return;
-    }
+    require_root!("runc needs root here");
     let bundle = project.path().join("bundle");
     unpack(&copied, "latest", &bundle);
     assert_eq!(run_bundle(&bundle, "archive"), "hello from /opt/conda\n");

@@ -5,7 +5,9 @@ use std::{io::Read, path::Path};
 use sha2::{Digest, Sha256};
 
 use crate::{
-    common::{LayoutView, Project, env_of, is_root, run_bundle, run_tool, unpack, validate_layout},
+    common::{
+        LayoutView, Project, env_of, require_root, run_bundle, run_tool, unpack, validate_layout,
+    },
     support::{
         base::{busybox_base_layout, have},
         channel::{PLACEHOLDER, cuda_runtime_wheel, tiny_recipe},
@@ -166,10 +168,7 @@ fn image_on_a_busybox_base_runs_under_runc() {
     if !(have("runc") && have("umoci") && Path::new("/bin/busybox").exists()) {
         panic!("runc, umoci and busybox-static are required: run tests/install-deps.sh");
     }
-    if !is_root() {
-        eprintln!("skipped: runc needs root to run a container here");
-        return;
-    }
+    require_root!("runc needs root to run a container here");
     let project = Project::new();
     let base = project.path().join("base");
     busybox_base_layout(&base).unwrap();

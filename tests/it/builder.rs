@@ -10,7 +10,7 @@ use std::path::Path;
 use serde_json::Value;
 
 use crate::{
-    common::{LayoutView, Project, is_root, unpack},
+    common::{LayoutView, Project, require_root, unpack},
     support::{
         base::{debian_base_layout, host_debian_suite},
         channel::{index_channel, tiny_recipe, write_imgbuild_package},
@@ -82,10 +82,7 @@ fn the_builder_image_builds_the_same_image_unprivileged_in_a_container() {
     inner.write_recipe(&tiny_recipe(shared_channel(), "inner", &["hello 1.0"]));
     let host_digest = inner.build(&[]).success().digest();
 
-    if !is_root() {
-        eprintln!("skipped running it: runc needs root to run a container here");
-        return;
-    }
+    require_root!("runc needs root to run a container here");
     // The pod: its own work and cache directories, the recipe and lock (the ConfigMap), the
     // local channel at the path the lock names, and no root.
     let work = project.path().join("pod-work");

@@ -405,6 +405,75 @@ pub fn run_bundle_output(bundle: &Path, name: &str, args: Option<&[&str]>) -> Ou
         .unwrap()
 }
 
+/// Set to `1` by a run that knows it is not root: only then do root-needing tests skip.
+pub const UNPRIVILEGED: &str = "IMGBUILD_TESTS_UNPRIVILEGED";
+
+/// Fails the test unless this process runs as root. Where the run says it is unprivileged
+/// (`IMGBUILD_TESTS_UNPRIVILEGED=1`) it says why on stderr and returns from the enclosing
+/// function instead, with `$skipped` where that function returns a value. A runner that
+/// loses root so fails loudly rather than passing tests that did not run.
+macro_rules! require_root {
+    ($why:expr) => {
+        if !$crate::common::is_root() {
+            $crate::common::skip_unprivileged($why);
+            return;
+        }
+    };
+    ($why:expr, $skipped:expr) => {
+        if !$crate::common::is_root() {
+            $crate::common::skip_unprivileged($why);
+            return $skipped;
+        }
+    };
+}
+pub(crate) use require_root;
+
+/// Panics, naming `why` and [`UNPRIVILEGED`], unless the run says it is unprivileged; then
+/// says on stderr where the test stops (some run their unprivileged part first).
+#[track_caller]
+pub fn skip_unprivileged(why: &str) {
+    if unprivileged(std::env::var_os(UNPRIVILEGED).as_deref()) {
+        let at = std::panic::Location::caller();
+        eprintln!("skipped from {at} on, as {UNPRIVILEGED}=1: {why}");
+    } else {
+        panic!("this test needs root: {why}; run it as root, or set {UNPRIVILEGED}=1 to skip it");
+    }
+}
+
+/// Whether [`UNPRIVILEGED`]'s value says the run is unprivileged: `1` only, so a typo or
+/// `0` keeps the root-needing tests failing.
+fn unprivileged(value: Option<&std::ffi::OsStr>) -> bool {
+    value.is_some_and(|value| value == "1")
+}
+
+#[test]
+fn only_unprivileged_1_lets_root_needing_tests_skip() {
+    assert!(unprivileged(Some("1".as_ref())));
+    for value in [None, Some("0"), Some(""), Some("true"), Some("1 ")] {
+        assert!(!unprivileged(value.map(AsRef::as_ref)), "{value:?}");
+    }
+}
+
+/// No test skips for want of root but through [`require_root!`]: a bare `is_root()` check
+/// that returns would pass without running on a runner that lost root.
+#[test]
+fn root_needing_tests_go_through_require_root() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/it");
+    let mut bare = Vec::new();
+    for entry in fs_err::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_none_or(|x| x != "rs") || path.ends_with("common.rs") {
+            continue;
+        }
+        let text = fs_err::read_to_string(&path).unwrap();
+        let code: String = text.split_whitespace().collect();
+        if code.contains("if!is_root()") {
+            bare.push(path.display().to_string());
+        }
+    }
+    assert!(bare.is_empty(), "use require_root!() in {bare:?}");
+}
+
 /// Whether this process runs as root (runc needs it here).
 pub fn is_root() -> bool {
     // SAFETY: geteuid has no preconditions.

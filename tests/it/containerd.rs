@@ -7,7 +7,7 @@
 use std::path::Path;
 
 use crate::{
-    common::{Project, is_root},
+    common::{Project, require_root},
     registry::{Auth, Registry},
     support::{
         base::{busybox_base_layout, have},
@@ -36,10 +36,7 @@ fn build_and_push(base: &Path, compression: &str, target: &str) {
 
 #[test]
 fn containerd_pulls_and_runs_gzip_zstd_estargz_and_zstd_chunked_images() {
-    if !is_root() {
-        eprintln!("skipped: containerd runs containers as root here");
-        return;
-    }
+    require_root!("containerd runs containers as root here");
     assert!(
         have("containerd") && have("ctr") && have("runc"),
         "containerd, ctr and runc are required: run tests/install-deps.sh"

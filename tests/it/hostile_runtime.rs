@@ -27,7 +27,7 @@ use std::{
 };
 
 use crate::{
-    common::{LayoutView, Project, Run, is_root, run_tool, unpack},
+    common::{LayoutView, Project, Run, require_root, run_tool, skip_unprivileged, unpack},
     registry::{Auth, Registry},
     support::{base::busybox_base_layout, channel::tiny_recipe, shared_channel},
 };
@@ -448,18 +448,15 @@ fn a_password_in_a_push_reference_is_never_shown() {
     }
 }
 
-/// A tmpfs of `size` mounted on a fresh directory, unmounted on drop; `None` (said on
-/// stderr) where this process may not mount.
+/// A tmpfs of `size` mounted on a fresh directory, unmounted on drop; where this process
+/// may not mount, a failure, or `None` (said on stderr) with `IMGBUILD_TESTS_UNPRIVILEGED=1`.
 struct Tmpfs {
     dir: PathBuf,
 }
 
 impl Tmpfs {
     fn mount(parent: &Path, name: &str, size: &str) -> Option<Tmpfs> {
-        if !is_root() {
-            eprintln!("skipped: mounting a tmpfs needs root");
-            return None;
-        }
+        require_root!("mounting a tmpfs needs root", None);
         let dir = parent.join(name);
         fs_err::create_dir_all(&dir).unwrap();
         let output = Command::new("mount")
@@ -468,15 +465,14 @@ impl Tmpfs {
             .output();
         match output {
             Ok(output) if output.status.success() => Some(Tmpfs { dir }),
+            // Root without the right to mount (a container's) has lost privilege too.
             Ok(output) => {
-                eprintln!(
-                    "skipped: cannot mount a tmpfs here: {}",
-                    String::from_utf8_lossy(&output.stderr).trim()
-                );
+                let said = String::from_utf8_lossy(&output.stderr);
+                skip_unprivileged(&format!("cannot mount a tmpfs here: {}", said.trim()));
                 None
             }
             Err(err) => {
-                eprintln!("skipped: cannot run mount: {err}");
+                skip_unprivileged(&format!("cannot run mount: {err}"));
                 None
             }
         }

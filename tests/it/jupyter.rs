@@ -11,7 +11,7 @@ use std::{net::TcpListener, path::Path, process::Command};
 use serde_json::Value;
 
 use crate::{
-    common::{LayoutView, Project, is_root},
+    common::{LayoutView, Project, require_root},
     support::{
         channel::{PinnedWheel, fetch_wheel},
         podman::{Podman, Storage},
@@ -169,10 +169,7 @@ fn build_image(project: &Project) {
 
 #[test]
 fn a_jupyterlab_image_serves_its_kernel_to_its_user_behind_the_token() {
-    if !is_root() {
-        eprintln!("skipped: podman's rootful runs need root here");
-        return;
-    }
+    require_root!("podman's rootful runs need root here");
     let project = Project::new();
     build_image(&project);
     let layout = LayoutView::new(project.path().join("images/jupyter-e2e"));

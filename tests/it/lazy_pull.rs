@@ -19,7 +19,7 @@ use std::{
 use sha2::{Digest, Sha256};
 
 use crate::{
-    common::{LayoutView, Project, is_root},
+    common::{LayoutView, Project, require_root},
     partial_pull::{biglib_layer, library, write_biglib},
     registry::{Auth, Registry},
     support::{
@@ -80,10 +80,7 @@ fn build_and_push(project: &Project, target: &str) -> (String, u64) {
 
 #[test]
 fn the_stargz_snapshotter_mounts_an_estargz_image_lazily_and_fetches_only_what_is_read() {
-    if !is_root() {
-        eprintln!("skipped: FUSE mounts and containerd need root here");
-        return;
-    }
+    require_root!("FUSE mounts and containerd need root here");
     if !Path::new("/dev/fuse").exists() {
         eprintln!("skipped: no /dev/fuse, so no lazy mounts (tests/it/estargz.rs checks the TOC)");
         return;

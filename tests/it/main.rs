@@ -73,3 +73,4 @@ mod standalone;
 mod torch_solve;
 mod trust;
 mod verify;
+mod warnings;

@@ -10,7 +10,7 @@ use std::{
 };
 
 use crate::{
-    common::{LayoutView, Project, is_root},
+    common::{LayoutView, Project, require_root},
     registry::{Auth, Registry},
     support::{
         base::have,
@@ -114,10 +114,7 @@ fn served(registry: &Registry, digest: &str) -> (u64, usize) {
 
 #[test]
 fn a_one_file_change_pulls_only_that_file_with_partial_pulls_on() {
-    if !is_root() {
-        eprintln!("skipped: podman's overlay storage needs root here");
-        return;
-    }
+    require_root!("podman's overlay storage needs root here");
     assert!(
         have("podman"),
         "podman is required: run tests/install-deps.sh"

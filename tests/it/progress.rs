@@ -8,7 +8,7 @@ use crate::{
     support::{channel::tiny_recipe, shared_channel},
 };
 
-fn project() -> Project {
+pub(crate) fn project() -> Project {
     let project = Project::new();
     // hello pulls in the CUDA runtime: the recipe says so, so that the build has nothing
     // to warn about (a runtime without `[cuda]` is a warning, issue 16).
@@ -323,7 +323,7 @@ fn a_post_link_script_is_warned_about_by_package_and_script() {
 }
 
 /// The JSON events of a run's stdout.
-fn events(stdout: &str) -> Vec<Value> {
+pub(crate) fn events(stdout: &str) -> Vec<Value> {
     stdout
         .lines()
         .map(|line| serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}")))

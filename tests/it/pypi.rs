@@ -8,7 +8,7 @@ use std::path::Path;
 use serde_json::Value;
 
 use crate::{
-    common::{LayoutView, Project, is_root, run_bundle_output, unpack, validate_layout},
+    common::{LayoutView, Project, require_root, run_bundle_output, unpack, validate_layout},
     support::{
         channel::{CUDA_RUNTIME_11_8, NVRTC_11_8, tiny_recipe},
         pypi::{
@@ -84,10 +84,7 @@ fn layer_packages(layout: &LayoutView) -> Vec<String> {
 
 /// Runs `args` in the image under runc; `None` when runc cannot run here.
 fn run_in_image(project: &Project, image: &str, args: &[&str]) -> Option<(i32, String, String)> {
-    if !is_root() {
-        eprintln!("skipped running the image: runc needs root here");
-        return None;
-    }
+    require_root!("runc needs root here", None);
     let bundle = project.path().join(format!("bundle-{}", args.len()));
     unpack(
         &project.path().join("images").join(image),

@@ -8,7 +8,7 @@ use std::{
 };
 
 use crate::{
-    common::{LayoutView, Project, is_root, run_bundle, run_tool, unpack},
+    common::{LayoutView, Project, require_root, run_bundle, run_tool, unpack},
     support::{
         base::{busybox_base_layout, have},
         channel::tiny_recipe,
@@ -374,10 +374,7 @@ fn a_base_from_the_registry_is_pulled_pinned_mounted_and_runs() {
             .1
     );
 
-    if !is_root() {
-        eprintln!("skipped the runc part: runc needs root here");
-        return;
-    }
+    require_root!("runc needs root here");
     let bundle = project.path().join("bundle");
     unpack(&project.path().join("images/onbase"), "latest", &bundle);
     assert_eq!(

@@ -14,7 +14,7 @@ use std::{
 };
 
 use crate::{
-    common::{LayoutView, Project, is_root},
+    common::{LayoutView, Project, require_root},
     registry::{Auth, Registry, free_port},
     support::{
         base::busybox_base_layout,
@@ -310,10 +310,7 @@ fn podman_job_runs_the_image_and_the_pyxis_script_passes_sbatch_test_only() {
             missing.join(", ")
         );
     }
-    if !is_root() {
-        eprintln!("skipped: slurmd needs root to start jobs as their users");
-        return;
-    }
+    require_root!("slurmd needs root to start jobs as their users");
     let registry = Registry::start(Auth::None);
     let project = Project::new();
     let digest = pushed_image(&project, &registry);
@@ -539,10 +536,7 @@ fn the_pyxis_export_list_reaches_the_step_as_slurm_splits_it() {
             TOOLS.join(", ")
         );
     }
-    if !is_root() {
-        eprintln!("skipped: slurmd needs root to start jobs as their users");
-        return;
-    }
+    require_root!("slurmd needs root to start jobs as their users");
     let project = Project::new();
     project.write_recipe(
         &tiny_recipe(shared_channel(), "envjob", &["hello 1.0"]).replace(

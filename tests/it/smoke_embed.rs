@@ -10,7 +10,9 @@ use std::path::Path;
 use serde_json::Value;
 
 use crate::{
-    common::{LayoutView, Project, is_root, run_bundle_output, run_tool, unpack, validate_layout},
+    common::{
+        LayoutView, Project, require_root, run_bundle_output, run_tool, unpack, validate_layout,
+    },
     support::{
         base::{OLD_GLIBC_SUITE, debian_base_layout},
         channel::tiny_recipe,
@@ -162,10 +164,7 @@ fn the_embedded_smoke_test_runs_inside_a_bullseye_image() {
         top["digest"]
     );
 
-    if !is_root() {
-        eprintln!("skipped running it: runc needs root to run a container here");
-        return;
-    }
+    require_root!("runc needs root to run a container here");
     let (code, stdout, stderr) = run_embedded(
         &project,
         "smoke-embed",
@@ -219,10 +218,7 @@ fn the_embedded_smoke_test_runs_inside_a_bullseye_image() {
 /// kernel on any machine, and the embedded test says so without a GPU: exit 5, naming it.
 #[test]
 fn an_image_whose_nvrtc_cannot_load_is_caught_without_a_gpu() {
-    if !is_root() {
-        eprintln!("skipped: runc needs root to run a container here");
-        return;
-    }
+    require_root!("runc needs root to run a container here");
     let project = embedding_project_on("smoke-broken", &["libc6", "libgcc-s1"]);
     build_with(&project, smoke_exe()).success();
     let (code, stdout, stderr) = run_embedded(&project, "smoke-broken", &["--json"]);

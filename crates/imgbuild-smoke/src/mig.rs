@@ -477,6 +477,7 @@ mod tests {
 
     /// Without NVML (CI, this machine without a driver) the query answers, never fails.
     #[test]
+    #[allow(clippy::print_stderr)] // says why it skipped
     fn without_nvml_the_state_is_unknown() {
         if Path::new("/proc/driver/nvidia/version").exists() {
             eprintln!("skipped: this machine has an NVIDIA driver");
