@@ -23,6 +23,7 @@ pub mod lock;
 pub mod names;
 pub mod oci;
 pub mod provenance;
+pub mod publish;
 pub mod pypi;
 pub mod python;
 pub mod rebuild;

@@ -267,17 +267,9 @@ async fn push_built(
     printer: &Printer,
 ) -> Result<(), Failure> {
     let options = env.global.registry_options();
-    let mount_from = registry::base_of(image);
-    let report = registry::push_layout(
-        image,
-        reference,
-        &[],
-        &options,
-        mount_from.as_ref(),
-        printer,
-    )
-    .await
-    .map_err(|err| Failure::new(err, 1))?;
+    let report = registry::publish_layout(image, reference, &[], None, &options, printer)
+        .await?
+        .push;
     if printer.json() {
         let mut event = serde_json::to_value(&report).expect("the report serializes");
         event["event"] = "push".into();

@@ -1,13 +1,13 @@
-//! `imgbuild sign` and `push --sign-by`: simple-signing signatures of pushed images, staged
-//! where `registries.d` says skopeo and podman will look for them.
+//! `imgbuild sign` and the `--sign-by` arguments of `push` and `smoke`: arguments and
+//! printing; the signatures are [`crate::publish`]'s.
 
 use std::{path::PathBuf, process::ExitCode};
 
 use clap::Args;
 
 use super::printer::{Failure, Printer};
-use crate::registry::{ClientOptions, Reference, pull::manifest_descriptor};
-use crate::sign::{RegistriesD, Signer, payload::payload};
+use crate::publish::{PublishError, Signed, Signing};
+use crate::registry::ClientOptions;
 
 pub const SIGN_EXAMPLES: &str = "\
 Examples:
@@ -53,81 +53,34 @@ pub struct SignArgs {
     pub signing: SigningArgs,
 }
 
-/// One signature written.
-#[derive(Debug, Clone, serde::Serialize)]
-pub struct Signed {
-    /// The identity it claims (`registry/repository[:tag]`).
-    pub identity: String,
-    pub digest: String,
-    pub path: PathBuf,
-    pub fingerprint: String,
-}
-
-/// A key loaded and registries.d read, before anything is pushed: a wrong passphrase or a bad
-/// configuration fails the command before the registry changes.
-pub struct Signing {
-    signer: Signer,
-    registries: RegistriesD,
-}
-
-impl Signing {
-    /// The signing `args` ask for; `None` when they name no key.
-    pub fn prepare(args: &SigningArgs) -> Result<Option<Signing>, Box<dyn std::error::Error>> {
-        let Some(key) = &args.sign_by else {
+impl SigningArgs {
+    /// The signing these arguments ask for, its key loaded and unlocked; `None` when they
+    /// name no key.
+    pub(super) fn prepare(&self) -> Result<Option<Signing>, Failure> {
+        let Some(key) = &self.sign_by else {
             return Ok(None);
         };
-        let passphrase = match &args.passphrase_file {
-            Some(path) => Some(read_passphrase(path)?),
-            None => None,
-        };
-        let signer = Signer::load(key, passphrase.as_deref())?;
-        // The key must unlock now, not after the push.
-        signer.sign(b"")?;
-        let registries = RegistriesD::load(args.registries_d.as_deref())?;
-        Ok(Some(Signing { signer, registries }))
-    }
-
-    /// Signs `digest` as each of `identities`, each into its lookaside area.
-    pub fn sign(
-        &self,
-        identities: &[Reference],
-        digest: &str,
-    ) -> Result<Vec<Signed>, Box<dyn std::error::Error>> {
-        let now = jiff::Timestamp::now().as_second();
-        let mut signed = Vec::new();
-        for identity in identities {
-            let area = self.registries.staging_for(identity)?;
-            let signature = self.signer.sign(&payload(identity, digest, now))?;
-            signed.push(Signed {
-                identity: crate::sign::payload::docker_reference(identity),
-                digest: digest.to_string(),
-                path: area.write(identity, digest, &signature)?,
-                fingerprint: self.signer.fingerprint(),
-            });
-        }
-        Ok(signed)
+        Signing::prepare(
+            key,
+            self.passphrase_file.as_deref(),
+            self.registries_d.as_deref(),
+        )
+        .map(Some)
+        .map_err(|err| PublishError::from(err).into())
     }
 }
 
-/// Passphrase files larger than this are refused unread: a passphrase is a line.
-const MAX_PASSPHRASE_BYTES: u64 = 64 << 10;
-
-#[derive(Debug, thiserror::Error)]
-#[error("Cannot read the passphrase file `{}`", path.display())]
-struct PassphraseError {
-    path: std::path::PathBuf,
-    #[source]
-    source: crate::fs::InputError,
-}
-
-fn read_passphrase(path: &std::path::Path) -> Result<String, Box<dyn std::error::Error>> {
-    let text = crate::fs::read_input_text(path, MAX_PASSPHRASE_BYTES).map_err(|source| {
-        PassphraseError {
-            path: path.to_path_buf(),
-            source,
+impl From<PublishError> for Failure {
+    fn from(err: PublishError) -> Self {
+        let code = err.exit_code() as u8;
+        match err {
+            // The error with its causes (a lookaside file that is a fifo), after the line
+            // that says the push itself went through.
+            PublishError::NotSigned { pushed, source, .. } => Failure::new(source, code)
+                .after(vec![format!("{pushed} was pushed but not signed")]),
+            err => Failure::new(err, code),
         }
-    })?;
-    Ok(text.lines().next().unwrap_or_default().to_string())
+    }
 }
 
 /// The status line of each signature.
@@ -151,34 +104,10 @@ pub(super) async fn run_sign(
     options: &ClientOptions,
     printer: &Printer,
 ) -> Result<ExitCode, Failure> {
-    let failure = |err: Box<dyn std::error::Error>| Failure::new(err, 1);
-    let Some(signing) = Signing::prepare(&args.signing).map_err(failure)? else {
+    let Some(signing) = args.signing.prepare()? else {
         return Err(Failure::new("sign needs --sign-by KEY", 2));
     };
-    let mut reference = Reference::parse(&args.reference).map_err(|e| failure(e.into()))?;
-    if reference.tag.is_none() && reference.digest.is_none() {
-        reference.tag = Some("latest".to_string());
-    }
-    // The digest is the one the registry serves, from its bytes: a signature of a digest
-    // nobody can pull would vouch for nothing.
-    let client = super::registry::client_for(&reference, options).map_err(failure)?;
-    let digest = manifest_descriptor(&client, None)
-        .await
-        .map_err(|e| failure(e.into()))?
-        .digest;
-    if let Some(asked) = &reference.digest
-        && *asked != digest
-    {
-        return Err(Failure::new(
-            format!("the registry serves {digest} for `{}`", args.reference),
-            1,
-        ));
-    }
-    let identity = Reference {
-        digest: None,
-        ..reference
-    };
-    let signed = signing.sign(&[identity], &digest).map_err(failure)?;
+    let signed = crate::publish::sign_image(&args.reference, &signing, options).await?;
     print_signed(&signed, printer);
     for s in &signed {
         printer.result(s.path.display().to_string());

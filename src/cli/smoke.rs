@@ -5,7 +5,8 @@ use std::process::ExitCode;
 use clap::Args;
 
 use super::printer::{Failure, Printer};
-use super::sign::{Signing, print_signed};
+use super::sign::print_signed;
+use crate::publish::{PublishError, Signing};
 
 pub(super) const SMOKE_EXAMPLES: &str = "\
 Examples:
@@ -50,7 +51,7 @@ pub(super) async fn run_smoke(
         crate::smoke::ImageSource::Registry(reference) => Some(reference),
         crate::smoke::ImageSource::Layout(_) => None,
     };
-    let signing = Signing::prepare(&args.signing).map_err(|err| Failure::new(err, 1))?;
+    let signing = args.signing.prepare()?;
     if signing.is_some() && (args.attest.is_none() || registry_image.is_none()) {
         return Err(Failure::new(
             "--sign-by signs the attestation attached to a registry image: give --attest FILE and a registry reference",
@@ -72,8 +73,7 @@ pub(super) async fn run_smoke(
                 registry,
                 printer,
             )
-            .await
-            .map_err(|err| Failure::new(err, 1))?;
+            .await?;
         }
     }
     printer.document(&run.report.render(args.json));
@@ -88,14 +88,14 @@ async fn publish(
     signing: Option<&Signing>,
     options: &crate::registry::ClientOptions,
     printer: &Printer,
-) -> Result<(), Box<dyn std::error::Error>> {
+) -> Result<(), PublishError> {
     let attachment = crate::registry::referrers::Attachment {
         media_type: crate::attest::MEDIA_TYPE,
         bytes: statement,
         predicate_type: Some(crate::attest::GPU_SMOKE_V1),
     };
     let attached =
-        super::registry::attach_document(reference, &run.manifest_digest, attachment, options)
+        crate::publish::attach_document(reference, &run.manifest_digest, attachment, options)
             .await?;
     printer.status(
         "Attached",
@@ -106,12 +106,10 @@ async fn publish(
     );
     if let Some(signing) = signing {
         // The artifact is untagged: the signature claims its repository.
-        let identity = crate::registry::Reference {
-            tag: None,
-            digest: None,
-            ..reference.clone()
-        };
-        print_signed(&signing.sign(&[identity], &attached.digest)?, printer);
+        print_signed(
+            &signing.sign_artifact(reference, &attached.digest)?,
+            printer,
+        );
     }
     Ok(())
 }

@@ -95,6 +95,7 @@ const LEVELS: &[(&str, &[&str])] = &[
             "slurm",
         ],
     ),
+    ("publishing", &["publish"]),
     ("the build", &["build"]),
     ("checks of built images", &["verify"]),
     ("the command line", &["cli"]),

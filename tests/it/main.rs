@@ -57,6 +57,7 @@ mod partial_pull;
 mod platforms;
 mod progress;
 mod provenance;
+mod publish;
 mod pypi;
 mod pypi_index;
 mod readers;

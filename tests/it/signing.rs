@@ -76,7 +76,7 @@ impl Gpg {
 }
 
 /// A built image `name` of the shared test channel.
-fn built(name: &str, deps: &[&str]) -> Project {
+pub(crate) fn built(name: &str, deps: &[&str]) -> Project {
     let project = Project::new();
     project.write_recipe(&tiny_recipe(shared_channel(), name, deps));
     project.build(&[]).success();
@@ -84,7 +84,7 @@ fn built(name: &str, deps: &[&str]) -> Project {
     project
 }
 
-fn imgbuild(project: &Project, args: &[&str], home: &Path) -> crate::common::Run {
+pub(crate) fn imgbuild(project: &Project, args: &[&str], home: &Path) -> crate::common::Run {
     let docker = project.path().join("docker-config");
     let docker = docker.to_str().unwrap();
     let auth = format!("{docker}/auth.json");
@@ -423,16 +423,7 @@ fn a_bad_key_or_passphrase_fails_before_anything_is_pushed() {
     // With it, the push is signed.
     let passphrase = work.path().join("passphrase");
     fs_err::write(&passphrase, "s3cret\n").unwrap();
-    let registries_d = work.path().join("registries.d");
-    fs_err::create_dir_all(&registries_d).unwrap();
-    fs_err::write(
-        registries_d.join("a.yaml"),
-        format!(
-            "default-docker:\n  lookaside-staging: file://{}/sigs\n",
-            work.path().display()
-        ),
-    )
-    .unwrap();
+    let registries_d = registries_d_staging_in(work.path(), work.path());
     let run = push(
         &locked,
         &[
@@ -445,6 +436,21 @@ fn a_bad_key_or_passphrase_fails_before_anything_is_pushed() {
     .success();
     assert!(run.stderr.contains("Signed"), "{}", run.stderr);
     assert!(work.path().join("sigs/ml").is_dir());
+}
+
+/// A `registries.d` in `dir` whose default staging area is `staging/sigs`.
+pub(crate) fn registries_d_staging_in(dir: &Path, staging: &Path) -> PathBuf {
+    let registries_d = dir.join("registries.d");
+    fs_err::create_dir_all(&registries_d).unwrap();
+    fs_err::write(
+        registries_d.join("a.yaml"),
+        format!(
+            "default-docker:\n  lookaside-staging: file://{}/sigs\n",
+            staging.display()
+        ),
+    )
+    .unwrap();
+    registries_d
 }
 
 /// GETs `path` of the registry's API.

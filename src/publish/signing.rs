@@ -1,0 +1,119 @@
+//! Simple-signing signatures of what a publish put in a registry, staged where
+//! `registries.d` says skopeo and podman will look for them.
+
+use std::path::{Path, PathBuf};
+
+use crate::{
+    fs::InputError,
+    reference::Reference,
+    sign::{LookasideError, RegistriesD, SignError, Signer, payload},
+};
+
+/// Passphrase files larger than this are refused unread: a passphrase is a line.
+const MAX_PASSPHRASE_BYTES: u64 = 64 << 10;
+
+#[derive(Debug, thiserror::Error)]
+pub enum SigningError {
+    #[error("Cannot read the passphrase file `{}`", path.display())]
+    Passphrase {
+        path: PathBuf,
+        #[source]
+        source: InputError,
+    },
+    #[error(transparent)]
+    Key(#[from] SignError),
+    #[error(transparent)]
+    Lookaside(#[from] LookasideError),
+}
+
+impl SigningError {
+    /// 2 when a signature could not be written (the machine's fault), else 1.
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            SigningError::Lookaside(LookasideError::Write { source, .. }) => {
+                super::error::io_exit_code(source)
+            }
+            _ => 1,
+        }
+    }
+}
+
+/// One signature written.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Signed {
+    /// The identity it claims (`registry/repository[:tag]`).
+    pub identity: String,
+    pub digest: String,
+    pub path: PathBuf,
+    pub fingerprint: String,
+}
+
+/// A key loaded and registries.d read, before anything is pushed: a wrong passphrase or a bad
+/// configuration fails the command before the registry changes.
+pub struct Signing {
+    signer: Signer,
+    registries: RegistriesD,
+}
+
+impl Signing {
+    /// Loads `key` (unlocked with the first line of `passphrase_file`) and the lookaside
+    /// areas of `registries_d` (else the default directories).
+    pub fn prepare(
+        key: &Path,
+        passphrase_file: Option<&Path>,
+        registries_d: Option<&Path>,
+    ) -> Result<Signing, SigningError> {
+        let passphrase = passphrase_file.map(read_passphrase).transpose()?;
+        let signer = Signer::load(key, passphrase.as_deref())?;
+        // The key must unlock now, not after the push.
+        signer.sign(b"")?;
+        let registries = RegistriesD::load(registries_d)?;
+        Ok(Signing { signer, registries })
+    }
+
+    /// Signs `digest` as each of `identities`, each into its lookaside area.
+    pub fn sign(
+        &self,
+        identities: &[Reference],
+        digest: &str,
+    ) -> Result<Vec<Signed>, SigningError> {
+        let now = jiff::Timestamp::now().as_second();
+        let mut signed = Vec::new();
+        for identity in identities {
+            let area = self.registries.staging_for(identity)?;
+            let signature = self.signer.sign(&payload::payload(identity, digest, now))?;
+            signed.push(Signed {
+                identity: payload::docker_reference(identity),
+                digest: digest.to_string(),
+                path: area.write(identity, digest, &signature)?,
+                fingerprint: self.signer.fingerprint(),
+            });
+        }
+        Ok(signed)
+    }
+
+    /// Signs the untagged artifact `digest` of `reference`'s repository: its signature
+    /// claims the repository.
+    pub fn sign_artifact(
+        &self,
+        reference: &Reference,
+        digest: &str,
+    ) -> Result<Vec<Signed>, SigningError> {
+        let repository = Reference {
+            tag: None,
+            digest: None,
+            ..reference.clone()
+        };
+        self.sign(std::slice::from_ref(&repository), digest)
+    }
+}
+
+fn read_passphrase(path: &Path) -> Result<String, SigningError> {
+    let text = crate::fs::read_input_text(path, MAX_PASSPHRASE_BYTES).map_err(|source| {
+        SigningError::Passphrase {
+            path: path.to_path_buf(),
+            source,
+        }
+    })?;
+    Ok(text.lines().next().unwrap_or_default().to_string())
+}
