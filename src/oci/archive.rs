@@ -12,7 +12,7 @@ use std::{
 use oci_spec::image::{Descriptor, ImageManifest, MediaType};
 use tar::{Builder, EntryType, Header};
 
-use super::{json::canonical_json, layout::Layout, read::ReadError};
+use super::{json::canonical_json, layout::Layout, read_error::ReadError};
 
 /// What `build --format` writes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]

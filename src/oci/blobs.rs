@@ -15,7 +15,7 @@ use std::{
 use oci_spec::image::Descriptor;
 use sha2::{Digest, Sha256};
 
-use super::read::ReadError;
+use super::read_error::ReadError;
 
 /// Manifests, indexes, configs and `index.json` larger than this are refused unread, as
 /// containerd refuses them (its 4 MiB manifest limit): a real one is a few KiB.

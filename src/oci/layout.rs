@@ -16,7 +16,7 @@ use std::{
 use oci_spec::image::{Descriptor, ImageIndex, MediaType};
 use sha2::{Digest, Sha256};
 
-use super::{json::canonical_json, read::ReadError};
+use super::{json::canonical_json, read_error::ReadError};
 use crate::report::Reporter;
 
 const OCI_LAYOUT: &str = r#"{"imageLayoutVersion":"1.0.0"}"#;

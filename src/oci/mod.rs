@@ -8,6 +8,7 @@ pub mod image;
 pub mod json;
 pub mod layout;
 pub mod read;
+pub mod read_error;
 
 /// The uncompressed tar stream of the blob of `layer`, by its media type (gzip, which may be
 /// multi-member; zstd; or plain tar). The blob is opened by

@@ -6,6 +6,7 @@
 
 mod attach;
 mod error;
+mod fault;
 mod remote;
 mod signing;
 

@@ -31,7 +31,7 @@ impl SigningError {
     pub fn exit_code(&self) -> i32 {
         match self {
             SigningError::Lookaside(LookasideError::Write { source, .. }) => {
-                super::error::io_exit_code(source)
+                super::fault::io_exit_code(source)
             }
             _ => 1,
         }
