@@ -71,11 +71,12 @@ impl Printer {
     }
 
     /// A status line on stderr, `{verb:>12} {text}` as cargo and uv align them; nothing
-    /// with `--quiet` or `--json`.
+    /// with `--quiet` or `--json`. Its text may name strangers' files and packages, so it
+    /// is shown as [`printable`].
     #[allow(clippy::print_stderr)]
     pub(crate) fn status(&self, verb: &str, text: impl Display) {
         if self.shows_status() {
-            eprintln!("{verb:>12} {text}");
+            eprintln!("{verb:>12} {}", printable(&text.to_string()));
         }
     }
 
@@ -86,13 +87,14 @@ impl Printer {
         eprintln!("{text}");
     }
 
-    /// A warning: shown even with `--quiet`; a `warning` event with `--json`.
+    /// A warning: shown even with `--quiet` (as [`printable`]: warnings quote strangers'
+    /// text as errors do); a `warning` event with `--json`.
     #[allow(clippy::print_stderr)]
     pub(crate) fn warning(&self, message: &str) {
         if self.json {
             self.event(&json!({"event": "warning", "message": message}));
         } else {
-            eprintln!("warning: {message}");
+            eprintln!("warning: {}", printable(message));
         }
     }
 

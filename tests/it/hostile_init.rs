@@ -294,3 +294,28 @@ fn a_name_that_is_a_path_names_an_image_under_images() {
     );
     canary.assert_untouched();
 }
+
+#[test]
+fn escape_sequences_in_the_file_reach_the_terminal_only_as_text() {
+    // An unknown top-level key holding ESC sequences (clear the screen, retitle the
+    // terminal) and a right-to-left override: init warns about the key, quoting it.
+    let project = Project::new();
+    let yaml = "name: demo\n\"\\e[2J\\e]0;owned\\a\\u202Ekey\": 1\ndependencies:\n  - python\n";
+    fs_err::write(project.path().join("environment.yml"), yaml).unwrap();
+    let run = project.run(&["init", "--from", "environment.yml"]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let warning = run
+        .stderr
+        .lines()
+        .find(|l| l.starts_with("warning: top-level key"))
+        .unwrap_or_else(|| panic!("a warning about the key:\n{}", run.stderr));
+    assert!(
+        warning.contains("<U+001B>[2J<U+001B>]0;owned<U+0007><U+202E>key"),
+        "{warning:?}"
+    );
+    assert!(
+        !run.stderr.chars().any(|c| c.is_control() && c != '\n'),
+        "{:?}",
+        run.stderr
+    );
+}
