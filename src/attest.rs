@@ -9,21 +9,21 @@
 use serde_json::{Value, json};
 
 /// `_type` of an in-toto Statement v1.
-pub const STATEMENT_V1: &str = "https://in-toto.io/Statement/v1";
+pub(crate) const STATEMENT_V1: &str = "https://in-toto.io/Statement/v1";
 
 /// The media type of a Statement (in-toto's), as an attached artifact's type.
-pub const MEDIA_TYPE: &str = "application/vnd.in-toto+json";
+pub(crate) const MEDIA_TYPE: &str = "application/vnd.in-toto+json";
 
 /// `predicateType` of `imgbuild smoke --attest`: the report of one GPU smoke run of the
 /// subject image on one machine.
-pub const GPU_SMOKE_V1: &str = "https://imgbuild.dev/attestations/gpu-smoke/v1";
+pub(crate) const GPU_SMOKE_V1: &str = "https://imgbuild.dev/attestations/gpu-smoke/v1";
 
 /// `predicateType` of the build provenance every build writes beside its layout
 /// (`crate::provenance`): SLSA Provenance v1.
-pub const SLSA_PROVENANCE_V1: &str = "https://slsa.dev/provenance/v1";
+pub(crate) const SLSA_PROVENANCE_V1: &str = "https://slsa.dev/provenance/v1";
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
-pub enum AttestError {
+pub(crate) enum AttestError {
     #[error("`{0}` is not a sha256 manifest digest (`sha256:` and 64 hex digits)")]
     Digest(String),
     #[error("an attestation's predicate is a JSON object, not `{0}`")]
@@ -32,7 +32,7 @@ pub enum AttestError {
 
 /// The Statement for the image `name` whose manifest is `manifest_digest`
 /// (`sha256:<hex>`), with `predicate` (a JSON object) of `predicate_type`.
-pub fn statement(
+pub(crate) fn statement(
     name: &str,
     manifest_digest: &str,
     predicate_type: &str,

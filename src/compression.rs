@@ -3,7 +3,7 @@
 //! follow them, and changing one changes every digest. [`bounded`] reads what strangers
 //! compressed with a bound on what comes out.
 
-pub mod bounded;
+pub(crate) mod bounded;
 
 /// Input block size of the gzip compressor. Part of the format: changing it changes every
 /// digest.

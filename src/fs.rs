@@ -3,11 +3,11 @@
 
 use std::{io::Write, path::Path};
 
-pub mod context;
+pub(crate) mod context;
 
 /// Writes `bytes` to `path` through a temporary file in the same directory, synced and then
 /// renamed over `path`.
-pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     let dir = match path.parent() {
         Some(dir) if !dir.as_os_str().is_empty() => dir,
         _ => Path::new("."),
@@ -24,7 +24,7 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
 }
 
 /// Sets permission bits; tempfile creates files 0600, which a non-root reader cannot read.
-pub fn set_mode(path: &Path, mode: u32) -> std::io::Result<()> {
+pub(crate) fn set_mode(path: &Path, mode: u32) -> std::io::Result<()> {
     use std::os::unix::fs::PermissionsExt;
     fs_err::set_permissions(path, std::fs::Permissions::from_mode(mode))
 }
@@ -32,7 +32,7 @@ pub fn set_mode(path: &Path, mode: u32) -> std::io::Result<()> {
 /// Makes `to` hold the content-addressed file `from`: a hard link when both sit on one file
 /// system (no bytes copied), else a copy under a temporary name renamed into place. A `to`
 /// that already exists is left alone: content-addressed names hold the same bytes.
-pub fn link_or_copy(from: &Path, to: &Path) -> std::io::Result<()> {
+pub(crate) fn link_or_copy(from: &Path, to: &Path) -> std::io::Result<()> {
     if to.exists() {
         return Ok(());
     }
@@ -96,7 +96,7 @@ impl InputError {
 /// Reads the regular file `path` of at most `max` bytes. Anything else is refused before it
 /// is read: `/dev/zero` would be read until memory runs out, and a fifo with no writer
 /// would wait for one (it is opened non-blocking, then refused by fstat).
-pub fn read_input(path: &Path, max: u64) -> Result<Vec<u8>, InputError> {
+pub(crate) fn read_input(path: &Path, max: u64) -> Result<Vec<u8>, InputError> {
     // Bounded as well: the file may grow between fstat and read.
     read_stream(open_input(path, max)?, max)
 }
@@ -104,7 +104,7 @@ pub fn read_input(path: &Path, max: u64) -> Result<Vec<u8>, InputError> {
 /// The regular file `path` of at most `max` bytes, opened for reading: what
 /// [`read_input`] reads, for a caller that streams it (still bounding what it reads, since
 /// the file may grow).
-pub fn open_input(path: &Path, max: u64) -> Result<std::fs::File, InputError> {
+pub(crate) fn open_input(path: &Path, max: u64) -> Result<std::fs::File, InputError> {
     use std::os::unix::fs::OpenOptionsExt;
     let file = std::fs::OpenOptions::new()
         .read(true)
@@ -119,13 +119,13 @@ pub fn open_input(path: &Path, max: u64) -> Result<std::fs::File, InputError> {
 }
 
 /// [`read_input`] as UTF-8 text.
-pub fn read_input_text(path: &Path, max: u64) -> Result<String, InputError> {
+pub(crate) fn read_input_text(path: &Path, max: u64) -> Result<String, InputError> {
     utf8(read_input(path, max)?)
 }
 
 /// Reads at most `max` bytes of `reader` (a pipe, stdin): more is refused, so an endless
 /// stream (`< /dev/zero`) ends the read instead of filling memory.
-pub fn read_stream(reader: impl std::io::Read, max: u64) -> Result<Vec<u8>, InputError> {
+pub(crate) fn read_stream(reader: impl std::io::Read, max: u64) -> Result<Vec<u8>, InputError> {
     use std::io::Read;
     let mut bytes = Vec::new();
     reader.take(max + 1).read_to_end(&mut bytes)?;
@@ -144,7 +144,10 @@ pub fn read_stream(reader: impl std::io::Read, max: u64) -> Result<Vec<u8>, Inpu
 /// refused, never followed), and the file itself is opened non-blocking and must be a
 /// regular file (a fifo, a device or a directory is refused before any read). `root` is
 /// the directory the user named and is opened as named.
-pub fn open_input_beneath(root: &Path, relative: &Path) -> Result<std::fs::File, InputError> {
+pub(crate) fn open_input_beneath(
+    root: &Path,
+    relative: &Path,
+) -> Result<std::fs::File, InputError> {
     let mut names = Vec::new();
     for component in relative.components() {
         match component {
@@ -173,7 +176,11 @@ pub fn open_input_beneath(root: &Path, relative: &Path) -> Result<std::fs::File,
 }
 
 /// [`open_input_beneath`], then at most `max` bytes of it.
-pub fn read_input_beneath(root: &Path, relative: &Path, max: u64) -> Result<Vec<u8>, InputError> {
+pub(crate) fn read_input_beneath(
+    root: &Path,
+    relative: &Path,
+    max: u64,
+) -> Result<Vec<u8>, InputError> {
     read_bounded(open_input_beneath(root, relative)?, max)
 }
 
@@ -255,7 +262,7 @@ fn utf8(bytes: Vec<u8>) -> Result<String, InputError> {
 }
 
 /// What a file that is not a regular file is, for the message that refuses it.
-pub fn file_kind(kind: &std::fs::FileType) -> &'static str {
+pub(crate) fn file_kind(kind: &std::fs::FileType) -> &'static str {
     use std::os::unix::fs::FileTypeExt;
     if kind.is_dir() {
         "a directory"
@@ -276,7 +283,7 @@ pub fn file_kind(kind: &std::fs::FileType) -> &'static str {
 /// the machine's fault whichever stage was writing (layers, layout, staging, caches), where
 /// the same error kind elsewhere would not say so. The message names the path: every write
 /// error on the way carries it.
-pub fn is_disk_full(err: &(dyn std::error::Error + 'static)) -> bool {
+pub(crate) fn is_disk_full(err: &(dyn std::error::Error + 'static)) -> bool {
     let mut next = Some(err);
     while let Some(e) = next {
         if let Some(io) = e.downcast_ref::<std::io::Error>()

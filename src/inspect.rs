@@ -26,7 +26,7 @@ const BASE_DIGEST: &str = "org.opencontainers.image.base.digest";
 
 /// An image as `inspect` shows it. Serialized as the `--json` output.
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]
-pub struct ImageSummary {
+pub(crate) struct ImageSummary {
     /// The reference as given (`images/x:latest`).
     pub image: String,
     /// The image index the tag names, for a multi-platform image; the rest of the summary
@@ -61,7 +61,7 @@ pub struct ImageSummary {
 
 /// How the image runs: the parts of the config a user sets.
 #[derive(Debug, Clone, Default, Serialize, PartialEq, Eq)]
-pub struct RuntimeConfig {
+pub(crate) struct RuntimeConfig {
     pub entrypoint: Option<Vec<String>>,
     pub cmd: Option<Vec<String>>,
     pub user: Option<String>,
@@ -79,20 +79,20 @@ pub struct RuntimeConfig {
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]
-pub struct BaseReference {
+pub(crate) struct BaseReference {
     pub name: Option<String>,
     pub digest: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]
-pub struct CondaTarget {
+pub(crate) struct CondaTarget {
     pub platform: Option<String>,
     pub prefix: Option<String>,
 }
 
 /// What the image needs from the host to run its CUDA code.
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]
-pub struct CudaNeeds {
+pub(crate) struct CudaNeeds {
     /// `dev.imgbuild.cuda.version`: the CUDA runtime the image targets.
     pub version: Option<String>,
     /// `dev.imgbuild.cuda.min-driver`: the oldest driver it was built to run on.
@@ -106,7 +106,7 @@ pub struct CudaNeeds {
 /// Which GPUs the image's kernels run on, from the annotations a build writes after reading
 /// the libraries' CUDA fatbins (see [`crate::cuda::fatbin`]).
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]
-pub struct GpuArchitectures {
+pub(crate) struct GpuArchitectures {
     /// `dev.imgbuild.cuda.architectures`: every library's together, SASS (`sm_80`) then PTX
     /// (`compute_90`).
     pub architectures: Vec<String>,
@@ -116,7 +116,7 @@ pub struct GpuArchitectures {
 
 /// One package's GPU architectures, as the annotation records them.
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]
-pub struct PackageGpuArchitectures {
+pub(crate) struct PackageGpuArchitectures {
     pub package: String,
     pub architectures: Vec<String>,
 }
@@ -154,7 +154,7 @@ fn gpu_architectures(
 /// [`LayerKind`] its annotation names (conda and wheel layers both hold packages).
 #[derive(Debug, Clone, Copy, Serialize, PartialEq, Eq)]
 #[serde(rename_all = "kebab-case")]
-pub enum LayerRole {
+pub(crate) enum LayerRole {
     /// A layer of the base image, reused as it is.
     Base,
     /// One or more conda packages.
@@ -170,7 +170,7 @@ pub enum LayerRole {
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]
-pub struct LayerSummary {
+pub(crate) struct LayerSummary {
     pub digest: String,
     /// Compressed size in bytes.
     pub size: u64,
@@ -182,7 +182,7 @@ pub struct LayerSummary {
 }
 
 #[derive(Debug, thiserror::Error)]
-pub enum InspectError {
+pub(crate) enum InspectError {
     #[error("Cannot open image `{image}`")]
     Open {
         image: String,
@@ -193,12 +193,12 @@ pub enum InspectError {
 
 /// Reads the image `LAYOUT[:TAG]` (tag `latest` by default); of a multi-platform image, the
 /// build host's platform when it has it, else its first.
-pub fn inspect(image: &str) -> Result<ImageSummary, InspectError> {
+pub(crate) fn inspect(image: &str) -> Result<ImageSummary, InspectError> {
     inspect_platform(image, None)
 }
 
 /// [`inspect`] of the image of `platform`, when given.
-pub fn inspect_platform(
+pub(crate) fn inspect_platform(
     image: &str,
     platform: Option<Subdir>,
 ) -> Result<ImageSummary, InspectError> {
@@ -224,7 +224,7 @@ pub fn inspect_platform(
 impl ImageSummary {
     /// The digest that names the whole image: its index's for a multi-platform image, so a
     /// node of any of its platforms pulls its own; else its manifest's.
-    pub fn image_digest(&self) -> &str {
+    pub(crate) fn image_digest(&self) -> &str {
         self.index_digest
             .as_deref()
             .unwrap_or(&self.manifest_digest)
@@ -412,7 +412,7 @@ fn classify_layers(layers: &[Descriptor], built_by_imgbuild: bool) -> Vec<LayerS
 
 /// A package as a layer annotation names it: `name-version-build`.
 #[derive(Debug, Clone, Serialize, PartialEq, Eq, PartialOrd, Ord)]
-pub struct PackageId {
+pub(crate) struct PackageId {
     pub name: String,
     pub version: String,
     pub build: String,
@@ -421,7 +421,7 @@ pub struct PackageId {
 impl PackageId {
     /// Splits `name-version-build`. Conda forbids `-` in versions and build strings, so the
     /// last two dashes separate the three (names may hold dashes: `cuda-cudart`).
-    pub fn parse(text: &str) -> Option<PackageId> {
+    pub(crate) fn parse(text: &str) -> Option<PackageId> {
         let (rest, build) = text.rsplit_once('-')?;
         let (name, version) = rest.rsplit_once('-')?;
         (!name.is_empty() && !version.is_empty() && !build.is_empty()).then(|| PackageId {
@@ -432,14 +432,14 @@ impl PackageId {
     }
 
     /// `version-build`, how a change shows one side.
-    pub fn version_build(&self) -> String {
+    pub(crate) fn version_build(&self) -> String {
         format!("{}-{}", self.version, self.build)
     }
 }
 
 /// A package in both images with a different version or build.
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]
-pub struct PackageChange {
+pub(crate) struct PackageChange {
     pub name: String,
     /// `version-build` in the first image.
     pub from: String,
@@ -448,7 +448,7 @@ pub struct PackageChange {
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]
-pub struct LayerRef {
+pub(crate) struct LayerRef {
     pub digest: String,
     pub size: u64,
     /// The layer's packages, or `base` / `image files`.
@@ -457,7 +457,7 @@ pub struct LayerRef {
 
 /// What changed from image A to image B. Serialized as the `diff --json` output.
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]
-pub struct ImageDiff {
+pub(crate) struct ImageDiff {
     pub from: DiffSide,
     pub to: DiffSide,
     /// Packages in B only, sorted by name.
@@ -483,7 +483,7 @@ pub struct ImageDiff {
 /// One setting of the config that differs: `entrypoint`, `cmd`, `user`, `workdir`, `ports`,
 /// `stop-signal`, or one variable (`env NAME`) or label (`label KEY`); `None` where a side does not set it.
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]
-pub struct ConfigChange {
+pub(crate) struct ConfigChange {
     pub field: String,
     pub from: Option<String>,
     pub to: Option<String>,
@@ -493,7 +493,7 @@ pub struct ConfigChange {
 /// shows them: an image switched to root with a new entrypoint is a different image even
 /// with the same packages. Lists are compared as JSON arrays; env and labels by name, so
 /// one changed variable is one change.
-pub fn config_changes(from: &RuntimeConfig, to: &RuntimeConfig) -> Vec<ConfigChange> {
+pub(crate) fn config_changes(from: &RuntimeConfig, to: &RuntimeConfig) -> Vec<ConfigChange> {
     let list = |l: &Option<Vec<String>>| {
         l.as_ref()
             .map(|l| serde_json::to_string(l).unwrap_or_default())
@@ -554,7 +554,7 @@ fn env_by_name(env: &[String]) -> BTreeMap<&str, &str> {
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]
-pub struct DiffSide {
+pub(crate) struct DiffSide {
     pub image: String,
     pub manifest_digest: String,
     pub total_size: u64,
@@ -562,7 +562,7 @@ pub struct DiffSide {
 }
 
 /// Compares two images by their package annotations and layer digests.
-pub fn diff(from: &ImageSummary, to: &ImageSummary) -> ImageDiff {
+pub(crate) fn diff(from: &ImageSummary, to: &ImageSummary) -> ImageDiff {
     // A name can appear more than once only in a broken image; the last one wins.
     let by_name = |summary: &ImageSummary| -> BTreeMap<String, PackageId> {
         summary
@@ -645,7 +645,7 @@ pub fn diff(from: &ImageSummary, to: &ImageSummary) -> ImageDiff {
 }
 
 /// What a layer holds, in words: its packages, `base`, `image files` or `smoke test`.
-pub fn describe_layer(layer: &LayerSummary) -> String {
+pub(crate) fn describe_layer(layer: &LayerSummary) -> String {
     match layer.role {
         LayerRole::Packages => layer.packages.join(", "),
         LayerRole::Base => "base".to_string(),

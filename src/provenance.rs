@@ -30,20 +30,20 @@ use crate::{
 
 /// The media type of the provenance file, for attaching it as an OCI artifact: an in-toto
 /// statement's.
-pub const MEDIA_TYPE: &str = crate::attest::MEDIA_TYPE;
+pub(crate) const MEDIA_TYPE: &str = crate::attest::MEDIA_TYPE;
 
 /// `runDetails.builder.id`: the builder, whatever machine runs it. Its version is beside it.
-pub const BUILDER_ID: &str = "https://imgbuild.dev/builder";
+pub(crate) const BUILDER_ID: &str = "https://imgbuild.dev/builder";
 
 /// `buildDefinition.buildType`: a build of a recipe from its lock, as the README's "What a
 /// build writes" describes; `externalParameters` hold what [`Build`] holds.
-pub const BUILD_TYPE: &str = "https://imgbuild.dev/buildtypes/recipe/v1";
+pub(crate) const BUILD_TYPE: &str = "https://imgbuild.dev/buildtypes/recipe/v1";
 
 /// The file name suffix beside a layout.
 const SUFFIX: &str = ".provenance.json";
 
 #[derive(Debug, thiserror::Error)]
-pub enum ProvenanceError {
+pub(crate) enum ProvenanceError {
     #[error("Failed to read `{}` for the provenance", path.display())]
     Read {
         path: PathBuf,
@@ -66,7 +66,7 @@ pub enum ProvenanceError {
 impl ProvenanceError {
     /// 2 when the machine is at fault (a file the build just used cannot be read, the
     /// provenance cannot be written), 1 for a provenance that is not one.
-    pub fn exit_code(&self) -> i32 {
+    pub(crate) fn exit_code(&self) -> i32 {
         match self {
             ProvenanceError::Read { .. } | ProvenanceError::Write { .. } => 2,
             ProvenanceError::Attest(_) | ProvenanceError::Shape { .. } => 1,
@@ -76,7 +76,7 @@ impl ProvenanceError {
 
 /// A file the build read, by the path it was given as and the sha256 of its bytes.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct InputFile {
+pub(crate) struct InputFile {
     pub path: String,
     /// Lowercase hex.
     pub sha256: String,
@@ -85,7 +85,7 @@ pub struct InputFile {
 impl InputFile {
     /// Hashes the file at `path` (bounded: a lock is at most [`MAX_LOCK_BYTES`], a recipe
     /// far less).
-    pub fn read(path: &Path) -> Result<Self, ProvenanceError> {
+    pub(crate) fn read(path: &Path) -> Result<Self, ProvenanceError> {
         let bytes = crate::fs::read_input(path, MAX_LOCK_BYTES).map_err(|source| {
             ProvenanceError::Read {
                 path: path.to_path_buf(),
@@ -105,7 +105,7 @@ impl InputFile {
 
 /// Where `SOURCE_DATE_EPOCH`'s value came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum EpochSource {
+pub(crate) enum EpochSource {
     /// The `SOURCE_DATE_EPOCH` environment variable.
     Environment,
     /// The newest package build time in the lock, imgbuild's default.
@@ -114,7 +114,7 @@ pub enum EpochSource {
 
 /// One build, as the provenance describes it: plain data the build already has.
 #[derive(Debug, Clone)]
-pub struct Build<'a> {
+pub(crate) struct Build<'a> {
     /// The subject's name: the recipe's `[image] name`, never a host path (the layout's
     /// directory differs from build to build; the image does not).
     pub name: &'a str,
@@ -141,7 +141,7 @@ pub struct Build<'a> {
 /// An embedded smoke executable: the builder's own tool in the image, so recorded with the
 /// builder's parameters (by digest only: its host path differs from machine to machine).
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
-pub struct EmbeddedSmoke {
+pub(crate) struct EmbeddedSmoke {
     /// The conda subdir whose image holds it.
     pub platform: String,
     /// `sha256:<hex>` of the executable.
@@ -150,7 +150,7 @@ pub struct EmbeddedSmoke {
 
 /// A material the build used: an SLSA ResourceDescriptor with a name, a URI and a digest.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
-pub struct Dependency {
+pub(crate) struct Dependency {
     pub uri: String,
     /// `sha256`, or `md5` for a conda record an old channel gives no sha256 for.
     pub algorithm: String,
@@ -183,7 +183,7 @@ impl fmt::Display for Dependency {
 
 /// Where the provenance of the layout at `layout_dir` goes: beside it, as the SBOMs do.
 /// `images/demo` gets `images/demo.provenance.json`.
-pub fn path_beside(layout_dir: &Path) -> PathBuf {
+pub(crate) fn path_beside(layout_dir: &Path) -> PathBuf {
     let mut name = layout_dir
         .file_name()
         .map(|n| n.to_os_string())
@@ -207,7 +207,7 @@ fn base_uri(reference: Option<&str>) -> String {
 /// Every material of `lock`, each once, sorted: the base of each platform (one entry when
 /// they share it, none for scratch), each conda package by URL (a noarch package locked
 /// for two platforms is one file), each wheel by URL.
-pub fn dependencies(lock: &Lock, base_reference: Option<&str>) -> Vec<Dependency> {
+pub(crate) fn dependencies(lock: &Lock, base_reference: Option<&str>) -> Vec<Dependency> {
     let mut out = BTreeSet::new();
     let uri = base_uri(base_reference);
     for platform in &lock.platforms {
@@ -298,7 +298,7 @@ fn predicate(build: &Build<'_>, dependencies: &[Dependency]) -> Value {
 }
 
 /// The provenance statement of `build` from `lock`.
-pub fn statement(build: &Build<'_>, lock: &Lock) -> Result<Value, ProvenanceError> {
+pub(crate) fn statement(build: &Build<'_>, lock: &Lock) -> Result<Value, ProvenanceError> {
     let dependencies = dependencies(lock, build.base_reference);
     Ok(crate::attest::statement(
         build.name,
@@ -311,7 +311,7 @@ pub fn statement(build: &Build<'_>, lock: &Lock) -> Result<Value, ProvenanceErro
 /// The statement as pretty JSON text, ending in a newline. serde_json's maps are ordered
 /// (as inserted here with `preserve_order`, which a dependency turns on; else by key), never
 /// by hash, so the bytes are fixed.
-pub fn render(build: &Build<'_>, lock: &Lock) -> Result<String, ProvenanceError> {
+pub(crate) fn render(build: &Build<'_>, lock: &Lock) -> Result<String, ProvenanceError> {
     let mut text =
         serde_json::to_string_pretty(&statement(build, lock)?).expect("JSON values serialize");
     text.push('\n');
@@ -319,7 +319,7 @@ pub fn render(build: &Build<'_>, lock: &Lock) -> Result<String, ProvenanceError>
 }
 
 /// Writes the provenance beside the layout, atomically; returns its path.
-pub fn write_beside(
+pub(crate) fn write_beside(
     layout_dir: &Path,
     build: &Build<'_>,
     lock: &Lock,
@@ -335,7 +335,7 @@ pub fn write_beside(
 
 /// What a provenance read back says, as far as `verify` compares it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Recorded {
+pub(crate) struct Recorded {
     /// The subject's digest, `sha256:<hex>`.
     pub subject: String,
     pub recipe: InputFile,
@@ -350,7 +350,7 @@ pub struct Recorded {
 impl Recorded {
     /// Reads the parts of `statement` (the file at `path`, for messages) that `verify`
     /// compares; anything else in it is left alone.
-    pub fn parse(statement: &Value, path: &Path) -> Result<Recorded, ProvenanceError> {
+    pub(crate) fn parse(statement: &Value, path: &Path) -> Result<Recorded, ProvenanceError> {
         let shape = |reason: String| ProvenanceError::Shape {
             path: path.to_path_buf(),
             reason,
@@ -433,7 +433,7 @@ fn parse_dependency(value: &Value) -> Option<Dependency> {
 
 /// How the materials a provenance lists differ from those of the lock.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Difference {
+pub(crate) enum Difference {
     /// The lock has it; the provenance does not list it.
     Unlisted(Dependency),
     /// The provenance lists it; the lock does not have it.
@@ -455,7 +455,10 @@ impl fmt::Display for Difference {
 
 /// The first difference between the materials a provenance lists and those the lock has
 /// (both by URI and digest, whatever their order or names); `None` when they are the same.
-pub fn compare_dependencies(listed: &[Dependency], locked: &[Dependency]) -> Option<Difference> {
+pub(crate) fn compare_dependencies(
+    listed: &[Dependency],
+    locked: &[Dependency],
+) -> Option<Difference> {
     let listed_keys: BTreeSet<_> = listed.iter().map(Dependency::key).collect();
     let locked_keys: BTreeSet<_> = locked.iter().map(Dependency::key).collect();
     if let Some(missing) = locked.iter().find(|d| !listed_keys.contains(&d.key())) {

@@ -24,7 +24,7 @@ use crate::{
 };
 
 /// The parts of a build that decide its output.
-pub struct BuildInputs<'a> {
+pub(crate) struct BuildInputs<'a> {
     pub recipe_path: &'a Path,
     pub lock_path: &'a Path,
     pub base_manifest: Option<&'a str>,
@@ -37,7 +37,7 @@ pub struct BuildInputs<'a> {
 
 impl BuildInputs<'_> {
     /// The inputs key, or `None` when an input cannot be read (then the build just runs).
-    pub fn key(&self) -> Option<String> {
+    pub(crate) fn key(&self) -> Option<String> {
         let mut hasher = Sha256::new();
         let mut part = |bytes: &[u8]| {
             hasher.update((bytes.len() as u64).to_le_bytes());
@@ -62,7 +62,7 @@ impl BuildInputs<'_> {
 
 /// What a build with a given inputs key produced.
 #[derive(Debug, Serialize, Deserialize)]
-pub struct BuildRecord {
+pub(crate) struct BuildRecord {
     pub manifest_digest: String,
     layers: Vec<RecordedLayer>,
 }
@@ -82,7 +82,11 @@ struct RecordedLayer {
 }
 
 impl BuildRecord {
-    pub fn new(manifest_digest: &str, layers: &[BuiltLayer], compression: Compression) -> Self {
+    pub(crate) fn new(
+        manifest_digest: &str,
+        layers: &[BuiltLayer],
+        compression: Compression,
+    ) -> Self {
         Self {
             manifest_digest: manifest_digest.to_string(),
             layers: layers
@@ -104,7 +108,7 @@ impl BuildRecord {
 
     /// The recorded layers, as layers reused, when `digests` (the image's own layers,
     /// platform after platform) are exactly the recorded ones; `None` otherwise.
-    pub fn reused_layers(&self, digests: &[&str]) -> Option<Vec<BuiltLayer>> {
+    pub(crate) fn reused_layers(&self, digests: &[&str]) -> Option<Vec<BuiltLayer>> {
         if digests.len() != self.layers.len() {
             return None;
         }
@@ -134,12 +138,12 @@ impl BuildRecord {
 }
 
 /// Where inputs keys are recorded.
-pub struct BuildRecords {
+pub(crate) struct BuildRecords {
     dir: PathBuf,
 }
 
 impl BuildRecords {
-    pub fn new(cache_dir: &Path) -> Self {
+    pub(crate) fn new(cache_dir: &Path) -> Self {
         Self {
             dir: cache_dir.join("builds"),
         }
@@ -150,14 +154,14 @@ impl BuildRecords {
     }
 
     /// What was recorded for `key`.
-    pub fn get(&self, key: &str) -> Option<BuildRecord> {
+    pub(crate) fn get(&self, key: &str) -> Option<BuildRecord> {
         // A record is a few KB; anything else in its place (a fifo, a huge file) is none.
         serde_json::from_slice(&crate::fs::read_input(&self.path(key), 1 << 20).ok()?).ok()
     }
 
     /// Records what the build of `key` produced. Failing to record only costs a later
     /// no-op rebuild its shortcut, so errors are warnings, not returned.
-    pub fn put(&self, key: &str, record: &BuildRecord, reporter: &dyn Reporter) {
+    pub(crate) fn put(&self, key: &str, record: &BuildRecord, reporter: &dyn Reporter) {
         let result = fs_err::create_dir_all(&self.dir).and_then(|()| {
             let json = serde_json::to_vec(record).map_err(std::io::Error::other)?;
             crate::fs::write_atomic(&self.path(key), &json)

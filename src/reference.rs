@@ -66,7 +66,7 @@ fn looks_like_digest(text: &str) -> bool {
 /// (`user:password@host/…`, `https://user:password@host/…`, a password holding `@` or `/`)
 /// become `***`. Everything before the last `@` that does not start a digest is
 /// credentials.
-pub fn redacted(reference: &str) -> String {
+pub(crate) fn redacted(reference: &str) -> String {
     let start = reference.find("://").map_or(0, |i| i + 3);
     let body = &reference[start..];
     let end = body
@@ -239,7 +239,7 @@ impl fmt::Display for Reference {
 }
 
 /// The tag a reference without one names.
-pub const DEFAULT_TAG: &str = "latest";
+pub(crate) const DEFAULT_TAG: &str = "latest";
 
 /// An image of a layout directory as a user names it: `DIR[:TAG]`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -267,7 +267,7 @@ impl LayoutRef {
 }
 
 /// [`LayoutRef::parse`] without copying: the directory, and the tag when one is named.
-pub fn split_layout(text: &str) -> (&str, Option<&str>) {
+pub(crate) fn split_layout(text: &str) -> (&str, Option<&str>) {
     match text.rsplit_once(':') {
         Some((dir, tag)) if !tag.contains('/') && !dir.is_empty() => (dir, Some(tag)),
         _ => (text, None),

@@ -76,13 +76,13 @@ pub enum Progress<'a> {
 }
 
 /// A reporter that drops everything.
-pub struct Silent;
+pub(crate) struct Silent;
 impl Reporter for Silent {}
 
 /// `items` joined by `, `, at most `max` of them, then `… and N more`: an error that lists
 /// what a stranger's file holds (tags, platforms, digests) stays a line however much it
 /// holds.
-pub fn list_capped<S: AsRef<str>>(items: &[S], max: usize) -> String {
+pub(crate) fn list_capped<S: AsRef<str>>(items: &[S], max: usize) -> String {
     let shown: Vec<&str> = items.iter().take(max).map(AsRef::as_ref).collect();
     let mut text = shown.join(", ");
     if items.len() > max {

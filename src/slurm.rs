@@ -11,7 +11,7 @@ use crate::{inspect::ImageSummary, reference::Reference};
 
 /// How the job step runs the image.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum Runner {
+pub(crate) enum Runner {
     /// `srun --container-image=…` (Pyxis and enroot).
     Pyxis,
     /// `srun podman run …`.
@@ -20,14 +20,14 @@ pub enum Runner {
 
 /// GPUs per job: a count, optionally of one GRES type (`a100:2`).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Gpus {
+pub(crate) struct Gpus {
     pub kind: Option<String>,
     pub count: u32,
 }
 
 /// What the script says beyond the image: the `--set` keys and flags.
 #[derive(Debug, Clone)]
-pub struct JobOptions {
+pub(crate) struct JobOptions {
     pub runner: Runner,
     /// `REGISTRY/REPO`, where the image was pushed.
     pub repository: String,
@@ -55,7 +55,7 @@ pub struct JobOptions {
 
 impl JobOptions {
     /// The image's own command and one GPU if it is a CUDA image, nothing else asked for.
-    pub fn new(runner: Runner, repository: String) -> Self {
+    pub(crate) fn new(runner: Runner, repository: String) -> Self {
         JobOptions {
             runner,
             repository,
@@ -75,7 +75,7 @@ impl JobOptions {
 }
 
 #[derive(Debug, thiserror::Error)]
-pub enum SlurmError {
+pub(crate) enum SlurmError {
     #[error(
         "`{repository}` is not a repository like `registry.example/team/image` (no tag, no digest: the script adds the image's digest)"
     )]
@@ -107,7 +107,10 @@ pub enum SlurmError {
 }
 
 /// The sbatch script that runs `image` with `options`.
-pub fn sbatch_script(image: &ImageSummary, options: &JobOptions) -> Result<String, SlurmError> {
+pub(crate) fn sbatch_script(
+    image: &ImageSummary,
+    options: &JobOptions,
+) -> Result<String, SlurmError> {
     let reference = pinned_reference(&options.repository, image.image_digest())?;
     check_env(&options.env)?;
     if options.runner == Runner::Pyxis {
@@ -341,7 +344,7 @@ fn command_lines(program: &str, flags: &[String], rest: &[String]) -> String {
 
 /// `word` as one shell word: as it is when it holds only characters no shell treats
 /// specially, else in single quotes (a `'` inside closes them, is escaped and reopens them).
-pub fn shell_quote(word: &str) -> String {
+pub(crate) fn shell_quote(word: &str) -> String {
     let plain = !word.is_empty()
         && word
             .chars()
@@ -386,7 +389,7 @@ fn value_error(key: &'static str, value: &str, expected: &'static str) -> SlurmE
 
 /// Checks a job name, partition (a comma-separated list) or account: letters, digits, `.`,
 /// `_` and `-`.
-pub fn check_name(key: &'static str, value: &str) -> Result<(), SlurmError> {
+pub(crate) fn check_name(key: &'static str, value: &str) -> Result<(), SlurmError> {
     let list = key == "partition";
     let valid = value
         .split(',')
@@ -406,7 +409,7 @@ pub fn check_name(key: &'static str, value: &str) -> Result<(), SlurmError> {
 /// Checks a time limit in one of the forms sbatch reads: `MINUTES`, `MINUTES:SECONDS`,
 /// `HOURS:MINUTES:SECONDS`, `DAYS-HOURS`, `DAYS-HOURS:MINUTES`, `DAYS-HOURS:MINUTES:SECONDS`,
 /// or `UNLIMITED`.
-pub fn check_time(value: &str) -> Result<(), SlurmError> {
+pub(crate) fn check_time(value: &str) -> Result<(), SlurmError> {
     let number = |s: &str| !s.is_empty() && s.len() <= 6 && s.chars().all(|c| c.is_ascii_digit());
     let clock = |s: &str, most: usize| {
         let parts: Vec<&str> = s.split(':').collect();
@@ -430,7 +433,7 @@ pub fn check_time(value: &str) -> Result<(), SlurmError> {
 /// Reads a memory size as Slurm writes it: a whole number of mebibytes, or with a `K`, `M`,
 /// `G` or `T` suffix, which Slurm reads as powers of 1024; the Kubernetes forms `Ki`, `Mi`,
 /// `Gi` and `Ti` mean the same and are written as Slurm's.
-pub fn parse_memory(value: &str) -> Result<String, SlurmError> {
+pub(crate) fn parse_memory(value: &str) -> Result<String, SlurmError> {
     let (number, unit) = value.split_at(
         value
             .find(|c: char| !c.is_ascii_digit())
@@ -452,7 +455,7 @@ pub fn parse_memory(value: &str) -> Result<String, SlurmError> {
 }
 
 /// Reads `--set cpus=N`: a whole number above 0.
-pub fn parse_cpus(value: &str) -> Result<u32, SlurmError> {
+pub(crate) fn parse_cpus(value: &str) -> Result<u32, SlurmError> {
     value
         .parse()
         .ok()
@@ -462,7 +465,7 @@ pub fn parse_cpus(value: &str) -> Result<u32, SlurmError> {
 
 /// Reads `--set gpus=N` or `gpus=TYPE:N` (a GRES type the site defines, e.g. `a100:2`); 0
 /// asks for none.
-pub fn parse_gpus(value: &str) -> Result<Gpus, SlurmError> {
+pub(crate) fn parse_gpus(value: &str) -> Result<Gpus, SlurmError> {
     let (kind, count) = match value.rsplit_once(':') {
         Some((kind, count)) => (Some(kind), count),
         None => (None, value),

@@ -19,7 +19,7 @@ use crate::report::Reporter;
 
 /// A build's staging tree, removed (with its lock file) when dropped; `reporter` is warned
 /// when it cannot be.
-pub struct Staging<'r> {
+pub(crate) struct Staging<'r> {
     dir: PathBuf,
     lock_path: PathBuf,
     _lock: File,
@@ -28,7 +28,10 @@ pub struct Staging<'r> {
 
 impl<'r> Staging<'r> {
     /// Removes stale trees in `parent`, then makes and locks a new one.
-    pub fn create(parent: &Path, reporter: &'r dyn Reporter) -> std::io::Result<Staging<'r>> {
+    pub(crate) fn create(
+        parent: &Path,
+        reporter: &'r dyn Reporter,
+    ) -> std::io::Result<Staging<'r>> {
         fs_err::create_dir_all(parent)?;
         sweep(parent);
         loop {
@@ -77,7 +80,7 @@ impl<'r> Staging<'r> {
     }
 
     /// The tree's directory.
-    pub fn dir(&self) -> &Path {
+    pub(crate) fn dir(&self) -> &Path {
         &self.dir
     }
 }
@@ -113,7 +116,7 @@ fn temporary_lock_file(parent: &Path) -> std::io::Result<tempfile::NamedTempFile
 }
 
 /// Removes the trees of dead builds; anything it cannot remove is left for the next sweep.
-pub fn sweep(parent: &Path) {
+pub(crate) fn sweep(parent: &Path) {
     let Ok(entries) = std::fs::read_dir(parent) else {
         return;
     };

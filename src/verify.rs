@@ -29,7 +29,7 @@ use crate::{
 
 /// What was checked.
 #[derive(Debug, Clone, Serialize)]
-pub struct VerifyReport {
+pub(crate) struct VerifyReport {
     pub image: String,
     pub manifests: Vec<String>,
     /// The image indexes the tags point to (a multi-platform image), if any.
@@ -46,7 +46,7 @@ pub struct VerifyReport {
 }
 
 #[derive(Debug, thiserror::Error)]
-pub enum VerifyError {
+pub(crate) enum VerifyError {
     #[error("`{}` holds no image: there is no index.json", path.display())]
     NoImage { path: PathBuf },
     #[error("Cannot read `{}`", path.display())]
@@ -127,7 +127,10 @@ impl std::io::Write for HashSink<'_> {
 /// Checks the layout at `dir`; with the recipe of `recipe` (its path, channel alias and
 /// variant), also that its lock pins only packages from the recipe's sources and that the
 /// image holds exactly those packages and the locked base.
-pub fn verify(dir: &Path, recipe: Option<&BuildSettings>) -> Result<VerifyReport, VerifyError> {
+pub(crate) fn verify(
+    dir: &Path,
+    recipe: Option<&BuildSettings>,
+) -> Result<VerifyReport, VerifyError> {
     let recipe = recipe.map(load_recipe).transpose()?;
     let lock = recipe.as_ref().map(|r| r.lock_path());
     let layout = Layout::new(dir);
@@ -376,7 +379,7 @@ fn check_against_lock(
 /// The lock a provenance is checked against: always one the user named, never the path the
 /// provenance records (the document being checked would choose what is read and hashed).
 #[derive(Debug, Clone, Copy)]
-pub enum LockSource<'a> {
+pub(crate) enum LockSource<'a> {
     /// The recipe's lock; the recipe's digest is checked too.
     Recipe(&'a BuildSettings),
     /// A lock file named as such (`--lock`).
@@ -386,7 +389,7 @@ pub enum LockSource<'a> {
 /// Checks the provenance at `file` (default: the one beside the layout) against the image
 /// at `dir` (after [`verify`] has checked it) and against the lock `against` names.
 /// Returns the provenance's path.
-pub fn check_provenance(
+pub(crate) fn check_provenance(
     dir: &Path,
     file: Option<&Path>,
     against: LockSource<'_>,
@@ -507,7 +510,7 @@ fn tagged_digests(dir: &Path) -> Result<Vec<String>, VerifyError> {
 
 /// Rebuilds `settings`' recipe from its lock into a temporary directory and compares the
 /// result with the image at `dir`, which `original` is the [`verify`] report of.
-pub async fn rebuild_and_compare(
+pub(crate) async fn rebuild_and_compare(
     dir: &Path,
     original: &VerifyReport,
     settings: &BuildSettings,

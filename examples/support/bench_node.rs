@@ -16,19 +16,19 @@ use super::{
 };
 
 /// A registry that logs every response (status and bytes written) to a file.
-pub struct LoggingRegistry {
+pub(crate) struct LoggingRegistry {
     pub host: String,
     child: Child,
     log: PathBuf,
 }
 
 impl LoggingRegistry {
-    pub fn start(dir: &Path) -> anyhow::Result<LoggingRegistry> {
+    pub(crate) fn start(dir: &Path) -> anyhow::Result<LoggingRegistry> {
         Self::start_logging(dir, "info")
     }
 
     /// A registry logging at `level` (`error` logs no responses).
-    pub fn start_logging(dir: &Path, level: &str) -> anyhow::Result<LoggingRegistry> {
+    pub(crate) fn start_logging(dir: &Path, level: &str) -> anyhow::Result<LoggingRegistry> {
         fs_err::create_dir_all(dir)?;
         let port = std::net::TcpListener::bind("127.0.0.1:0")?
             .local_addr()?
@@ -61,12 +61,12 @@ impl LoggingRegistry {
     }
 
     /// Where the log ends now: [`Self::sent_since`] counts from here.
-    pub fn mark(&self) -> u64 {
+    pub(crate) fn mark(&self) -> u64 {
         fs_err::metadata(&self.log).map_or(0, |m| m.len())
     }
 
     /// Blob bytes sent since `mark`, and how many responses were 206 (ranges).
-    pub fn sent_since(&self, mark: u64) -> anyhow::Result<(u64, usize)> {
+    pub(crate) fn sent_since(&self, mark: u64) -> anyhow::Result<(u64, usize)> {
         let log = fs_err::read(&self.log)?;
         let text = String::from_utf8_lossy(&log[mark as usize..]);
         Ok(super::registry_log::bytes_sent(&text, "/blobs/sha256:"))
@@ -81,7 +81,7 @@ impl Drop for LoggingRegistry {
 }
 
 /// A node: podman with empty overlay storage under `dir`, partial pulls on or off.
-pub fn node(dir: &Path, partial_pulls: bool) -> anyhow::Result<Podman> {
+pub(crate) fn node(dir: &Path, partial_pulls: bool) -> anyhow::Result<Podman> {
     Podman::new(dir, Storage::Overlay { partial_pulls })
         .with_context(|| format!("setting up podman in {}", dir.display()))
 }
@@ -99,7 +99,7 @@ fn pull(node: &Podman, reference: &str) -> anyhow::Result<f64> {
 
 /// Seconds from nothing on the node to the image's first command having run: the pull,
 /// then `podman run --rm IMAGE /bin/sh -c :` (the busybox base's shell doing nothing).
-pub fn first_command(node: &Podman, reference: &str) -> anyhow::Result<f64> {
+pub(crate) fn first_command(node: &Podman, reference: &str) -> anyhow::Result<f64> {
     timed(
         node,
         &[
@@ -119,7 +119,7 @@ pub fn first_command(node: &Podman, reference: &str) -> anyhow::Result<f64> {
 }
 
 /// One node measurement: what was pulled, the bytes the registry sent, the seconds.
-pub struct Pull {
+pub(crate) struct Pull {
     pub what: String,
     pub bytes: u64,
     pub ranges: usize,
@@ -127,7 +127,7 @@ pub struct Pull {
 }
 
 /// Pulls `reference` on `node` and measures it against `registry`'s log.
-pub fn measure_pull(
+pub(crate) fn measure_pull(
     what: &str,
     registry: &LoggingRegistry,
     node: &Podman,
@@ -150,7 +150,7 @@ pub fn measure_pull(
 /// From nothing on a containerd node to the image's first command having run, and the
 /// blob bytes sent meanwhile: `pull` (an image pull of `reference`), then `ctr run --rm`
 /// of `command` with `snapshotter`.
-pub fn containerd_first_command(
+pub(crate) fn containerd_first_command(
     what: &str,
     registry: &LoggingRegistry,
     containerd: &Containerd,
@@ -189,7 +189,7 @@ pub fn containerd_first_command(
 
 /// The first command of the eStargz image `reference` under containerd 1.6, with a full pull
 /// (overlayfs) and with the stargz snapshotter mounting it lazily (built into `work`).
-pub fn lazy_rows(
+pub(crate) fn lazy_rows(
     registry: &LoggingRegistry,
     work: &Path,
     reference: &str,

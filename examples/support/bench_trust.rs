@@ -161,7 +161,12 @@ fn rand_suffix() -> u64 {
 }
 
 /// Runs [`ROUNDS`] rounds of each binary, taking turns, and returns the report section.
-pub fn compare(work: &Path, channel: &Path, before: &Path, after: &Path) -> anyhow::Result<String> {
+pub(crate) fn compare(
+    work: &Path,
+    channel: &Path,
+    before: &Path,
+    after: &Path,
+) -> anyhow::Result<String> {
     let binaries = [
         ("before", before.to_path_buf()),
         ("after", after.to_path_buf()),
@@ -261,7 +266,7 @@ fn display(path: &Path) -> String {
 }
 
 /// The binary given to `--trust-against`, checked to exist.
-pub fn old_binary(path: &str) -> anyhow::Result<PathBuf> {
+pub(crate) fn old_binary(path: &str) -> anyhow::Result<PathBuf> {
     let path = PathBuf::from(path);
     ensure!(path.is_file(), "{} is not a file", path.display());
     Ok(path)

@@ -51,6 +51,10 @@ fuzz_target!(|data: &[u8]| {
             "a control character in {line:?}"
         );
     }
-    Recipe::from_str_at(&made.text, Path::new("/fuzz/recipe.toml"), &RecipeOptions::default())
-        .unwrap_or_else(|e| panic!("init wrote a recipe imgbuild refuses: {e}\n{}", made.text));
+    Recipe::from_str_at(
+        &made.text,
+        Path::new("/fuzz/recipe.toml"),
+        &RecipeOptions::default(),
+    )
+    .unwrap_or_else(|e| panic!("init wrote a recipe imgbuild refuses: {e}\n{}", made.text));
 });

@@ -20,7 +20,7 @@ use crate::{
 };
 
 #[derive(Debug, thiserror::Error)]
-pub enum BuildError {
+pub(crate) enum BuildError {
     #[error(transparent)]
     Recipe(#[from] RecipeError),
     #[error(transparent)]
@@ -90,7 +90,7 @@ impl From<crate::pypi::PypiError> for BuildError {
 impl BuildError {
     /// 1 when the input is at fault (recipe, packages, lock, base), 2 when the machine is
     /// (disk, permissions). Documented in the README.
-    pub fn exit_code(&self) -> i32 {
+    pub(crate) fn exit_code(&self) -> i32 {
         if crate::fs::is_disk_full(self) {
             return 2;
         }

@@ -108,7 +108,7 @@ fn open_context(recipe: &Recipe, copy: &FileCopy) -> Result<Arc<BuildContext>, B
 /// entries its layer would hold (paths, modes, kinds, link targets, file sha256s), owners
 /// left out (they are the recipe's). Walks every source; a source that cannot be walked
 /// is the same error the layer would give.
-pub fn source_digests(recipe: &Recipe) -> Result<Vec<SourceDigest>, BuildError> {
+pub(crate) fn source_digests(recipe: &Recipe) -> Result<Vec<SourceDigest>, BuildError> {
     recipe
         .files
         .iter()

@@ -40,10 +40,10 @@ use std::{
     time::{Duration, Instant},
 };
 
-pub use error::BuildError;
-pub use files_layer::source_digests;
+pub(crate) use error::BuildError;
+pub(crate) use files_layer::source_digests;
 pub(crate) use model::counted;
-pub use model::{BuildReport, BuildSettings, LockMode, LockOutcome, LockReport};
+pub(crate) use model::{BuildReport, BuildSettings, LockMode, LockOutcome, LockReport};
 
 use crate::{
     install::InstallOptions,
@@ -63,10 +63,10 @@ use write::Writer;
 
 // Progress reporting lives in `report`, below the stages that report; re-exported here,
 // where callers of `build` look for it.
-pub use crate::report::{Reporter, Silent, Stage};
+pub(crate) use crate::report::{Reporter, Silent, Stage};
 
 /// Solves the recipe and writes its lock (always re-solving with [`LockMode::Refresh`]).
-pub async fn lock(
+pub(crate) async fn lock(
     settings: &BuildSettings,
     reporter: &dyn Reporter,
 ) -> Result<LockReport, BuildError> {
@@ -78,7 +78,7 @@ pub async fn lock(
 
 /// Solves (or reuses) the recipe's lock and fetches its packages into the cache, without
 /// building: the first step of a matrix build, taken one variant at a time.
-pub async fn lock_and_fetch(settings: &BuildSettings) -> Result<(), BuildError> {
+pub(crate) async fn lock_and_fetch(settings: &BuildSettings) -> Result<(), BuildError> {
     let prepared = prepare(settings, &Silent).await?;
     let (lock, _) = obtain_lock(&prepared, settings, &Silent).await?;
     for platform in &lock.platforms {
@@ -101,7 +101,7 @@ pub async fn lock_and_fetch(settings: &BuildSettings) -> Result<(), BuildError> 
 
 /// Builds the image of a recipe into its layout directory: one image per platform, under an
 /// image index when there are several.
-pub async fn build(
+pub(crate) async fn build(
     settings: &BuildSettings,
     reporter: &dyn Reporter,
 ) -> Result<BuildReport, BuildError> {

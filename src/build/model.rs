@@ -17,7 +17,7 @@ use crate::{
 
 /// How to treat an existing lock file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum LockMode {
+pub(crate) enum LockMode {
     /// Use the lock if it still satisfies the recipe, else solve and rewrite it.
     #[default]
     Reuse,
@@ -29,7 +29,7 @@ pub enum LockMode {
 
 /// Settings of one build, resolved from the command line and environment.
 #[derive(Debug, Clone)]
-pub struct BuildSettings {
+pub(crate) struct BuildSettings {
     pub recipe_path: PathBuf,
     pub channel_alias: Url,
     pub cache_dir: PathBuf,
@@ -52,7 +52,7 @@ pub struct BuildSettings {
 
 /// How the lock was obtained.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum LockOutcome {
+pub(crate) enum LockOutcome {
     Reused,
     /// Solved and written; `reason` says why a lock that existed was replaced.
     Written {
@@ -66,7 +66,7 @@ pub enum LockOutcome {
 
 /// The result of `lock`.
 #[derive(Debug, Clone)]
-pub struct LockReport {
+pub(crate) struct LockReport {
     pub lock_path: PathBuf,
     pub outcome: LockOutcome,
     pub packages: usize,
@@ -74,7 +74,7 @@ pub struct LockReport {
 
 /// The result of `build`.
 #[derive(Debug, Clone)]
-pub struct BuildReport {
+pub(crate) struct BuildReport {
     pub layout_dir: PathBuf,
     pub tags: Vec<String>,
     /// What the tags name: the manifest, or the image index of a multi-platform image.

@@ -28,7 +28,7 @@ Examples:
   SOURCE_DATE_EPOCH=1700000000 imgbuild build recipes/demo.toml";
 
 #[derive(Debug, Args)]
-pub struct BuildArgs {
+pub(crate) struct BuildArgs {
     /// The recipe, e.g. recipes/py39-torch21.toml
     pub recipe: PathBuf,
     /// Fail instead of re-solving when the lock is missing or no longer satisfies the recipe

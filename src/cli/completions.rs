@@ -11,7 +11,7 @@ use super::{
 };
 
 #[derive(Debug, Args)]
-pub struct CompletionsArgs {
+pub(crate) struct CompletionsArgs {
     /// The shell to complete for
     pub shell: clap_complete::Shell,
 }

@@ -22,7 +22,7 @@ direct URLs, other pip options, other sections) is kept in a comment block of th
 it, and anything conda would do differently on Linux, is reported on stderr as a warning.";
 
 #[derive(Debug, Args)]
-pub struct InitArgs {
+pub(crate) struct InitArgs {
     /// Convert this conda environment file (environment.yml) instead of writing a starter
     #[arg(long, value_name = "FILE")]
     pub from: Option<PathBuf>,

@@ -27,7 +27,7 @@ Examples:
   imgbuild diff images/multi:v1 images/multi:v2 --platform linux/arm64";
 
 #[derive(Debug, Args)]
-pub struct InspectArgs {
+pub(crate) struct InspectArgs {
     /// The image: an OCI layout directory, optionally with `:TAG`
     pub image: String,
     /// Of a multi-platform image, the platform to describe: `linux/arm64`, `arm64` or a
@@ -40,7 +40,7 @@ pub struct InspectArgs {
 }
 
 #[derive(Debug, Args)]
-pub struct DiffArgs {
+pub(crate) struct DiffArgs {
     /// The image to compare from: an OCI layout directory, optionally with `:TAG`
     pub from: String,
     /// The image to compare to

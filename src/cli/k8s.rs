@@ -44,7 +44,7 @@ const SET_KEYS: &[&str] = &[
 ];
 
 #[derive(Debug, Args)]
-pub struct K8sArgs {
+pub(crate) struct K8sArgs {
     /// The image: an OCI layout directory, optionally with `:TAG`
     #[arg(required_unless_present = "build_job")]
     pub image: Option<String>,

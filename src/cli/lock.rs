@@ -17,7 +17,7 @@ Examples:
   imgbuild lock recipes/x.toml --channel-alias https://mirror.example/conda";
 
 #[derive(Debug, Args)]
-pub struct LockArgs {
+pub(crate) struct LockArgs {
     /// The recipe, e.g. recipes/py39-torch21.toml
     pub recipe: PathBuf,
     /// Use only cached repodata

@@ -18,7 +18,7 @@ use crate::{
 
 /// What the variants of a matrix have in common: layers stored once for several of them.
 #[derive(Debug, PartialEq, Eq)]
-pub struct Sharing {
+pub(super) struct Sharing {
     /// Distinct layer blobs across all variants.
     pub layers: usize,
     /// Their compressed bytes.
@@ -29,7 +29,7 @@ pub struct Sharing {
 }
 
 /// Counts shared layers from each variant's `(digest, size)` list.
-pub fn sharing(variants: &[Vec<(String, u64)>]) -> Sharing {
+pub(super) fn sharing(variants: &[Vec<(String, u64)>]) -> Sharing {
     let mut blobs: BTreeMap<&str, (u64, usize)> = BTreeMap::new();
     for layers in variants {
         // A blob twice in one image still counts once for that image.

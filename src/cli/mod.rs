@@ -33,7 +33,7 @@ use build::BUILD_EXAMPLES;
 /// Daemonless, rootless, bit-reproducible OCI images for conda-based AI runtimes.
 #[derive(Debug, Parser)]
 #[command(name = "imgbuild", version, after_help = BUILD_EXAMPLES)]
-pub struct Cli {
+pub(crate) struct Cli {
     #[command(subcommand)]
     pub command: Command,
     #[command(flatten)]
@@ -41,7 +41,7 @@ pub struct Cli {
 }
 
 #[derive(Debug, Args)]
-pub struct GlobalArgs {
+pub(crate) struct GlobalArgs {
     /// Where packages, repodata and staging trees are cached
     /// [default: $XDG_CACHE_HOME/imgbuild or ~/.cache/imgbuild]
     #[arg(long, global = true, env = "IMGBUILD_CACHE_DIR", value_name = "DIR")]
@@ -92,7 +92,7 @@ impl GlobalArgs {
 }
 
 #[derive(Debug, Subcommand)]
-pub enum Command {
+pub(crate) enum Command {
     /// Solve (or reuse the lock), install and write the OCI image layout
     #[command(after_help = BUILD_EXAMPLES)]
     Build(build::BuildArgs),

@@ -65,7 +65,7 @@ impl PushProgress for PushBar {
     }
 }
 
-pub const PUSH_EXAMPLES: &str = "\
+pub(super) const PUSH_EXAMPLES: &str = "\
 Examples:
   imgbuild push images/py39-torch21 registry.example/ml/torch:2.1
   imgbuild push images/py39-torch21:cuda11.8 ghcr.io/org/torch --tag latest --tag 2.1
@@ -75,7 +75,7 @@ Credentials come from $REGISTRY_AUTH_FILE, $DOCKER_CONFIG/config.json or
 ~/.docker/config.json (auths, credHelpers, credsStore), as `docker login` and
 `podman login` write them, or from `imgbuild login`.";
 
-pub const LOGIN_EXAMPLES: &str = "\
+pub(super) const LOGIN_EXAMPLES: &str = "\
 Examples:
   echo \"$TOKEN\" | imgbuild login ghcr.io -u alice --password-stdin
   imgbuild login 127.0.0.1:5000 -u ci --password-stdin --insecure < secret.txt
@@ -85,7 +85,7 @@ machine could see it), checked against the registry, then stored in
 $REGISTRY_AUTH_FILE or $DOCKER_CONFIG/config.json (~/.docker/config.json), mode 0600.";
 
 #[derive(Debug, Args)]
-pub struct PushArgs {
+pub(crate) struct PushArgs {
     /// The image: an OCI layout directory, optionally with `:TAG` (default `latest`)
     pub image: String,
     /// Where to push: `registry/repository[:tag]` (default tag: the layout's)
@@ -101,7 +101,7 @@ pub struct PushArgs {
 }
 
 #[derive(Debug, Args)]
-pub struct LoginArgs {
+pub(crate) struct LoginArgs {
     /// The registry, e.g. ghcr.io or 127.0.0.1:5000
     pub registry: String,
     /// User name
@@ -114,7 +114,7 @@ pub struct LoginArgs {
 
 /// `--registry-timeout` / `IMGBUILD_REGISTRY_TIMEOUT`: a positive number of seconds (a
 /// fraction allowed), at most a day.
-pub fn parse_timeout(value: &str) -> Result<std::time::Duration, String> {
+pub(super) fn parse_timeout(value: &str) -> Result<std::time::Duration, String> {
     let seconds: f64 = value
         .trim()
         .parse()
@@ -158,7 +158,7 @@ pub(super) async fn publish_layout(
 }
 
 /// The push's status lines, then the pushed `REF@sha256:…` on stdout.
-pub fn print_push(report: &PushReport, printer: &Printer) {
+pub(super) fn print_push(report: &PushReport, printer: &Printer) {
     printer.status(
         "Pushed",
         format_args!(

@@ -22,7 +22,7 @@ Examples:
 images/NAME.cdx.json), with the image's manifest digest in them.";
 
 #[derive(Debug, Args)]
-pub struct SbomArgs {
+pub(crate) struct SbomArgs {
     /// A recipe (its lock is read) or a lock file
     pub input: PathBuf,
     /// The SBOM format

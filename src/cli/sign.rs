@@ -9,7 +9,7 @@ use super::printer::{Failure, Printer};
 use crate::publish::{PublishError, Signed, Signing};
 use crate::registry::ClientOptions;
 
-pub const SIGN_EXAMPLES: &str = "\
+pub(super) const SIGN_EXAMPLES: &str = "\
 Examples:
   imgbuild sign registry.example/ml/torch:2.1 --sign-by release-key.asc
   imgbuild sign 127.0.0.1:5000/demo:v1 --sign-by key.asc --registries.d ./registries.d --insecure
@@ -25,7 +25,7 @@ URL readers use.";
 
 /// How to sign: the key, its passphrase, where the lookaside areas are configured.
 #[derive(Debug, Clone, Args)]
-pub struct SigningArgs {
+pub(crate) struct SigningArgs {
     /// Sign with this OpenPGP secret key file (armored or binary, from `gpg
     /// --export-secret-keys`): a simple-signing signature in the lookaside area registries.d
     /// configures
@@ -46,7 +46,7 @@ pub struct SigningArgs {
 }
 
 #[derive(Debug, Args)]
-pub struct SignArgs {
+pub(crate) struct SignArgs {
     /// The pushed image: `registry/repository[:tag]` or `…@sha256:…`
     pub reference: String,
     #[command(flatten)]
@@ -84,7 +84,7 @@ impl From<PublishError> for Failure {
 }
 
 /// The status line of each signature.
-pub fn print_signed(signed: &[Signed], printer: &Printer) {
+pub(super) fn print_signed(signed: &[Signed], printer: &Printer) {
     for s in signed {
         printer.status(
             "Signed",

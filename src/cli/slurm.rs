@@ -34,7 +34,7 @@ const SET_KEYS: &[&str] = &[
 ];
 
 #[derive(Debug, Args)]
-pub struct SlurmArgs {
+pub(crate) struct SlurmArgs {
     /// The image: an OCI layout directory, optionally with `:TAG`
     pub image: String,
     /// Where the image was pushed (`REGISTRY/REPO`); the script runs it as

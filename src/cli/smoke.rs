@@ -21,7 +21,7 @@ driver, 5 the kernel failed or computed wrong values, or a library crashed the t
 runs in a child process), 1 the image cannot be read.";
 
 #[derive(Debug, Args)]
-pub struct SmokeArgs {
+pub(crate) struct SmokeArgs {
     /// The image: an OCI layout directory, optionally with `:TAG`, or a registry reference
     /// naming its registry (`registry.example/ml/x:tag`, `…@sha256:…`)
     pub image: String,

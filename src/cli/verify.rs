@@ -7,7 +7,7 @@ use clap::Args;
 use super::printer::{Failure, Printer, human_bytes};
 use crate::{build::BuildSettings, verify};
 
-pub const VERIFY_EXAMPLES: &str = "\
+pub(super) const VERIFY_EXAMPLES: &str = "\
 Examples:
   imgbuild verify images/py39-torch21
   imgbuild verify images/py39-torch21 --recipe recipes/py39-torch21.toml
@@ -19,7 +19,7 @@ its provenance names it and its lock), 1 it is not, or cannot be read.";
 
 #[derive(Debug, Args)]
 #[command(group(clap::ArgGroup::new("lock_source").args(["recipe", "lock"])))]
-pub struct VerifyArgs {
+pub(crate) struct VerifyArgs {
     /// The image: an OCI layout directory
     pub image: PathBuf,
     /// The recipe the image was built from: its lock is checked against the layers

@@ -15,7 +15,7 @@ pub const MAX_RATIO: u64 = 1000;
 pub const MIN_UNPACKED: u64 = 32 << 20;
 /// Replaces [`MAX_RATIO`] (a positive integer), for an image that really holds a huge
 /// file of zeros.
-pub const RATIO_ENV: &str = "IMGBUILD_MAX_UNPACK_RATIO";
+pub(crate) const RATIO_ENV: &str = "IMGBUILD_MAX_UNPACK_RATIO";
 
 /// More bytes came out of `subject` than `max`.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -36,14 +36,14 @@ impl TooLarge {
 
 /// The most bytes that may come out of one subject, and the names for its refusal.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Bound {
+pub(crate) struct Bound {
     pub max: u64,
     pub subject: String,
     pub rule: String,
 }
 
 impl Bound {
-    pub fn new(max: u64, subject: impl Into<String>, rule: impl Into<String>) -> Self {
+    pub(crate) fn new(max: u64, subject: impl Into<String>, rule: impl Into<String>) -> Self {
         Bound {
             max,
             subject: subject.into(),
@@ -53,7 +53,7 @@ impl Bound {
 
     /// [`MAX_RATIO`] (or `$IMGBUILD_MAX_UNPACK_RATIO`) times `compressed` bytes, at least
     /// [`MIN_UNPACKED`].
-    pub fn ratio(compressed: u64, subject: impl Into<String>) -> Self {
+    pub(crate) fn ratio(compressed: u64, subject: impl Into<String>) -> Self {
         let ratio = ratio();
         Bound::new(
             compressed.saturating_mul(ratio).max(MIN_UNPACKED),
@@ -64,7 +64,7 @@ impl Bound {
         )
     }
 
-    pub fn exceeded(&self) -> TooLarge {
+    pub(crate) fn exceeded(&self) -> TooLarge {
         TooLarge {
             subject: self.subject.clone(),
             max: self.max,
@@ -79,18 +79,18 @@ impl Bound {
 
 /// The ratio of [`Bound::ratio`]: `$IMGBUILD_MAX_UNPACK_RATIO` when it is a positive
 /// integer, else [`MAX_RATIO`].
-pub fn ratio() -> u64 {
+pub(crate) fn ratio() -> u64 {
     env_u64(RATIO_ENV).unwrap_or(MAX_RATIO)
 }
 
 /// A positive integer from the environment variable `name`; anything else is ignored (the
 /// default applies), which [`env_u64_warning`] tells the user.
-pub fn env_u64(name: &str) -> Option<u64> {
+pub(crate) fn env_u64(name: &str) -> Option<u64> {
     positive(&std::env::var(name).ok()?)
 }
 
 /// The warning for `name` when it is set to something [`env_u64`] ignores.
-pub fn env_u64_warning(name: &str) -> Option<String> {
+pub(crate) fn env_u64_warning(name: &str) -> Option<String> {
     let value = std::env::var(name).ok()?;
     match positive(&value) {
         Some(_) => None,
@@ -108,24 +108,19 @@ fn positive(value: &str) -> Option<u64> {
 /// (kind `FileTooLarge`) when there are more. It asks `inner` for one byte past the bound
 /// at most, so a bomb is decompressed no further than that.
 #[derive(Debug)]
-pub struct Bounded<R> {
+pub(crate) struct Bounded<R> {
     inner: R,
     bound: Bound,
     read: u64,
 }
 
 impl<R> Bounded<R> {
-    pub fn new(inner: R, bound: Bound) -> Self {
+    pub(crate) fn new(inner: R, bound: Bound) -> Self {
         Bounded {
             inner,
             bound,
             read: 0,
         }
-    }
-
-    /// The bytes that came out so far.
-    pub fn read_so_far(&self) -> u64 {
-        self.read
     }
 }
 
@@ -143,7 +138,7 @@ impl<R: Read> Read for Bounded<R> {
 }
 
 /// Reads `reader` to its end into memory, refusing more than `bound.max` bytes.
-pub fn read_to_end_bounded(reader: impl Read, bound: Bound) -> std::io::Result<Vec<u8>> {
+pub(crate) fn read_to_end_bounded(reader: impl Read, bound: Bound) -> std::io::Result<Vec<u8>> {
     let mut bytes = Vec::new();
     Bounded::new(reader, bound).read_to_end(&mut bytes)?;
     Ok(bytes)
@@ -153,13 +148,13 @@ pub fn read_to_end_bounded(reader: impl Read, bound: Bound) -> std::io::Result<V
 /// `bound.max` bytes were written: the end of a chain of `write` decoders that measures what
 /// a stream decompresses to without keeping it.
 #[derive(Debug)]
-pub struct BoundedSink {
+pub(crate) struct BoundedSink {
     bound: Bound,
     written: u64,
 }
 
 impl BoundedSink {
-    pub fn new(bound: Bound) -> Self {
+    pub(crate) fn new(bound: Bound) -> Self {
         BoundedSink { bound, written: 0 }
     }
 }
@@ -211,7 +206,7 @@ mod tests {
         let mut reader = Bounded::new(decoder, bound(1 << 20));
         let err = std::io::copy(&mut reader, &mut std::io::sink()).unwrap_err();
         assert!(TooLarge::in_io(&err).is_some());
-        assert_eq!(reader.read_so_far(), (1 << 20) + 1);
+        assert_eq!(reader.read, (1 << 20) + 1);
     }
 
     #[test]

@@ -204,7 +204,7 @@ impl PartialEq for ContextFile {
 impl Eq for ContextFile {}
 
 /// What a file that is not a regular file, a directory or a link is, for a message.
-pub fn special_kind(kind: &FileType) -> &'static str {
+pub(crate) fn special_kind(kind: &FileType) -> &'static str {
     if kind.is_fifo() {
         "a named pipe"
     } else if kind.is_socket() {

@@ -27,12 +27,12 @@ use sha2::{Digest, Sha256};
 const VERSION: &str = "imgbuild-checked 2";
 
 /// The marker of the archive with sha256 `archive_sha256`.
-pub fn marker_path(cache_dir: &Path, archive_sha256: &str) -> PathBuf {
+pub(super) fn marker_path(cache_dir: &Path, archive_sha256: &str) -> PathBuf {
     cache_dir.join("checked").join(archive_sha256)
 }
 
 /// Whether `dir` (the extracted copy) is exactly as it was when the marker was written.
-pub fn is_marked(cache_dir: &Path, archive_sha256: &str, dir: &Path) -> bool {
+pub(super) fn is_marked(cache_dir: &Path, archive_sha256: &str, dir: &Path) -> bool {
     // A marker is a few hundred bytes; one that is not a regular file (a fifo would wait)
     // or is larger is not imgbuild's, and counts for nothing.
     let Ok(text) = crate::fs::read_input_text(&marker_path(cache_dir, archive_sha256), 64 << 10)
@@ -46,7 +46,7 @@ pub fn is_marked(cache_dir: &Path, archive_sha256: &str, dir: &Path) -> bool {
 }
 
 /// Records that the archive `archive_sha256`, extracted at `dir`, passed every check.
-pub fn mark(cache_dir: &Path, archive_sha256: &str, dir: &Path) -> std::io::Result<()> {
+pub(super) fn mark(cache_dir: &Path, archive_sha256: &str, dir: &Path) -> std::io::Result<()> {
     let path = marker_path(cache_dir, archive_sha256);
     fs_err::create_dir_all(path.parent().expect("under checked/"))?;
     crate::fs::write_atomic(&path, marker_text(dir, &fingerprint(dir)?).as_bytes())

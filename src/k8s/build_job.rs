@@ -23,7 +23,7 @@ use super::{
 /// What `--build-job` builds: a recipe (with its `[matrix]`, if any) and the locks of every
 /// variant, which pin what the pods build.
 #[derive(Debug, Clone)]
-pub struct BuildJobOptions {
+pub(crate) struct BuildJobOptions {
     pub name: String,
     pub namespace: Option<String>,
     /// The imgbuild image the pods run.
@@ -48,7 +48,7 @@ pub struct BuildJobOptions {
 /// The ConfigMap holding the recipe and locks, and an Indexed Job with one pod per variant:
 /// pod `i` runs `imgbuild build RECIPE --locked --variant i --push REPO`. imgbuild needs no
 /// daemon and no privileges, so the pods are plain non-root pods with two scratch volumes.
-pub fn build_job(options: &BuildJobOptions) -> Result<Workload, K8sError> {
+pub(crate) fn build_job(options: &BuildJobOptions) -> Result<Workload, K8sError> {
     if !is_dns_label(&options.name) {
         return Err(K8sError::Name {
             name: options.name.clone(),

@@ -30,33 +30,32 @@ mod scheduling;
 mod smoke_policy;
 mod yaml;
 
-pub use build_job::{BuildJobOptions, build_job};
+pub(crate) use build_job::{BuildJobOptions, build_job};
 use scheduling::{affinity, targeted_compute_terms, tolerations};
-pub use scheduling::{compute_terms, driver_terms, node_terms};
-pub use smoke_policy::{ClusterPolicy, GpuClass, PUBLIC_KEY_PLACEHOLDER};
+pub(crate) use smoke_policy::{ClusterPolicy, GpuClass};
 
 /// GPU feature discovery's labels for the host driver version (`535.104.05` → `535`, `104`,
 /// `05`).
-pub const DRIVER_MAJOR_LABEL: &str = "nvidia.com/cuda.driver.major";
-pub const DRIVER_MINOR_LABEL: &str = "nvidia.com/cuda.driver.minor";
-pub const DRIVER_REV_LABEL: &str = "nvidia.com/cuda.driver.rev";
+pub(crate) const DRIVER_MAJOR_LABEL: &str = "nvidia.com/cuda.driver.major";
+pub(crate) const DRIVER_MINOR_LABEL: &str = "nvidia.com/cuda.driver.minor";
+pub(crate) const DRIVER_REV_LABEL: &str = "nvidia.com/cuda.driver.rev";
 /// GPU feature discovery's labels for the GPU's compute capability (`8.6` → `8`, `6`).
-pub const COMPUTE_MAJOR_LABEL: &str = "nvidia.com/gpu.compute.major";
-pub const COMPUTE_MINOR_LABEL: &str = "nvidia.com/gpu.compute.minor";
+pub(crate) const COMPUTE_MAJOR_LABEL: &str = "nvidia.com/gpu.compute.major";
+pub(crate) const COMPUTE_MINOR_LABEL: &str = "nvidia.com/gpu.compute.minor";
 /// The extended resource NVIDIA's device plugin advertises.
-pub const GPU_RESOURCE: &str = "nvidia.com/gpu";
+pub(crate) const GPU_RESOURCE: &str = "nvidia.com/gpu";
 /// The well-known node labels of the kubelet: a pod goes only to nodes that can run the
 /// image's platforms (a mixed amd64/arm64 cluster would otherwise start an amd64-only image on
 /// an arm64 node, to fail there with "exec format error" or a pull with no matching manifest).
-pub const OS_LABEL: &str = "kubernetes.io/os";
-pub const ARCH_LABEL: &str = "kubernetes.io/arch";
+pub(crate) const OS_LABEL: &str = "kubernetes.io/os";
+pub(crate) const ARCH_LABEL: &str = "kubernetes.io/arch";
 /// The user a pod runs as when the image sets none: conda prefixes are world-readable, so
 /// any unprivileged uid can run them.
-pub const DEFAULT_UID: i64 = 1000;
+pub(crate) const DEFAULT_UID: i64 = 1000;
 
 /// The largest uid or gid Kubernetes takes for runAsUser, runAsGroup and fsGroup (its API
 /// validation holds them to 0..2^31-1, though the fields are int64).
-pub const MAX_ID: i64 = (1 << 31) - 1;
+pub(crate) const MAX_ID: i64 = (1 << 31) - 1;
 
 /// The rule of [`is_dns_label`], for errors.
 const DNS_LABEL_RULE: &str = "lower-case letters, digits and `-`, starting and ending with a letter or digit, at most 63 characters (RFC 1123 label)";
@@ -65,7 +64,7 @@ const DNS_SUBDOMAIN_RULE: &str =
     "`.`-separated RFC 1123 labels (lower-case letters, digits and `-`), at most 253 characters";
 
 /// Checks a namespace: an RFC 1123 label, as Kubernetes requires of namespaces.
-pub fn check_namespace(value: &str) -> Result<(), K8sError> {
+pub(crate) fn check_namespace(value: &str) -> Result<(), K8sError> {
     if is_dns_label(value) {
         return Ok(());
     }
@@ -78,7 +77,7 @@ pub fn check_namespace(value: &str) -> Result<(), K8sError> {
 
 /// Checks the name of an object the pod refers to (a Secret, a RuntimeClass): an RFC 1123
 /// subdomain, as Kubernetes requires of them.
-pub fn check_object_name(what: &'static str, value: &str) -> Result<(), K8sError> {
+pub(crate) fn check_object_name(what: &'static str, value: &str) -> Result<(), K8sError> {
     if is_dns_subdomain(value) {
         return Ok(());
     }
@@ -90,15 +89,15 @@ pub fn check_object_name(what: &'static str, value: &str) -> Result<(), K8sError
 }
 
 /// The volume `--set shm=SIZE` mounts at `/dev/shm`.
-pub const SHM_VOLUME: &str = "shm";
+pub(crate) const SHM_VOLUME: &str = "shm";
 /// The effects a taint (and so a toleration) may have.
-pub const TAINT_EFFECTS: &[&str] = &["NoSchedule", "PreferNoSchedule", "NoExecute"];
+pub(crate) const TAINT_EFFECTS: &[&str] = &["NoSchedule", "PreferNoSchedule", "NoExecute"];
 
 /// How long a smoke Job may run before Kubernetes ends it.
 const SMOKE_DEADLINE_SECONDS: i64 = 600;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum WorkloadKind {
+pub(crate) enum WorkloadKind {
     Job,
     Deployment,
     /// A Job that runs the image's embedded smoke test (`[smoke] embed = true`) on one GPU.
@@ -107,7 +106,7 @@ pub enum WorkloadKind {
 
 /// What the manifest says beyond the image: the `--set` keys and flags.
 #[derive(Debug, Clone)]
-pub struct WorkloadOptions {
+pub(crate) struct WorkloadOptions {
     pub kind: WorkloadKind,
     /// `REGISTRY/REPO`, where the image was pushed.
     pub repository: String,
@@ -143,7 +142,7 @@ pub struct WorkloadOptions {
 
 /// Where a `--volume`'s data lives.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum DataSource {
+pub(crate) enum DataSource {
     /// A PersistentVolumeClaim by name (`pvc:CLAIM`).
     Claim(String),
     /// A directory of the node (`host:/DIR`).
@@ -152,7 +151,7 @@ pub enum DataSource {
 
 /// A `--volume NAME=pvc:CLAIM:PATH[:ro]` or `NAME=host:DIR:PATH[:ro]`.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct DataVolume {
+pub(crate) struct DataVolume {
     pub name: String,
     pub source: DataSource,
     pub mount_path: String,
@@ -160,7 +159,7 @@ pub struct DataVolume {
 }
 
 #[derive(Debug, thiserror::Error)]
-pub enum K8sError {
+pub(crate) enum K8sError {
     #[error(
         "`{repository}` is not a repository like `registry.example/team/image` (no tag, no digest: the manifest adds the image's digest)"
     )]
@@ -221,7 +220,7 @@ pub enum K8sError {
 }
 
 /// A manifest ready to print.
-pub enum Workload {
+pub(crate) enum Workload {
     Job(Box<Job>),
     Deployment(Box<Deployment>),
     /// `--build-job`: the recipe and its locks, and the Indexed Job that builds them.
@@ -230,7 +229,7 @@ pub enum Workload {
 
 impl Workload {
     /// YAML, one document per object.
-    pub fn to_yaml(&self) -> Result<String, K8sError> {
+    pub(crate) fn to_yaml(&self) -> Result<String, K8sError> {
         match self {
             Workload::Job(job) => yaml::to_string(job),
             Workload::Deployment(deployment) => yaml::to_string(deployment),
@@ -243,7 +242,7 @@ impl Workload {
 
 /// Builds the manifest of `image` (read from its layout) with `options`, and the warnings to
 /// print; `user` overrides the image's user (`UID` or `UID:GID`).
-pub fn workload(
+pub(crate) fn workload(
     image: &ImageSummary,
     options: &WorkloadOptions,
     user: Option<&str>,
@@ -333,7 +332,7 @@ fn gpu_count(image: &ImageSummary, options: &WorkloadOptions) -> u32 {
 /// only with a passing GPU smoke attestation of their image for the GPU class their node
 /// affinity targets (see `src/k8s/smoke_policy.rs`), and the warnings to print: a workload that
 /// targets no compute capability gets a policy that checks none.
-pub fn smoke_policy(
+pub(crate) fn smoke_policy(
     image: &ImageSummary,
     options: &WorkloadOptions,
 ) -> Result<(ClusterPolicy, Vec<String>), K8sError> {
@@ -570,7 +569,7 @@ fn data_volumes(options: &WorkloadOptions) -> Result<(Vec<Volume>, Vec<VolumeMou
 
 /// Parses `--toleration KEY[=VALUE][:EFFECT]`: without a value the taint's key alone
 /// matches (`Exists`), without an effect every effect is tolerated.
-pub fn parse_toleration(text: &str) -> Result<Toleration, K8sError> {
+pub(crate) fn parse_toleration(text: &str) -> Result<Toleration, K8sError> {
     let error = |reason: &str| K8sError::Toleration {
         value: text.to_string(),
         reason: reason.to_string(),
@@ -606,7 +605,7 @@ pub fn parse_toleration(text: &str) -> Result<Toleration, K8sError> {
 }
 
 /// Parses `--volume NAME=pvc:CLAIM:PATH[:ro]` or `NAME=host:DIR:PATH[:ro]`.
-pub fn parse_volume(text: &str) -> Result<DataVolume, K8sError> {
+pub(crate) fn parse_volume(text: &str) -> Result<DataVolume, K8sError> {
     let error = |reason: String| K8sError::Volume {
         value: text.to_string(),
         reason,
@@ -674,7 +673,7 @@ fn normal_path(path: &str) -> Option<String> {
 }
 
 /// Parses `--env NAME=VALUE` (the value may be empty and hold `=`).
-pub fn parse_env(text: &str) -> Result<(String, String), K8sError> {
+pub(crate) fn parse_env(text: &str) -> Result<(String, String), K8sError> {
     let error = |reason: &str| K8sError::Env {
         value: text.to_string(),
         reason: reason.to_string(),
@@ -700,7 +699,7 @@ pub fn parse_env(text: &str) -> Result<(String, String), K8sError> {
 
 /// Checks a `--set` quantity (`16Gi`, `0.5`, `500m`): the schema takes any string, the API
 /// server refuses a malformed one only at apply time.
-pub fn check_quantity(key: &str, value: &str) -> Result<(), K8sError> {
+pub(crate) fn check_quantity(key: &str, value: &str) -> Result<(), K8sError> {
     const SUFFIXES: &[&str] = &[
         "Ki", "Mi", "Gi", "Ti", "Pi", "Ei", "n", "u", "m", "k", "M", "G", "T", "P", "E", "",
     ];
@@ -769,7 +768,7 @@ fn run_as(user: Option<&str>) -> Result<(i64, i64), K8sError> {
 }
 
 /// Parses `--set user=UID[:GID]`.
-pub fn check_user(value: &str) -> Result<(), K8sError> {
+pub(crate) fn check_user(value: &str) -> Result<(), K8sError> {
     let (uid, gid) = value.split_once(':').unwrap_or((value, "0"));
     match (uid.parse::<i64>(), gid.parse::<i64>()) {
         (Ok(uid), Ok(gid)) if (1..=MAX_ID).contains(&uid) && (0..=MAX_ID).contains(&gid) => Ok(()),

@@ -68,7 +68,10 @@ fn architectures(image: &ImageSummary) -> Vec<String> {
 /// The pod's required node terms: Linux nodes of one of `arches`, and, for a GPU pod of an
 /// image with a minimum driver, a driver at least that ([`driver_terms`]; the platform
 /// requirements are ANDed into each of its ORed terms).
-pub fn node_terms(arches: &[String], driver: Option<&DriverVersion>) -> Vec<NodeSelectorTerm> {
+pub(crate) fn node_terms(
+    arches: &[String],
+    driver: Option<&DriverVersion>,
+) -> Vec<NodeSelectorTerm> {
     let platform = [
         NodeSelectorRequirement {
             key: OS_LABEL.to_string(),
@@ -177,7 +180,7 @@ fn and_terms(
 /// Within a major, what runs is every minor from some minor up (SASS and PTX alike), so each
 /// major needs one `minor > m - 1`; majors that run from minor 0 share one `In`, and past
 /// [`NEWEST_KNOWN_MAJOR`] only PTX runs, the same for every major there.
-pub fn compute_terms(
+pub(crate) fn compute_terms(
     packages: &[crate::cuda::fatbin::Architectures],
 ) -> Vec<Vec<NodeSelectorRequirement>> {
     use crate::cuda::fatbin::{Coverage, coverage};
@@ -229,7 +232,7 @@ pub fn compute_terms(
 /// Node selector terms (ORed; requirements within a term ANDed) matching nodes whose driver
 /// is at least `driver`: `Gt` compares integers, so `≥ 520.61.05` becomes major > 520, or
 /// major 520 and minor > 61, or 520.61 and rev > 4.
-pub fn driver_terms(driver: &DriverVersion) -> Vec<NodeSelectorTerm> {
+pub(crate) fn driver_terms(driver: &DriverVersion) -> Vec<NodeSelectorTerm> {
     let text = driver.to_string();
     let parts: Vec<u32> = text.split('.').filter_map(|p| p.parse().ok()).collect();
     let labels = [DRIVER_MAJOR_LABEL, DRIVER_MINOR_LABEL, DRIVER_REV_LABEL];

@@ -22,7 +22,7 @@ use serde::Serialize;
 use super::{COMPUTE_MAJOR_LABEL, COMPUTE_MINOR_LABEL, K8sError};
 
 /// What the key placeholder of the policy says; the user puts their public key there.
-pub const PUBLIC_KEY_PLACEHOLDER: &str = "-----BEGIN PUBLIC KEY-----\nREPLACE-WITH-THE-PUBLIC-KEY-THAT-SIGNS-THE-SMOKE-ATTESTATIONS\n-----END PUBLIC KEY-----";
+pub(crate) const PUBLIC_KEY_PLACEHOLDER: &str = "-----BEGIN PUBLIC KEY-----\nREPLACE-WITH-THE-PUBLIC-KEY-THAT-SIGNS-THE-SMOKE-ATTESTATIONS\n-----END PUBLIC KEY-----";
 
 /// The comment written above the policy document.
 const HEADER: &str = "\
@@ -42,7 +42,7 @@ const HEADER: &str = "\
 /// The GPU class the workload's node affinity targets, as the policy checks it against the
 /// attestation's `gpu.compute_capability` (`9.0`).
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct GpuClass {
+pub(crate) struct GpuClass {
     /// Capabilities, `8.*` for a whole major, or `8.6` one by one above a minor.
     pub capabilities: Vec<String>,
     /// Every capability from this major up (the affinity's `major Gt N`: N + 1).
@@ -52,7 +52,7 @@ pub struct GpuClass {
 impl GpuClass {
     /// The class of the affinity's compute capability terms (ORed; requirements within a term
     /// ANDed, as [`super::compute_terms`] writes them).
-    pub fn of_terms(terms: &[Vec<NodeSelectorRequirement>]) -> GpuClass {
+    pub(crate) fn of_terms(terms: &[Vec<NodeSelectorRequirement>]) -> GpuClass {
         let mut class = GpuClass::default();
         let values = |r: &NodeSelectorRequirement| r.values.clone().unwrap_or_default();
         for term in terms {
@@ -91,7 +91,7 @@ impl GpuClass {
     }
 
     /// The class in words, for the policy's messages: `8.*, 9.* or 13.0 and newer`.
-    pub fn describe(&self) -> String {
+    pub(crate) fn describe(&self) -> String {
         let mut parts = self.capabilities.clone();
         if let Some(major) = self.from_major {
             parts.push(format!("{major}.0 and newer"));
@@ -110,7 +110,7 @@ impl GpuClass {
 /// What the policy is about: the workload's name and namespace, the repository its image
 /// is pulled from, and the GPU class (none when the workload targets no compute capability).
 #[derive(Debug, Clone)]
-pub struct SmokePolicyOptions<'a> {
+pub(super) struct SmokePolicyOptions<'a> {
     pub name: &'a str,
     pub namespace: Option<&'a str>,
     pub repository: &'a str,
@@ -120,7 +120,7 @@ pub struct SmokePolicyOptions<'a> {
 /// A Kyverno `ClusterPolicy` (kyverno.io/v1) with one `verifyImages` rule.
 #[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct ClusterPolicy {
+pub(crate) struct ClusterPolicy {
     pub api_version: &'static str,
     pub kind: &'static str,
     pub metadata: ObjectMeta,
@@ -129,7 +129,7 @@ pub struct ClusterPolicy {
 
 #[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct PolicySpec {
+pub(crate) struct PolicySpec {
     /// Image verification needs the admission request; Kyverno skips it in background scans.
     pub background: bool,
     pub webhook_configuration: WebhookConfiguration,
@@ -138,14 +138,14 @@ pub struct PolicySpec {
 
 #[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct WebhookConfiguration {
+pub(crate) struct WebhookConfiguration {
     pub failure_policy: &'static str,
     pub timeout_seconds: i32,
 }
 
 #[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct Rule {
+pub(crate) struct Rule {
     pub name: String,
     #[serde(rename = "match")]
     pub match_: Match,
@@ -153,17 +153,17 @@ pub struct Rule {
 }
 
 #[derive(Debug, Clone, Serialize)]
-pub struct Match {
+pub(crate) struct Match {
     pub any: Vec<ResourceFilter>,
 }
 
 #[derive(Debug, Clone, Serialize)]
-pub struct ResourceFilter {
+pub(crate) struct ResourceFilter {
     pub resources: ResourceDescription,
 }
 
 #[derive(Debug, Clone, Serialize)]
-pub struct ResourceDescription {
+pub(crate) struct ResourceDescription {
     pub kinds: Vec<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub namespaces: Option<Vec<String>>,
@@ -171,7 +171,7 @@ pub struct ResourceDescription {
 
 #[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct ImageVerification {
+pub(crate) struct ImageVerification {
     #[serde(rename = "type")]
     pub type_: &'static str,
     pub image_references: Vec<String>,
@@ -184,7 +184,7 @@ pub struct ImageVerification {
 }
 
 #[derive(Debug, Clone, Serialize)]
-pub struct Attestation {
+pub(crate) struct Attestation {
     #[serde(rename = "type")]
     pub type_: &'static str,
     pub attestors: Vec<AttestorSet>,
@@ -192,19 +192,19 @@ pub struct Attestation {
 }
 
 #[derive(Debug, Clone, Serialize)]
-pub struct AttestorSet {
+pub(crate) struct AttestorSet {
     pub count: u32,
     pub entries: Vec<Attestor>,
 }
 
 #[derive(Debug, Clone, Serialize)]
-pub struct Attestor {
+pub(crate) struct Attestor {
     pub keys: StaticKey,
 }
 
 #[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct StaticKey {
+pub(crate) struct StaticKey {
     pub public_keys: String,
     pub rekor: Rekor,
     pub ctlog: CtLog,
@@ -212,27 +212,27 @@ pub struct StaticKey {
 
 #[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct Rekor {
+pub(crate) struct Rekor {
     pub ignore_tlog: bool,
 }
 
 #[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct CtLog {
+pub(crate) struct CtLog {
     #[serde(rename = "ignoreSCT")]
     pub ignore_sct: bool,
 }
 
 /// Kyverno's `any`/`all` block: every `all` condition and at least one `any` condition hold.
 #[derive(Debug, Clone, Serialize)]
-pub struct AnyAllConditions {
+pub(crate) struct AnyAllConditions {
     pub all: Vec<Condition>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub any: Vec<Condition>,
 }
 
 #[derive(Debug, Clone, Serialize)]
-pub struct Condition {
+pub(crate) struct Condition {
     pub key: String,
     pub operator: &'static str,
     pub value: serde_json::Value,
@@ -240,7 +240,7 @@ pub struct Condition {
 }
 
 /// The policy for `options`.
-pub fn cluster_policy(options: &SmokePolicyOptions) -> ClusterPolicy {
+pub(super) fn cluster_policy(options: &SmokePolicyOptions) -> ClusterPolicy {
     let repository = options.repository.trim_end_matches('/');
     let all = vec![Condition {
         key: "{{ verdict }}".to_string(),
@@ -351,7 +351,7 @@ pub fn cluster_policy(options: &SmokePolicyOptions) -> ClusterPolicy {
 
 impl ClusterPolicy {
     /// The policy as a YAML document, with the comment that says what it needs.
-    pub fn to_yaml(&self) -> Result<String, K8sError> {
+    pub(crate) fn to_yaml(&self) -> Result<String, K8sError> {
         let body = super::yaml::to_string(self).map_err(K8sError::Yaml)?;
         Ok(format!("{HEADER}{body}"))
     }

@@ -25,7 +25,7 @@ const ALIGN: usize = 4096;
 const WRITE_BUFFER: usize = 1 << 20;
 
 /// The file a blob is written to; [`BlobFile::finish`] flushes and syncs it.
-pub struct BlobFile(Mode);
+pub(super) struct BlobFile(Mode);
 
 enum Mode {
     Direct(Direct),
@@ -34,7 +34,7 @@ enum Mode {
 
 impl BlobFile {
     /// Opens the (empty) file at `path` for writing, directly where the system allows.
-    pub fn create(path: &Path) -> io::Result<BlobFile> {
+    pub(super) fn create(path: &Path) -> io::Result<BlobFile> {
         Self::create_with(path, true)
     }
 
@@ -47,12 +47,12 @@ impl BlobFile {
     }
 
     /// Whether the blob goes past the page cache.
-    pub fn is_direct(&self) -> bool {
+    pub(super) fn is_direct(&self) -> bool {
         matches!(self.0, Mode::Direct(_))
     }
 
     /// Writes what is buffered and syncs the file.
-    pub fn finish(self) -> io::Result<()> {
+    pub(super) fn finish(self) -> io::Result<()> {
         let file = match self.0 {
             Mode::Direct(direct) => direct.finish()?,
             Mode::Buffered(buffered) => buffered.into_inner().map_err(|e| e.into_error())?.file,

@@ -16,7 +16,7 @@ use super::{json::canonical_json, layout::Layout, read_error::ReadError};
 
 /// What `build --format` writes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum OutputFormat {
+pub(crate) enum OutputFormat {
     /// An OCI image layout directory (always written).
     Oci,
     /// The layout, plus the same as one tar file (`NAME.oci.tar`).
@@ -27,7 +27,7 @@ pub enum OutputFormat {
 
 impl OutputFormat {
     /// The archive's file name suffix, if this format writes one.
-    pub fn archive_suffix(self) -> Option<&'static str> {
+    pub(crate) fn archive_suffix(self) -> Option<&'static str> {
         match self {
             OutputFormat::Oci => None,
             OutputFormat::OciArchive => Some("oci.tar"),
@@ -37,7 +37,7 @@ impl OutputFormat {
 }
 
 #[derive(Debug, thiserror::Error)]
-pub enum ArchiveError {
+pub(crate) enum ArchiveError {
     #[error(transparent)]
     Read(#[from] ReadError),
     /// The tag names something other than an image manifest or index.
@@ -62,7 +62,7 @@ struct ArchiveContents {
 
 /// Writes tag `tag` of `layout` to `out` as `format`; `repo_tag` (`name:tag`) is what
 /// `docker load` names the image.
-pub fn write_archive(
+pub(crate) fn write_archive(
     layout: &Layout,
     tag: &str,
     repo_tag: &str,

@@ -90,7 +90,7 @@ fn walk_tar<E>(
 }
 
 #[derive(Debug, thiserror::Error)]
-pub enum BaseError {
+pub(crate) enum BaseError {
     #[error("Base image `{reference}` is in a registry and must be pulled")]
     Remote { reference: String },
     #[error(transparent)]
@@ -98,7 +98,7 @@ pub enum BaseError {
 }
 
 /// Opens the base image of a recipe for `platform`; `None` for `scratch`.
-pub fn open_base(base: &Base, platform: Subdir) -> Result<Option<BaseImage>, BaseError> {
+pub(crate) fn open_base(base: &Base, platform: Subdir) -> Result<Option<BaseImage>, BaseError> {
     match base {
         Base::Scratch => Ok(None),
         Base::OciLayout { path, tag } => {
@@ -114,7 +114,7 @@ pub fn open_base(base: &Base, platform: Subdir) -> Result<Option<BaseImage>, Bas
 }
 
 #[derive(Debug, thiserror::Error)]
-pub enum GlibcError {
+pub(crate) enum GlibcError {
     #[error("Failed to read layer `{digest}` of the base image")]
     Layer {
         digest: String,
@@ -129,7 +129,9 @@ const MAX_LIBC: u64 = 64 << 20;
 /// The glibc version the base image ships, found by reading its layers: the version string
 /// inside `libc.so.6` (`… release version 2.36.`) or the name `libc-2.31.so` of older
 /// glibcs. `None` when the base has no glibc (scratch, busybox, musl).
-pub fn detect_glibc(base: &BaseImage) -> Result<Option<rattler_conda_types::Version>, GlibcError> {
+pub(crate) fn detect_glibc(
+    base: &BaseImage,
+) -> Result<Option<rattler_conda_types::Version>, GlibcError> {
     let mut found = None;
     let layer_error = |digest, source| GlibcError::Layer { digest, source };
     // Later layers override earlier ones, so the last find wins.

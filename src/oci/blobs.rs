@@ -19,7 +19,7 @@ use super::read_error::ReadError;
 
 /// Manifests, indexes, configs and `index.json` larger than this are refused unread, as
 /// containerd refuses them (its 4 MiB manifest limit): a real one is a few KiB.
-pub const MAX_JSON_BLOB: u64 = 4 << 20;
+pub(crate) const MAX_JSON_BLOB: u64 = 4 << 20;
 
 /// Where a layout's (or the cache's) blobs are: `root/prefix/<hex>`.
 #[derive(Debug, Clone)]

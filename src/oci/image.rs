@@ -24,11 +24,12 @@ use crate::{
 };
 
 /// `PATH` of an image whose base does not set one (Docker's default).
-pub const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+pub(crate) const DEFAULT_PATH: &str =
+    "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
 /// Environment variables that activating the conda environment sets, in the image's terms.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Activation {
+pub(crate) struct Activation {
     /// Directories to put in front of `PATH` (e.g. `/opt/conda/bin`).
     pub path: Vec<String>,
     /// Variables in the order activation sets them.
@@ -37,7 +38,7 @@ pub struct Activation {
 
 /// Everything that goes into the image's JSON.
 #[derive(Debug)]
-pub struct ImageInputs<'a> {
+pub(crate) struct ImageInputs<'a> {
     /// The image's name, its title annotation.
     pub name: &'a str,
     /// The in-image path of the conda environment.
@@ -62,15 +63,14 @@ pub struct ImageInputs<'a> {
 
 /// What was written.
 #[derive(Debug, Clone)]
-pub struct WrittenImage {
+pub(crate) struct WrittenImage {
     pub manifest: Descriptor,
-    pub config_digest: String,
     /// The OCI platform the manifest is for, as index entries name it.
     pub platform: Platform,
 }
 
 #[derive(Debug, thiserror::Error)]
-pub enum ImageError {
+pub(crate) enum ImageError {
     #[error("Failed to assemble the image {what}")]
     Spec {
         what: &'static str,
@@ -87,7 +87,7 @@ fn spec_err(what: &'static str) -> impl FnOnce(oci_spec::OciSpecError) -> ImageE
 
 /// Merges `base` env, the activation and the recipe's `env`, later ones winning, and
 /// returns `KEY=value` strings. The base's order is kept; new keys follow in order.
-pub fn merge_env(
+pub(crate) fn merge_env(
     base: &[String],
     activation: &Activation,
     recipe_env: &BTreeMap<String, String>,
@@ -125,7 +125,10 @@ pub fn merge_env(
 
 /// Writes config and manifest blobs into `layout` and returns the index entries to commit.
 /// The documents are built first ([`image_config`], [`image_manifest`]), then written.
-pub fn write_image(layout: &Layout, inputs: &ImageInputs<'_>) -> Result<WrittenImage, ImageError> {
+pub(crate) fn write_image(
+    layout: &Layout,
+    inputs: &ImageInputs<'_>,
+) -> Result<WrittenImage, ImageError> {
     let config = image_config(inputs)?;
     let (config_descriptor, _) =
         layout.write_json_blob(&config, MediaType::ImageConfig, "the image config")?;
@@ -133,7 +136,6 @@ pub fn write_image(layout: &Layout, inputs: &ImageInputs<'_>) -> Result<WrittenI
     let (manifest_descriptor, _) =
         layout.write_json_blob(&manifest, MediaType::ImageManifest, "the image manifest")?;
     Ok(WrittenImage {
-        config_digest: config_descriptor.digest().to_string(),
         manifest: manifest_descriptor,
         platform: oci_platform(inputs.platform)?,
     })
@@ -141,7 +143,7 @@ pub fn write_image(layout: &Layout, inputs: &ImageInputs<'_>) -> Result<WrittenI
 
 /// The image config: the base's runtime config with the recipe's settings, and the base's
 /// diff ids and history followed by ours.
-pub fn image_config(inputs: &ImageInputs<'_>) -> Result<ImageConfiguration, ImageError> {
+pub(crate) fn image_config(inputs: &ImageInputs<'_>) -> Result<ImageConfiguration, ImageError> {
     let (architecture, variant) = oci_architecture(inputs.platform).expect("validated platform");
     let mut diff_ids: Vec<String> = inputs
         .base
@@ -227,7 +229,7 @@ fn runtime_config(inputs: &ImageInputs<'_>) -> Result<Config, ImageError> {
 }
 
 /// The manifest of the image whose config blob is `config`: the base's layers, then ours.
-pub fn image_manifest(
+pub(crate) fn image_manifest(
     inputs: &ImageInputs<'_>,
     config: Descriptor,
 ) -> Result<ImageManifest, ImageError> {
@@ -313,7 +315,7 @@ fn oci_platform(subdir: Subdir) -> Result<Platform, ImageError> {
 /// The `index.json` entries of image `name`, one per tag: the platform image itself when
 /// there is one platform (what single-platform tools expect), else an image index of the
 /// platform images, written into `layout`, in the recipe's platform order.
-pub fn tag_entries(
+pub(crate) fn tag_entries(
     layout: &Layout,
     name: &str,
     tags: &[String],
@@ -375,7 +377,9 @@ pub fn tag_entries(
 }
 
 /// The `index.json` that lists `manifests`.
-pub fn index_of(manifests: Vec<Descriptor>) -> Result<oci_spec::image::ImageIndex, ImageError> {
+pub(crate) fn index_of(
+    manifests: Vec<Descriptor>,
+) -> Result<oci_spec::image::ImageIndex, ImageError> {
     ImageIndexBuilder::default()
         .schema_version(SCHEMA_VERSION)
         .media_type(MediaType::ImageIndex)
@@ -420,7 +424,6 @@ mod tests {
                     .parse::<oci_spec::image::Digest>()
                     .unwrap(),
             ),
-            config_digest: format!("sha256:{}", "c".repeat(64)),
             platform: platform.build().unwrap(),
         }
     }

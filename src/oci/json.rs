@@ -7,7 +7,7 @@ use serde::Serialize;
 use serde_json::{Map, Value};
 
 /// Serializes `value` with every object's keys in byte order.
-pub fn canonical_json<T: Serialize>(value: &T) -> serde_json::Result<Vec<u8>> {
+pub(crate) fn canonical_json<T: Serialize>(value: &T) -> serde_json::Result<Vec<u8>> {
     let value = sorted(serde_json::to_value(value)?);
     serde_json::to_vec(&value)
 }

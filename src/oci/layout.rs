@@ -22,14 +22,14 @@ use crate::report::Reporter;
 const OCI_LAYOUT: &str = r#"{"imageLayoutVersion":"1.0.0"}"#;
 
 /// The annotation that names a tag in an image layout's `index.json`.
-pub const REF_NAME: &str = "org.opencontainers.image.ref.name";
+pub(crate) const REF_NAME: &str = "org.opencontainers.image.ref.name";
 
 /// Manifests and indexes larger than this are not read while collecting garbage: no real
 /// one comes near it, and a mislabelled layer must not be loaded into memory.
 const MAX_MANIFEST_BYTES: u64 = 16 << 20;
 
 /// The tag (`org.opencontainers.image.ref.name`) of an index entry, if it has one.
-pub fn ref_name(descriptor: &Descriptor) -> Option<&str> {
+pub(crate) fn ref_name(descriptor: &Descriptor) -> Option<&str> {
     descriptor
         .annotations()
         .as_ref()
@@ -38,7 +38,7 @@ pub fn ref_name(descriptor: &Descriptor) -> Option<&str> {
 }
 
 /// The entry of `index` tagged `tag`.
-pub fn tagged<'a>(index: &'a ImageIndex, tag: &str) -> Option<&'a Descriptor> {
+pub(crate) fn tagged<'a>(index: &'a ImageIndex, tag: &str) -> Option<&'a Descriptor> {
     index
         .manifests()
         .iter()

@@ -17,8 +17,8 @@ use super::{
 use oci_spec::image::{Descriptor, ImageConfiguration, ImageIndex, ImageManifest, MediaType};
 use rattler_conda_types::Subdir;
 
-pub use super::read_error::ReadError;
-pub use crate::reference::{DEFAULT_TAG, LayoutRef, split_layout};
+pub(crate) use super::read_error::ReadError;
+pub(crate) use crate::reference::LayoutRef;
 
 impl LayoutRef {
     pub fn layout(&self) -> Layout {
@@ -382,7 +382,7 @@ fn config_subdir(config: &ImageConfiguration) -> Option<Subdir> {
 
 /// The manifest of an image index for `linux/architecture[/variant]`; a manifest without
 /// a variant matches any variant.
-pub fn platform_manifest<'a>(
+pub(crate) fn platform_manifest<'a>(
     index: &'a ImageIndex,
     architecture: &str,
     variant: Option<&str>,
@@ -398,7 +398,7 @@ pub fn platform_manifest<'a>(
 
 /// The platforms an index lists, for messages: `linux/amd64, linux/arm64/v8`. Entries
 /// without a platform, or for `unknown/unknown` (the attestations buildx adds), are left out.
-pub fn index_platforms(index: &ImageIndex) -> String {
+pub(crate) fn index_platforms(index: &ImageIndex) -> String {
     let platforms: Vec<String> = index
         .manifests()
         .iter()
@@ -420,19 +420,19 @@ pub fn index_platforms(index: &ImageIndex) -> String {
 }
 
 /// An OCI image index, or Docker's manifest list.
-pub fn is_index(media_type: &MediaType) -> bool {
+pub(crate) fn is_index(media_type: &MediaType) -> bool {
     matches!(media_type, MediaType::ImageIndex)
         || media_type.to_string() == "application/vnd.docker.distribution.manifest.list.v2+json"
 }
 
 /// An OCI image manifest, or Docker's.
-pub fn is_manifest(media_type: &MediaType) -> bool {
+pub(crate) fn is_manifest(media_type: &MediaType) -> bool {
     matches!(media_type, MediaType::ImageManifest)
         || media_type.to_string() == "application/vnd.docker.distribution.manifest.v2+json"
 }
 
 /// The OCI media type for a layer, mapping Docker's names for the same bytes.
-pub fn oci_layer_media_type(media_type: &MediaType) -> Option<MediaType> {
+pub(crate) fn oci_layer_media_type(media_type: &MediaType) -> Option<MediaType> {
     match media_type.to_string().as_str() {
         "application/vnd.oci.image.layer.v1.tar+gzip"
         | "application/vnd.docker.image.rootfs.diff.tar.gzip" => Some(MediaType::ImageLayerGzip),
@@ -463,7 +463,10 @@ mod tests {
         assert_eq!(parsed("/a:b/x"), ("/a:b/x".into(), "latest".into()));
         assert_eq!(parsed(":v1"), (":v1".into(), "latest".into()));
         assert_eq!(LayoutRef::parse("images/x").tag, None);
-        assert_eq!(split_layout("images/x:v1"), ("images/x", Some("v1")));
+        assert_eq!(
+            crate::reference::split_layout("images/x:v1"),
+            ("images/x", Some("v1"))
+        );
     }
 
     /// Writes `value` as a blob; returns its descriptor.

@@ -9,7 +9,7 @@ use crate::{
 use super::{fault::io_exit_code, signing::SigningError};
 
 #[derive(Debug, thiserror::Error)]
-pub enum PublishError {
+pub(crate) enum PublishError {
     #[error(transparent)]
     Reference(#[from] ReferenceError),
     /// The target names a digest: a push gives the registry a tag to point at.
@@ -51,7 +51,7 @@ impl PublishError {
     /// The build's rule: 1 when the input is at fault (the layout, a reference, a key, the
     /// credentials, or what the registry answered), 2 when the machine is (a local read or
     /// write failed, a full disk). Documented in the README.
-    pub fn exit_code(&self) -> i32 {
+    pub(crate) fn exit_code(&self) -> i32 {
         if crate::fs::is_disk_full(self) {
             return 2;
         }

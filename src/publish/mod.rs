@@ -20,14 +20,14 @@ use crate::{
     },
 };
 
-pub use error::PublishError;
-pub use remote::{Attached, attach_document, sign_image};
-pub use signing::{Signed, Signing, SigningError};
+pub(crate) use error::PublishError;
+pub(crate) use remote::{attach_document, sign_image};
+pub(crate) use signing::{Signed, Signing, SigningError};
 
 /// How to publish: the extra tags, a repository to mount shared blobs from, the signing
 /// (prepared before anything is pushed), and whether to attach the documents beside the
 /// layout.
-pub struct PublishOptions<'a> {
+pub(crate) struct PublishOptions<'a> {
     pub tags: &'a [String],
     pub mount_from: Option<&'a Reference>,
     pub signing: Option<&'a Signing>,
@@ -37,7 +37,7 @@ pub struct PublishOptions<'a> {
 
 /// What a publish did: the push (with the documents attached to it) and the signatures.
 #[derive(Debug, Clone)]
-pub struct PublishReport {
+pub(crate) struct PublishReport {
     pub push: PushReport,
     pub signed: Vec<Signed>,
     /// Documents beside the layout left out: they describe another image of it.
@@ -46,7 +46,7 @@ pub struct PublishReport {
 
 /// Pushes `image` to `target` (`registry/repository[:tag]`), attaches the documents beside
 /// its layout, then signs what was pushed.
-pub async fn publish(
+pub(crate) async fn publish(
     image: &LayoutRef,
     target: &str,
     options: &PublishOptions<'_>,
@@ -104,7 +104,7 @@ fn push_target(target: &str, tags: &[String]) -> Result<Reference, PublishError>
 }
 
 /// A client for `reference` with the credentials on file for its registry.
-pub fn client_for(
+pub(crate) fn client_for(
     reference: &Reference,
     options: &ClientOptions,
 ) -> Result<RepositoryClient, PublishError> {
@@ -146,7 +146,7 @@ fn pushed_identities(report: &PushReport, tags: &[String]) -> Vec<Reference> {
 
 /// The registry base an image was built on (its `org.opencontainers.image.base.name`), for
 /// cross-repository mounts.
-pub fn base_of(image: &LayoutRef) -> Option<Reference> {
+pub(crate) fn base_of(image: &LayoutRef) -> Option<Reference> {
     let layout = image.layout();
     // Every platform of a multi-platform image is built on the same base repository.
     let (_, manifest) = layout

@@ -11,7 +11,7 @@ use super::{PublishError, Signed, Signing, client_for};
 
 /// A document attached to an image in a registry.
 #[derive(Debug, Clone, serde::Serialize)]
-pub struct Attached {
+pub(crate) struct Attached {
     /// The artifact manifest's digest.
     pub digest: String,
     /// `referrers-api` or the fallback tag.
@@ -20,7 +20,7 @@ pub struct Attached {
 
 /// Attaches `attachment` to the manifest `subject_digest` of `reference`'s repository, as an
 /// OCI 1.1 artifact whose `subject` is that manifest.
-pub async fn attach_document(
+pub(crate) async fn attach_document(
     reference: &Reference,
     subject_digest: &str,
     attachment: Attachment,
@@ -45,7 +45,7 @@ pub async fn attach_document(
 
 /// Signs the manifest `reference` (`registry/repository[:tag]`, `latest` by default, or
 /// `…@sha256:…`) names in its registry, as that reference.
-pub async fn sign_image(
+pub(crate) async fn sign_image(
     reference: &str,
     signing: &Signing,
     options: &ClientOptions,

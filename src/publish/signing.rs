@@ -13,7 +13,7 @@ use crate::{
 const MAX_PASSPHRASE_BYTES: u64 = 64 << 10;
 
 #[derive(Debug, thiserror::Error)]
-pub enum SigningError {
+pub(crate) enum SigningError {
     #[error("Cannot read the passphrase file `{}`", path.display())]
     Passphrase {
         path: PathBuf,
@@ -28,7 +28,7 @@ pub enum SigningError {
 
 impl SigningError {
     /// 2 when a signature could not be written (the machine's fault), else 1.
-    pub fn exit_code(&self) -> i32 {
+    pub(crate) fn exit_code(&self) -> i32 {
         match self {
             SigningError::Lookaside(LookasideError::Write { source, .. }) => {
                 super::fault::io_exit_code(source)
@@ -40,7 +40,7 @@ impl SigningError {
 
 /// One signature written.
 #[derive(Debug, Clone, serde::Serialize)]
-pub struct Signed {
+pub(crate) struct Signed {
     /// The identity it claims (`registry/repository[:tag]`).
     pub identity: String,
     pub digest: String,
@@ -50,7 +50,7 @@ pub struct Signed {
 
 /// A key loaded and registries.d read, before anything is pushed: a wrong passphrase or a bad
 /// configuration fails the command before the registry changes.
-pub struct Signing {
+pub(crate) struct Signing {
     signer: Signer,
     registries: RegistriesD,
 }
@@ -58,7 +58,7 @@ pub struct Signing {
 impl Signing {
     /// Loads `key` (unlocked with the first line of `passphrase_file`) and the lookaside
     /// areas of `registries_d` (else the default directories).
-    pub fn prepare(
+    pub(crate) fn prepare(
         key: &Path,
         passphrase_file: Option<&Path>,
         registries_d: Option<&Path>,
@@ -72,7 +72,7 @@ impl Signing {
     }
 
     /// Signs `digest` as each of `identities`, each into its lookaside area.
-    pub fn sign(
+    pub(crate) fn sign(
         &self,
         identities: &[Reference],
         digest: &str,
@@ -94,7 +94,7 @@ impl Signing {
 
     /// Signs the untagged artifact `digest` of `reference`'s repository: its signature
     /// claims the repository.
-    pub fn sign_artifact(
+    pub(crate) fn sign_artifact(
         &self,
         reference: &Reference,
         digest: &str,

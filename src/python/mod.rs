@@ -27,7 +27,7 @@ pub struct NoPython {
 }
 
 /// The Python of a solved conda environment.
-pub fn python_of(records: &[RepoDataRecord]) -> Option<PythonVersion> {
+pub(crate) fn python_of(records: &[RepoDataRecord]) -> Option<PythonVersion> {
     records
         .iter()
         .find(|r| r.package_record.name.as_normalized() == "python")
@@ -36,7 +36,7 @@ pub fn python_of(records: &[RepoDataRecord]) -> Option<PythonVersion> {
 
 /// The image's Python target on `platform`, whose virtual packages (`__glibc`) are
 /// `virtual_packages`, with the solved conda `records`.
-pub fn python_target(
+pub(crate) fn python_target(
     platform: Subdir,
     virtual_packages: &[GenericVirtualPackage],
     records: &[RepoDataRecord],

@@ -16,25 +16,21 @@ use serde::{Deserialize, Serialize};
 
 /// A username and a secret (password or token).
 #[derive(Clone, PartialEq, Eq)]
-pub struct Credentials {
+pub(crate) struct Credentials {
     pub username: String,
     secret: String,
 }
 
 impl Credentials {
-    pub fn new(username: impl Into<String>, secret: impl Into<String>) -> Self {
+    pub(crate) fn new(username: impl Into<String>, secret: impl Into<String>) -> Self {
         Self {
             username: username.into(),
             secret: secret.into(),
         }
     }
 
-    pub fn secret(&self) -> &str {
-        &self.secret
-    }
-
     /// The `Basic` authorization value.
-    pub fn basic(&self) -> String {
+    pub(crate) fn basic(&self) -> String {
         let raw = format!("{}:{}", self.username, self.secret);
         format!(
             "Basic {}",
@@ -53,7 +49,7 @@ impl fmt::Debug for Credentials {
 }
 
 #[derive(Debug, thiserror::Error)]
-pub enum AuthError {
+pub(crate) enum AuthError {
     #[error("Failed to read the registry auth file `{}`", path.display())]
     Read {
         path: PathBuf,
@@ -121,7 +117,7 @@ struct AuthEntry {
 }
 
 /// The auth files consulted, first match wins.
-pub fn auth_files() -> Vec<PathBuf> {
+pub(crate) fn auth_files() -> Vec<PathBuf> {
     let mut files = Vec::new();
     if let Some(file) = std::env::var_os("REGISTRY_AUTH_FILE").filter(|v| !v.is_empty()) {
         files.push(PathBuf::from(file));
@@ -134,7 +130,7 @@ pub fn auth_files() -> Vec<PathBuf> {
 }
 
 /// `$DOCKER_CONFIG/config.json`, else `~/.docker/config.json`.
-pub fn docker_config_file() -> PathBuf {
+pub(crate) fn docker_config_file() -> PathBuf {
     match std::env::var_os("DOCKER_CONFIG").filter(|v| !v.is_empty()) {
         Some(dir) => PathBuf::from(dir).join("config.json"),
         None => std::env::var_os("HOME")
@@ -163,7 +159,7 @@ fn keys_for(registry: &str) -> Vec<String> {
 
 /// Auth files larger than this are refused unread: one entry is a few hundred bytes, and
 /// containerd and podman read their configs whole too.
-pub const MAX_AUTH_FILE_BYTES: u64 = 4 << 20;
+pub(crate) const MAX_AUTH_FILE_BYTES: u64 = 4 << 20;
 
 fn read_auth_file(path: &Path) -> Result<Option<AuthFile>, AuthError> {
     let text = match crate::fs::read_input_text(path, MAX_AUTH_FILE_BYTES) {
@@ -185,7 +181,7 @@ fn read_auth_file(path: &Path) -> Result<Option<AuthFile>, AuthError> {
 }
 
 /// Finds credentials for `registry` (a host, `docker.io` for Docker Hub).
-pub fn credentials_for(registry: &str) -> Result<Option<Credentials>, AuthError> {
+pub(crate) fn credentials_for(registry: &str) -> Result<Option<Credentials>, AuthError> {
     for path in auth_files() {
         let Some(file) = read_auth_file(&path)? else {
             continue;
@@ -268,7 +264,11 @@ fn run_helper(helper: &str, registry: &str) -> Result<Option<Credentials>, AuthE
 
 /// Stores `credentials` for `registry` in `path` (`auths`, base64), keeping everything else
 /// in the file; the file is written atomically and readable by its owner only.
-pub fn store(path: &Path, registry: &str, credentials: &Credentials) -> Result<(), AuthError> {
+pub(crate) fn store(
+    path: &Path,
+    registry: &str,
+    credentials: &Credentials,
+) -> Result<(), AuthError> {
     let mut file = read_auth_file(path)?.unwrap_or_default();
     let raw = format!("{}:{}", credentials.username, credentials.secret);
     file.auths.insert(
@@ -324,6 +324,9 @@ mod tests {
         unsafe { std::env::set_var("REGISTRY_AUTH_FILE", &path) };
         let found = credentials_for("127.0.0.1:5000").unwrap().unwrap();
         unsafe { std::env::remove_var("REGISTRY_AUTH_FILE") };
-        assert_eq!((found.username.as_str(), found.secret()), ("bob", "s3cret"));
+        assert_eq!(
+            (found.username.as_str(), found.secret.as_str()),
+            ("bob", "s3cret")
+        );
     }
 }

@@ -25,7 +25,7 @@ const BACKOFF: Duration = Duration::from_millis(200);
 const MAX_BACKOFF: Duration = Duration::from_secs(5);
 /// How long a registry may stay silent, connecting or answering, when
 /// [`ClientOptions::timeout`] does not say.
-pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
+pub(crate) const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
 /// A request's retry budget, in timeouts: attempts and backoff together never go past it, so
 /// with the default a silent registry fails a request in 90 s.
 const BUDGET_TIMEOUTS: u32 = 3;
@@ -34,13 +34,13 @@ const BUDGET_TIMEOUTS: u32 = 3;
 const BODY_PIECE: usize = 64 << 10;
 /// The environment variable (and flag `--registry-timeout`) that sets the timeout; named in
 /// the timeout error.
-pub const TIMEOUT_ENV: &str = "IMGBUILD_REGISTRY_TIMEOUT";
+pub(crate) const TIMEOUT_ENV: &str = "IMGBUILD_REGISTRY_TIMEOUT";
 
 /// The most of an answer's body imgbuild reads, and what the answer is (for the error).
 /// Every body but a blob's is read through [`RepositoryClient::read_body`] with one; a
 /// blob is read through [`RepositoryClient::download`], to exactly its descriptor's size.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Limit {
+pub(crate) struct Limit {
     pub bytes: u64,
     pub what: &'static str,
 }
@@ -49,19 +49,19 @@ pub struct Limit {
 /// accepts in a manifest PUT (`maxManifestBodySize = 4 << 20`,
 /// registry/handlers/manifests.go) and about what containerd fetches
 /// (`MaxManifestSize = 4 * 1048 * 1048`, core/remotes/resolver.go).
-pub const MANIFEST_LIMIT: Limit = Limit {
+pub(crate) const MANIFEST_LIMIT: Limit = Limit {
     bytes: 4 << 20,
     what: "a manifest or index",
 };
 /// A token service's answer: a JWT is a few KiB; 1 MiB, as containers/image
 /// (`iolimits.MaxAuthTokenBodySize`), leaves room for any real one.
-pub const TOKEN_LIMIT: Limit = Limit {
+pub(crate) const TOKEN_LIMIT: Limit = Limit {
     bytes: 1 << 20,
     what: "a token answer",
 };
 /// Any other answer (uploads, mounts, `GET /v2/`): registries send an empty body or a small
 /// JSON one; the same 1 MiB.
-pub const ANSWER_LIMIT: Limit = Limit {
+pub(crate) const ANSWER_LIMIT: Limit = Limit {
     bytes: 1 << 20,
     what: "an answer",
 };
@@ -78,7 +78,7 @@ fn shown_size(bytes: u64) -> String {
 }
 
 /// CA bundles larger than this are refused unread: the whole Mozilla bundle is ~220 KiB.
-pub const MAX_CA_BUNDLE_BYTES: u64 = 4 << 20;
+pub(crate) const MAX_CA_BUNDLE_BYTES: u64 = 4 << 20;
 
 /// How to reach registries.
 #[derive(Debug, Clone, Default)]
@@ -101,7 +101,7 @@ impl ClientOptions {
 }
 
 #[derive(Debug, thiserror::Error)]
-pub enum RegistryError {
+pub(crate) enum RegistryError {
     #[error("Cannot reach registry `{registry}` ({url}){}", if *attempts > 1 { format!(" after {attempts} attempts") } else { String::new() })]
     Unreachable {
         registry: String,
@@ -248,7 +248,7 @@ fn body_hint(body: &str) -> String {
 
 impl RegistryError {
     /// Whether trying again may help: dropped connections, 429 and 5xx.
-    pub fn is_retryable(&self) -> bool {
+    pub(crate) fn is_retryable(&self) -> bool {
         match self {
             RegistryError::Status { status, .. } => {
                 *status == StatusCode::TOO_MANY_REQUESTS || status.is_server_error()
@@ -262,7 +262,7 @@ impl RegistryError {
 
     /// Whether the request behind this error already spent its retries on silence: starting
     /// it over (a new upload session) would only wait the same budget again.
-    pub fn is_timeout(&self) -> bool {
+    pub(crate) fn is_timeout(&self) -> bool {
         matches!(self, RegistryError::TimedOut { .. })
     }
 
@@ -339,14 +339,14 @@ fn tracked_body(bytes: bytes::Bytes, activity: &Activity) -> reqwest::Body {
 
 /// A request body that can be sent again on retry.
 #[derive(Debug, Clone)]
-pub enum Body {
+pub(crate) enum Body {
     Empty,
     Bytes(bytes::Bytes, &'static str),
 }
 
 /// The outcome of a request: status, headers and body.
 #[derive(Debug)]
-pub struct Response {
+pub(crate) struct Response {
     pub status: StatusCode,
     pub headers: header::HeaderMap,
     pub body: bytes::Bytes,
@@ -354,7 +354,7 @@ pub struct Response {
 
 /// A client for one repository of one registry.
 #[derive(Clone)]
-pub struct RepositoryClient {
+pub(crate) struct RepositoryClient {
     http: reqwest::Client,
     /// Silence after which an attempt is abandoned; also the connect timeout.
     timeout: Duration,
@@ -379,7 +379,7 @@ impl std::fmt::Debug for RepositoryClient {
 }
 
 impl RepositoryClient {
-    pub fn new(
+    pub(crate) fn new(
         reference: &Reference,
         credentials: Option<Credentials>,
         options: &ClientOptions,
@@ -426,7 +426,7 @@ impl RepositoryClient {
 
     /// The URL of `path` under this repository (`/blobs/…`, `/manifests/…`), or an absolute
     /// or registry-relative `Location` as registries return them.
-    pub fn url(&self, path: &str) -> String {
+    pub(crate) fn url(&self, path: &str) -> String {
         if path.starts_with("http://") || path.starts_with("https://") {
             path.to_string()
         } else if path.starts_with("/v2/") {
@@ -439,7 +439,7 @@ impl RepositoryClient {
 
     /// Checks that the registry accepts these credentials (`GET /v2/`, following its
     /// challenge for this repository).
-    pub async fn check_login(&self) -> Result<(), RegistryError> {
+    pub(crate) async fn check_login(&self) -> Result<(), RegistryError> {
         let origin = self
             .base
             .split("/v2/")
@@ -462,7 +462,7 @@ impl RepositoryClient {
     /// stream is stopped before a byte past `size` is written, one that ends short is
     /// refused, and so is one whose sha256 is not `digest`. A HEAD through [`Self::send`]
     /// first settles authentication; the GET is retried like any request, from the start.
-    pub async fn download(
+    pub(crate) async fn download(
         &self,
         url: &str,
         digest: &str,
@@ -746,7 +746,7 @@ impl RepositoryClient {
     /// Sends a request, following auth challenges and retrying what may succeed later.
     /// `ok` lists the statuses the caller handles; anything else is an error. The answer's
     /// body is read up to [`ANSWER_LIMIT`]; see [`Self::send_reading`] for manifests.
-    pub async fn send(
+    pub(crate) async fn send(
         &self,
         method: Method,
         url: &str,
@@ -759,7 +759,7 @@ impl RepositoryClient {
     }
 
     /// [`Self::send`], reading at most `limit` of the answer's body.
-    pub async fn send_reading(
+    pub(crate) async fn send_reading(
         &self,
         method: Method,
         url: &str,
@@ -1011,7 +1011,10 @@ fn parse_challenge(challenge: &str) -> Option<(String, Vec<(String, String)>)> {
 /// credentials and follows no challenge: such a registry asks for none, so `login` has
 /// nothing to store. Any other answer, or none at all, is `false`: this is asked only after
 /// the check with credentials passed, which has already reported what went wrong.
-pub async fn asks_for_no_credentials(reference: &Reference, options: &ClientOptions) -> bool {
+pub(crate) async fn asks_for_no_credentials(
+    reference: &Reference,
+    options: &ClientOptions,
+) -> bool {
     let scheme = if options.insecure && reference.is_loopback() {
         "http"
     } else {

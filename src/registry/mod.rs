@@ -1,11 +1,11 @@
 //! Registries: references, credentials, an OCI distribution client, push and pull.
 
-pub mod auth;
-pub mod client;
-pub mod pull;
-pub mod push;
-pub mod realm;
-pub mod referrers;
+pub(crate) mod auth;
+pub(crate) mod client;
+pub(crate) mod pull;
+pub(crate) mod push;
+pub(crate) mod realm;
+pub(crate) mod referrers;
 
-pub use crate::reference::{self, Reference};
-pub use client::{ClientOptions, RegistryError, RepositoryClient};
+pub(crate) use crate::reference::{self, Reference};
+pub(crate) use client::{ClientOptions, RegistryError, RepositoryClient};

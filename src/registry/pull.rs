@@ -23,7 +23,7 @@ application/vnd.docker.distribution.manifest.list.v2+json, \
 application/vnd.docker.distribution.manifest.v2+json";
 
 #[derive(Debug, thiserror::Error)]
-pub enum PullError {
+pub(crate) enum PullError {
     #[error("Failed to pull base image `{reference}`")]
     Registry {
         reference: String,
@@ -57,7 +57,7 @@ pub enum PullError {
 }
 
 /// The blob cache shared by pulls: `<cache>/blobs/sha256/<hex>`.
-pub fn blob_cache(cache_dir: &Path) -> PathBuf {
+pub(crate) fn blob_cache(cache_dir: &Path) -> PathBuf {
     cache_dir.join("blobs").join("sha256")
 }
 
@@ -82,7 +82,7 @@ fn store(cache: &Path, digest: &str, bytes: &[u8]) -> Result<(), PullError> {
 
 /// Pulls `reference` for `architecture` (`amd64`, `arm64`…) into the cache. With
 /// `offline`, only a digest-pinned reference whose blobs are all cached works.
-pub async fn pull_base(
+pub(crate) async fn pull_base(
     client: &RepositoryClient,
     architecture: &str,
     variant: Option<&str>,
@@ -98,7 +98,7 @@ pub async fn pull_base(
 
 /// The platform a base is pulled for: an OCI architecture and its variant.
 #[derive(Debug, Clone, Copy)]
-pub struct Platform<'a> {
+pub(crate) struct Platform<'a> {
     pub architecture: &'a str,
     pub variant: Option<&'a str>,
 }
@@ -114,7 +114,7 @@ impl std::fmt::Display for Platform<'_> {
 }
 
 /// [`pull_base`], telling `reporter` of the blobs and their bytes.
-pub async fn pull_base_reporting(
+pub(crate) async fn pull_base_reporting(
     client: &RepositoryClient,
     platform: Platform<'_>,
     cache_dir: &Path,
@@ -337,7 +337,7 @@ impl Pull<'_> {
 /// A manifest (or index) as the registry serves it: what a signature names and what an
 /// attached artifact's `subject` describes.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ManifestDescriptor {
+pub(crate) struct ManifestDescriptor {
     /// `sha256:<hex>` of the bytes served.
     pub digest: String,
     pub size: u64,
@@ -346,7 +346,7 @@ pub struct ManifestDescriptor {
 
 /// The manifest `reference` (a tag or digest of `client`'s repository; the client's own
 /// when `None`) names now, from the bytes the registry serves, never from its headers.
-pub async fn manifest_descriptor(
+pub(crate) async fn manifest_descriptor(
     client: &RepositoryClient,
     reference: Option<&str>,
 ) -> Result<ManifestDescriptor, RegistryError> {

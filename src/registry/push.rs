@@ -21,7 +21,7 @@ use super::{
 };
 
 /// Blobs up to this size go in one PUT; larger ones in PATCH chunks of this size.
-pub const CHUNK: usize = 16 << 20;
+pub(crate) const CHUNK: usize = 16 << 20;
 
 /// The chunk size: [`CHUNK`], or `IMGBUILD_PUSH_CHUNK_SIZE` bytes for registries or proxies
 /// that limit request bodies.
@@ -36,7 +36,7 @@ fn chunk_size() -> usize {
 const PARALLEL_UPLOADS: usize = 4;
 
 /// Hears about a push as it goes; the library never draws anything itself.
-pub trait PushProgress: Send + Sync {
+pub(crate) trait PushProgress: Send + Sync {
     /// `blobs` will be checked, holding `bytes` in all.
     fn start(&self, _blobs: usize, _bytes: u64) {}
     /// A blob is present now; `sent` says whether its bytes were uploaded.
@@ -44,13 +44,9 @@ pub trait PushProgress: Send + Sync {
     fn finish(&self) {}
 }
 
-/// Progress that goes nowhere.
-pub struct NoProgress;
-impl PushProgress for NoProgress {}
-
 /// What a push did, for the report and the tests.
 #[derive(Debug, Clone, Default, serde::Serialize)]
-pub struct PushReport {
+pub(crate) struct PushReport {
     /// `REF@sha256:…` of what the tag now points at.
     pub pushed: String,
     pub digest: String,
@@ -69,7 +65,7 @@ pub struct PushReport {
 }
 
 #[derive(Debug, thiserror::Error)]
-pub enum PushError {
+pub(crate) enum PushError {
     #[error(transparent)]
     Layout(#[from] ReadError),
     #[error("Cannot read blob `{}`", path.display())]
@@ -117,7 +113,7 @@ fn manifests_of(
 
 /// Pushes tag `tag` of the layout at `layout` to `target` (whose tag or digest-less name
 /// receives it), and to each of `extra_tags`.
-pub async fn push(
+pub(crate) async fn push(
     layout: &Path,
     tag: &str,
     client: &RepositoryClient,

@@ -14,7 +14,7 @@
 
 /// Registries whose token service lives on another host of the same operator: the
 /// registry's API host and its realm's host.
-pub const KNOWN_REALM_HOSTS: &[(&str, &str)] = &[
+pub(crate) const KNOWN_REALM_HOSTS: &[(&str, &str)] = &[
     // Docker Hub: https://auth.docker.io/token.
     ("registry-1.docker.io", "auth.docker.io"),
     // GitLab.com's registry: https://gitlab.com/jwt/auth.
@@ -23,7 +23,7 @@ pub const KNOWN_REALM_HOSTS: &[(&str, &str)] = &[
 
 /// What may be asked of a realm.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Realm {
+pub(crate) struct Realm {
     pub url: url::Url,
     /// Whether the token request may carry the user's credentials.
     pub credentials: bool,
@@ -31,7 +31,7 @@ pub struct Realm {
 
 /// Why a realm is refused.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum RealmRefusal {
+pub(crate) enum RealmRefusal {
     /// Not a URL, or no host.
     Invalid,
     /// Not HTTPS (and not the loopback exception).
@@ -49,7 +49,7 @@ fn is_loopback(host: &url::Host<&str>) -> bool {
 
 /// Judges `realm` for a registry reached at `registry` (the API's origin, e.g.
 /// `https://ghcr.io`).
-pub fn judge(registry: &url::Url, realm: &str) -> Result<Realm, RealmRefusal> {
+pub(crate) fn judge(registry: &url::Url, realm: &str) -> Result<Realm, RealmRefusal> {
     let url = url::Url::parse(realm).map_err(|_| RealmRefusal::Invalid)?;
     let registry_host = registry.host().ok_or(RealmRefusal::Invalid)?;
     let loopback_http = url.scheme() == "http"

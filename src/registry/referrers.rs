@@ -21,18 +21,18 @@ const INDEX: &str = "application/vnd.oci.image.index.v1+json";
 /// statement its `predicateType`, which the artifact carries as the annotation
 /// [`PREDICATE_TYPE`] so clients pick attestations from the referrers list without fetching
 /// each.
-pub struct Attachment {
+pub(crate) struct Attachment {
     pub media_type: &'static str,
     pub bytes: Vec<u8>,
     pub predicate_type: Option<&'static str>,
 }
 
 /// The annotation naming an attached statement's predicate type.
-pub const PREDICATE_TYPE: &str = "in-toto.io/predicate-type";
+pub(crate) const PREDICATE_TYPE: &str = "in-toto.io/predicate-type";
 
 /// How the artifacts were made discoverable.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
-pub enum Discovery {
+pub(crate) enum Discovery {
     /// The registry answers the referrers API for the image.
     ReferrersApi,
     /// The fallback tag `sha256-…` holds an index of the referrers.
@@ -41,7 +41,7 @@ pub enum Discovery {
 
 impl Discovery {
     /// As reports name it: `referrers-api`, or the fallback tag.
-    pub fn name(self) -> String {
+    pub(crate) fn name(self) -> String {
         match self {
             Discovery::ReferrersApi => "referrers-api".to_string(),
             Discovery::Tag(tag) => tag,
@@ -73,7 +73,7 @@ async fn put_blob(client: &RepositoryClient, bytes: &[u8]) -> Result<String, Reg
 /// The image artifacts are attached to: a manifest, or the image index of a multi-platform
 /// image.
 #[derive(Debug, Clone, Copy)]
-pub struct Subject<'a> {
+pub(crate) struct Subject<'a> {
     pub digest: &'a str,
     pub size: u64,
     pub media_type: &'a str,
@@ -81,7 +81,7 @@ pub struct Subject<'a> {
 
 /// Attaches `attachments` to the image `subject` in the client's repository; returns the
 /// artifacts' digests and how they can be found.
-pub async fn attach(
+pub(crate) async fn attach(
     client: &RepositoryClient,
     subject: Subject<'_>,
     created: &str,

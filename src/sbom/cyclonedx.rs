@@ -16,7 +16,7 @@ const IMAGE_REF: &str = "image";
 
 /// The CycloneDX 1.5 document: the image as the BOM's subject, its conda packages and base
 /// as components, and the dependency graph.
-pub fn document(lock: &Lock, subject: &SbomSubject) -> Value {
+pub(super) fn document(lock: &Lock, subject: &SbomSubject) -> Value {
     let packages = packages(lock);
     let bases = base_entries(lock, subject);
     let wheels = wheels(lock);

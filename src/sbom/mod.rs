@@ -26,7 +26,7 @@ use crate::{
 
 /// What the SBOM describes besides the lock's packages.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SbomSubject {
+pub(crate) struct SbomSubject {
     /// The image's name (the recipe's `[image] name`).
     pub name: String,
     /// The image's manifest digest (`sha256:…`), when the SBOM is written for a built image.
@@ -39,7 +39,7 @@ pub struct SbomSubject {
 
 /// The SBOM formats imgbuild writes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum SbomFormat {
+pub(crate) enum SbomFormat {
     /// SPDX 2.3 JSON
     Spdx,
     /// CycloneDX 1.5 JSON
@@ -48,7 +48,7 @@ pub enum SbomFormat {
 
 impl SbomFormat {
     /// The file name suffix of this format beside an image layout.
-    pub fn suffix(self) -> &'static str {
+    pub(crate) fn suffix(self) -> &'static str {
         match self {
             SbomFormat::Spdx => ".spdx.json",
             SbomFormat::Cyclonedx => ".cdx.json",
@@ -57,7 +57,7 @@ impl SbomFormat {
 }
 
 #[derive(Debug, thiserror::Error)]
-pub enum SbomError {
+pub(crate) enum SbomError {
     #[error("Failed to write SBOM `{}`", path.display())]
     Write {
         path: PathBuf,
@@ -74,7 +74,7 @@ pub enum SbomError {
 
 impl SbomError {
     /// 1 when the input is at fault, 2 when the machine is (as for builds).
-    pub fn exit_code(&self) -> i32 {
+    pub(crate) fn exit_code(&self) -> i32 {
         match self {
             SbomError::Write { .. } => 2,
             _ => 1,
@@ -85,7 +85,7 @@ impl SbomError {
 /// Reads what an SBOM is made from: a recipe (its lock beside it) or a lock file. `created`
 /// is `SOURCE_DATE_EPOCH` when given, else the newest package build time, the same rule
 /// the image's `created` follows, so `imgbuild sbom` and `imgbuild build` agree.
-pub fn load_input(
+pub(crate) fn load_input(
     path: &Path,
     options: &RecipeOptions,
     source_date_epoch: Option<i64>,
@@ -118,7 +118,7 @@ pub fn load_input(
 }
 
 /// The SBOM as pretty JSON text, ending in a newline.
-pub fn render(lock: &Lock, subject: &SbomSubject, format: SbomFormat) -> String {
+pub(crate) fn render(lock: &Lock, subject: &SbomSubject, format: SbomFormat) -> String {
     let document = match format {
         SbomFormat::Spdx => spdx::document(lock, subject),
         SbomFormat::Cyclonedx => cyclonedx::document(lock, subject),
@@ -131,7 +131,7 @@ pub fn render(lock: &Lock, subject: &SbomSubject, format: SbomFormat) -> String 
 /// Where the SBOMs of the layout at `layout_dir` go: beside it, never inside (an OCI tool
 /// would take an unknown file in a layout for corruption). `images/demo` gets
 /// `images/demo.spdx.json` and `images/demo.cdx.json`.
-pub fn path_beside(layout_dir: &Path, format: SbomFormat) -> PathBuf {
+pub(crate) fn path_beside(layout_dir: &Path, format: SbomFormat) -> PathBuf {
     let mut name = layout_dir
         .file_name()
         .map(|n| n.to_os_string())
@@ -141,7 +141,7 @@ pub fn path_beside(layout_dir: &Path, format: SbomFormat) -> PathBuf {
 }
 
 /// Writes both SBOMs beside the layout, atomically; returns their paths.
-pub fn write_beside(
+pub(crate) fn write_beside(
     layout_dir: &Path,
     lock: &Lock,
     subject: &SbomSubject,
@@ -261,7 +261,7 @@ fn wheel_purl(wheel: &ResolvedWheel) -> String {
 /// The package URL of a conda package (purl spec, type `conda`):
 /// `pkg:conda/NAME@VERSION?build=BUILD&channel=URL&subdir=SUBDIR&type=tar.bz2|conda`.
 /// Qualifiers are sorted by key, as the spec's canonical form asks.
-pub fn purl(record: &RepoDataRecord) -> String {
+pub(crate) fn purl(record: &RepoDataRecord) -> String {
     let package = &record.package_record;
     let file_name = record.identifier.to_string();
     let archive = if file_name.ends_with(".conda") {

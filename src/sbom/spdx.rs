@@ -18,7 +18,7 @@ const IMAGE_ID: &str = "SPDXRef-Image";
 
 /// The SPDX 2.3 document: the image as the described package, every conda package it
 /// contains, the base image it descends from, and dependencies between packages.
-pub fn document(lock: &Lock, subject: &SbomSubject) -> Value {
+pub(super) fn document(lock: &Lock, subject: &SbomSubject) -> Value {
     let packages = packages(lock);
     let bases = base_entries(lock, subject);
     let wheels = wheels(lock);

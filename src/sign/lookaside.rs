@@ -12,15 +12,10 @@ use crate::reference::Reference;
 
 /// registries.d files larger than this are refused unread: one configures a few scopes in
 /// a few hundred bytes.
-pub const MAX_REGISTRIES_D_FILE: u64 = 1 << 20;
-
-/// Signatures larger than this are not ours: containers/image reads at most 4 MiB of one.
-/// A file in the lookaside area is compared with the signature being written only up to
-/// that signature's size.
-pub const MAX_SIGNATURE_BYTES: u64 = 4 << 20;
+pub(crate) const MAX_REGISTRIES_D_FILE: u64 = 1 << 20;
 
 #[derive(Debug, thiserror::Error)]
-pub enum LookasideError {
+pub(crate) enum LookasideError {
     #[error("Cannot read the registries.d configuration `{}`", path.display())]
     Read {
         path: PathBuf,
@@ -86,14 +81,14 @@ struct File {
 /// The merged `*.yaml` files of a registries.d directory, each section with the file it came
 /// from (for messages).
 #[derive(Debug, Default)]
-pub struct RegistriesD {
+pub(crate) struct RegistriesD {
     default_docker: Option<(Section, PathBuf)>,
     docker: BTreeMap<String, (Section, PathBuf)>,
 }
 
 /// A lookaside area signatures are written into.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Lookaside {
+pub(crate) struct Lookaside {
     pub dir: PathBuf,
     /// The scope whose section chose it (`default-docker`, or the built-in default).
     pub scope: String,
@@ -101,7 +96,7 @@ pub struct Lookaside {
 
 /// The directory skopeo and podman read: the user's `~/.config/containers/registries.d` if
 /// it exists, otherwise `/etc/containers/registries.d`.
-pub fn default_dir() -> PathBuf {
+pub(crate) fn default_dir() -> PathBuf {
     if let Some(home) = std::env::var_os("HOME").filter(|h| !h.is_empty()) {
         let user = PathBuf::from(home).join(".config/containers/registries.d");
         if user.is_dir() {
@@ -124,7 +119,7 @@ fn builtin_dir() -> PathBuf {
 impl RegistriesD {
     /// Reads every `*.yaml` file of `dir` (the default directory when `None`); a missing
     /// directory configures nothing, as for skopeo.
-    pub fn load(dir: Option<&Path>) -> Result<RegistriesD, LookasideError> {
+    pub(crate) fn load(dir: Option<&Path>) -> Result<RegistriesD, LookasideError> {
         let dir = dir.map_or_else(default_dir, Path::to_path_buf);
         let read_err = |source| LookasideError::Read {
             path: dir.clone(),
@@ -182,7 +177,7 @@ impl RegistriesD {
     /// The area signatures of `reference` are written to: the most precisely matching scope's
     /// section only (a more general one is ignored even where the precise one is silent),
     /// else `default-docker`, else the built-in default.
-    pub fn staging_for(&self, reference: &Reference) -> Result<Lookaside, LookasideError> {
+    pub(crate) fn staging_for(&self, reference: &Reference) -> Result<Lookaside, LookasideError> {
         let found = scopes(reference)
             .into_iter()
             .find_map(|scope| self.docker.get(&scope).map(|(s, f)| (scope, s, f)))
@@ -254,7 +249,7 @@ impl Lookaside {
     /// Stores `signature` of the manifest `digest` of `reference`'s repository as the next
     /// `REPOSITORY@sha256=HEX/signature-N`; a signature already there with the same bytes is
     /// kept and not added twice. Returns its path.
-    pub fn write(
+    pub(crate) fn write(
         &self,
         reference: &Reference,
         digest: &str,

@@ -7,9 +7,9 @@
 //! [`payload`] makes the JSON, [`openpgp`] signs it with a key file, [`lookaside`] finds
 //! where `registries.d` says signatures of a reference are staged and writes them there.
 
-pub mod lookaside;
-pub mod openpgp;
-pub mod payload;
+pub(crate) mod lookaside;
+pub(crate) mod openpgp;
+pub(crate) mod payload;
 
-pub use lookaside::{Lookaside, LookasideError, RegistriesD};
-pub use openpgp::{SignError, Signer};
+pub(crate) use lookaside::{LookasideError, RegistriesD};
+pub(crate) use openpgp::{SignError, Signer};

@@ -14,10 +14,10 @@ use pgp::{
 /// Key files larger than this are refused unread: an armored RSA-4096 secret key with its
 /// subkeys and signatures is a few KiB, one with a photo ID some hundred; a 5 GiB file must
 /// not be loaded to find out it is not a key.
-pub const MAX_KEY_BYTES: u64 = 1 << 20;
+pub(crate) const MAX_KEY_BYTES: u64 = 1 << 20;
 
 #[derive(Debug, thiserror::Error)]
-pub enum SignError {
+pub(crate) enum SignError {
     #[error("Cannot read the signing key `{}`", path.display())]
     Read {
         path: PathBuf,
@@ -34,7 +34,7 @@ pub enum SignError {
 }
 
 /// A secret key ready to sign, with its passphrase.
-pub struct Signer {
+pub(crate) struct Signer {
     key: SignedSecretKey,
     /// Kept as text: rPGP's `Password` is consumed by each signing.
     passphrase: Option<String>,
@@ -44,7 +44,7 @@ pub struct Signer {
 impl Signer {
     /// Loads the secret key in `path`, ASCII-armored or binary, as `gpg
     /// --export-secret-keys` writes it. `passphrase` unlocks it when it is protected.
-    pub fn load(path: &Path, passphrase: Option<&str>) -> Result<Signer, SignError> {
+    pub(crate) fn load(path: &Path, passphrase: Option<&str>) -> Result<Signer, SignError> {
         // A regular file, bounded, opened without blocking (a fifo is refused, not waited
         // on). A link is followed: a Kubernetes secret volume mounts its keys as links.
         let bytes =
@@ -72,13 +72,13 @@ impl Signer {
     }
 
     /// The primary key's fingerprint, upper-case hex as gpg prints it.
-    pub fn fingerprint(&self) -> String {
+    pub(crate) fn fingerprint(&self) -> String {
         hex::encode_upper(self.key.primary_key.fingerprint().as_bytes())
     }
 
     /// `payload` as a signed message, made by the primary key (containers/image matches the
     /// signer against the fingerprints of the keys a policy trusts, which are primary keys).
-    pub fn sign(&self, payload: &[u8]) -> Result<Vec<u8>, SignError> {
+    pub(crate) fn sign(&self, payload: &[u8]) -> Result<Vec<u8>, SignError> {
         let mut builder = MessageBuilder::from_bytes("", payload.to_vec());
         builder.sign(
             &self.key.primary_key,

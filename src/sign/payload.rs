@@ -3,12 +3,12 @@
 use crate::reference::Reference;
 
 /// `critical.type`: the only value consumers accept.
-pub const SIGNATURE_TYPE: &str = "atomic container signature";
+pub(crate) const SIGNATURE_TYPE: &str = "atomic container signature";
 
 /// The payload claiming that `manifest_digest` is the image `identity` names. `identity` is
 /// written in the fully explicit form (registry host included), as the format asks; the
 /// `optional` object says who made it and when (seconds since the epoch).
-pub fn payload(identity: &Reference, manifest_digest: &str, timestamp: i64) -> Vec<u8> {
+pub(crate) fn payload(identity: &Reference, manifest_digest: &str, timestamp: i64) -> Vec<u8> {
     let document = serde_json::json!({
         "critical": {
             "type": SIGNATURE_TYPE,
@@ -26,7 +26,7 @@ pub fn payload(identity: &Reference, manifest_digest: &str, timestamp: i64) -> V
 /// `registry/repository[:tag]`: the identity a signature claims. A digest is never part of
 /// it (the digest is `critical.image`); a reference without a tag names the repository,
 /// which `matchRepository` policies accept.
-pub fn docker_reference(reference: &Reference) -> String {
+pub(crate) fn docker_reference(reference: &Reference) -> String {
     let mut text = format!("{}/{}", reference.registry, reference.repository);
     if let Some(tag) = &reference.tag {
         text.push(':');

@@ -18,7 +18,7 @@ use crate::support::imgbuild_bin;
 
 /// What a run of the CLI did.
 #[derive(Debug)]
-pub struct Run {
+pub(crate) struct Run {
     pub code: i32,
     pub stdout: String,
     pub stderr: String,
@@ -27,13 +27,13 @@ pub struct Run {
 impl Run {
     /// Panics with the output unless the run succeeded.
     #[track_caller]
-    pub fn success(self) -> Self {
+    pub(crate) fn success(self) -> Self {
         assert_eq!(self.code, 0, "imgbuild failed:\n{}", self.stderr);
         self
     }
 
     /// The manifest digest printed on stdout (`layout:tag@sha256:…`).
-    pub fn digest(&self) -> String {
+    pub(crate) fn digest(&self) -> String {
         let line = self.stdout.lines().next().expect("a result line on stdout");
         line.rsplit_once('@')
             .expect("layout:tag@digest")
@@ -43,7 +43,7 @@ impl Run {
 
     /// A clean failure with `code` whose stderr names every one of `needles`.
     #[track_caller]
-    pub fn assert_failure_naming(&self, code: i32, needles: &[&str]) {
+    pub(crate) fn assert_failure_naming(&self, code: i32, needles: &[&str]) {
         self.assert_clean_failure(code);
         for needle in needles {
             assert!(
@@ -56,7 +56,7 @@ impl Run {
 
     /// A failure must be an error the user can read, never a crash.
     #[track_caller]
-    pub fn assert_clean_failure(&self, code: i32) {
+    pub(crate) fn assert_clean_failure(&self, code: i32) {
         assert_eq!(self.code, code, "exit code; stderr:\n{}", self.stderr);
         assert!(!self.stderr.contains("panicked"), "panic:\n{}", self.stderr);
         assert!(
@@ -73,50 +73,50 @@ impl Run {
 }
 
 /// A project directory with one recipe, its own cache, and the commands to build it.
-pub struct Project {
+pub(crate) struct Project {
     pub dir: tempfile::TempDir,
     pub cache: PathBuf,
 }
 
 impl Project {
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         let dir = tempfile::tempdir().expect("temp dir");
         let cache = dir.path().join("cache");
         Project { dir, cache }
     }
 
-    pub fn path(&self) -> &Path {
+    pub(crate) fn path(&self) -> &Path {
         self.dir.path()
     }
 
-    pub fn recipe_path(&self) -> PathBuf {
+    pub(crate) fn recipe_path(&self) -> PathBuf {
         self.path().join("recipes/image.toml")
     }
 
-    pub fn lock_path(&self) -> PathBuf {
+    pub(crate) fn lock_path(&self) -> PathBuf {
         self.path().join("recipes/image.lock")
     }
 
     /// A failed build left no image behind.
     #[track_caller]
-    pub fn assert_no_image(&self) {
+    pub(crate) fn assert_no_image(&self) {
         assert!(!self.path().join("images").exists(), "no output on failure");
     }
 
-    pub fn write_recipe(&self, text: &str) {
+    pub(crate) fn write_recipe(&self, text: &str) {
         fs_err::create_dir_all(self.path().join("recipes")).unwrap();
         fs_err::write(self.recipe_path(), text).unwrap();
     }
 
     /// Runs imgbuild in the project directory with this project's cache.
-    pub fn run(&self, args: &[&str]) -> Run {
+    pub(crate) fn run(&self, args: &[&str]) -> Run {
         self.run_with(args, &[], None)
     }
 
     /// Runs imgbuild with extra environment variables and, optionally, a umask.
     /// imgbuild with `args` in this project: its cache, and none of the caller's environment
     /// that would change a build.
-    pub fn command(&self, args: &[&str]) -> Command {
+    pub(crate) fn command(&self, args: &[&str]) -> Command {
         let mut command = Command::new(imgbuild_bin());
         command
             .args(args)
@@ -133,7 +133,12 @@ impl Project {
         command
     }
 
-    pub fn run_with(&self, args: &[&str], envs: &[(&str, &str)], umask: Option<&str>) -> Run {
+    pub(crate) fn run_with(
+        &self,
+        args: &[&str],
+        envs: &[(&str, &str)],
+        umask: Option<&str>,
+    ) -> Run {
         let bin = imgbuild_bin();
         let mut command = match umask {
             Some(mask) => {
@@ -169,7 +174,7 @@ impl Project {
     }
 
     /// `imgbuild build recipes/image.toml`.
-    pub fn build(&self, extra: &[&str]) -> Run {
+    pub(crate) fn build(&self, extra: &[&str]) -> Run {
         let mut args = vec!["build", "recipes/image.toml"];
         args.extend_from_slice(extra);
         self.run(&args)
@@ -179,7 +184,7 @@ impl Project {
 /// Runs `command` (an imgbuild invocation, `args` for the message) in `project` with its
 /// output in files and a deadline: an input that makes imgbuild hang fails the test that
 /// gave it instead of the whole run. The deadline guards against hangs, it times nothing.
-pub fn run_with_deadline(mut command: Command, project: &Project, args: &[&str]) -> Run {
+pub(crate) fn run_with_deadline(mut command: Command, project: &Project, args: &[&str]) -> Run {
     use std::time::{Duration, Instant};
     let out = project.path().join("run.out");
     let err = project.path().join("run.err");
@@ -216,7 +221,7 @@ pub fn run_with_deadline(mut command: Command, project: &Project, args: &[&str])
 /// = "11.8"` and `min-driver = "520.61.05"` configures it (on the shared channel's 11.8.89
 /// runtime): its environment and its annotations.
 #[track_caller]
-pub fn assert_cuda_11_8_config(layout: &LayoutView) {
+pub(crate) fn assert_cuda_11_8_config(layout: &LayoutView) {
     let config = layout.config();
     let env = env_of(&config);
     for expected in [
@@ -234,16 +239,16 @@ pub fn assert_cuda_11_8_config(layout: &LayoutView) {
 }
 
 /// A parsed OCI layout.
-pub struct LayoutView {
+pub(crate) struct LayoutView {
     pub dir: PathBuf,
 }
 
 impl LayoutView {
-    pub fn new(dir: impl Into<PathBuf>) -> Self {
+    pub(crate) fn new(dir: impl Into<PathBuf>) -> Self {
         Self { dir: dir.into() }
     }
 
-    pub fn blob(&self, digest: &str) -> Vec<u8> {
+    pub(crate) fn blob(&self, digest: &str) -> Vec<u8> {
         fs_err::read(
             self.dir
                 .join("blobs/sha256")
@@ -252,37 +257,37 @@ impl LayoutView {
         .unwrap()
     }
 
-    pub fn json_blob(&self, digest: &str) -> Value {
+    pub(crate) fn json_blob(&self, digest: &str) -> Value {
         serde_json::from_slice(&self.blob(digest)).unwrap()
     }
 
-    pub fn index(&self) -> Value {
+    pub(crate) fn index(&self) -> Value {
         serde_json::from_slice(&fs_err::read(self.dir.join("index.json")).unwrap()).unwrap()
     }
 
-    pub fn manifest_digest(&self) -> String {
+    pub(crate) fn manifest_digest(&self) -> String {
         self.index()["manifests"][0]["digest"]
             .as_str()
             .unwrap()
             .to_string()
     }
 
-    pub fn manifest(&self) -> Value {
+    pub(crate) fn manifest(&self) -> Value {
         self.json_blob(&self.manifest_digest())
     }
 
-    pub fn config(&self) -> Value {
+    pub(crate) fn config(&self) -> Value {
         let manifest = self.manifest();
         self.json_blob(manifest["config"]["digest"].as_str().unwrap())
     }
 
     /// `(packages annotation, digest)` for every layer, bottom first.
-    pub fn layers(&self) -> Vec<(String, String)> {
+    pub(crate) fn layers(&self) -> Vec<(String, String)> {
         layers_of(&self.manifest())
     }
 
     /// Every blob file name, sorted.
-    pub fn blob_names(&self) -> Vec<String> {
+    pub(crate) fn blob_names(&self) -> Vec<String> {
         let mut names: Vec<String> = fs_err::read_dir(self.dir.join("blobs/sha256"))
             .unwrap()
             .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
@@ -294,7 +299,7 @@ impl LayoutView {
 
 /// The `Env` of an image config, `KEY=value` each.
 /// (packages annotation, digest) of each layer of `manifest`, bottom first.
-pub fn layers_of(manifest: &Value) -> Vec<(String, String)> {
+pub(crate) fn layers_of(manifest: &Value) -> Vec<(String, String)> {
     manifest["layers"]
         .as_array()
         .unwrap()
@@ -311,7 +316,7 @@ pub fn layers_of(manifest: &Value) -> Vec<(String, String)> {
         .collect()
 }
 
-pub fn env_of(config: &Value) -> Vec<&str> {
+pub(crate) fn env_of(config: &Value) -> Vec<&str> {
     config["config"]["Env"]
         .as_array()
         .unwrap()
@@ -322,7 +327,7 @@ pub fn env_of(config: &Value) -> Vec<&str> {
 
 /// The `sha256:<hex>` an in-toto statement's one subject names.
 #[track_caller]
-pub fn subject_digest(statement: &serde_json::Value) -> String {
+pub(crate) fn subject_digest(statement: &serde_json::Value) -> String {
     let hex = statement["subject"][0]["digest"]["sha256"]
         .as_str()
         .unwrap_or_else(|| panic!("no subject sha256 in {statement}"));
@@ -331,7 +336,7 @@ pub fn subject_digest(statement: &serde_json::Value) -> String {
 
 /// Runs a command and returns its stdout, panicking with its output on failure.
 #[track_caller]
-pub fn run_tool(program: &str, args: &[&str]) -> String {
+pub(crate) fn run_tool(program: &str, args: &[&str]) -> String {
     let output = Command::new(program)
         .args(args)
         .output()
@@ -348,7 +353,7 @@ pub fn run_tool(program: &str, args: &[&str]) -> String {
 /// `oci-image-tool validate` of the `latest` image of a layout: the layout, the manifest,
 /// the config and every descriptor.
 #[track_caller]
-pub fn validate_layout(dir: &str) {
+pub(crate) fn validate_layout(dir: &str) {
     run_tool(
         "oci-image-tool",
         &["validate", "--type", "image", "--ref", "name=latest", dir],
@@ -356,7 +361,7 @@ pub fn validate_layout(dir: &str) {
 }
 
 /// `umoci unpack` of `layout:tag` into `bundle`; returns the rootfs.
-pub fn unpack(layout: &Path, tag: &str, bundle: &Path) -> PathBuf {
+pub(crate) fn unpack(layout: &Path, tag: &str, bundle: &Path) -> PathBuf {
     run_tool(
         "umoci",
         &[
@@ -372,7 +377,7 @@ pub fn unpack(layout: &Path, tag: &str, bundle: &Path) -> PathBuf {
 /// Runs the unpacked `bundle` with runc (no terminal: a test has none to give) and returns
 /// its stdout, failing the test with runc's stderr when it fails.
 #[track_caller]
-pub fn run_bundle(bundle: &Path, name: &str) -> String {
+pub(crate) fn run_bundle(bundle: &Path, name: &str) -> String {
     let output = run_bundle_output(bundle, name, None);
     assert!(
         output.status.success(),
@@ -385,7 +390,7 @@ pub fn run_bundle(bundle: &Path, name: &str) -> String {
 
 /// Runs the unpacked `bundle` with runc, with `args` as the process's arguments when given,
 /// and returns what it did, whatever its exit status.
-pub fn run_bundle_output(bundle: &Path, name: &str, args: Option<&[&str]>) -> Output {
+pub(crate) fn run_bundle_output(bundle: &Path, name: &str, args: Option<&[&str]>) -> Output {
     let config_path = bundle.join("config.json");
     let mut config: Value = serde_json::from_slice(&fs_err::read(&config_path).unwrap()).unwrap();
     config["process"]["terminal"] = Value::Bool(false);
@@ -406,7 +411,7 @@ pub fn run_bundle_output(bundle: &Path, name: &str, args: Option<&[&str]>) -> Ou
 }
 
 /// Set to `1` by a run that knows it is not root: only then do root-needing tests skip.
-pub const UNPRIVILEGED: &str = "IMGBUILD_TESTS_UNPRIVILEGED";
+pub(crate) const UNPRIVILEGED: &str = "IMGBUILD_TESTS_UNPRIVILEGED";
 
 /// Fails the test unless this process runs as root. Where the run says it is unprivileged
 /// (`IMGBUILD_TESTS_UNPRIVILEGED=1`) it says why on stderr and returns from the enclosing
@@ -431,7 +436,7 @@ pub(crate) use require_root;
 /// Panics, naming `why` and [`UNPRIVILEGED`], unless the run says it is unprivileged; then
 /// says on stderr where the test stops (some run their unprivileged part first).
 #[track_caller]
-pub fn skip_unprivileged(why: &str) {
+pub(crate) fn skip_unprivileged(why: &str) {
     if unprivileged(std::env::var_os(UNPRIVILEGED).as_deref()) {
         let at = std::panic::Location::caller();
         eprintln!("skipped from {at} on, as {UNPRIVILEGED}=1: {why}");
@@ -475,7 +480,7 @@ fn root_needing_tests_go_through_require_root() {
 }
 
 /// Whether this process runs as root (runc needs it here).
-pub fn is_root() -> bool {
+pub(crate) fn is_root() -> bool {
     // SAFETY: geteuid has no preconditions.
     unsafe { geteuid() == 0 }
 }
@@ -486,7 +491,7 @@ unsafe extern "C" {
 
 /// A minimal HTTP/1.1 file server on 127.0.0.1 for channel tests: GET and HEAD of files
 /// under `root`, 404 otherwise; it counts requests so tests can prove a run stayed offline.
-pub struct FileServer {
+pub(crate) struct FileServer {
     pub url: String,
     pub requests: Arc<AtomicUsize>,
     stop: Arc<AtomicBool>,
@@ -494,7 +499,7 @@ pub struct FileServer {
 }
 
 impl FileServer {
-    pub fn serve(root: PathBuf) -> Self {
+    pub(crate) fn serve(root: PathBuf) -> Self {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let url = format!("http://{}/", listener.local_addr().unwrap());
         listener.set_nonblocking(true).unwrap();
@@ -575,7 +580,7 @@ fn handle(stream: TcpStream, root: &Path) -> std::io::Result<()> {
 
 /// A tool from the validators' virtual environment that `tests/install-deps.sh` makes
 /// (SBOM validators, kubernetes-validate).
-pub fn venv_tool(name: &str) -> PathBuf {
+pub(crate) fn venv_tool(name: &str) -> PathBuf {
     let path = crate::support::test_cache_dir().join("venv/bin").join(name);
     assert!(
         path.exists(),
@@ -586,7 +591,7 @@ pub fn venv_tool(name: &str) -> PathBuf {
 }
 
 /// `len` bytes that do not compress, the same for the same `seed` every run (xorshift64).
-pub fn noise(seed: u64, len: usize) -> Vec<u8> {
+pub(crate) fn noise(seed: u64, len: usize) -> Vec<u8> {
     let mut state = seed;
     (0..len)
         .map(|_| {

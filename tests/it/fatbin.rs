@@ -153,7 +153,7 @@ fn entry(kind: u16, sm: u32) -> Vec<u8> {
 
 /// A smallest ELF64 shared object whose only contents are a `.nv_fatbin` section of one
 /// blob holding `archs` (`(2, 80)` for SASS sm_80, `(1, 90)` for PTX compute_90).
-pub fn tiny_gpu_library(archs: &[(u16, u32)]) -> Vec<u8> {
+pub(crate) fn tiny_gpu_library(archs: &[(u16, u32)]) -> Vec<u8> {
     let entries: Vec<u8> = archs.iter().flat_map(|&(k, sm)| entry(k, sm)).collect();
     let mut fatbin = Vec::new();
     fatbin.extend_from_slice(&0xBA55_ED50u32.to_le_bytes());
@@ -197,7 +197,7 @@ pub fn tiny_gpu_library(archs: &[(u16, u32)]) -> Vec<u8> {
 
 /// A channel of `libgpu` (SASS sm_80 and sm_86, PTX compute_86) and `libold` (sm_60 and
 /// compute_60), each a `lib/*.so.1` with a fatbin, and `libcpu` with none.
-pub fn write_gpu_channel(channel: &std::path::Path) -> anyhow::Result<()> {
+pub(crate) fn write_gpu_channel(channel: &std::path::Path) -> anyhow::Result<()> {
     let linux64 = channel.join("linux-64");
     fs_err::create_dir_all(&linux64)?;
     fs_err::create_dir_all(channel.join("noarch"))?;

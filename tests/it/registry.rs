@@ -21,7 +21,7 @@ use crate::{
 const SBOM_BLOBS: usize = 4;
 
 /// How a test registry authenticates.
-pub enum Auth {
+pub(crate) enum Auth {
     None,
     /// htpasswd (bcrypt) with one user.
     Basic {
@@ -37,14 +37,14 @@ pub enum Auth {
 }
 
 /// A `docker-registry` process on 127.0.0.1, stopped on drop.
-pub struct Registry {
+pub(crate) struct Registry {
     pub host: String,
     child: Child,
     _dir: tempfile::TempDir,
     log: PathBuf,
 }
 
-pub fn free_port() -> u16 {
+pub(crate) fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
@@ -54,7 +54,7 @@ pub fn free_port() -> u16 {
 
 impl Registry {
     /// A registry serving HTTPS with `cert` and `key`.
-    pub fn start_tls(cert: &Path, key: &Path) -> Registry {
+    pub(crate) fn start_tls(cert: &Path, key: &Path) -> Registry {
         Self::start_with(
             Auth::None,
             &format!(
@@ -65,12 +65,12 @@ impl Registry {
         )
     }
 
-    pub fn start(auth: Auth) -> Registry {
+    pub(crate) fn start(auth: Auth) -> Registry {
         Self::start_with(auth, "")
     }
 
     /// A registry authenticating with `auth`, with `http_extra` added to its `http:` section.
-    pub fn start_with(auth: Auth, http_extra: &str) -> Registry {
+    pub(crate) fn start_with(auth: Auth, http_extra: &str) -> Registry {
         assert!(
             have("docker-registry"),
             "docker-registry is required: run tests/install-deps.sh"
@@ -137,12 +137,12 @@ impl Registry {
     }
 
     /// The registry's access log so far.
-    pub fn log(&self) -> String {
+    pub(crate) fn log(&self) -> String {
         fs_err::read_to_string(&self.log).unwrap_or_default()
     }
 
     /// Requests in the access log whose request line starts with `method` and holds `path`.
-    pub fn count(&self, method: &str, path: &str) -> usize {
+    pub(crate) fn count(&self, method: &str, path: &str) -> usize {
         let needle = format!("\"{method} ");
         self.log()
             .lines()
@@ -723,7 +723,7 @@ fn large_blobs_go_in_chunks() {
 
 /// A CA of our own and a server certificate it signed for 127.0.0.1, made in `dir` with
 /// the real openssl CLI: the CA certificate, the server certificate and its key.
-pub fn tls_files(dir: &Path) -> (PathBuf, PathBuf, PathBuf) {
+pub(crate) fn tls_files(dir: &Path) -> (PathBuf, PathBuf, PathBuf) {
     let path = |name: &str| dir.join(name).display().to_string();
     run_tool(
         "openssl",

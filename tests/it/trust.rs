@@ -15,7 +15,7 @@ use std::{
 use sha2::{Digest, Sha256};
 
 /// A directory of secret files that no output may ever carry.
-pub struct Canary {
+pub(crate) struct Canary {
     dir: tempfile::TempDir,
     /// The secret, written in every canary file.
     pub secret: String,
@@ -24,7 +24,7 @@ pub struct Canary {
 
 impl Canary {
     /// `secret.txt` and `secrets/inner.txt` under a fresh directory, each holding the secret.
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         let dir = tempfile::Builder::new()
             .prefix("imgbuild-canary-")
             .tempdir()
@@ -42,18 +42,18 @@ impl Canary {
     }
 
     /// The canary directory.
-    pub fn dir(&self) -> &Path {
+    pub(crate) fn dir(&self) -> &Path {
         self.dir.path()
     }
 
     /// The secret file.
-    pub fn file(&self) -> PathBuf {
+    pub(crate) fn file(&self) -> PathBuf {
         self.dir.path().join("secret.txt")
     }
 
     /// No file under `root` holds the secret, as it is or decompressed (gzip, zstd).
     #[track_caller]
-    pub fn assert_not_in(&self, root: &Path) {
+    pub(crate) fn assert_not_in(&self, root: &Path) {
         for (path, bytes) in files_under(root) {
             assert!(
                 !contains(&bytes, self.secret.as_bytes()),
@@ -65,7 +65,7 @@ impl Canary {
 
     /// Nothing in the canary directory was added, removed or changed.
     #[track_caller]
-    pub fn assert_untouched(&self) {
+    pub(crate) fn assert_untouched(&self) {
         assert_eq!(
             Tree::of(self.dir.path()),
             self.before,
@@ -77,11 +77,11 @@ impl Canary {
 /// Every file under a directory by path: its kind, mode and, for a file, its sha256. Two
 /// trees are equal when nothing under them was written.
 #[derive(Debug, PartialEq, Eq)]
-pub struct Tree(BTreeMap<PathBuf, String>);
+pub(crate) struct Tree(BTreeMap<PathBuf, String>);
 
 impl Tree {
     /// The tree of `root` as it is now; empty when `root` does not exist.
-    pub fn of(root: &Path) -> Self {
+    pub(crate) fn of(root: &Path) -> Self {
         use std::os::unix::fs::MetadataExt;
         let mut entries = BTreeMap::new();
         if !root.exists() {
@@ -111,7 +111,7 @@ impl Tree {
 }
 
 /// The bytes of every file under `dir` (0 when it is not there): how much a run wrote.
-pub fn bytes_under(dir: &Path) -> u64 {
+pub(crate) fn bytes_under(dir: &Path) -> u64 {
     walkdir::WalkDir::new(dir)
         .into_iter()
         .filter_map(Result::ok)

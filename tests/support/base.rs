@@ -12,13 +12,13 @@ use std::process::Command;
 use anyhow::{Context, bail, ensure};
 
 /// `created` of the base image config, its history entry and every file's mtime in its layer.
-pub const BASE_CREATED: &str = "2023-10-01T00:00:00Z";
+pub(crate) const BASE_CREATED: &str = "2023-10-01T00:00:00Z";
 
 /// The busybox applets the base image links to `/bin/busybox`.
-pub const BUSYBOX_APPLETS: &[&str] = &["sh", "cat", "ls", "echo", "test"];
+pub(crate) const BUSYBOX_APPLETS: &[&str] = &["sh", "cat", "ls", "echo", "test"];
 
 /// Whether `cmd` is an executable file on `$PATH`.
-pub fn have(cmd: &str) -> bool {
+pub(crate) fn have(cmd: &str) -> bool {
     find_on_path(cmd).is_some()
 }
 
@@ -37,7 +37,7 @@ fn find_on_path(cmd: &str) -> Option<PathBuf> {
 /// directories `/tmp` (mode 1777) and `/etc`. `dir` must not exist or be empty.
 ///
 /// Runs `umoci` as the current user; as root (our machines) the layer's files are owned by 0:0.
-pub fn busybox_base_layout(dir: &Path) -> anyhow::Result<()> {
+pub(crate) fn busybox_base_layout(dir: &Path) -> anyhow::Result<()> {
     ensure!(
         have("umoci"),
         "umoci is not installed (Debian: apt-get install umoci); it builds the busybox base image"
@@ -146,7 +146,7 @@ fn pin_mtimes(root: &Path) -> anyhow::Result<()> {
 }
 
 /// Runs `umoci ARGS`, failing with its output when it fails.
-pub fn umoci(args: &[&str]) -> anyhow::Result<()> {
+pub(crate) fn umoci(args: &[&str]) -> anyhow::Result<()> {
     let output = Command::new("umoci")
         .args(args)
         .output()
@@ -164,11 +164,11 @@ pub fn umoci(args: &[&str]) -> anyhow::Result<()> {
 }
 
 /// The Debian release whose glibc (2.31) stands for an old distribution in tests.
-pub const OLD_GLIBC_SUITE: &str = "bullseye";
+pub(crate) const OLD_GLIBC_SUITE: &str = "bullseye";
 
 /// The Debian release of this machine (`VERSION_CODENAME` of `/etc/os-release`): a base of
 /// that release has the glibc that binaries built here need.
-pub fn host_debian_suite() -> anyhow::Result<String> {
+pub(crate) fn host_debian_suite() -> anyhow::Result<String> {
     let text = fs_err::read_to_string("/etc/os-release")?;
     text.lines()
         .find_map(|line| line.strip_prefix("VERSION_CODENAME="))
@@ -180,7 +180,7 @@ pub fn host_debian_suite() -> anyhow::Result<String> {
 /// Creates an OCI image layout at `dir`, tag `latest`, holding only the Debian `suite`'s
 /// `packages` (bullseye's `libc6` is glibc 2.31) and what they depend on (see
 /// [`debian_rootfs_tar`]), plus `/tmp` (mode 1777).
-pub fn debian_base_layout(
+pub(crate) fn debian_base_layout(
     dir: &Path,
     cache_dir: &Path,
     suite: &str,
@@ -214,7 +214,7 @@ pub fn debian_base_layout(
 /// `mmdebstrap --variant=extract` from deb.debian.org (no maintainer script runs). It is kept
 /// in `cache_dir`, so the network is needed once per suite and package list; other helpers
 /// take files from it (the PyPI tests' Python interpreter).
-pub fn debian_rootfs_tar(
+pub(crate) fn debian_rootfs_tar(
     cache_dir: &Path,
     suite: &str,
     packages: &[&str],

@@ -30,19 +30,19 @@ use sha2::{Digest, Sha256};
 /// conda-build pads its placeholder to 255 characters (`…/_h_env_placehold_placehold_…`) so that
 /// the real install prefix is shorter and binary files can be patched in place (a binary
 /// replacement may only shorten a C string, never lengthen it). We use the same shape.
-pub const PLACEHOLDER: &str = "/home/builder/conda-bld/imgbuild-test_1696118400000/_h_env_\
+pub(crate) const PLACEHOLDER: &str = "/home/builder/conda-bld/imgbuild-test_1696118400000/_h_env_\
 placehold_placehold_placehold_placehold_placehold_placehold_placehold_placehold_placehold_\
 placehold_placehold_placehold_placehold_placehold_placehold_placehold_placehold_placehold_\
 placehold_placeh";
 
 /// The time every made package claims to have been built at (tar mtimes, zip dates,
 /// `index.json` `timestamp`) and the `indexed_timestamp` pinned in `repodata.json`.
-pub const TIMESTAMP: &str = "2023-10-01T00:00:00Z";
+pub(crate) const TIMESTAMP: &str = "2023-10-01T00:00:00Z";
 /// [`TIMESTAMP`] in Unix milliseconds, the unit of conda's `timestamp` fields.
-pub const TIMESTAMP_MS: u64 = 1_696_118_400_000;
+pub(crate) const TIMESTAMP_MS: u64 = 1_696_118_400_000;
 
 /// NVIDIA's CUDA runtime wheel from PyPI: the source of the real `libcudart.so.11.0`.
-pub const CUDA_RUNTIME_WHEEL: &str =
+pub(crate) const CUDA_RUNTIME_WHEEL: &str =
     "nvidia_cuda_runtime_cu11-11.8.89-py3-none-manylinux2014_x86_64.whl";
 const CUDA_RUNTIME_WHEEL_URL: &str = "https://files.pythonhosted.org/packages/a6/ec/\
 a540f28b31de7bc1ed49eecc72035d4cb77db88ead1d42f7bfa5ae407ac6/\
@@ -52,7 +52,7 @@ const CUDA_RUNTIME_WHEEL_SHA256: &str =
 
 /// Real packages copied byte for byte from `tests/data/conda-real/channel`, with the sha256
 /// that `fixtures/conda-real/MANIFEST.md` records for them.
-pub const REAL_PACKAGES: &[(&str, &str, &str)] = &[
+pub(crate) const REAL_PACKAGES: &[(&str, &str, &str)] = &[
     (
         "linux-64",
         "bcj-cffi-0.5.1-py310h295c915_0.tar.bz2",
@@ -81,7 +81,7 @@ pub const REAL_PACKAGES: &[(&str, &str, &str)] = &[
 ];
 
 /// Packages made by [`write_test_channel`], as (subdir, file name).
-pub const MADE_PACKAGES: &[(&str, &str)] = &[
+pub(crate) const MADE_PACKAGES: &[(&str, &str)] = &[
     ("linux-64", "activation-1.0-h0_0.tar.bz2"),
     ("linux-64", "cuda-cudart-11.8.89-h0_0.conda"),
     ("linux-64", "hello-1.0-h0_0.tar.bz2"),
@@ -93,7 +93,7 @@ pub const MADE_PACKAGES: &[(&str, &str)] = &[
 ];
 
 /// Every package file name in `subdir` of the test channel, sorted.
-pub fn channel_packages(subdir: &str) -> Vec<String> {
+pub(crate) fn channel_packages(subdir: &str) -> Vec<String> {
     let real = REAL_PACKAGES.iter().map(|(s, f, _)| (*s, *f));
     let mut names: Vec<String> = real
         .chain(MADE_PACKAGES.iter().copied())
@@ -106,27 +106,27 @@ pub fn channel_packages(subdir: &str) -> Vec<String> {
 
 /// The real third-party packages and repodata the tests use, in the repository
 /// (`tests/data/conda-real`, with their origins and licences in its `MANIFEST.md`).
-pub fn fixtures_dir() -> PathBuf {
+pub(crate) fn fixtures_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/conda-real")
 }
 
 /// A wheel pinned by URL and sha256.
 #[derive(Debug, Clone, Copy)]
-pub struct PinnedWheel {
+pub(crate) struct PinnedWheel {
     pub file_name: &'static str,
     pub url: &'static str,
     pub sha256: &'static str,
 }
 
 /// NVIDIA's `nvidia-cuda-runtime-cu11` 11.8.89 wheel.
-pub const CUDA_RUNTIME_11_8: PinnedWheel = PinnedWheel {
+pub(crate) const CUDA_RUNTIME_11_8: PinnedWheel = PinnedWheel {
     file_name: CUDA_RUNTIME_WHEEL,
     url: CUDA_RUNTIME_WHEEL_URL,
     sha256: CUDA_RUNTIME_WHEEL_SHA256,
 };
 
 /// NVIDIA's `nvidia-cuda-nvrtc-cu11` 11.8.89 wheel.
-pub const NVRTC_11_8: PinnedWheel = PinnedWheel {
+pub(crate) const NVRTC_11_8: PinnedWheel = PinnedWheel {
     file_name: "nvidia_cuda_nvrtc_cu11-11.8.89-py3-none-manylinux2014_x86_64.whl",
     url: "https://files.pythonhosted.org/packages/60/44/202e027c224c26e15a53f01c5c7604c7f6b4fd368882d3164ea08fead207/nvidia_cuda_nvrtc_cu11-11.8.89-py3-none-manylinux2014_x86_64.whl",
     sha256: "a8d02f3cba345be56b1ffc3e74d8f61f02bb758dd31b0f20e12277a5a244f756",
@@ -134,7 +134,7 @@ pub const NVRTC_11_8: PinnedWheel = PinnedWheel {
 
 /// Writes `cuda-nvrtc-11.8.89-h0_0.conda` into `linux64` from the real NVRTC 11.8 wheel:
 /// `libnvrtc.so.11.2` and `libnvrtc-builtins.so.11.8` (which needs `libstdc++.so.6`).
-pub fn write_cuda_nvrtc_11_8(cache_dir: &Path, linux64: &Path) -> anyhow::Result<()> {
+pub(crate) fn write_cuda_nvrtc_11_8(cache_dir: &Path, linux64: &Path) -> anyhow::Result<()> {
     write_wheel_library_package(
         &fetch_wheel(cache_dir, &NVRTC_11_8)?,
         &linux64.join("cuda-nvrtc-11.8.89-h0_0.conda"),
@@ -159,7 +159,7 @@ pub fn write_cuda_nvrtc_11_8(cache_dir: &Path, linux64: &Path) -> anyhow::Result
 /// `bin/imgbuild-smoke`, depending on `__glibc >=` the newest `GLIBC_x.y` either needs (read
 /// from their ELF version needs). The build string carries a hash of both binaries: rattler's
 /// package cache keys on name-version-build, so other binaries must be another build.
-pub fn write_imgbuild_package(
+pub(crate) fn write_imgbuild_package(
     linux64: &Path,
     imgbuild: &Path,
     smoke: &Path,
@@ -189,7 +189,7 @@ pub fn write_imgbuild_package(
 }
 
 /// Returns the path of NVIDIA's `nvidia-cuda-runtime-cu11` 11.8.89 wheel (see [`fetch_wheel`]).
-pub fn cuda_runtime_wheel(cache_dir: &Path) -> anyhow::Result<PathBuf> {
+pub(crate) fn cuda_runtime_wheel(cache_dir: &Path) -> anyhow::Result<PathBuf> {
     fetch_wheel(cache_dir, &CUDA_RUNTIME_11_8)
 }
 
@@ -198,7 +198,7 @@ pub fn cuda_runtime_wheel(cache_dir: &Path) -> anyhow::Result<PathBuf> {
 /// candidate, and every download, is checked against the pinned sha256; a mismatch is an error
 /// rather than a silent re-download, because it means someone put a different file under that
 /// name.
-pub fn fetch_wheel(cache_dir: &Path, wheel: &PinnedWheel) -> anyhow::Result<PathBuf> {
+pub(crate) fn fetch_wheel(cache_dir: &Path, wheel: &PinnedWheel) -> anyhow::Result<PathBuf> {
     let PinnedWheel {
         file_name,
         url,
@@ -243,7 +243,7 @@ pub fn fetch_wheel(cache_dir: &Path, wheel: &PinnedWheel) -> anyhow::Result<Path
 }
 
 /// MarkupSafe 2.1.5 for CPython 3.11 on x86-64 Linux: a real x86-64 ELF extension module.
-pub const MARKUPSAFE_X86_64: PinnedWheel = PinnedWheel {
+pub(crate) const MARKUPSAFE_X86_64: PinnedWheel = PinnedWheel {
     file_name: "MarkupSafe-2.1.5-cp311-cp311-manylinux_2_17_x86_64.manylinux2014_x86_64.whl",
     url: "https://files.pythonhosted.org/packages/97/18/\
 c30da5e7a0e7f4603abfc6780574131221d9148f323752c2755d48abad30/\
@@ -252,7 +252,7 @@ MarkupSafe-2.1.5-cp311-cp311-manylinux_2_17_x86_64.manylinux2014_x86_64.whl",
 };
 
 /// The same release for aarch64 Linux: a real aarch64 ELF extension module.
-pub const MARKUPSAFE_AARCH64: PinnedWheel = PinnedWheel {
+pub(crate) const MARKUPSAFE_AARCH64: PinnedWheel = PinnedWheel {
     file_name: "MarkupSafe-2.1.5-cp311-cp311-manylinux_2_17_aarch64.manylinux2014_aarch64.whl",
     url: "https://files.pythonhosted.org/packages/1c/cf/\
 35fe557e53709e93feb65575c93927942087e9b97213eabc3fe9d5b25a55/\
@@ -264,7 +264,7 @@ MarkupSafe-2.1.5-cp311-cp311-manylinux_2_17_aarch64.manylinux2014_aarch64.whl",
 /// `linux-aarch64`, each holding MarkupSafe's real compiled extension for its architecture
 /// (`lib/_speedups.so`, from the pinned PyPI wheels), and a `noarch: generic` package
 /// `greeting` both platforms install. Indexed with rattler_index.
-pub fn write_platforms_channel(channel_dir: &Path, cache_dir: &Path) -> anyhow::Result<()> {
+pub(crate) fn write_platforms_channel(channel_dir: &Path, cache_dir: &Path) -> anyhow::Result<()> {
     for (subdir, arch, wheel, member) in [
         (
             "linux-64",
@@ -328,7 +328,7 @@ pub fn write_platforms_channel(channel_dir: &Path, cache_dir: &Path) -> anyhow::
 
 /// Writes a conda package `name-version-h0_0.conda` (linux-64) holding shared libraries taken
 /// from a wheel: `files` maps wheel members to prefix paths, `links` adds symlinks.
-pub fn write_wheel_library_package(
+pub(crate) fn write_wheel_library_package(
     wheel: &Path,
     out: &Path,
     name: &str,
@@ -395,12 +395,12 @@ where
 }
 
 /// The hex sha256 of `bytes`.
-pub fn sha256_hex(bytes: &[u8]) -> String {
+pub(crate) fn sha256_hex(bytes: &[u8]) -> String {
     hex::encode(Sha256::digest(bytes))
 }
 
 /// The hex sha256 of a file, read in pieces.
-pub fn sha256_file(path: &Path) -> anyhow::Result<String> {
+pub(crate) fn sha256_file(path: &Path) -> anyhow::Result<String> {
     let mut file = fs_err::File::open(path)?;
     let mut hasher = Sha256::new();
     let mut buf = vec![0u8; 1 << 16];
@@ -428,7 +428,7 @@ fn verify_sha256(path: &Path, expected: &str) -> anyhow::Result<()> {
 /// `repodata.json`) and checks that rattler reads every package back from the index.
 ///
 /// `cache_dir` is where the CUDA runtime wheel is cached (see [`cuda_runtime_wheel`]).
-pub fn write_test_channel(channel_dir: &Path, cache_dir: &Path) -> anyhow::Result<()> {
+pub(crate) fn write_test_channel(channel_dir: &Path, cache_dir: &Path) -> anyhow::Result<()> {
     let linux64 = channel_dir.join("linux-64");
     let noarch = channel_dir.join("noarch");
     fs_err::create_dir_all(&linux64)?;
@@ -464,7 +464,7 @@ pub fn write_test_channel(channel_dir: &Path, cache_dir: &Path) -> anyhow::Resul
 
 /// Indexes `channel_dir` with rattler_index, the way a user's local channel would be indexed,
 /// then pins the indexing time so `repodata.json` is reproducible.
-pub fn index_channel(channel_dir: &Path) -> anyhow::Result<()> {
+pub(crate) fn index_channel(channel_dir: &Path) -> anyhow::Result<()> {
     let config = rattler_index::IndexFsConfig {
         channel: channel_dir.to_path_buf(),
         target_platform: None, // every subdir found
@@ -507,7 +507,7 @@ fn subdirs(channel_dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
 /// channel would otherwise solve to different lock files. Replace it, byte for byte in
 /// rattler_index's own (compact) output, with [`TIMESTAMP_MS`]; fail loudly if the output format
 /// ever changes so that not every record got pinned.
-pub fn pin_indexed_timestamps(json: &str, ms: u64) -> anyhow::Result<String> {
+pub(crate) fn pin_indexed_timestamps(json: &str, ms: u64) -> anyhow::Result<String> {
     const KEY: &str = "\"indexed_timestamp\":";
     let mut out = String::with_capacity(json.len());
     let mut rest = json;
@@ -559,7 +559,7 @@ fn check_repodata(channel_dir: &Path) -> anyhow::Result<()> {
 // Package writer
 
 /// One entry of a package's payload (everything outside `info/`).
-pub enum Entry {
+pub(crate) enum Entry {
     File {
         path: String,
         bytes: Vec<u8>,
@@ -582,7 +582,7 @@ impl Entry {
 }
 
 /// A plain (mode 0644) payload file.
-pub fn file(path: impl Into<String>, bytes: impl Into<Vec<u8>>) -> Entry {
+pub(crate) fn file(path: impl Into<String>, bytes: impl Into<Vec<u8>>) -> Entry {
     Entry::File {
         path: path.into(),
         bytes: bytes.into(),
@@ -592,7 +592,7 @@ pub fn file(path: impl Into<String>, bytes: impl Into<Vec<u8>>) -> Entry {
 }
 
 /// An executable (mode 0755) payload file.
-pub fn executable(path: impl Into<String>, bytes: impl Into<Vec<u8>>) -> Entry {
+pub(crate) fn executable(path: impl Into<String>, bytes: impl Into<Vec<u8>>) -> Entry {
     Entry::File {
         path: path.into(),
         bytes: bytes.into(),
@@ -619,7 +619,7 @@ fn patched(entry: Entry, mode: &'static str) -> Entry {
 }
 
 /// A symlink in the payload; `target` must resolve to a payload file.
-pub fn link(path: impl Into<String>, target: impl Into<String>) -> Entry {
+pub(crate) fn link(path: impl Into<String>, target: impl Into<String>) -> Entry {
     Entry::Symlink {
         path: path.into(),
         target: target.into(),
@@ -630,7 +630,7 @@ pub fn link(path: impl Into<String>, target: impl Into<String>) -> Entry {
 /// in a staging directory, writes `info/index.json`, `info/paths.json`, `info/files` and an
 /// optional `info/link.json`, checks rattler parses them, and archives everything with the fixed
 /// [`TIMESTAMP`].
-pub fn write_package(
+pub(crate) fn write_package(
     out: &Path,
     index: serde_json::Value,
     entries: &[Entry],
@@ -780,7 +780,7 @@ fn contains(haystack: &[u8], needle: &[u8]) -> bool {
 }
 
 /// The `index.json` of a linux-64 package, build `h0_0`, built at [`TIMESTAMP`].
-pub fn linux64_index(name: &str, version: &str, depends: &[&str]) -> serde_json::Value {
+pub(crate) fn linux64_index(name: &str, version: &str, depends: &[&str]) -> serde_json::Value {
     serde_json::json!({
         "arch": "x86_64",
         "build": "h0_0",
@@ -959,7 +959,7 @@ fn write_other(out: &Path) -> anyhow::Result<()> {
 
 /// A minimal recipe on `scratch` for linux-64 that installs `deps` from the channel at
 /// `channel_dir` (must be absolute).
-pub fn tiny_recipe(channel_dir: &Path, name: &str, deps: &[&str]) -> String {
+pub(crate) fn tiny_recipe(channel_dir: &Path, name: &str, deps: &[&str]) -> String {
     let url = url::Url::from_file_path(channel_dir)
         .unwrap_or_else(|()| panic!("channel dir must be absolute: {}", channel_dir.display()));
     // JSON string syntax is valid TOML basic-string syntax, and serde_json escapes properly.

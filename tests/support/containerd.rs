@@ -25,7 +25,7 @@ fn text(output: &Output) -> String {
 }
 
 /// A containerd process with its own root, state and socket.
-pub struct Containerd {
+pub(crate) struct Containerd {
     pub socket: PathBuf,
     child: Child,
     dir: tempfile::TempDir,
@@ -34,7 +34,7 @@ pub struct Containerd {
 impl Containerd {
     /// containerd with overlayfs snapshots and runc, `extra` appended to its configuration
     /// (a proxy snapshotter).
-    pub fn start(extra: &str) -> Result<Containerd, String> {
+    pub(crate) fn start(extra: &str) -> Result<Containerd, String> {
         let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
         let socket = dir.path().join("containerd.sock");
         let config = dir.path().join("config.toml");
@@ -71,13 +71,13 @@ impl Containerd {
     }
 
     /// What containerd wrote to its log so far.
-    pub fn log(&self) -> String {
+    pub(crate) fn log(&self) -> String {
         std::fs::read_to_string(self.dir.path().join("containerd.log")).unwrap_or_default()
     }
 
     /// `PROGRAM --address SOCKET ARGS` (`ctr` or `ctr-remote`): its stdout, or on failure a
     /// message with both outputs.
-    pub fn client(&self, program: &str, args: &[&str]) -> Result<String, String> {
+    pub(crate) fn client(&self, program: &str, args: &[&str]) -> Result<String, String> {
         let output = Command::new(program)
             .arg("--address")
             .arg(&self.socket)
@@ -91,13 +91,13 @@ impl Containerd {
         }
     }
 
-    pub fn ctr(&self, args: &[&str]) -> Result<String, String> {
+    pub(crate) fn ctr(&self, args: &[&str]) -> Result<String, String> {
         self.client("ctr", args)
     }
 
     /// As [`Containerd::ctr`], panicking on failure.
     #[track_caller]
-    pub fn ctr_ok(&self, args: &[&str]) -> String {
+    pub(crate) fn ctr_ok(&self, args: &[&str]) -> String {
         self.ctr(args).unwrap_or_else(|message| panic!("{message}"))
     }
 }
@@ -111,7 +111,7 @@ impl Drop for Containerd {
 
 /// The stargz snapshotter daemon on its own socket and root. Dropping it sends SIGTERM, which
 /// unmounts its FUSE layers, then lazily unmounts any it left.
-pub struct StargzSnapshotter {
+pub(crate) struct StargzSnapshotter {
     pub socket: PathBuf,
     root: PathBuf,
     child: Child,
@@ -121,7 +121,7 @@ pub struct StargzSnapshotter {
 impl StargzSnapshotter {
     /// Builds the daemon into `dir` (Go's build cache kept there too, so a second build
     /// takes seconds) and returns its path.
-    pub fn build(dir: &Path) -> Result<PathBuf, String> {
+    pub(crate) fn build(dir: &Path) -> Result<PathBuf, String> {
         std::fs::create_dir_all(dir).map_err(|e| e.to_string())?;
         let out = dir.join("stargz-snapshotter");
         super::go::build_tool("stargz-snapshotter", &out, &dir.join("gocache"))?;
@@ -129,7 +129,7 @@ impl StargzSnapshotter {
     }
 
     /// The daemon `bin` with its socket, root and log under `dir`, once it listens.
-    pub fn start(bin: &Path, dir: &Path) -> Result<StargzSnapshotter, String> {
+    pub(crate) fn start(bin: &Path, dir: &Path) -> Result<StargzSnapshotter, String> {
         let socket = dir.join("stargz.sock");
         let root = dir.join("stargz");
         let log = dir.join("stargz.log");
@@ -163,19 +163,19 @@ impl StargzSnapshotter {
     }
 
     /// containerd configuration that makes this daemon the `stargz` snapshotter.
-    pub fn proxy_plugin(&self) -> String {
+    pub(crate) fn proxy_plugin(&self) -> String {
         format!(
             "[proxy_plugins]\n  [proxy_plugins.stargz]\n    type = \"snapshot\"\n    address = \"{}\"\n",
             self.socket.display()
         )
     }
 
-    pub fn log(&self) -> String {
+    pub(crate) fn log(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
     /// The FUSE mounts under the snapshotter's root: one per lazily mounted layer.
-    pub fn fuse_mounts(&self) -> Vec<String> {
+    pub(crate) fn fuse_mounts(&self) -> Vec<String> {
         let mounts = std::fs::read_to_string("/proc/self/mounts").unwrap_or_default();
         let root = self.root.display().to_string();
         mounts

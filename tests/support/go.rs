@@ -7,7 +7,7 @@ use std::{path::Path, process::Command};
 
 /// Builds `tests/tools/TOOL/main.go` into `out`, with Go's build cache in `cache` (kept
 /// there, a second build takes seconds).
-pub fn build_tool(tool: &str, out: &Path, cache: &Path) -> Result<(), String> {
+pub(crate) fn build_tool(tool: &str, out: &Path, cache: &Path) -> Result<(), String> {
     let source = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/tools")
         .join(tool)

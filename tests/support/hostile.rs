@@ -17,7 +17,7 @@ use serde_json::{Value, json};
 const TIMESTAMP_MS: u64 = 1_696_118_400_000;
 
 /// One tar entry, name and link target written verbatim into the header.
-pub enum Raw {
+pub(crate) enum Raw {
     File(String, Vec<u8>),
     Symlink(String, String),
     Hardlink(String, String),
@@ -27,7 +27,7 @@ pub enum Raw {
 }
 
 impl Raw {
-    pub fn file(path: impl Into<String>, bytes: impl Into<Vec<u8>>) -> Self {
+    pub(crate) fn file(path: impl Into<String>, bytes: impl Into<Vec<u8>>) -> Self {
         Raw::File(path.into(), bytes.into())
     }
 
@@ -54,7 +54,7 @@ fn put(field: &mut [u8], value: &str) {
 }
 
 /// A GNU tar of `entries` with names and link targets exactly as given.
-pub fn tar(entries: &[Raw]) -> Vec<u8> {
+pub(crate) fn tar(entries: &[Raw]) -> Vec<u8> {
     let mut builder = tar::Builder::new(Vec::new());
     for entry in entries {
         let mut header = tar::Header::new_gnu();
@@ -108,7 +108,7 @@ pub fn tar(entries: &[Raw]) -> Vec<u8> {
 }
 
 /// `index.json` of a linux-64 package (or a noarch python one).
-pub fn index_json(name: &str, depends: &[&str], noarch_python: bool) -> Value {
+pub(crate) fn index_json(name: &str, depends: &[&str], noarch_python: bool) -> Value {
     let mut index = json!({
         "build": "h0_0",
         "build_number": 0,
@@ -132,7 +132,7 @@ pub fn index_json(name: &str, depends: &[&str], noarch_python: bool) -> Value {
 
 /// The `paths.json` conda-build would write for `entries` (files as hardlinks with their
 /// sha256 and size, symlinks as softlinks; anything else as a hardlink of size 0).
-pub fn paths_json(entries: &[Raw]) -> Value {
+pub(crate) fn paths_json(entries: &[Raw]) -> Value {
     let records: Vec<Value> = entries
         .iter()
         .map(|entry| match entry {
@@ -150,7 +150,7 @@ pub fn paths_json(entries: &[Raw]) -> Value {
 }
 
 /// What goes into a package: `info/` files (raw bytes, so they can be broken) and payload.
-pub struct Package {
+pub(crate) struct Package {
     /// `NAME-1.0-BUILD`, without extension.
     pub stem: String,
     pub info: Vec<(String, Vec<u8>)>,
@@ -159,7 +159,12 @@ pub struct Package {
 
 impl Package {
     /// A package whose `info/` is consistent with `payload` (unless changed afterwards).
-    pub fn new(name: &str, depends: &[&str], noarch_python: bool, payload: Vec<Raw>) -> Self {
+    pub(crate) fn new(
+        name: &str,
+        depends: &[&str],
+        noarch_python: bool,
+        payload: Vec<Raw>,
+    ) -> Self {
         let index = index_json(name, depends, noarch_python);
         let stem = format!("{name}-1.0-{}", index["build"].as_str().unwrap());
         let paths = paths_json(&payload);
@@ -174,7 +179,7 @@ impl Package {
     }
 
     /// Replaces (or adds) one `info/` file.
-    pub fn with_info(mut self, name: &str, bytes: impl Into<Vec<u8>>) -> Self {
+    pub(crate) fn with_info(mut self, name: &str, bytes: impl Into<Vec<u8>>) -> Self {
         let name = format!("info/{name}");
         self.info.retain(|(n, _)| *n != name);
         self.info.push((name, bytes.into()));
@@ -189,7 +194,7 @@ impl Package {
     }
 
     /// A `.tar.bz2`: info and payload in one bzip2-compressed tar.
-    pub fn tar_bz2(&self) -> Vec<u8> {
+    pub(crate) fn tar_bz2(&self) -> Vec<u8> {
         let mut entries = self.info_entries();
         entries.extend(self.payload.iter().map(clone_raw));
         bzip2_bytes(&tar(&entries))
@@ -197,7 +202,7 @@ impl Package {
 
     /// A `.conda`: a stored zip of `metadata.json`, `pkg-STEM.tar.zst` and `info-STEM.tar.zst`
     /// (`with_pkg` false leaves the payload member out).
-    pub fn conda(&self, with_pkg: bool) -> Vec<u8> {
+    pub(crate) fn conda(&self, with_pkg: bool) -> Vec<u8> {
         let mut zip = zip::ZipWriter::new(Cursor::new(Vec::new()));
         let options = zip::write::SimpleFileOptions::default()
             .compression_method(zip::CompressionMethod::Stored);
@@ -231,33 +236,33 @@ fn clone_raw(raw: &Raw) -> Raw {
     }
 }
 
-pub fn json_bytes(value: &Value) -> Vec<u8> {
+pub(crate) fn json_bytes(value: &Value) -> Vec<u8> {
     serde_json::to_vec_pretty(value).expect("JSON")
 }
 
-pub fn bzip2_bytes(bytes: &[u8]) -> Vec<u8> {
+pub(crate) fn bzip2_bytes(bytes: &[u8]) -> Vec<u8> {
     let mut encoder = bzip2::write::BzEncoder::new(Vec::new(), bzip2::Compression::best());
     encoder.write_all(bytes).expect("bzip2");
     encoder.finish().expect("bzip2")
 }
 
-pub fn zstd_bytes(bytes: &[u8]) -> Vec<u8> {
+pub(crate) fn zstd_bytes(bytes: &[u8]) -> Vec<u8> {
     zstd::encode_all(bytes, 3).expect("zstd")
 }
 
-pub fn sha256_hex(bytes: &[u8]) -> String {
+pub(crate) fn sha256_hex(bytes: &[u8]) -> String {
     hex::encode(compute_bytes_digest::<Sha256>(bytes))
 }
 
 /// A channel being written: archives go to `<dir>/<subdir>/`, and [`Channel::finish`]
 /// writes `repodata.json` for both subdirs from the records collected.
-pub struct Channel<'a> {
+pub(crate) struct Channel<'a> {
     pub dir: &'a Path,
     records: Vec<(String, String, Value)>,
 }
 
 impl<'a> Channel<'a> {
-    pub fn new(dir: &'a Path) -> Self {
+    pub(crate) fn new(dir: &'a Path) -> Self {
         Channel {
             dir,
             records: Vec::new(),
@@ -266,7 +271,13 @@ impl<'a> Channel<'a> {
 
     /// Adds `bytes` as `<subdir>/<file>` with a record made from `index` and the bytes'
     /// real sha256, md5 and size; `edit` may then falsify the record.
-    pub fn add(&mut self, file: &str, index: &Value, bytes: &[u8], edit: impl FnOnce(&mut Value)) {
+    pub(crate) fn add(
+        &mut self,
+        file: &str,
+        index: &Value,
+        bytes: &[u8],
+        edit: impl FnOnce(&mut Value),
+    ) {
         let subdir = index["subdir"].as_str().unwrap_or("linux-64").to_string();
         fs_err::create_dir_all(self.dir.join(&subdir)).unwrap();
         fs_err::write(self.dir.join(&subdir).join(file), bytes).unwrap();
@@ -278,7 +289,7 @@ impl<'a> Channel<'a> {
         self.records.push((subdir, file.to_string(), record));
     }
 
-    pub fn finish(self) {
+    pub(crate) fn finish(self) {
         for subdir in ["linux-64", "noarch"] {
             let mut tar_bz2 = serde_json::Map::new();
             let mut conda = serde_json::Map::new();

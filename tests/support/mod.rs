@@ -4,21 +4,21 @@
 //! Not every test uses every helper.
 #![allow(dead_code)]
 
-pub mod base;
-pub mod channel;
-pub mod containerd;
-pub mod go;
-pub mod hostile;
-pub mod podman;
-pub mod pypi;
-pub mod registry_log;
+pub(crate) mod base;
+pub(crate) mod channel;
+pub(crate) mod containerd;
+pub(crate) mod go;
+pub(crate) mod hostile;
+pub(crate) mod podman;
+pub(crate) mod pypi;
+pub(crate) mod registry_log;
 
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
 /// Where tests keep downloads between runs (the CUDA runtime wheel): `$IMGBUILD_TEST_CACHE`, or
 /// `tests/.cache` in the crate. Created if missing.
-pub fn test_cache_dir() -> PathBuf {
+pub(crate) fn test_cache_dir() -> PathBuf {
     let dir = match std::env::var_os("IMGBUILD_TEST_CACHE") {
         Some(dir) => PathBuf::from(dir),
         None => Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/.cache"),
@@ -33,7 +33,7 @@ pub fn test_cache_dir() -> PathBuf {
 /// It lives in a fresh directory under the system temp dir that this process never removes:
 /// statics are not dropped, and tests may still be reading it while the process exits. The
 /// next test process removes it (see [`kept_channel_dir`]).
-pub fn shared_channel() -> &'static Path {
+pub(crate) fn shared_channel() -> &'static Path {
     static CHANNEL: OnceLock<PathBuf> = OnceLock::new();
     CHANNEL.get_or_init(|| {
         kept_channel_dir("channel", |dir| {
@@ -48,7 +48,10 @@ const KEPT_PREFIX: &str = "imgbuild-t";
 
 /// A fresh directory under the system temp dir, filled by `write`, not removed by this test
 /// process (see [`shared_channel`]); the next test process removes it once this one has exited.
-pub fn kept_channel_dir(name: &str, write: impl FnOnce(&Path) -> anyhow::Result<()>) -> PathBuf {
+pub(crate) fn kept_channel_dir(
+    name: &str,
+    write: impl FnOnce(&Path) -> anyhow::Result<()>,
+) -> PathBuf {
     remove_dirs_of_exited_test_processes();
     let dir = tempfile::Builder::new()
         .prefix(&format!("{KEPT_PREFIX}{}-{name}-", std::process::id()))
@@ -87,7 +90,7 @@ fn remove_dirs_of_exited_test_processes() {
 /// A second channel holding only `cuda-nvrtc` 11.8.89 from NVIDIA's wheel (see
 /// [`channel::write_cuda_nvrtc_11_8`]), built once per test process, for recipes that list it
 /// after [`shared_channel`]. Read-only and kept, like the shared channel.
-pub fn nvrtc_channel() -> &'static Path {
+pub(crate) fn nvrtc_channel() -> &'static Path {
     static CHANNEL: OnceLock<PathBuf> = OnceLock::new();
     CHANNEL.get_or_init(|| {
         kept_channel_dir("nvrtc-channel", |dir| {
@@ -101,24 +104,24 @@ pub fn nvrtc_channel() -> &'static Path {
 }
 
 /// The `imgbuild` binary cargo built for these tests.
-pub fn imgbuild_bin() -> PathBuf {
+pub(crate) fn imgbuild_bin() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_imgbuild"))
 }
 
 /// The target of the in-image smoke executable: x86-64, linked against glibc 2.17 (`just
 /// smoke-exe` builds the same).
-pub const SMOKE_EXE_TARGET: &str = "x86_64-unknown-linux-gnu.2.17";
+pub(crate) const SMOKE_EXE_TARGET: &str = "x86_64-unknown-linux-gnu.2.17";
 /// The same for aarch64 (needs `rustup target add aarch64-unknown-linux-gnu`).
-pub const SMOKE_EXE_TARGET_AARCH64: &str = "aarch64-unknown-linux-gnu.2.17";
+pub(crate) const SMOKE_EXE_TARGET_AARCH64: &str = "aarch64-unknown-linux-gnu.2.17";
 
 /// The x86-64 `imgbuild-smoke` executable (see [`smoke_exe_for`]).
-pub fn smoke_exe() -> &'static Path {
+pub(crate) fn smoke_exe() -> &'static Path {
     static EXE: OnceLock<PathBuf> = OnceLock::new();
     EXE.get_or_init(|| smoke_exe_for(SMOKE_EXE_TARGET))
 }
 
 /// The aarch64 `imgbuild-smoke` executable (see [`smoke_exe_for`]).
-pub fn smoke_exe_aarch64() -> &'static Path {
+pub(crate) fn smoke_exe_aarch64() -> &'static Path {
     static EXE: OnceLock<PathBuf> = OnceLock::new();
     EXE.get_or_init(|| smoke_exe_for(SMOKE_EXE_TARGET_AARCH64))
 }

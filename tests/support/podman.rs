@@ -21,7 +21,7 @@ use std::{
 
 /// How podman stores images.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Storage {
+pub(crate) enum Storage {
     /// Plain copies of every layer: works wherever podman does.
     Vfs,
     /// overlay (needs root), with containers/storage's partial pulls on or off; the pull
@@ -30,7 +30,7 @@ pub enum Storage {
 }
 
 /// podman whose configuration and storage live under one directory.
-pub struct Podman {
+pub(crate) struct Podman {
     dir: PathBuf,
     storage: Storage,
 }
@@ -38,7 +38,7 @@ pub struct Podman {
 impl Podman {
     /// podman keeping everything under `dir`, which starts empty: storage left there by an
     /// earlier run is reset first.
-    pub fn new(dir: &Path, storage: Storage) -> std::io::Result<Podman> {
+    pub(crate) fn new(dir: &Path, storage: Storage) -> std::io::Result<Podman> {
         let podman = Podman {
             dir: dir.to_path_buf(),
             storage,
@@ -98,7 +98,7 @@ impl Podman {
     }
 
     /// skopeo's name for `image` in this storage.
-    pub fn storage_reference(&self, image: &str) -> String {
+    pub(crate) fn storage_reference(&self, image: &str) -> String {
         format!(
             "containers-storage:[{}@{}+{}]{image}",
             self.driver(),
@@ -109,7 +109,7 @@ impl Podman {
 
     /// The environment that points podman at this configuration, for a process that runs
     /// podman itself.
-    pub fn env(&self) -> [(&'static str, PathBuf); 2] {
+    pub(crate) fn env(&self) -> [(&'static str, PathBuf); 2] {
         [
             ("CONTAINERS_CONF", self.containers_conf()),
             ("CONTAINERS_STORAGE_CONF", self.storage_conf()),
@@ -117,14 +117,14 @@ impl Podman {
     }
 
     /// `podman ARGS` with this configuration, not started.
-    pub fn command(&self, args: &[&str]) -> Command {
+    pub(crate) fn command(&self, args: &[&str]) -> Command {
         let mut command = Command::new("podman");
         command.envs(self.env()).args(args);
         command
     }
 
     /// Runs `podman ARGS`: its stdout, or on failure a message with both its outputs.
-    pub fn run(&self, args: &[&str]) -> Result<String, String> {
+    pub(crate) fn run(&self, args: &[&str]) -> Result<String, String> {
         let output = self
             .command(args)
             .output()
@@ -143,7 +143,7 @@ impl Podman {
 
     /// As [`Podman::run`], panicking on failure.
     #[track_caller]
-    pub fn ok(&self, args: &[&str]) -> String {
+    pub(crate) fn ok(&self, args: &[&str]) -> String {
         self.run(args).unwrap_or_else(|message| panic!("{message}"))
     }
 

@@ -20,11 +20,11 @@ use base64::Engine as _;
 use sha2::{Digest, Sha256};
 
 use super::base::{OLD_GLIBC_SUITE, debian_base_layout, debian_rootfs_tar};
-pub use super::channel::PinnedWheel;
+pub(crate) use super::channel::PinnedWheel;
 // NVIDIA's wheels, pinned in `channel.rs` for the CUDA packages, are PyPI wheels too: named
 // here so PyPI tests find every pinned wheel in one place.
 #[allow(unused_imports)]
-pub use super::channel::{CUDA_RUNTIME_11_8, NVRTC_11_8};
+pub(crate) use super::channel::{CUDA_RUNTIME_11_8, NVRTC_11_8};
 use super::channel::{
     Entry, TIMESTAMP_MS, executable, fetch_wheel, file, index_channel, link, linux64_index,
     sha256_hex, write_package,
@@ -35,7 +35,7 @@ use super::{kept_channel_dir, test_cache_dir};
 // Pinned wheels
 
 /// `six` 1.16.0, pure Python; `python-dateutil` needs it.
-pub const SIX_1_16_0: PinnedWheel = PinnedWheel {
+pub(crate) const SIX_1_16_0: PinnedWheel = PinnedWheel {
     file_name: "six-1.16.0-py2.py3-none-any.whl",
     url: "https://files.pythonhosted.org/packages/d9/5a/\
 e7c31adbe875f2abbb91bd84cf2dc52d792b5a01506781dbcf25c91daf11/six-1.16.0-py2.py3-none-any.whl",
@@ -44,7 +44,7 @@ e7c31adbe875f2abbb91bd84cf2dc52d792b5a01506781dbcf25c91daf11/six-1.16.0-py2.py3-
 
 /// `python-dateutil` 2.9.0.post0, pure Python, `Requires-Dist: six >=1.5`: a dependency to
 /// resolve, and a version with a post-release segment.
-pub const DATEUTIL_2_9_0_POST0: PinnedWheel = PinnedWheel {
+pub(crate) const DATEUTIL_2_9_0_POST0: PinnedWheel = PinnedWheel {
     file_name: "python_dateutil-2.9.0.post0-py2.py3-none-any.whl",
     url: "https://files.pythonhosted.org/packages/ec/57/\
 56b9bcc3c9c6a792fcbaf139543cee77261f3651ca9da0c93f5c1221264b/\
@@ -55,7 +55,7 @@ python_dateutil-2.9.0.post0-py2.py3-none-any.whl",
 /// `pyflakes` 3.4.0, pure Python with a `console_scripts` entry point `pyflakes =
 /// pyflakes.api:main`. The newest release whose `Requires-Python` (`>=3.9`) admits the 3.9 of
 /// [`write_venv_python_package`]; 4.x needs 3.10 or later.
-pub const PYFLAKES_3_4_0: PinnedWheel = PinnedWheel {
+pub(crate) const PYFLAKES_3_4_0: PinnedWheel = PinnedWheel {
     file_name: "pyflakes-3.4.0-py2.py3-none-any.whl",
     url: "https://files.pythonhosted.org/packages/c2/2f/\
 81d580a0fb83baeb066698975cb14a618bdbed7720678566f1b046a95fe8/pyflakes-3.4.0-py2.py3-none-any.whl",
@@ -65,7 +65,7 @@ pub const PYFLAKES_3_4_0: PinnedWheel = PinnedWheel {
 /// MarkupSafe 2.1.5 for CPython 3.9 on x86-64 glibc 2.17+: a platform wheel with a compiled
 /// extension (`markupsafe/_speedups.cpython-39-x86_64-linux-gnu.so`). The cp311 builds in
 /// `channel.rs` do not fit a 3.9 interpreter.
-pub const MARKUPSAFE_CP39_X86_64: PinnedWheel = PinnedWheel {
+pub(crate) const MARKUPSAFE_CP39_X86_64: PinnedWheel = PinnedWheel {
     file_name: "MarkupSafe-2.1.5-cp39-cp39-manylinux_2_17_x86_64.manylinux2014_x86_64.whl",
     url: "https://files.pythonhosted.org/packages/5f/5a/\
 360da85076688755ea0cceb92472923086993e86b5613bbae9fbc14136b0/\
@@ -74,7 +74,7 @@ MarkupSafe-2.1.5-cp39-cp39-manylinux_2_17_x86_64.manylinux2014_x86_64.whl",
 };
 
 /// The same release for CPython 3.9 on aarch64.
-pub const MARKUPSAFE_CP39_AARCH64: PinnedWheel = PinnedWheel {
+pub(crate) const MARKUPSAFE_CP39_AARCH64: PinnedWheel = PinnedWheel {
     file_name: "MarkupSafe-2.1.5-cp39-cp39-manylinux_2_17_aarch64.manylinux2014_aarch64.whl",
     url: "https://files.pythonhosted.org/packages/d9/a7/\
 1e558b4f78454c8a3a0199292d96159eb4d091f983bc35ef258314fe7269/\
@@ -84,7 +84,7 @@ MarkupSafe-2.1.5-cp39-cp39-manylinux_2_17_aarch64.manylinux2014_aarch64.whl",
 
 /// Each of `wheels` (fetched into the test cache, see [`fetch_wheel`]) with its project, the
 /// pairs an index is built from: `SimpleIndex::serve(&pinned_dists(&[SIX_1_16_0])?)`.
-pub fn pinned_dists(wheels: &[PinnedWheel]) -> anyhow::Result<Vec<(PathBuf, String)>> {
+pub(crate) fn pinned_dists(wheels: &[PinnedWheel]) -> anyhow::Result<Vec<(PathBuf, String)>> {
     let cache = test_cache_dir();
     wheels
         .iter()
@@ -108,7 +108,7 @@ fn wheel_project(file_name: &str) -> anyhow::Result<String> {
 }
 
 /// PEP 503 normalization: runs of `-`, `_` and `.` become one `-`, lowercase.
-pub fn normalize(name: &str) -> String {
+pub(crate) fn normalize(name: &str) -> String {
     let mut out = String::with_capacity(name.len());
     let mut in_run = false;
     for c in name.chars() {
@@ -127,7 +127,7 @@ pub fn normalize(name: &str) -> String {
 
 /// The name as wheels and sdists spell it in file and `.dist-info` names (PEP 427, PEP 625):
 /// normalized, with `_` for `-`.
-pub fn file_name_form(name: &str) -> String {
+pub(crate) fn file_name_form(name: &str) -> String {
     normalize(name).replace('-', "_")
 }
 
@@ -256,11 +256,11 @@ fn escape_html(text: &str) -> String {
 }
 
 /// The media type of PEP 691 JSON responses.
-pub const SIMPLE_JSON: &str = "application/vnd.pypi.simple.v1+json";
+pub(crate) const SIMPLE_JSON: &str = "application/vnd.pypi.simple.v1+json";
 
 /// One request as the index saw and answered it.
 #[derive(Debug, Clone)]
-pub struct Request {
+pub(crate) struct Request {
     pub method: String,
     /// Percent-decoded, without the query string.
     pub path: String,
@@ -271,7 +271,7 @@ pub struct Request {
 
 /// What [`SimpleIndex::get`] received.
 #[derive(Debug, Clone)]
-pub struct Response {
+pub(crate) struct Response {
     pub status: u16,
     /// Names lowercased.
     pub headers: Vec<(String, String)>,
@@ -279,7 +279,7 @@ pub struct Response {
 }
 
 impl Response {
-    pub fn header(&self, name: &str) -> Option<&str> {
+    pub(crate) fn header(&self, name: &str) -> Option<&str> {
         let name = name.to_ascii_lowercase();
         self.headers
             .iter()
@@ -287,11 +287,11 @@ impl Response {
             .map(|(_, v)| v.as_str())
     }
 
-    pub fn text(&self) -> String {
+    pub(crate) fn text(&self) -> String {
         String::from_utf8_lossy(&self.body).into_owned()
     }
 
-    pub fn json(&self) -> anyhow::Result<serde_json::Value> {
+    pub(crate) fn json(&self) -> anyhow::Result<serde_json::Value> {
         serde_json::from_slice(&self.body).context("the body is not JSON")
     }
 }
@@ -319,14 +319,14 @@ struct State {
 /// HTML links are relative (`../../files/…`), JSON URLs absolute: clients meet both in the
 /// wild. Every request is logged, answered or not, before it is answered, so counting
 /// right after a client exits sees all of its requests. Stops when dropped.
-pub struct SimpleIndex {
+pub(crate) struct SimpleIndex {
     state: Arc<State>,
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
 }
 
 /// Options for a [`SimpleIndex`]; from [`SimpleIndex::builder`].
-pub struct SimpleIndexBuilder {
+pub(crate) struct SimpleIndexBuilder {
     dists: Vec<(PathBuf, String)>,
     metadata: bool,
     json: bool,
@@ -334,32 +334,32 @@ pub struct SimpleIndexBuilder {
 
 impl SimpleIndexBuilder {
     /// Serves the file at `path` (a wheel or a `.tar.gz` sdist) as a file of `project`.
-    pub fn dist(mut self, path: impl Into<PathBuf>, project: &str) -> Self {
+    pub(crate) fn dist(mut self, path: impl Into<PathBuf>, project: &str) -> Self {
         self.dists.push((path.into(), project.to_string()));
         self
     }
 
     /// Serves every `(path, project)` of `dists`.
-    pub fn dists(mut self, dists: &[(PathBuf, String)]) -> Self {
+    pub(crate) fn dists(mut self, dists: &[(PathBuf, String)]) -> Self {
         self.dists.extend(dists.iter().cloned());
         self
     }
 
     /// Whether wheels' metadata is served and advertised (PEP 658/714); on by default. Off,
     /// a client must take `METADATA` from the wheel itself.
-    pub fn metadata(mut self, on: bool) -> Self {
+    pub(crate) fn metadata(mut self, on: bool) -> Self {
         self.metadata = on;
         self
     }
 
     /// Whether PEP 691 JSON is offered; on by default. Off, every answer is HTML whatever
     /// the client accepts, as from an index that predates PEP 691.
-    pub fn json(mut self, on: bool) -> Self {
+    pub(crate) fn json(mut self, on: bool) -> Self {
         self.json = on;
         self
     }
 
-    pub fn serve(self) -> anyhow::Result<SimpleIndex> {
+    pub(crate) fn serve(self) -> anyhow::Result<SimpleIndex> {
         let listener = TcpListener::bind("127.0.0.1:0")?;
         let base = format!("http://{}", listener.local_addr()?);
         listener.set_nonblocking(true)?;
@@ -421,11 +421,11 @@ impl SimpleIndexBuilder {
 
 impl SimpleIndex {
     /// An index with metadata and JSON on, serving `(path, project)` pairs.
-    pub fn serve(dists: &[(PathBuf, String)]) -> anyhow::Result<SimpleIndex> {
+    pub(crate) fn serve(dists: &[(PathBuf, String)]) -> anyhow::Result<SimpleIndex> {
         SimpleIndex::builder().dists(dists).serve()
     }
 
-    pub fn builder() -> SimpleIndexBuilder {
+    pub(crate) fn builder() -> SimpleIndexBuilder {
         SimpleIndexBuilder {
             dists: Vec::new(),
             metadata: true,
@@ -435,23 +435,23 @@ impl SimpleIndex {
 
     /// The index URL, `http://127.0.0.1:PORT/simple`, for `--index-url` (with or without a
     /// trailing `/`, both work).
-    pub fn url(&self) -> String {
+    pub(crate) fn url(&self) -> String {
         format!("{}/simple", self.state.base)
     }
 
     /// `http://127.0.0.1:PORT`.
-    pub fn base_url(&self) -> &str {
+    pub(crate) fn base_url(&self) -> &str {
         &self.state.base
     }
 
     /// Where `file_name` is served.
-    pub fn file_url(&self, file_name: &str) -> String {
+    pub(crate) fn file_url(&self, file_name: &str) -> String {
         format!("{}/files/{file_name}", self.state.base)
     }
 
     /// How many requests had a path starting with `path_prefix` (e.g. `/files/six-`, or
     /// `/simple/six/`).
-    pub fn requests(&self, path_prefix: &str) -> usize {
+    pub(crate) fn requests(&self, path_prefix: &str) -> usize {
         self.log()
             .iter()
             .filter(|r| r.path.starts_with(path_prefix))
@@ -459,7 +459,7 @@ impl SimpleIndex {
     }
 
     /// How many times `file_name` itself was fetched with GET (its `.metadata` not counted).
-    pub fn downloads(&self, file_name: &str) -> usize {
+    pub(crate) fn downloads(&self, file_name: &str) -> usize {
         let path = format!("/files/{file_name}");
         self.log()
             .iter()
@@ -468,13 +468,13 @@ impl SimpleIndex {
     }
 
     /// Every request so far, in the order they arrived.
-    pub fn log(&self) -> Vec<Request> {
+    pub(crate) fn log(&self) -> Vec<Request> {
         self.state.log.lock().unwrap().clone()
     }
 
     /// GETs `path` (e.g. `/simple/six/`) from the index with `accept` as the `Accept` header:
     /// a minimal client for checking the bodies themselves. It is logged like any request.
-    pub fn get(&self, path: &str, accept: Option<&str>) -> anyhow::Result<Response> {
+    pub(crate) fn get(&self, path: &str, accept: Option<&str>) -> anyhow::Result<Response> {
         let host = self.state.base.trim_start_matches("http://");
         let mut stream = TcpStream::connect(host)?;
         stream.set_read_timeout(Some(std::time::Duration::from_secs(30)))?;
@@ -787,7 +787,7 @@ fn project_json(state: &State, normalized: &str, files: &[Dist]) -> String {
 // An sdist
 
 /// The module of the build backend inside every sdist of [`write_sdist`].
-pub const SDIST_BACKEND: &str = "imgbuild_test_backend";
+pub(crate) const SDIST_BACKEND: &str = "imgbuild_test_backend";
 
 /// A PEP 517 backend in the sdist itself: it builds a `py3-none-any` wheel of the module with
 /// `PKG-INFO` as its `METADATA`, and the sdist again, with nothing but the standard library.
@@ -868,7 +868,7 @@ def build_sdist(sdist_directory, config_settings=None):
 /// The backend needs no build requirements, so any frontend (pip, uv, build) can build a wheel
 /// from it with no index at all: a setuptools build would need setuptools and wheel from
 /// the index under test, or a machine that happens to have them.
-pub fn write_sdist(dir: &Path, name: &str, version: &str) -> anyhow::Result<PathBuf> {
+pub(crate) fn write_sdist(dir: &Path, name: &str, version: &str) -> anyhow::Result<PathBuf> {
     let stem = format!("{}-{version}", file_name_form(name));
     let module = file_name_form(name);
     let pkg_info = format!(
@@ -925,14 +925,14 @@ pub fn write_sdist(dir: &Path, name: &str, version: &str) -> anyhow::Result<Path
 
 /// The Debian packages of [`bullseye_python_base`]: `python3.9` pulls in
 /// `python3.9-minimal`, `libpython3.9-stdlib` and the libraries they link.
-pub const BULLSEYE_PYTHON_PACKAGES: &[&str] = &["python3.9"];
+pub(crate) const BULLSEYE_PYTHON_PACKAGES: &[&str] = &["python3.9"];
 
 /// The version of bullseye's `python3.9` (Debian 3.9.2-1), and so of the venv package.
-pub const VENV_PYTHON_VERSION: &str = "3.9.2";
+pub(crate) const VENV_PYTHON_VERSION: &str = "3.9.2";
 
 /// An OCI image layout at `dir` (tag `latest`) of Debian bullseye with its `python3.9`, the
 /// base for images whose `python` is [`write_venv_python_package`].
-pub fn bullseye_python_base(dir: &Path, cache_dir: &Path) -> anyhow::Result<()> {
+pub(crate) fn bullseye_python_base(dir: &Path, cache_dir: &Path) -> anyhow::Result<()> {
     debian_base_layout(dir, cache_dir, OLD_GLIBC_SUITE, BULLSEYE_PYTHON_PACKAGES)
 }
 
@@ -948,7 +948,10 @@ pub fn bullseye_python_base(dir: &Path, cache_dir: &Path) -> anyhow::Result<()> 
 /// `sys.prefix` differs from `sys.base_prefix`; a plain copy would see only
 /// `/usr/lib/python3/dist-packages`. Run only on a base holding bullseye's `python3.9` (see
 /// [`bullseye_python_base`]); the interpreter is taken from the same cached rootfs tar.
-pub fn write_venv_python_package(linux64: &Path, cache_dir: &Path) -> anyhow::Result<PathBuf> {
+pub(crate) fn write_venv_python_package(
+    linux64: &Path,
+    cache_dir: &Path,
+) -> anyhow::Result<PathBuf> {
     let rootfs_tar = debian_rootfs_tar(cache_dir, OLD_GLIBC_SUITE, BULLSEYE_PYTHON_PACKAGES)?;
     let python = tar_member(&rootfs_tar, "usr/bin/python3.9")?;
     ensure!(
@@ -1008,7 +1011,7 @@ fn tar_member(tar_path: &Path, member: &str) -> anyhow::Result<Vec<u8>> {
 /// conda-forge's pip-built Python packages do. Its files, under
 /// `lib/python3.9/site-packages/`: a module `<pypi_name>.py` (in file-name form) and
 /// `<pypi_name>-<pypi_version>.dist-info/` with `METADATA`, `INSTALLER` (`conda`) and `RECORD`.
-pub fn write_conda_python_dist(
+pub(crate) fn write_conda_python_dist(
     linux64: &Path,
     name: &str,
     version: &str,
@@ -1073,7 +1076,7 @@ fn conda_python_dist(
 
 /// Writes the conda package `six` 1.16.0 that provides the PyPI distribution `six` 1.16.0
 /// (see [`write_conda_python_dist`]), with the real `six.py` of [`SIX_1_16_0`].
-pub fn write_six_conda_package(linux64: &Path, cache_dir: &Path) -> anyhow::Result<PathBuf> {
+pub(crate) fn write_six_conda_package(linux64: &Path, cache_dir: &Path) -> anyhow::Result<PathBuf> {
     let wheel = fetch_wheel(cache_dir, &SIX_1_16_0)?;
     let mut zip = zip::ZipArchive::new(fs_err::File::open(&wheel)?)
         .with_context(|| format!("opening {}", wheel.display()))?;
@@ -1095,7 +1098,7 @@ pub fn write_six_conda_package(linux64: &Path, cache_dir: &Path) -> anyhow::Resu
 /// Writes a channel into `channel_dir` holding the venv `python` 3.9.2 (see
 /// [`write_venv_python_package`]) and the conda `six` 1.16.0 (see
 /// [`write_six_conda_package`]), indexed.
-pub fn write_pypi_channel(channel_dir: &Path, cache_dir: &Path) -> anyhow::Result<()> {
+pub(crate) fn write_pypi_channel(channel_dir: &Path, cache_dir: &Path) -> anyhow::Result<()> {
     let linux64 = channel_dir.join("linux-64");
     fs_err::create_dir_all(&linux64)?;
     fs_err::create_dir_all(channel_dir.join("noarch"))?;
@@ -1106,7 +1109,7 @@ pub fn write_pypi_channel(channel_dir: &Path, cache_dir: &Path) -> anyhow::Resul
 
 /// The channel of [`write_pypi_channel`], built once per test process; read-only and never
 /// removed, like [`super::shared_channel`]. Use it with a base from [`bullseye_python_base`].
-pub fn pypi_channel() -> &'static Path {
+pub(crate) fn pypi_channel() -> &'static Path {
     static CHANNEL: OnceLock<PathBuf> = OnceLock::new();
     CHANNEL.get_or_init(|| {
         kept_channel_dir("pypi-channel", |dir| {

@@ -4,7 +4,7 @@
 
 /// The bytes sent in the responses of `log` whose line holds `needle` (a blob digest, or
 /// `/blobs/sha256:` for every blob), and how many of them were 206 (ranges).
-pub fn bytes_sent(log: &str, needle: &str) -> (u64, usize) {
+pub(crate) fn bytes_sent(log: &str, needle: &str) -> (u64, usize) {
     let (mut bytes, mut ranges) = (0, 0);
     for line in log.lines() {
         if !(line.contains("response completed") && line.contains(needle)) {

@@ -14,14 +14,14 @@ use std::{
 };
 
 #[derive(Default)]
-pub struct Counters {
+pub(crate) struct Counters {
     pub requests: AtomicUsize,
     pub errors_500: AtomicUsize,
     pub dropped: AtomicUsize,
     pub forwarded: AtomicUsize,
 }
 
-pub struct FaultProxy {
+pub(crate) struct FaultProxy {
     pub host: String,
     pub counters: Arc<Counters>,
     /// While set, every connection is dropped: the registry is down.
@@ -36,7 +36,7 @@ pub struct FaultProxy {
 impl FaultProxy {
     /// Answers 500 to every `error_every`-th request and drops every `drop_every`-th
     /// connection (0 turns a fault off).
-    pub fn start(upstream: &str, error_every: usize, drop_every: usize) -> FaultProxy {
+    pub(crate) fn start(upstream: &str, error_every: usize, drop_every: usize) -> FaultProxy {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let host = listener.local_addr().unwrap().to_string();
         listener.set_nonblocking(true).unwrap();

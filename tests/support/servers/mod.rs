@@ -6,7 +6,7 @@
 //! Mounted by the `it` test binary (`tests/it/main.rs`), whose `common` and `support`
 //! modules they use.
 
-pub mod fault_proxy;
-pub mod range;
-pub mod scripted;
-pub mod token;
+pub(crate) mod fault_proxy;
+pub(crate) mod range;
+pub(crate) mod scripted;
+pub(crate) mod token;

@@ -20,7 +20,7 @@ use crate::support::hostile::sha256_hex;
 
 /// How the server answers `Range: bytes=N-`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Ranges {
+pub(crate) enum Ranges {
     /// 206 from byte N with its `Content-Range` (or 200 when `If-Range` does not match).
     Honour,
     /// As a server without range support: 200 and the whole file.
@@ -34,7 +34,7 @@ pub enum Ranges {
 /// Which requests for a package archive (`.conda`, `.tar.bz2`) are dropped half way through
 /// their body.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Drops {
+pub(crate) enum Drops {
     Never,
     /// The first request for each archive.
     First,
@@ -47,7 +47,7 @@ pub enum Drops {
 
 /// One request as the server saw and answered it.
 #[derive(Debug, Clone)]
-pub struct Logged {
+pub(crate) struct Logged {
     pub path: String,
     pub range: Option<String>,
     pub if_range: Option<String>,
@@ -64,7 +64,7 @@ struct Shared {
     seen: Mutex<HashSet<String>>,
 }
 
-pub struct RangeServer {
+pub(crate) struct RangeServer {
     pub url: String,
     shared: Arc<Shared>,
     stop: Arc<AtomicBool>,
@@ -73,7 +73,7 @@ pub struct RangeServer {
 
 impl RangeServer {
     /// Serves files under `root`.
-    pub fn serve(root: PathBuf, ranges: Ranges, drops: Drops) -> RangeServer {
+    pub(crate) fn serve(root: PathBuf, ranges: Ranges, drops: Drops) -> RangeServer {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let url = format!("http://{}/", listener.local_addr().unwrap());
         listener.set_nonblocking(true).unwrap();
@@ -105,7 +105,7 @@ impl RangeServer {
     }
 
     /// The requests for paths ending with `suffix`, in the order they were answered.
-    pub fn requests_for(&self, suffix: &str) -> Vec<Logged> {
+    pub(crate) fn requests_for(&self, suffix: &str) -> Vec<Logged> {
         self.shared
             .log
             .lock()

@@ -17,7 +17,7 @@ use std::{
 
 /// One request as the server read it.
 #[derive(Debug, Clone)]
-pub struct Request {
+pub(crate) struct Request {
     pub method: String,
     /// The request target: path and query.
     pub target: String,
@@ -26,7 +26,7 @@ pub struct Request {
 
 impl Request {
     /// The value of header `name` (any case), if sent.
-    pub fn header(&self, name: &str) -> Option<&str> {
+    pub(crate) fn header(&self, name: &str) -> Option<&str> {
         self.headers
             .iter()
             .find(|(n, _)| n.eq_ignore_ascii_case(name))
@@ -34,14 +34,14 @@ impl Request {
     }
 
     /// The path without the query.
-    pub fn path(&self) -> &str {
+    pub(crate) fn path(&self) -> &str {
         self.target.split('?').next().unwrap_or_default()
     }
 }
 
 /// A reply's body.
 #[derive(Debug, Clone)]
-pub enum Body {
+pub(crate) enum Body {
     Bytes(Vec<u8>),
     /// `prefix`, then `x` for as long as the client reads.
     Endless {
@@ -56,7 +56,7 @@ pub enum Body {
 
 /// A scripted reply.
 #[derive(Debug, Clone)]
-pub struct Reply {
+pub(crate) struct Reply {
     pub status: u16,
     pub headers: Vec<(String, String)>,
     pub body: Body,
@@ -68,7 +68,7 @@ pub struct Reply {
 }
 
 impl Reply {
-    pub fn status(status: u16) -> Reply {
+    pub(crate) fn status(status: u16) -> Reply {
         Reply {
             status,
             headers: Vec::new(),
@@ -78,14 +78,14 @@ impl Reply {
         }
     }
 
-    pub fn bytes(status: u16, bytes: impl Into<Vec<u8>>) -> Reply {
+    pub(crate) fn bytes(status: u16, bytes: impl Into<Vec<u8>>) -> Reply {
         Reply {
             body: Body::Bytes(bytes.into()),
             ..Reply::status(status)
         }
     }
 
-    pub fn endless(status: u16, prefix: &str) -> Reply {
+    pub(crate) fn endless(status: u16, prefix: &str) -> Reply {
         Reply {
             body: Body::Endless {
                 prefix: prefix.as_bytes().to_vec(),
@@ -94,7 +94,7 @@ impl Reply {
         }
     }
 
-    pub fn drip(status: u16, prefix: &str, every: Duration) -> Reply {
+    pub(crate) fn drip(status: u16, prefix: &str, every: Duration) -> Reply {
         Reply {
             body: Body::Drip {
                 prefix: prefix.as_bytes().to_vec(),
@@ -104,19 +104,19 @@ impl Reply {
         }
     }
 
-    pub fn header(mut self, name: &str, value: &str) -> Reply {
+    pub(crate) fn header(mut self, name: &str, value: &str) -> Reply {
         self.headers.push((name.to_string(), value.to_string()));
         self
     }
 
     /// Sends the bytes with no Content-Length.
-    pub fn close_delimited(mut self) -> Reply {
+    pub(crate) fn close_delimited(mut self) -> Reply {
         self.close_delimited = true;
         self
     }
 
     /// Declares `length` as the Content-Length whatever the body is.
-    pub fn declaring(mut self, length: u64) -> Reply {
+    pub(crate) fn declaring(mut self, length: u64) -> Reply {
         self.content_length = Some(length);
         self
     }
@@ -125,7 +125,7 @@ impl Reply {
 type Handler = dyn Fn(&Request) -> Reply + Send + Sync;
 
 /// The server; stopped on drop.
-pub struct Scripted {
+pub(crate) struct Scripted {
     /// `ip:port`.
     pub host: String,
     requests: Arc<Mutex<Vec<Request>>>,
@@ -135,7 +135,10 @@ pub struct Scripted {
 
 impl Scripted {
     /// Serves on `ip` (`127.0.0.1`, `127.0.0.2`…), a free port, answering with `handler`.
-    pub fn start(ip: &str, handler: impl Fn(&Request) -> Reply + Send + Sync + 'static) -> Self {
+    pub(crate) fn start(
+        ip: &str,
+        handler: impl Fn(&Request) -> Reply + Send + Sync + 'static,
+    ) -> Self {
         let listener = TcpListener::bind((ip, 0)).unwrap();
         let host = listener.local_addr().unwrap().to_string();
         listener.set_nonblocking(true).unwrap();
@@ -165,12 +168,12 @@ impl Scripted {
     }
 
     /// `http://ip:port`.
-    pub fn url(&self) -> String {
+    pub(crate) fn url(&self) -> String {
         format!("http://{}", self.host)
     }
 
     /// Every request so far.
-    pub fn requests(&self) -> Vec<Request> {
+    pub(crate) fn requests(&self) -> Vec<Request> {
         self.requests.lock().unwrap().clone()
     }
 }

@@ -18,7 +18,7 @@ use ring::{rand::SystemRandom, signature};
 
 use crate::common::run_tool;
 
-pub struct TokenServer {
+pub(crate) struct TokenServer {
     pub realm: String,
     pub cert: PathBuf,
     pub tokens_issued: Arc<AtomicUsize>,
@@ -33,7 +33,7 @@ fn b64url(bytes: &[u8]) -> String {
 
 impl TokenServer {
     /// Starts the service; keys are made with the real `openssl` CLI in `dir`.
-    pub fn start(dir: &Path, user: &str, password: &str) -> TokenServer {
+    pub(crate) fn start(dir: &Path, user: &str, password: &str) -> TokenServer {
         let key_pem = dir.join("token.key");
         let cert = dir.join("token.crt");
         let key_der = dir.join("token.key.der");
