@@ -261,10 +261,14 @@ fn utf8(bytes: Vec<u8>) -> Result<String, InputError> {
     })
 }
 
-/// What a file that is not a regular file is, for the message that refuses it.
+/// What kind of file `kind` is, for the message that refuses it.
 pub(crate) fn file_kind(kind: &std::fs::FileType) -> &'static str {
     use std::os::unix::fs::FileTypeExt;
-    if kind.is_dir() {
+    if kind.is_file() {
+        "a regular file"
+    } else if kind.is_symlink() {
+        "a symbolic link"
+    } else if kind.is_dir() {
         "a directory"
     } else if kind.is_char_device() {
         "a character device"

@@ -184,12 +184,7 @@ impl LayerCache {
         for dir in [&root, &cache.blobs, &cache.keys] {
             match std::fs::symlink_metadata(dir) {
                 Ok(meta) if !meta.is_dir() => {
-                    let kind = meta.file_type();
-                    let what = if kind.is_symlink() {
-                        "a symbolic link"
-                    } else {
-                        crate::fs::file_kind(&kind)
-                    };
+                    let what = crate::fs::file_kind(&meta.file_type());
                     return Err(std::io::Error::new(
                         std::io::ErrorKind::InvalidData,
                         format!("`{}` is {what}, not a directory", dir.display()),

@@ -71,8 +71,7 @@ fn a_layer_cache_that_is_a_file_is_a_warning_event() {
         &run,
         &[
             "not using the layer cache: `",
-            "cache/layers` is",
-            "not a directory",
+            "cache/layers` is a regular file, not a directory",
         ],
     );
 }
