@@ -17,15 +17,7 @@ const NAME: &str = "pkg-1.0-h0_0.tar.bz2";
 
 /// `len` bytes that are not all alike (a repeated pattern would hide a misplaced range).
 fn bytes(len: usize) -> Vec<u8> {
-    let mut state = 0x2545_f491_u32;
-    (0..len)
-        .map(|_| {
-            state ^= state << 13;
-            state ^= state >> 17;
-            state ^= state << 5;
-            state as u8
-        })
-        .collect()
+    crate::common::noise(0x2545_f491, len)
 }
 
 /// A file served as `/NAME`, and a cache directory to download it into.
