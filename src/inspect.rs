@@ -6,6 +6,7 @@
 //! or made by an older imgbuild is described the same way. Layer contents are not read: the
 //! packages of a layer are its `dev.imgbuild.layer.packages` annotation.
 
+use crate::oci::read::ReadLayoutRef;
 use std::collections::{BTreeMap, BTreeSet};
 
 use oci_spec::image::Descriptor;

@@ -4,37 +4,25 @@
 //! [`recipe`] → [`resolve`] → [`lock`] → [`install`] → [`layers`] → [`oci`], driven by
 //! [`build`].
 
-pub(crate) mod annotations;
-pub(crate) mod attest;
+// The lower crates of the workspace, bottom first. Their modules keep the paths they had
+// before the split (`crate::fs`, `imgbuild::recipe`), so callers read the same.
+pub use imgbuild_install::{install, pypi};
+use imgbuild_model::{attest, compression, fs, names, reference, report, staging};
+pub use imgbuild_model::{cuda, download, http};
+pub use imgbuild_oci::layers;
+use imgbuild_oci::{oci, registry, sign};
+pub use imgbuild_recipe::recipe;
+pub use imgbuild_solve::{lock, resolve};
+
 pub(crate) mod build;
 pub mod cli;
-pub(crate) mod compression;
-pub mod cuda;
-pub mod download;
-pub(crate) mod fs;
-pub mod http;
-pub(crate) mod image_config;
 pub mod init;
 pub(crate) mod inspect;
-pub mod install;
 pub(crate) mod k8s;
-pub mod layers;
-pub mod lock;
-pub(crate) mod names;
-pub(crate) mod oci;
 pub(crate) mod provenance;
 pub(crate) mod publish;
-pub mod pypi;
-pub(crate) mod python;
 pub(crate) mod rebuild;
-pub mod recipe;
-pub(crate) mod reference;
-pub(crate) mod registry;
-pub(crate) mod report;
-pub mod resolve;
 pub(crate) mod sbom;
-pub(crate) mod sign;
 pub(crate) mod slurm;
 pub mod smoke;
-pub(crate) mod staging;
 pub(crate) mod verify;

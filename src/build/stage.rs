@@ -59,7 +59,7 @@ pub(super) fn create_staging<'r>(
         path: staging_parent.clone(),
         source,
     })?;
-    // Also removes the trees of builds that were killed (`src/staging.rs`).
+    // Also removes the trees of builds that were killed (`crates/imgbuild-model/src/staging.rs`).
     crate::staging::Staging::create(&staging_parent, reporter).map_err(|source| {
         BuildError::Staging {
             path: staging_parent.clone(),

@@ -10,6 +10,7 @@ mod fault;
 mod remote;
 mod signing;
 
+use crate::oci::read::ReadLayoutRef;
 use std::path::PathBuf;
 
 use crate::{

@@ -1,5 +1,5 @@
 //! Issue 16, part 5: the GPU architectures of real NVIDIA libraries, read from their CUDA
-//! fatbins (`src/cuda/fatbin.rs`).
+//! fatbins (`crates/imgbuild-model/src/cuda/fatbin.rs`).
 
 use std::io::Read;
 

@@ -744,7 +744,7 @@ refused! {
     paths_json_not_json: "paths-not-json" => ["paths.json"];
     binary_placeholder_shorter_than_prefix: "placeholder-short" => ["lib/data.bin"];
     noarch_python_link_json_not_json: "py-bad-link" => ["link.json"];
-    // Checked by imgbuild before rattler links (src/install.rs, `check_package`).
+    // Checked by imgbuild before rattler links (crates/imgbuild-install/src/install.rs, `check_package`).
     paths_json_absolute_path: "paths-absolute" => ["evil-paths-absolute"];
     paths_json_sha256_wrong: "paths-wrong-sha256" => ["share/ok.txt"];
     payload_entry_absolute: "payload-absolute" => ["evil-payload-absolute"];
@@ -752,7 +752,7 @@ refused! {
 }
 
 // Refused by imgbuild's own reading of the archive and of the extracted copy
-// (`src/install/scan.rs`, `src/install/fetch.rs`): rattler's extractor drops `..` entries and
+// (`crates/imgbuild-install/src/install/scan.rs`, `crates/imgbuild-install/src/install/fetch.rs`): rattler's extractor drops `..` entries and
 // special files without a word, checks the sha256 but not the size, and leaves a binary
 // placeholder it cannot find in place.
 refused! {
@@ -786,7 +786,7 @@ fn refused_together(names: &[&str], package: &str, needles: &[&str]) -> Run {
 }
 
 // Issue 15, class 1: every path of the install is planned through the links of every
-// package before rattler writes (`src/install/confine.rs`).
+// package before rattler writes (`crates/imgbuild-install/src/install/confine.rs`).
 
 #[test]
 fn link_chain_through_an_earlier_package_leads_out() {

@@ -520,7 +520,7 @@ fn rebuild_logged(second: &Project, key: &Path) -> Run {
         &["build", "recipes/image.toml", "--locked"],
         &[
             ("IMGBUILD_CACHE_KEY_FILE", key),
-            ("IMGBUILD_LOG", "warn,imgbuild::layers=debug"),
+            ("IMGBUILD_LOG", "warn,imgbuild_oci::layers=debug"),
         ],
         None,
     )

@@ -14,7 +14,7 @@
 //! Recipe values that make broken images (env keys, control and bidirectional characters,
 //! users, empty entrypoint elements, `..` in workdir, duplicate tags) are refused at their
 //! line and column: their caret snapshots are in `error_messages.rs`, every rule's unit test
-//! in `src/recipe/load.rs`.
+//! in `crates/imgbuild-recipe/src/recipe/load.rs`.
 
 use std::{
     io::Write,

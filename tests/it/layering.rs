@@ -10,7 +10,7 @@
 
 use std::{
     collections::{BTreeMap, BTreeSet},
-    path::Path,
+    path::{Path, PathBuf},
 };
 
 /// Which modules each module names.
@@ -47,6 +47,69 @@ const KEPT_APART: &[(&str, &str, &str)] = &[
 /// its submodules and holds what they share (`cli`, `cuda`, `install`, `k8s`, `sbom`, …),
 /// so it names them and they name it, and it is left out.
 const DRIVERS: &[&str] = &["build"];
+
+/// The workspace's library crates, bottom first, each with its folder and its top-level
+/// modules; the last, the `imgbuild` crate itself, has every module not named before it.
+/// A crate may depend only on crates before it (imgbuild-smoke, the in-image executable,
+/// is first and names none), and a module may name only modules of its own crate or of a
+/// crate its crate depends on.
+pub(crate) const CRATES: &[(&str, &str, &[&str])] = &[
+    ("imgbuild-smoke", "crates/imgbuild-smoke", &[]),
+    (
+        "imgbuild-model",
+        "crates/imgbuild-model",
+        &[
+            "annotations",
+            "attest",
+            "compression",
+            "cuda",
+            "download",
+            "fs",
+            "http",
+            "image_config",
+            "names",
+            "python",
+            "reference",
+            "report",
+            "staging",
+        ],
+    ),
+    ("imgbuild-recipe", "crates/imgbuild-recipe", &["recipe"]),
+    (
+        "imgbuild-solve",
+        "crates/imgbuild-solve",
+        &["resolve", "lock"],
+    ),
+    (
+        "imgbuild-install",
+        "crates/imgbuild-install",
+        &["install", "pypi"],
+    ),
+    (
+        "imgbuild-oci",
+        "crates/imgbuild-oci",
+        &["layers", "oci", "registry", "sign"],
+    ),
+    ("imgbuild", ".", &[]),
+];
+
+/// The source folders of the library, bottom crate first (imgbuild-smoke is left out: its
+/// modules are not the library's, and it names none of them).
+pub(crate) fn library_sources() -> Vec<PathBuf> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    CRATES[1..]
+        .iter()
+        .map(|(_, dir, _)| root.join(dir).join("src"))
+        .collect()
+}
+
+/// The crate each top-level module is in.
+fn crate_of(module: &str) -> &'static str {
+    CRATES
+        .iter()
+        .find(|(_, _, modules)| modules.contains(&module))
+        .map_or("imgbuild", |(name, _, _)| name)
+}
 
 /// The levels, bottom first.
 const LEVELS: &[(&str, &[&str])] = &[
@@ -192,10 +255,19 @@ fn sources(src: &Path) -> BTreeMap<ModulePath, String> {
         .collect()
 }
 
+/// [`sources`] of every crate of the library: module paths are the same as before the
+/// split into crates, as each crate brings the lower crates' modules in by their names.
+fn library() -> BTreeMap<ModulePath, String> {
+    library_sources()
+        .iter()
+        .flat_map(|src| sources(src))
+        .collect()
+}
+
 /// Which top-level modules each names.
-fn graph(src: &Path) -> Graph {
+fn graph(sources: BTreeMap<ModulePath, String>) -> Graph {
     let mut graph = Graph::new();
-    for (module, code) in sources(src) {
+    for (module, code) in sources {
         graph
             .entry(module[0].clone())
             .or_default()
@@ -463,8 +535,7 @@ fn level_of(module: &str) -> Option<usize> {
 
 #[test]
 fn every_module_has_a_level_and_names_nothing_above_it() {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
-    let graph = graph(&src);
+    let graph = graph(library());
     let unplaced: Vec<&String> = graph.keys().filter(|m| level_of(m).is_none()).collect();
     assert!(
         unplaced.is_empty(),
@@ -495,8 +566,7 @@ fn every_module_has_a_level_and_names_nothing_above_it() {
 
 #[test]
 fn no_modules_name_each_other_in_a_loop() {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
-    let cycle = find_cycle(&graph(&src));
+    let cycle = find_cycle(&graph(library()));
     assert!(
         cycle.is_none(),
         "an import cycle: {}",
@@ -523,7 +593,7 @@ fn the_graph_reader_sees_grouped_imports_and_loops() {
 
 #[test]
 fn kept_apart_modules_do_not_name_each_other() {
-    let graph = graph(&Path::new(env!("CARGO_MANIFEST_DIR")).join("src"));
+    let graph = graph(library());
     let named: Vec<String> = KEPT_APART
         .iter()
         .filter(|(from, to, _)| graph[*from].contains(*to))
@@ -534,8 +604,7 @@ fn kept_apart_modules_do_not_name_each_other() {
 
 #[test]
 fn no_submodules_of_a_folder_name_each_other_in_a_loop() {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
-    let graphs = folder_graphs(&sources(&src));
+    let graphs = folder_graphs(&library());
     let mut cycles = Vec::new();
     for (folder, graph) in &graphs {
         let mut graph = graph.clone();
@@ -597,4 +666,97 @@ fn the_folder_reader_follows_super_groups_and_reexports() {
     );
     assert_eq!(graphs.len(), 1);
     assert!(find_cycle(&graphs["a"]).is_some());
+}
+
+/// The workspace crates `dir`'s manifest depends on. Dev dependencies are left out: they
+/// serve tests, which may reach anywhere.
+fn crate_dependencies(dir: &str) -> BTreeSet<String> {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join(dir)
+        .join("Cargo.toml");
+    let manifest: toml::Table = fs_err::read_to_string(path).unwrap().parse().unwrap();
+    let Some(dependencies) = manifest.get("dependencies").and_then(|d| d.as_table()) else {
+        return BTreeSet::new();
+    };
+    dependencies
+        .keys()
+        .filter(|name| CRATES.iter().any(|(crate_name, _, _)| crate_name == name))
+        .cloned()
+        .collect()
+}
+
+fn crate_position(name: &str) -> usize {
+    CRATES.iter().position(|(n, _, _)| *n == name).unwrap()
+}
+
+#[test]
+fn the_workspace_is_the_listed_crates() {
+    let manifest: toml::Table =
+        fs_err::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("Cargo.toml"))
+            .unwrap()
+            .parse()
+            .unwrap();
+    let members: BTreeSet<&str> = manifest["workspace"]["members"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m.as_str().unwrap())
+        .collect();
+    let listed: BTreeSet<&str> = CRATES.iter().map(|(_, dir, _)| *dir).collect();
+    assert_eq!(members, listed, "workspace members against CRATES");
+}
+
+#[test]
+fn each_crate_depends_only_on_crates_before_it() {
+    let mut upward = Vec::new();
+    for (at, (name, dir, _)) in CRATES.iter().enumerate() {
+        for dependency in crate_dependencies(dir) {
+            if crate_position(&dependency) >= at {
+                upward.push(format!("{name} -> {dependency}"));
+            }
+        }
+    }
+    assert!(
+        upward.is_empty(),
+        "crates depending on a crate not before them in CRATES: {upward:?}"
+    );
+}
+
+#[test]
+fn each_crate_holds_its_modules_and_names_only_what_it_depends_on() {
+    for (name, dir, modules) in &CRATES[1..CRATES.len() - 1] {
+        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join(dir).join("src");
+        let found: BTreeSet<String> = sources(&src).into_keys().map(|m| m[0].clone()).collect();
+        let listed: BTreeSet<String> = modules.iter().map(|m| m.to_string()).collect();
+        assert_eq!(found, listed, "the top-level modules of {name}");
+    }
+    let mut unreachable = Vec::new();
+    for (module, named) in graph(library()) {
+        let from = crate_of(&module);
+        let dependencies = crate_dependencies(CRATES[crate_position(from)].1);
+        for other in named {
+            let to = crate_of(&other);
+            if to != from && !dependencies.contains(to) {
+                unreachable.push(format!("{module} ({from}) -> {other} ({to})"));
+            }
+        }
+    }
+    assert!(
+        unreachable.is_empty(),
+        "modules naming a module of a crate theirs does not depend on: {unreachable:?}"
+    );
+}
+
+#[test]
+fn the_crate_checks_can_fail() {
+    // The checks above read real manifests: the top crate depends on the bottom one, the
+    // bottom one only on imgbuild-smoke, and a module of imgbuild-oci is placed there.
+    assert!(crate_dependencies(".").contains("imgbuild-model"));
+    assert_eq!(
+        crate_dependencies("crates/imgbuild-model"),
+        BTreeSet::from(["imgbuild-smoke".to_string()])
+    );
+    assert_eq!(crate_of("layers"), "imgbuild-oci");
+    assert_eq!(crate_of("build"), "imgbuild");
+    assert!(crate_position("imgbuild-oci") > crate_position("imgbuild-model"));
 }

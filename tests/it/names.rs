@@ -5,7 +5,10 @@
 //! meets it. A re-export (`pub use`) is not a definition, so the same type under two paths
 //! passes; a clash that is really one concept would be a row of [`SAME_CONCEPT`], with why.
 
-use std::{collections::BTreeMap, path::Path};
+use std::{
+    collections::BTreeMap,
+    path::{Path, PathBuf},
+};
 
 /// Names defined twice on purpose: (name, why it is one concept). Every row must still be
 /// a clash, so the list stays exact.
@@ -60,18 +63,27 @@ fn definitions(src: &Path) -> BTreeMap<String, Vec<String>> {
     found
 }
 
-/// The names `src` defines more than once, with where.
-fn clashes(src: &Path) -> BTreeMap<String, Vec<String>> {
-    definitions(src)
-        .into_iter()
+/// The names the source folders `sources` define more than once, with where (named from
+/// the checkout's root where they are in it).
+fn clashes(sources: &[PathBuf]) -> BTreeMap<String, Vec<String>> {
+    let mut all: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for src in sources {
+        let folder = src
+            .strip_prefix(env!("CARGO_MANIFEST_DIR"))
+            .unwrap_or(Path::new(""));
+        for (name, files) in definitions(src) {
+            let files = files.iter().map(|f| folder.join(f).display().to_string());
+            all.entry(name).or_default().extend(files);
+        }
+    }
+    all.into_iter()
         .filter(|(_, files)| files.len() > 1)
         .collect()
 }
 
 #[test]
 fn no_visible_type_name_is_defined_twice() {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
-    let mut clashes = clashes(&src);
+    let mut clashes = clashes(&crate::layering::library_sources());
     for (name, why) in SAME_CONCEPT {
         assert!(
             clashes.remove(*name).is_some(),
@@ -84,7 +96,7 @@ fn no_visible_type_name_is_defined_twice() {
         .collect();
     assert!(
         report.is_empty(),
-        "type names defined more than once in src/ (give each meaning its own name):\n{}",
+        "type names defined more than once in the library (give each meaning its own name):\n{}",
         report.join("\n")
     );
 }
@@ -127,7 +139,7 @@ fn a_clash_is_found_across_files() {
         "// pub struct Commented;\npub(super) struct LayoutImage;\npub struct BuiltImage;\n",
     )
     .unwrap();
-    let clashes = clashes(dir.path());
+    let clashes = clashes(&[dir.path().to_path_buf()]);
     assert_eq!(
         clashes.into_iter().collect::<Vec<_>>(),
         [(

@@ -31,55 +31,55 @@ const RAW_READS: &[&str] = &[
 /// The readers: the files whose raw reads are the confined and bounded helpers themselves.
 const READERS: &[(&str, &str)] = &[
     (
-        "src/fs.rs",
+        "crates/imgbuild-model/src/fs.rs",
         "read_input, open_input, read_stream, open_input_beneath: regular files opened without blocking, bounded, beneath a root without links",
     ),
     (
-        "src/fs/context.rs",
+        "crates/imgbuild-model/src/fs/context.rs",
         "BuildContext: every read beneath the build context's directory handle (cap-std, openat2 RESOLVE_BENEATH)",
     ),
     (
-        "src/http/body.rs",
+        "crates/imgbuild-model/src/http/body.rs",
         "read_bounded: an HTTP body up to a limit, Content-Length checked first",
     ),
     (
-        "src/http/repodata.rs",
+        "crates/imgbuild-model/src/http/repodata.rs",
         "RepodataBound: a channel answer counted as it decompresses, before rattler sees it",
     ),
     (
-        "src/compression/bounded.rs",
+        "crates/imgbuild-model/src/compression/bounded.rs",
         "Bounded, read_to_end_bounded: what a decoder yields, up to a bound",
     ),
     (
-        "src/download.rs",
+        "crates/imgbuild-model/src/download.rs",
         "download_resumable: exactly the expected size (or the unsized bound), sha256 while it streams",
     ),
     (
-        "src/registry/client.rs",
+        "crates/imgbuild-oci/src/registry/client.rs",
         "read_body, download: registry answers to their limits, blobs to their descriptors",
     ),
     (
-        "src/oci/blobs.rs",
+        "crates/imgbuild-oci/src/oci/blobs.rs",
         "BlobStore: layout files beneath the layout, sizes and digests of descriptors",
     ),
     (
-        "src/oci/mod.rs",
+        "crates/imgbuild-oci/src/oci/mod.rs",
         "layer_reader: a layer blob decompressed under the ratio bound",
     ),
     (
-        "src/layers/cache.rs",
+        "crates/imgbuild-oci/src/layers/cache.rs",
         "LayerCache: cache files opened without links as regular files, key files bounded",
     ),
     (
-        "src/layers/cache/seal.rs",
+        "crates/imgbuild-oci/src/layers/cache/seal.rs",
         "SealKey: the machine key, a regular 32-byte file of this user",
     ),
     (
-        "src/layers/cache/verify.rs",
+        "crates/imgbuild-oci/src/layers/cache/verify.rs",
         "verify::plain: a cached blob decompressed to at most the expected tar",
     ),
     (
-        "src/install/scan.rs",
+        "crates/imgbuild-install/src/install/scan.rs",
         "the archive scan: every member read to its end under the ratio bound",
     ),
 ];
@@ -99,121 +99,121 @@ const EXCEPTIONS: &[(&str, &str, usize, &str)] = &[
         "BuildContext::read_link, beneath the context handle",
     ),
     (
-        "src/cuda/fatbin.rs",
+        "crates/imgbuild-model/src/cuda/fatbin.rs",
         "File::open(",
         1,
         "ELF headers of a library in the staged prefix, which the install plan has checked; only header ranges are read",
     ),
     (
-        "src/install/confine.rs",
+        "crates/imgbuild-install/src/install/confine.rs",
         "read_link(",
         2,
         "the confinement check reads the link targets of extracted copies to judge them; it never follows one",
     ),
     (
-        "src/install/fetch.rs",
+        "crates/imgbuild-install/src/install/fetch.rs",
         "File::open(",
         3,
         "package archives in the cache, opened after their size is checked against the record and read under install::scan's bound",
     ),
     (
-        "src/install/mod.rs",
+        "crates/imgbuild-install/src/install/mod.rs",
         "read_to_string(",
         1,
         "conda-meta records rattler has just written into the staging prefix, not a stranger's file",
     ),
     (
-        "src/layers/blob_file.rs",
+        "crates/imgbuild-oci/src/layers/blob_file.rs",
         "OpenOptions::new(",
         2,
         "creates the layer blob files a build writes; reads nothing",
     ),
     (
-        "src/layers/plan.rs",
+        "crates/imgbuild-oci/src/layers/plan.rs",
         "read_dir(",
         1,
         "lists the staged prefix (names only) to plan its layers",
     ),
     (
-        "src/layers/tar.rs",
+        "crates/imgbuild-oci/src/layers/tar.rs",
         "File::open(",
         1,
         "the tar writer reads the staged prefix, confined by the install plan; sizes are the stat's",
     ),
     (
-        "src/layers/tar.rs",
+        "crates/imgbuild-oci/src/layers/tar.rs",
         "read_link(",
         1,
         "link targets of the staged prefix, written into the tar as they are, never followed",
     ),
     (
-        "src/oci/layout.rs",
+        "crates/imgbuild-oci/src/oci/layout.rs",
         "OpenOptions::new(",
         1,
         "creates the output layout's lock file",
     ),
     (
-        "src/oci/layout.rs",
+        "crates/imgbuild-oci/src/oci/layout.rs",
         "read_dir(",
         2,
         "lists the output layout's blobs (names only) to find the unreferenced ones",
     ),
     (
-        "src/pypi/index.rs",
+        "crates/imgbuild-install/src/pypi/index.rs",
         "read_dir(",
         1,
         "lists a find-links directory (names only); only regular files become candidates, opened by fs::open_input",
     ),
     (
-        "src/pypi/install.rs",
+        "crates/imgbuild-install/src/pypi/install.rs",
         "File::open(",
         1,
         "a wheel in the cache whose sha256 was checked; its members are read under the ratio bound",
     ),
     (
-        "src/pypi/install.rs",
+        "crates/imgbuild-install/src/pypi/install.rs",
         "ZipArchive::new(",
         1,
         "the same wheel's central directory, read by the zip crate",
     ),
     (
-        "src/pypi/range_metadata.rs",
+        "crates/imgbuild-install/src/pypi/range_metadata.rs",
         ".chunk()",
         1,
         "range answers read only as far as needed, each at most LIMIT (64 MiB)",
     ),
     (
-        "src/pypi/range_metadata.rs",
+        "crates/imgbuild-install/src/pypi/range_metadata.rs",
         "Decoder::new(",
         1,
         "a METADATA member inflated under the same LIMIT",
     ),
     (
-        "src/pypi/resolve.rs",
+        "crates/imgbuild-install/src/pypi/resolve.rs",
         "File::open(",
         1,
         "a wheel in the cache, for its METADATA, read under a bound",
     ),
     (
-        "src/pypi/resolve.rs",
+        "crates/imgbuild-install/src/pypi/resolve.rs",
         "ZipArchive::new(",
         1,
         "the same wheel's central directory, read by the zip crate",
     ),
     (
-        "src/registry/pull.rs",
+        "crates/imgbuild-oci/src/registry/pull.rs",
         "fs_err::read(",
         1,
         "a blob of the pull cache, which only RepositoryClient::download writes after its size and digest checks",
     ),
     (
-        "src/registry/push.rs",
+        "crates/imgbuild-oci/src/registry/push.rs",
         "read_to_end(",
         1,
         "a blob of the layout being pushed, opened by fs::open_input at most its descriptor's size and read to that size, its digest checked",
     ),
     (
-        "src/sign/lookaside.rs",
+        "crates/imgbuild-oci/src/sign/lookaside.rs",
         "read_dir(",
         1,
         "lists the lookaside directory (names only) for the next signature-N",
@@ -225,15 +225,16 @@ const EXCEPTIONS: &[(&str, &str, usize, &str)] = &[
         "lists the directory of the imgbuild binary (names only) for imgbuild-smoke-*",
     ),
     (
-        "src/staging.rs",
+        "crates/imgbuild-model/src/staging.rs",
         "read_dir(",
         1,
         "lists imgbuild's own staging root (names only) to remove stale trees",
     ),
 ];
 
-/// Raw reads by (file, pattern), counted in code without comments, strings and tests.
-fn raw_reads(src: &Path) -> BTreeMap<(String, String), usize> {
+/// Raw reads by (file, pattern), counted in code without comments, strings and tests;
+/// each file named from `root`, the checkout.
+fn raw_reads(root: &Path, src: &Path) -> BTreeMap<(String, String), usize> {
     let mut found = BTreeMap::new();
     for entry in walkdir::WalkDir::new(src).sort_by_file_name() {
         let entry = entry.unwrap();
@@ -247,7 +248,7 @@ fn raw_reads(src: &Path) -> BTreeMap<(String, String), usize> {
             .collect();
         let file = entry
             .path()
-            .strip_prefix(src.parent().unwrap())
+            .strip_prefix(root)
             .unwrap()
             .display()
             .to_string();
@@ -263,8 +264,10 @@ fn raw_reads(src: &Path) -> BTreeMap<(String, String), usize> {
 
 #[test]
 fn every_raw_read_is_a_reader_or_a_listed_exception() {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
-    let found = raw_reads(&src);
+    let found: BTreeMap<(String, String), usize> = crate::layering::library_sources()
+        .iter()
+        .flat_map(|src| raw_reads(Path::new(env!("CARGO_MANIFEST_DIR")), src))
+        .collect();
     let listed: BTreeMap<(String, String), usize> = EXCEPTIONS
         .iter()
         .map(|(file, pattern, count, _)| ((file.to_string(), pattern.to_string()), *count))
@@ -306,7 +309,7 @@ fn the_scan_sees_reads_across_lines_and_not_in_comments_or_tests() {
         "fn f(r: R) { r\n    .bytes()\n    .await; }\n// fs_err::read(\"x\")\nfn g() { let _ = \"File::open(\"; }\n#[cfg(test)]\nmod tests { fn t() { fs_err::read(\"y\"); } }\n",
     )
     .unwrap();
-    let found = raw_reads(&src);
+    let found = raw_reads(dir.path(), &src);
     assert_eq!(
         found.into_iter().collect::<Vec<_>>(),
         vec![(("src/a.rs".to_string(), ".bytes().await".to_string()), 1)]

@@ -211,8 +211,10 @@ fn tracing_warnings(src: &Path) -> Vec<String> {
 
 #[test]
 fn the_library_warns_only_through_the_reporter() {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
-    let found = tracing_warnings(&src);
+    let found: Vec<String> = crate::layering::library_sources()
+        .iter()
+        .flat_map(|src| tracing_warnings(src))
+        .collect();
     assert!(
         found.is_empty(),
         "tracing::warn! in {found:?}: tell the Reporter (`on_warning`), or return the warning to the stage that has it"

@@ -1,0 +1,97 @@
+//! Signing a payload with an OpenPGP secret key file, as `gpg --sign` would: a "Signed
+//! Message" (RFC 4880 section 11.3) holding the payload as literal data, the form
+//! containers/image verifies. rPGP does the OpenPGP work; no gpg agent or keyring is needed,
+//! so a build pod signs with a key mounted from a secret.
+
+use std::path::{Path, PathBuf};
+
+use pgp::{
+    composed::{Deserializable, MessageBuilder, SignedSecretKey},
+    crypto::hash::HashAlgorithm,
+    types::{KeyDetails, Password},
+};
+
+/// Key files larger than this are refused unread: an armored RSA-4096 secret key with its
+/// subkeys and signatures is a few KiB, one with a photo ID some hundred; a 5 GiB file must
+/// not be loaded to find out it is not a key.
+pub(crate) const MAX_KEY_BYTES: u64 = 1 << 20;
+
+#[derive(Debug, thiserror::Error)]
+pub enum SignError {
+    #[error("Cannot read the signing key `{}`", path.display())]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(
+        "`{}` is not an OpenPGP secret key (export one with `gpg --export-secret-keys --armor FINGERPRINT`): {reason}",
+        path.display()
+    )]
+    NotAKey { path: PathBuf, reason: String },
+    #[error("The signing key `{}` cannot sign (wrong passphrase, or a key without a signing part?): {reason}", path.display())]
+    Sign { path: PathBuf, reason: String },
+}
+
+/// A secret key ready to sign, with its passphrase.
+pub struct Signer {
+    key: SignedSecretKey,
+    /// Kept as text: rPGP's `Password` is consumed by each signing.
+    passphrase: Option<String>,
+    path: PathBuf,
+}
+
+impl Signer {
+    /// Loads the secret key in `path`, ASCII-armored or binary, as `gpg
+    /// --export-secret-keys` writes it. `passphrase` unlocks it when it is protected.
+    pub fn load(path: &Path, passphrase: Option<&str>) -> Result<Signer, SignError> {
+        // A regular file, bounded, opened without blocking (a fifo is refused, not waited
+        // on). A link is followed: a Kubernetes secret volume mounts its keys as links.
+        let bytes =
+            crate::fs::read_input(path, MAX_KEY_BYTES).map_err(|source| SignError::Read {
+                path: path.to_path_buf(),
+                source: source.into(),
+            })?;
+        let not_a_key = |err: pgp::errors::Error| SignError::NotAKey {
+            path: path.to_path_buf(),
+            reason: err.to_string(),
+        };
+        let key = if bytes.starts_with(b"-----BEGIN PGP") {
+            SignedSecretKey::from_armor_single(bytes.as_slice())
+                .map_err(not_a_key)?
+                .0
+        } else {
+            SignedSecretKey::from_bytes(bytes.as_slice()).map_err(not_a_key)?
+        };
+        key.verify_bindings().map_err(not_a_key)?;
+        Ok(Signer {
+            key,
+            passphrase: passphrase.map(str::to_string),
+            path: path.to_path_buf(),
+        })
+    }
+
+    /// The primary key's fingerprint, upper-case hex as gpg prints it.
+    pub fn fingerprint(&self) -> String {
+        hex::encode_upper(self.key.primary_key.fingerprint().as_bytes())
+    }
+
+    /// `payload` as a signed message, made by the primary key (containers/image matches the
+    /// signer against the fingerprints of the keys a policy trusts, which are primary keys).
+    pub fn sign(&self, payload: &[u8]) -> Result<Vec<u8>, SignError> {
+        let mut builder = MessageBuilder::from_bytes("", payload.to_vec());
+        builder.sign(
+            &self.key.primary_key,
+            self.passphrase
+                .as_deref()
+                .map_or_else(Password::empty, Password::from),
+            HashAlgorithm::Sha256,
+        );
+        builder
+            .to_vec(rand::thread_rng())
+            .map_err(|err| SignError::Sign {
+                path: self.path.clone(),
+                reason: err.to_string(),
+            })
+    }
+}
