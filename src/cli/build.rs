@@ -10,7 +10,7 @@ use super::{
     Env, compression_threads,
     lock::describe_lock,
     matrix,
-    printer::{Failure, Printer, human_bytes},
+    printer::{CommandFailure, Printer, human_bytes},
     progress::{BuildProgress, lock_event, result_event},
     registry,
 };
@@ -73,7 +73,7 @@ pub(super) async fn run_build(
     args: &BuildArgs,
     env: &Env<'_>,
     printer: &Printer,
-) -> Result<ExitCode, Failure> {
+) -> Result<ExitCode, CommandFailure> {
     let lock_mode = if args.locked {
         LockMode::Locked
     } else {
@@ -114,14 +114,14 @@ enum Variants {
 
 /// Reads the recipe's `[matrix]` and picks `--variant` from it. A file that cannot be read
 /// builds one image: its errors are left to the build, which reports them with their place.
-fn variants_to_build(args: &BuildArgs) -> Result<Variants, Failure> {
+fn variants_to_build(args: &BuildArgs) -> Result<Variants, CommandFailure> {
     let Ok(text) = crate::recipe::read_recipe_text(&args.recipe) else {
         return Ok(Variants::One(None));
     };
     // These checks come before the build: text only, even with `--json`.
-    let variants =
-        crate::recipe::matrix::variants(&text, &args.recipe).map_err(|err| Failure::new(err, 1))?;
-    let refuse = |message: String| Err(Failure::new(message, 1));
+    let variants = crate::recipe::matrix::variants(&text, &args.recipe)
+        .map_err(|err| CommandFailure::new(err, 1))?;
+    let refuse = |message: String| Err(CommandFailure::new(message, 1));
     let recipe = args.recipe.display();
     if let Some(wanted) = args.variant.as_deref() {
         return match crate::recipe::matrix::select(&variants, wanted) {
@@ -153,12 +153,12 @@ fn variants_to_build(args: &BuildArgs) -> Result<Variants, Failure> {
 }
 
 /// Refuses `--format docker-archive` for a recipe of several platforms before building.
-fn check_docker_archive(args: &BuildArgs, settings: &BuildSettings) -> Result<(), Failure> {
+fn check_docker_archive(args: &BuildArgs, settings: &BuildSettings) -> Result<(), CommandFailure> {
     if args.format != OutputFormat::DockerArchive {
         return Ok(());
     }
     match multi_platforms(settings) {
-        Some(platforms) => Err(Failure::new(
+        Some(platforms) => Err(CommandFailure::new(
             format!(
                 "a docker-archive holds one platform's image, and `{}` builds {platforms}: use `--format oci-archive` (it holds the image index), or a recipe with one platform",
                 settings.recipe_path.display()
@@ -242,7 +242,7 @@ fn write_archive(
     format: OutputFormat,
     suffix: &str,
     printer: &Printer,
-) -> Result<(), Failure> {
+) -> Result<(), CommandFailure> {
     let name = layout_dir
         .file_name()
         .map_or_else(|| "image".to_string(), |n| n.to_string_lossy().into_owned());
@@ -250,7 +250,7 @@ fn write_archive(
     let layout = crate::oci::layout::Layout::new(layout_dir);
     crate::oci::archive::write_archive(&layout, tag, &format!("{name}:{tag}"), format, &archive)
         // After the result event, and text only, as it always was.
-        .map_err(|err| Failure::new(err, 2))?;
+        .map_err(|err| CommandFailure::new(err, 2))?;
     if printer.json() {
         printer.event(&json!({"event": "archive", "path": archive}));
     } else {
@@ -265,7 +265,7 @@ async fn push_built(
     reference: &str,
     env: &Env<'_>,
     printer: &Printer,
-) -> Result<(), Failure> {
+) -> Result<(), CommandFailure> {
     let options = env.global.registry_options();
     let report = registry::publish_layout(image, reference, &[], None, &options, printer)
         .await?

@@ -7,7 +7,7 @@ use clap::{Args, CommandFactory};
 
 use super::{
     Cli,
-    printer::{Failure, Printer},
+    printer::{CommandFailure, Printer},
 };
 
 #[derive(Debug, Args)]
@@ -26,7 +26,7 @@ pub(super) const MAN_EXAMPLES: &str = "\
 Examples:
   imgbuild man > ~/.local/share/man/man1/imgbuild.1 && man imgbuild";
 
-pub(super) fn run_completions(args: &CompletionsArgs) -> Result<ExitCode, Failure> {
+pub(super) fn run_completions(args: &CompletionsArgs) -> Result<ExitCode, CommandFailure> {
     let mut command = Cli::command();
     clap_complete::generate(args.shell, &mut command, "imgbuild", &mut std::io::stdout());
     Ok(ExitCode::SUCCESS)
@@ -36,9 +36,11 @@ pub(super) fn run_completions(args: &CompletionsArgs) -> Result<ExitCode, Failur
 /// examples and the version. clap_mangen's own subcommand list names a page per subcommand
 /// (`imgbuild-build(1)`) that is not generated; this one names the subcommands and points
 /// to their `--help`, which has their flags and examples.
-pub(super) fn run_man(printer: &Printer) -> Result<ExitCode, Failure> {
-    let page = man_page().map_err(|err| Failure::new(err, 2))?;
-    printer.bytes(&page).map_err(|err| Failure::new(err, 2))?;
+pub(super) fn run_man(printer: &Printer) -> Result<ExitCode, CommandFailure> {
+    let page = man_page().map_err(|err| CommandFailure::new(err, 2))?;
+    printer
+        .bytes(&page)
+        .map_err(|err| CommandFailure::new(err, 2))?;
     Ok(ExitCode::SUCCESS)
 }
 

@@ -4,7 +4,7 @@ use std::{path::PathBuf, process::ExitCode};
 
 use clap::Args;
 
-use super::printer::{Failure, Printer};
+use super::printer::{CommandFailure, Printer};
 use crate::init::{InitError, from_environment_file, image_name, starter_recipe, write_new};
 
 pub(super) const INIT_EXAMPLES: &str = "\
@@ -34,7 +34,7 @@ pub(crate) struct InitArgs {
     pub name: Option<String>,
 }
 
-pub(super) fn run_init(args: &InitArgs, printer: &Printer) -> Result<ExitCode, Failure> {
+pub(super) fn run_init(args: &InitArgs, printer: &Printer) -> Result<ExitCode, CommandFailure> {
     let made = match &args.from {
         Some(path) => from_environment_file(path, args.name.as_deref()),
         None => Ok(crate::init::InitRecipe {
@@ -58,7 +58,7 @@ pub(super) fn run_init(args: &InitArgs, printer: &Printer) -> Result<ExitCode, F
     Ok(ExitCode::SUCCESS)
 }
 
-fn failure(err: InitError) -> Failure {
+fn failure(err: InitError) -> CommandFailure {
     let code = err.exit_code() as u8;
-    Failure::new(err, code)
+    CommandFailure::new(err, code)
 }

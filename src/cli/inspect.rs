@@ -4,7 +4,7 @@ use std::{fmt::Write, process::ExitCode};
 
 use clap::Args;
 
-use super::printer::{Failure, Printer, human_bytes};
+use super::printer::{CommandFailure, Printer, human_bytes};
 use crate::inspect::{ImageDiff, ImageSummary, describe_layer, diff, inspect_platform};
 
 /// `--platform`: an OCI platform or a conda subdir that maps to one.
@@ -54,9 +54,12 @@ pub(crate) struct DiffArgs {
     pub json: bool,
 }
 
-pub(super) fn run_inspect(args: &InspectArgs, printer: &Printer) -> Result<ExitCode, Failure> {
+pub(super) fn run_inspect(
+    args: &InspectArgs,
+    printer: &Printer,
+) -> Result<ExitCode, CommandFailure> {
     let summary =
-        inspect_platform(&args.image, args.platform).map_err(|err| Failure::new(err, 1))?;
+        inspect_platform(&args.image, args.platform).map_err(|err| CommandFailure::new(err, 1))?;
     if args.json {
         printer.result(serde_json::to_string_pretty(&summary).expect("the summary serializes"));
     } else {
@@ -65,13 +68,13 @@ pub(super) fn run_inspect(args: &InspectArgs, printer: &Printer) -> Result<ExitC
     Ok(ExitCode::SUCCESS)
 }
 
-pub(super) fn run_diff(args: &DiffArgs, printer: &Printer) -> Result<ExitCode, Failure> {
+pub(super) fn run_diff(args: &DiffArgs, printer: &Printer) -> Result<ExitCode, CommandFailure> {
     let (from, to) = match (
         inspect_platform(&args.from, args.platform),
         inspect_platform(&args.to, args.platform),
     ) {
         (Ok(from), Ok(to)) => (from, to),
-        (Err(err), _) | (_, Err(err)) => return Err(Failure::new(err, 1)),
+        (Err(err), _) | (_, Err(err)) => return Err(CommandFailure::new(err, 1)),
     };
     let changes = diff(&from, &to);
     if args.json {

@@ -6,7 +6,7 @@ use clap::Args;
 
 use k8s_openapi::api::core::v1::Toleration;
 
-use super::printer::{Failure, Printer};
+use super::printer::{CommandFailure, Printer};
 
 use crate::k8s::{
     BuildJobOptions, DataVolume, WorkloadKind, WorkloadOptions, build_job, check_namespace,
@@ -335,8 +335,8 @@ fn warn_of_local_channels(recipe: &crate::recipe::Recipe, printer: &Printer) {
     }
 }
 
-pub(super) fn run_k8s(args: &K8sArgs, printer: &Printer) -> Result<ExitCode, Failure> {
-    let (options, user) = options(args).map_err(|err| Failure::new(err, 1))?;
+pub(super) fn run_k8s(args: &K8sArgs, printer: &Printer) -> Result<ExitCode, CommandFailure> {
+    let (options, user) = options(args).map_err(|err| CommandFailure::new(err, 1))?;
     if let Some(recipe) = &args.build_job {
         let yaml = build_job_options(args, recipe, &options, printer)
             .and_then(|o| {
@@ -344,25 +344,29 @@ pub(super) fn run_k8s(args: &K8sArgs, printer: &Printer) -> Result<ExitCode, Fai
                     .and_then(|w| w.to_yaml())
                     .map_err(|e| Box::new(e) as Box<dyn std::error::Error>)
             })
-            .map_err(|err| Failure::new(err, 1))?;
+            .map_err(|err| CommandFailure::new(err, 1))?;
         printer.document(&yaml);
         return Ok(ExitCode::SUCCESS);
     }
     let image_ref = args.image.as_deref().unwrap_or_default();
-    let image = crate::inspect::inspect(image_ref).map_err(|err| Failure::new(err, 1))?;
+    let image = crate::inspect::inspect(image_ref).map_err(|err| CommandFailure::new(err, 1))?;
     let (manifest, warnings) =
-        workload(&image, &options, user.as_deref()).map_err(|err| Failure::new(err, 1))?;
-    let mut yaml = manifest.to_yaml().map_err(|err| Failure::new(err, 1))?;
+        workload(&image, &options, user.as_deref()).map_err(|err| CommandFailure::new(err, 1))?;
+    let mut yaml = manifest
+        .to_yaml()
+        .map_err(|err| CommandFailure::new(err, 1))?;
     for warning in &warnings {
         printer.warning(warning);
     }
     if args.require_smoke_attestation {
         let (policy, warnings) =
-            smoke_policy(&image, &options).map_err(|err| Failure::new(err, 1))?;
+            smoke_policy(&image, &options).map_err(|err| CommandFailure::new(err, 1))?;
         for warning in &warnings {
             printer.warning(warning);
         }
-        let policy = policy.to_yaml().map_err(|err| Failure::new(err, 1))?;
+        let policy = policy
+            .to_yaml()
+            .map_err(|err| CommandFailure::new(err, 1))?;
         // First, so that `kubectl apply -f` creates the policy before the workload it guards.
         yaml = format!("{policy}---\n{yaml}");
     }

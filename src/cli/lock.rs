@@ -6,7 +6,7 @@ use clap::Args;
 
 use super::{
     Env,
-    printer::{Failure, Printer},
+    printer::{CommandFailure, Printer},
     progress::{BuildProgress, lock_event},
 };
 use crate::build::{self, BuildSettings, LockMode, LockOutcome, LockReport, counted};
@@ -32,7 +32,7 @@ pub(super) async fn run_lock(
     args: &LockArgs,
     env: &Env<'_>,
     printer: &Printer,
-) -> Result<ExitCode, Failure> {
+) -> Result<ExitCode, CommandFailure> {
     let settings = BuildSettings {
         offline: args.offline,
         ..env.build_settings(args.recipe.clone(), LockMode::Refresh)

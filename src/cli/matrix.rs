@@ -8,7 +8,7 @@ use rattler_conda_types::Subdir;
 use serde_json::json;
 
 use super::{
-    printer::{Failure, Printer, human_bytes},
+    printer::{CommandFailure, Printer, human_bytes},
     progress,
 };
 use crate::{
@@ -109,7 +109,7 @@ pub(super) async fn run_matrix(
     settings: &BuildSettings,
     variants: Vec<Variant>,
     printer: &Printer,
-) -> Result<ExitCode, Failure> {
+) -> Result<ExitCode, CommandFailure> {
     let count = variants.len();
     // The machine's threads shared between the variants (each at least one).
     let jobs = (settings.jobs / count).max(1);
@@ -118,7 +118,7 @@ pub(super) async fn run_matrix(
         format_args!("{count} variants at once, {jobs} compression thread(s) each"),
     );
     let variant_failed = |variant: &Variant, err: build::BuildError| {
-        Failure::from(err).after(vec![format!("variant `{}` failed", variant.suffix())])
+        CommandFailure::from(err).after(vec![format!("variant `{}` failed", variant.suffix())])
     };
     // Locks and packages first, one variant after another: builds running at once in one
     // process must not fetch the same package at the same time.
@@ -185,7 +185,7 @@ fn build_all(
 }
 
 /// Each variant's result event, or its failure; then the images and what they share.
-fn report_all(results: Vec<Built>, printer: &Printer) -> Result<ExitCode, Failure> {
+fn report_all(results: Vec<Built>, printer: &Printer) -> Result<ExitCode, CommandFailure> {
     let mut failed: Vec<String> = Vec::new();
     let mut last_error = None;
     let mut layer_lists = Vec::new();
@@ -195,7 +195,7 @@ fn report_all(results: Vec<Built>, printer: &Printer) -> Result<ExitCode, Failur
             Ok(report) => {
                 match layers_of(&report) {
                     Ok(layers) => layer_lists.push(layers),
-                    Err(err) => return Err(Failure::new(err, 1).after(failed)),
+                    Err(err) => return Err(CommandFailure::new(err, 1).after(failed)),
                 }
                 if printer.json() {
                     printer.event(&progress::result_event(&report));
@@ -216,7 +216,7 @@ fn report_all(results: Vec<Built>, printer: &Printer) -> Result<ExitCode, Failur
         }
     }
     if let Some(err) = last_error {
-        return Err(Failure::from(err).after(failed));
+        return Err(CommandFailure::from(err).after(failed));
     }
     print_sharing(&built, &sharing(&layer_lists), printer);
     Ok(ExitCode::SUCCESS)

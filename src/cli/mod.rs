@@ -26,7 +26,7 @@ use crate::{
     build::{BuildSettings, LockMode},
     recipe::DEFAULT_CHANNEL_ALIAS,
 };
-use printer::{Failure, Printer};
+use printer::{CommandFailure, Printer};
 
 use build::BUILD_EXAMPLES;
 
@@ -217,9 +217,10 @@ pub(crate) struct Env<'a> {
 
 impl<'a> Env<'a> {
     /// Fails on a bad `SOURCE_DATE_EPOCH` whatever the command, as a build would.
-    fn resolve(global: &'a GlobalArgs) -> Result<Self, Failure> {
+    fn resolve(global: &'a GlobalArgs) -> Result<Self, CommandFailure> {
         // Found before any `--json` event: text only, like every failure of the flags.
-        let source_date_epoch = source_date_epoch().map_err(|message| Failure::new(message, 1))?;
+        let source_date_epoch =
+            source_date_epoch().map_err(|message| CommandFailure::new(message, 1))?;
         Ok(Env {
             global,
             cache_dir: global.cache_dir.clone().unwrap_or_else(default_cache_dir),
@@ -271,7 +272,7 @@ pub fn main() -> ExitCode {
         .build()
     {
         Ok(runtime) => runtime.block_on(run(&cli, &printer)),
-        Err(err) => Err(Failure::new(err, 2)),
+        Err(err) => Err(CommandFailure::new(err, 2)),
     };
     ran.unwrap_or_else(|failure| printer.fail(&failure))
 }
@@ -285,7 +286,7 @@ const LIMIT_SETTINGS: [&str; 3] = [
 ];
 
 /// Runs one command: its exit code, or the failure for `main` to render.
-async fn run(cli: &Cli, printer: &Printer) -> Result<ExitCode, Failure> {
+async fn run(cli: &Cli, printer: &Printer) -> Result<ExitCode, CommandFailure> {
     for name in LIMIT_SETTINGS {
         if let Some(warning) = crate::compression::bounded::env_u64_warning(name) {
             printer.warning(&warning);

@@ -1,7 +1,7 @@
 //! Where the command line's output goes. One [`Printer`] is made from the flags and passed
 //! to every command, so the choice between status lines, JSON events and silence is made
 //! here once instead of in each command. This module and the progress bars are the only
-//! writers of stdout and stderr; a command that fails returns a [`Failure`], which `main`
+//! writers of stdout and stderr; a command that fails returns a [`CommandFailure`], which `main`
 //! renders once.
 
 use std::{fmt::Display, io::IsTerminal, process::ExitCode};
@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 
 /// How build progress is shown, as [`Printer::progress_mode`] picks it from the flags.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Mode {
+pub(crate) enum ProgressMode {
     /// Nothing but errors and warnings.
     Quiet,
     /// One line per stage on stderr (stderr is not a terminal).
@@ -48,21 +48,21 @@ impl Printer {
     }
 
     /// How build progress is shown.
-    pub(crate) fn progress_mode(&self) -> Mode {
+    pub(crate) fn progress_mode(&self) -> ProgressMode {
         if self.json {
-            Mode::Json
+            ProgressMode::Json
         } else if self.quiet {
-            Mode::Quiet
+            ProgressMode::Quiet
         } else if self.tty {
-            Mode::Bars
+            ProgressMode::Bars
         } else {
-            Mode::Plain
+            ProgressMode::Plain
         }
     }
 
     /// Whether progress bars are drawn: on a terminal, neither quiet nor JSON.
     pub(crate) fn bars(&self) -> bool {
-        self.progress_mode() == Mode::Bars
+        self.progress_mode() == ProgressMode::Bars
     }
 
     /// Whether status lines are printed: neither quiet nor JSON.
@@ -125,7 +125,7 @@ impl Printer {
     /// Renders a failed command, once: the `error` event with `--json`, then the error and
     /// its causes on stderr. Returns the exit code.
     #[allow(clippy::print_stderr)]
-    pub(crate) fn fail(&self, failure: &Failure) -> ExitCode {
+    pub(crate) fn fail(&self, failure: &CommandFailure) -> ExitCode {
         let rendered = render_error(failure.error.as_ref());
         for line in &failure.context {
             eprintln!("error: {line}");
@@ -146,16 +146,16 @@ impl Printer {
 
 /// A command that failed: the error, the exit code, and what to say before it.
 #[derive(Debug)]
-pub(crate) struct Failure {
+pub(crate) struct CommandFailure {
     error: Box<dyn std::error::Error>,
     code: u8,
     /// `error: …` lines printed before the error (which variant of a matrix failed).
     context: Vec<String>,
 }
 
-impl Failure {
+impl CommandFailure {
     pub(crate) fn new(error: impl Into<Box<dyn std::error::Error>>, code: u8) -> Self {
-        Failure {
+        CommandFailure {
             error: error.into(),
             code,
             context: Vec::new(),
@@ -169,10 +169,10 @@ impl Failure {
     }
 }
 
-impl From<crate::build::BuildError> for Failure {
+impl From<crate::build::BuildError> for CommandFailure {
     fn from(err: crate::build::BuildError) -> Self {
         let code = err.exit_code() as u8;
-        Failure::new(err, code)
+        CommandFailure::new(err, code)
     }
 }
 

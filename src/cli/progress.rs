@@ -33,7 +33,7 @@ use crate::{
     report::Progress,
 };
 
-use super::printer::{Mode, Printer, human_bytes};
+use super::printer::{Printer, ProgressMode, human_bytes};
 
 #[derive(Default)]
 struct Current {
@@ -66,7 +66,7 @@ struct PypiCounts {
 }
 
 /// A base image being pulled.
-struct Pull {
+struct BasePull {
     reference: String,
     platform: String,
     started: Instant,
@@ -80,9 +80,9 @@ struct Pull {
 /// The build's [`Reporter`] for the command line.
 pub(crate) struct BuildProgress {
     printer: Printer,
-    mode: Mode,
+    mode: ProgressMode,
     current: Mutex<Current>,
-    pull: Mutex<Option<Pull>>,
+    pull: Mutex<Option<BasePull>>,
 }
 
 impl BuildProgress {
@@ -118,12 +118,12 @@ impl BuildProgress {
             bar.finish_and_clear();
         }
         match self.mode {
-            Mode::Quiet => {}
-            Mode::Plain | Mode::Bars if !ok => {}
-            Mode::Json => self
+            ProgressMode::Quiet => {}
+            ProgressMode::Plain | ProgressMode::Bars if !ok => {}
+            ProgressMode::Json => self
                 .printer
                 .event(&finished_event(stage, ok, elapsed, current)),
-            Mode::Plain | Mode::Bars => {
+            ProgressMode::Plain | ProgressMode::Bars => {
                 self.end_archives(current);
                 if stage == Stage::Solve
                     && let Some(read) = pypi_read(&current.pypi)
@@ -238,14 +238,14 @@ impl Reporter for BuildProgress {
         current.stage = Some((stage, Instant::now()));
         current.detail = detail.to_string();
         match self.mode {
-            Mode::Quiet => {}
-            Mode::Json => self.printer.event(&json!({
+            ProgressMode::Quiet => {}
+            ProgressMode::Json => self.printer.event(&json!({
                 "event": "stage-started",
                 "stage": stage.name(),
                 "detail": detail,
             })),
-            Mode::Plain => self.printer.status(verb(stage), detail),
-            Mode::Bars => {
+            ProgressMode::Plain => self.printer.status(verb(stage), detail),
+            ProgressMode::Bars => {
                 let bar = ProgressBar::new_spinner();
                 bar.set_style(spinner_style());
                 bar.set_prefix(verb(stage));
@@ -322,7 +322,7 @@ impl Reporter for BuildProgress {
     }
 
     fn on_warning(&self, message: &str) {
-        if self.mode == Mode::Json {
+        if self.mode == ProgressMode::Json {
             self.printer.warning(message);
             return;
         }
@@ -388,7 +388,7 @@ impl BuildProgress {
             .expect("no panics while holding the lock")
     }
 
-    fn pull(&self) -> std::sync::MutexGuard<'_, Option<Pull>> {
+    fn pull(&self) -> std::sync::MutexGuard<'_, Option<BasePull>> {
         self.pull.lock().expect("no panics while holding the lock")
     }
 
@@ -409,7 +409,7 @@ impl BuildProgress {
     /// The archives are through: the plain line says how many bytes took how long.
     fn end_archives(&self, current: &mut Current) {
         if let Some(since) = current.archives_since.take()
-            && self.mode == Mode::Plain
+            && self.mode == ProgressMode::Plain
         {
             self.printer.status(
                 "Extracted",
@@ -463,8 +463,8 @@ impl BuildProgress {
     fn pull_started(&self, reference: &str, platform: &str, blobs: usize, bytes: u64) {
         let what = format!("{reference} for {platform}");
         let bar = match self.mode {
-            Mode::Quiet => None,
-            Mode::Json => {
+            ProgressMode::Quiet => None,
+            ProgressMode::Json => {
                 self.printer.event(&json!({
                     "event": "pull-started",
                     "reference": reference,
@@ -474,14 +474,14 @@ impl BuildProgress {
                 }));
                 None
             }
-            Mode::Plain => {
+            ProgressMode::Plain => {
                 self.printer.status(
                     "Pulling",
                     format_args!("{what}: {}, {}", counted(blobs, "blob"), human_bytes(bytes)),
                 );
                 None
             }
-            Mode::Bars => {
+            ProgressMode::Bars => {
                 let bar = ProgressBar::new(bytes);
                 bar.set_style(bar_style(BYTES));
                 bar.set_prefix("Pulling");
@@ -490,7 +490,7 @@ impl BuildProgress {
                 Some(bar)
             }
         };
-        *self.pull() = Some(Pull {
+        *self.pull() = Some(BasePull {
             reference: reference.to_string(),
             platform: platform.to_string(),
             started: Instant::now(),
@@ -530,8 +530,8 @@ impl BuildProgress {
         }
         let seconds = pull.started.elapsed();
         match self.mode {
-            Mode::Quiet => {}
-            Mode::Json => self.printer.event(&json!({
+            ProgressMode::Quiet => {}
+            ProgressMode::Json => self.printer.event(&json!({
                 "event": "pull-finished",
                 "reference": pull.reference,
                 "platform": pull.platform,
@@ -540,7 +540,7 @@ impl BuildProgress {
                 "downloaded_blobs": pull.downloaded_blobs,
                 "downloaded_bytes": pull.downloaded,
             })),
-            Mode::Plain | Mode::Bars => self.printer.status(
+            ProgressMode::Plain | ProgressMode::Bars => self.printer.status(
                 "Pulled",
                 format_args!(
                     "{} ({} downloaded) in {:.2}s",

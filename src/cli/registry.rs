@@ -4,7 +4,7 @@ use std::{path::PathBuf, process::ExitCode};
 
 use clap::Args;
 
-use super::printer::{Failure, Printer, human_bytes};
+use super::printer::{CommandFailure, Printer, human_bytes};
 use super::sign::print_signed;
 use crate::oci::read::LayoutRef;
 use crate::publish::{self, PublishError, PublishOptions, PublishReport, Signing};
@@ -193,7 +193,7 @@ pub(super) async fn run_push(
     args: &PushArgs,
     options: &ClientOptions,
     printer: &Printer,
-) -> Result<ExitCode, Failure> {
+) -> Result<ExitCode, CommandFailure> {
     let signing = args.signing.prepare()?;
     let report = publish_layout(
         &args.image,
@@ -219,27 +219,27 @@ pub(super) async fn run_login(
     args: &LoginArgs,
     options: &ClientOptions,
     printer: &Printer,
-) -> Result<ExitCode, Failure> {
+) -> Result<ExitCode, CommandFailure> {
     // Bounded: a token is a few KiB, and `< /dev/zero` must end the read, not fill memory.
     const MAX_PASSWORD_BYTES: u64 = 64 << 10;
     let password = crate::fs::read_stream(std::io::stdin().lock(), MAX_PASSWORD_BYTES)
-        .map_err(|err| Failure::new(format!("the password on stdin {err}"), 1))?;
+        .map_err(|err| CommandFailure::new(format!("the password on stdin {err}"), 1))?;
     let password = String::from_utf8(password)
-        .map_err(|_| Failure::new("the password on stdin is not UTF-8", 1))?;
+        .map_err(|_| CommandFailure::new("the password on stdin is not UTF-8", 1))?;
     let password = password.trim_end_matches(['\n', '\r']).to_string();
     if password.is_empty() {
-        return Err(Failure::new("no password on stdin", 1));
+        return Err(CommandFailure::new("no password on stdin", 1));
     }
     let credentials = Credentials::new(args.username.clone(), password);
     // Any repository name does: `/v2/` is what is checked.
     let reference = Reference::parse(&format!("{}/imgbuild-login-check", args.registry))
-        .map_err(|err| Failure::new(err, 1))?;
+        .map_err(|err| CommandFailure::new(err, 1))?;
     let client = RepositoryClient::new(&reference, Some(credentials.clone()), options)
-        .map_err(|err| Failure::new(err, 1))?;
+        .map_err(|err| CommandFailure::new(err, 1))?;
     client
         .check_login()
         .await
-        .map_err(|err| Failure::new(err, 1))?;
+        .map_err(|err| CommandFailure::new(err, 1))?;
     // A registry that answers anyone needs no login: storing credentials would only put a
     // secret on disk for nothing (issue 18).
     if client::asks_for_no_credentials(&reference, options).await {
@@ -253,7 +253,8 @@ pub(super) async fn run_login(
         .filter(|v| !v.is_empty())
         .map(PathBuf::from)
         .unwrap_or_else(auth::docker_config_file);
-    auth::store(&file, &reference.registry, &credentials).map_err(|err| Failure::new(err, 2))?;
+    auth::store(&file, &reference.registry, &credentials)
+        .map_err(|err| CommandFailure::new(err, 2))?;
     printer.notice(format_args!(
         "Login succeeded; credentials for {} stored in {}",
         reference.registry,

@@ -6,7 +6,7 @@ use clap::Args;
 
 use super::{
     Env,
-    printer::{Failure, Printer},
+    printer::{CommandFailure, Printer},
 };
 use crate::{
     recipe::RecipeOptions,
@@ -37,7 +37,7 @@ pub(super) fn run_sbom(
     args: &SbomArgs,
     env: &Env<'_>,
     printer: &Printer,
-) -> Result<ExitCode, Failure> {
+) -> Result<ExitCode, CommandFailure> {
     let options = RecipeOptions {
         channel_alias: env.global.channel_alias.clone(),
         variant: None,
@@ -45,7 +45,7 @@ pub(super) fn run_sbom(
     let (lock, subject) =
         load_input(&args.input, &options, env.source_date_epoch).map_err(|err| {
             let code = err.exit_code() as u8;
-            Failure::new(err, code)
+            CommandFailure::new(err, code)
         })?;
     let text = render(&lock, &subject, args.format);
     match &args.output {
@@ -56,7 +56,7 @@ pub(super) fn run_sbom(
                     path: path.clone(),
                     source,
                 };
-                Failure::new(err, 2)
+                CommandFailure::new(err, 2)
             })?;
             printer.result(path.display());
         }

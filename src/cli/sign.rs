@@ -5,7 +5,7 @@ use std::{path::PathBuf, process::ExitCode};
 
 use clap::Args;
 
-use super::printer::{Failure, Printer};
+use super::printer::{CommandFailure, Printer};
 use crate::publish::{PublishError, Signed, Signing};
 use crate::registry::ClientOptions;
 
@@ -56,7 +56,7 @@ pub(crate) struct SignArgs {
 impl SigningArgs {
     /// The signing these arguments ask for, its key loaded and unlocked; `None` when they
     /// name no key.
-    pub(super) fn prepare(&self) -> Result<Option<Signing>, Failure> {
+    pub(super) fn prepare(&self) -> Result<Option<Signing>, CommandFailure> {
         let Some(key) = &self.sign_by else {
             return Ok(None);
         };
@@ -70,15 +70,15 @@ impl SigningArgs {
     }
 }
 
-impl From<PublishError> for Failure {
+impl From<PublishError> for CommandFailure {
     fn from(err: PublishError) -> Self {
         let code = err.exit_code() as u8;
         match err {
             // The error with its causes (a lookaside file that is a fifo), after the line
             // that says the push itself went through.
-            PublishError::NotSigned { pushed, source, .. } => Failure::new(source, code)
+            PublishError::NotSigned { pushed, source, .. } => CommandFailure::new(source, code)
                 .after(vec![format!("{pushed} was pushed but not signed")]),
-            err => Failure::new(err, code),
+            err => CommandFailure::new(err, code),
         }
     }
 }
@@ -103,9 +103,9 @@ pub(super) async fn run_sign(
     args: &SignArgs,
     options: &ClientOptions,
     printer: &Printer,
-) -> Result<ExitCode, Failure> {
+) -> Result<ExitCode, CommandFailure> {
     let Some(signing) = args.signing.prepare()? else {
-        return Err(Failure::new("sign needs --sign-by KEY", 2));
+        return Err(CommandFailure::new("sign needs --sign-by KEY", 2));
     };
     let signed = crate::publish::sign_image(&args.reference, &signing, options).await?;
     print_signed(&signed, printer);

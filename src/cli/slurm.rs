@@ -4,7 +4,7 @@ use std::process::ExitCode;
 
 use clap::Args;
 
-use super::printer::{Failure, Printer};
+use super::printer::{CommandFailure, Printer};
 
 use crate::slurm::{
     JobOptions, Runner, SlurmError, check_name, check_time, parse_cpus, parse_gpus, parse_memory,
@@ -127,10 +127,10 @@ fn options(args: &SlurmArgs) -> Result<JobOptions, String> {
     Ok(options)
 }
 
-pub(super) fn run_slurm(args: &SlurmArgs, printer: &Printer) -> Result<ExitCode, Failure> {
-    let options = options(args).map_err(|err| Failure::new(err, 1))?;
-    let image = crate::inspect::inspect(&args.image).map_err(|err| Failure::new(err, 1))?;
-    let script = sbatch_script(&image, &options).map_err(|err| Failure::new(err, 1))?;
+pub(super) fn run_slurm(args: &SlurmArgs, printer: &Printer) -> Result<ExitCode, CommandFailure> {
+    let options = options(args).map_err(|err| CommandFailure::new(err, 1))?;
+    let image = crate::inspect::inspect(&args.image).map_err(|err| CommandFailure::new(err, 1))?;
+    let script = sbatch_script(&image, &options).map_err(|err| CommandFailure::new(err, 1))?;
     printer.document(&script);
     Ok(ExitCode::SUCCESS)
 }

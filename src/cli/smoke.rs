@@ -4,7 +4,7 @@ use std::process::ExitCode;
 
 use clap::Args;
 
-use super::printer::{Failure, Printer};
+use super::printer::{CommandFailure, Printer};
 use super::sign::print_signed;
 use crate::publish::{PublishError, Signing};
 
@@ -46,24 +46,24 @@ pub(super) async fn run_smoke(
     cache_dir: &std::path::Path,
     registry: &crate::registry::ClientOptions,
     printer: &Printer,
-) -> Result<ExitCode, Failure> {
+) -> Result<ExitCode, CommandFailure> {
     let registry_image = match crate::smoke::ImageSource::of(&args.image) {
         crate::smoke::ImageSource::Registry(reference) => Some(reference),
         crate::smoke::ImageSource::Layout(_) => None,
     };
     let signing = args.signing.prepare()?;
     if signing.is_some() && (args.attest.is_none() || registry_image.is_none()) {
-        return Err(Failure::new(
+        return Err(CommandFailure::new(
             "--sign-by signs the attestation attached to a registry image: give --attest FILE and a registry reference",
             2,
         ));
     }
     let run = crate::smoke::smoke(&args.image, cache_dir, registry)
         .await
-        .map_err(|err| Failure::new(err, 1))?;
+        .map_err(|err| CommandFailure::new(err, 1))?;
     if let Some(path) = &args.attest {
-        let statement =
-            write_attestation(path, &args.image, &run).map_err(|err| Failure::new(err, 1))?;
+        let statement = write_attestation(path, &args.image, &run)
+            .map_err(|err| CommandFailure::new(err, 1))?;
         if let Some(reference) = &registry_image {
             publish(
                 reference,

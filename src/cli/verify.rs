@@ -4,7 +4,7 @@ use std::{path::PathBuf, process::ExitCode};
 
 use clap::Args;
 
-use super::printer::{Failure, Printer, human_bytes};
+use super::printer::{CommandFailure, Printer, human_bytes};
 use crate::{build::BuildSettings, verify};
 
 pub(super) const VERIFY_EXAMPLES: &str = "\
@@ -51,19 +51,24 @@ pub(super) async fn run_verify(
     args: &VerifyArgs,
     settings: Option<BuildSettings>,
     printer: &Printer,
-) -> Result<ExitCode, Failure> {
-    let mut report =
-        verify::verify(&args.image, settings.as_ref()).map_err(|err| Failure::new(err, 1))?;
+) -> Result<ExitCode, CommandFailure> {
+    let mut report = verify::verify(&args.image, settings.as_ref())
+        .map_err(|err| CommandFailure::new(err, 1))?;
     // Before the rebuild: it is cheap, and a mismatch is found without building.
     if let Some(file) = &args.provenance {
         let against = match (&settings, &args.lock) {
             (Some(settings), _) => verify::LockSource::Recipe(settings),
             (None, Some(lock)) => verify::LockSource::Lock(lock),
             // clap requires one of them with --provenance.
-            (None, None) => return Err(Failure::new("--provenance needs --recipe or --lock", 2)),
+            (None, None) => {
+                return Err(CommandFailure::new(
+                    "--provenance needs --recipe or --lock",
+                    2,
+                ));
+            }
         };
         let checked = verify::check_provenance(&args.image, file.as_deref(), against)
-            .map_err(|err| Failure::new(err, 1))?;
+            .map_err(|err| CommandFailure::new(err, 1))?;
         report.provenance = Some(checked);
     }
     if args.rebuild
@@ -71,7 +76,7 @@ pub(super) async fn run_verify(
     {
         let digest = verify::rebuild_and_compare(&args.image, &report, settings)
             .await
-            .map_err(|err| Failure::new(err, 1))?;
+            .map_err(|err| CommandFailure::new(err, 1))?;
         report.rebuilt = Some(digest);
     }
     if args.json {

@@ -133,7 +133,7 @@ pub(crate) struct PolicySpec {
     /// Image verification needs the admission request; Kyverno skips it in background scans.
     pub background: bool,
     pub webhook_configuration: WebhookConfiguration,
-    pub rules: Vec<Rule>,
+    pub rules: Vec<PolicyRule>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -145,7 +145,7 @@ pub(crate) struct WebhookConfiguration {
 
 #[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub(crate) struct Rule {
+pub(crate) struct PolicyRule {
     pub name: String,
     #[serde(rename = "match")]
     pub match_: Match,
@@ -312,7 +312,7 @@ pub(super) fn cluster_policy(options: &SmokePolicyOptions) -> ClusterPolicy {
                 failure_policy: "Fail",
                 timeout_seconds: 30,
             },
-            rules: vec![Rule {
+            rules: vec![PolicyRule {
                 name: "gpu-smoke-attestation".to_string(),
                 match_: Match {
                     any: vec![ResourceFilter {

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use serde_json::{Value, json};
 
 use super::{
-    BaseEntry, Licence, Package, SbomSubject, base_entries, channel_url, content_digest,
+    BaseEntry, Licence, SbomPackage, SbomSubject, base_entries, channel_url, content_digest,
     content_uuid, oci_purl, packages, timestamp, wheel_purl, wheels,
 };
 use crate::lock::{Lock, ResolvedWheel};
@@ -84,7 +84,7 @@ fn base_component(base: &BaseEntry) -> Value {
     })
 }
 
-fn conda_component(package: &Package<'_>) -> Value {
+fn conda_component(package: &SbomPackage<'_>) -> Value {
     let record = package.record;
     let mut hashes = vec![json!({"alg": "SHA-256", "content": package.sha256})];
     if let Some(md5) = &package.md5 {
@@ -133,7 +133,7 @@ fn wheel_component(wheel: &ResolvedWheel) -> Value {
 
 /// The dependency graph: the image on `image_depends`, each conda package on the locked
 /// packages it names.
-fn dependencies(image_depends: Vec<String>, packages: &[Package<'_>]) -> Vec<Value> {
+fn dependencies(image_depends: Vec<String>, packages: &[SbomPackage<'_>]) -> Vec<Value> {
     let purls: BTreeMap<&str, &str> = packages
         .iter()
         .map(|p| (p.name.as_str(), p.purl.as_str()))

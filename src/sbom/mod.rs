@@ -162,7 +162,7 @@ pub(crate) fn write_beside(
 }
 
 /// One conda package as both formats see it.
-struct Package<'a> {
+struct SbomPackage<'a> {
     record: &'a RepoDataRecord,
     name: String,
     sha256: String,
@@ -202,7 +202,7 @@ impl Licence {
     }
 }
 
-fn packages(lock: &Lock) -> Vec<Package<'_>> {
+fn packages(lock: &Lock) -> Vec<SbomPackage<'_>> {
     let records = lock.distinct_records();
     let locked: BTreeSet<&str> = records
         .iter()
@@ -221,7 +221,7 @@ fn packages(lock: &Lock) -> Vec<Package<'_>> {
                 .collect();
             depends.sort();
             depends.dedup();
-            Package {
+            SbomPackage {
                 record,
                 name: package.name.as_normalized().to_string(),
                 sha256: package.sha256.map(hex::encode).unwrap_or_default(),
@@ -339,7 +339,7 @@ fn download_location(url: &url::Url) -> String {
     }
 }
 
-fn package_spdx_id(package: &Package<'_>) -> String {
+fn package_spdx_id(package: &SbomPackage<'_>) -> String {
     // The hash prefix keeps ids unique when two names differ only in `_` vs `-`.
     format!(
         "SPDXRef-Package-conda-{}-{}",

@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde_json::{Value, json};
 
 use super::{
-    BaseEntry, Licence, Package, SbomSubject, base_entries, content_digest, content_uuid,
+    BaseEntry, Licence, SbomPackage, SbomSubject, base_entries, content_digest, content_uuid,
     download_location, oci_purl, package_spdx_id, packages, spdx_id_part, timestamp, tool,
     wheel_purl, wheels,
 };
@@ -111,7 +111,7 @@ fn base_package(base: &BaseEntry) -> Value {
     })
 }
 
-fn conda_package(package: &Package<'_>) -> Value {
+fn conda_package(package: &SbomPackage<'_>) -> Value {
     let record = package.record;
     let mut checksums = vec![json!({"algorithm": "SHA256", "checksumValue": package.sha256})];
     if let Some(md5) = &package.md5 {
@@ -155,7 +155,7 @@ fn declared_licence(licence: &Licence) -> String {
 }
 
 /// The free-text licences the packages refer to, each once, in the order first referred to.
-fn extracted_licences(packages: &[Package<'_>]) -> Vec<Value> {
+fn extracted_licences(packages: &[SbomPackage<'_>]) -> Vec<Value> {
     let mut references = BTreeSet::new();
     packages
         .iter()
@@ -207,7 +207,7 @@ fn wheel_package(wheel: &ResolvedWheel) -> Value {
 /// package; and each conda package depends on the locked packages it names.
 fn relationships(
     bases: &[BaseEntry],
-    packages: &[Package<'_>],
+    packages: &[SbomPackage<'_>],
     wheels: &[&ResolvedWheel],
 ) -> Vec<Value> {
     let mut relationships = vec![relationship("SPDXRef-DOCUMENT", "DESCRIBES", IMAGE_ID)];

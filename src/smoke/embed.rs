@@ -312,7 +312,7 @@ mod tests {
     #[test]
     fn refuses_what_is_not_an_elf_executable() {
         let temp = tempfile::NamedTempFile::new().unwrap();
-        std::fs::write(temp.path(), b"#!/bin/sh\necho smoke\n").unwrap();
+        fs_err::write(temp.path(), b"#!/bin/sh\necho smoke\n").unwrap();
         let err = SmokeExecutable::read(temp.path()).unwrap_err();
         assert!(matches!(err, EmbedError::NotElf { .. }), "{err}");
         let err = locate(&[PathBuf::from("/nonexistent/imgbuild-smoke")]).unwrap_err();

@@ -184,6 +184,7 @@ impl Project {
 /// Runs `command` (an imgbuild invocation, `args` for the message) in `project` with its
 /// output in files and a deadline: an input that makes imgbuild hang fails the test that
 /// gave it instead of the whole run. The deadline guards against hangs, it times nothing.
+#[allow(clippy::disallowed_methods, reason = "Stdio takes a std::fs::File")]
 pub(crate) fn run_with_deadline(mut command: Command, project: &Project, args: &[&str]) -> Run {
     use std::time::{Duration, Instant};
     let out = project.path().join("run.out");

@@ -332,7 +332,7 @@ fn hostile_sources_are_refused_at_their_line_and_nothing_is_written() {
                 let many = dir.join("many");
                 fs_err::create_dir_all(&many).unwrap();
                 for i in 0..100_001 {
-                    std::fs::File::create(many.join(i.to_string())).unwrap();
+                    fs_err::File::create(many.join(i.to_string())).unwrap();
                 }
             },
             &["SRC:", "holds more than 100000 files"],

@@ -564,6 +564,7 @@ fn a_sealed_blob_left_as_it_was_is_not_read_again() {
     assert_eq!(hello_check(&run), "Unchanged", "{}", run.stderr);
 }
 
+#[allow(clippy::disallowed_methods, reason = "set_times needs a std::fs::File")]
 #[test]
 fn a_blob_written_in_place_with_its_mtime_put_back_is_caught() {
     let cold = Cold::build("inplace", "");

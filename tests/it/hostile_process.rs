@@ -62,6 +62,7 @@ fn assert_ended_by_sigpipe(status: ExitStatus, stderr: &str) {
     assert_eq!(status.signal(), Some(SIGPIPE), "{status}: {stderr}");
 }
 
+#[allow(clippy::disallowed_methods, reason = "Stdio takes a std::fs::File")]
 #[test]
 fn completions_into_a_closed_pipe_end_quietly() {
     let project = Project::new();
@@ -78,6 +79,7 @@ fn completions_into_a_closed_pipe_end_quietly() {
 
 /// `imgbuild lock X 2>&1 | head -1`: progress lines go to stderr, the result to stdout, both
 /// into a pipe nobody reads.
+#[allow(clippy::disallowed_methods, reason = "Stdio takes a std::fs::File")]
 #[test]
 fn progress_into_a_closed_pipe_ends_quietly() {
     let project = Project::new();
@@ -99,6 +101,7 @@ fn progress_into_a_closed_pipe_ends_quietly() {
 }
 
 /// Builds `project`'s recipe (its lock given) with `args` and `envs`; the digest and stderr.
+#[allow(clippy::disallowed_methods, reason = "Stdio takes a std::fs::File")]
 fn build(project: &Project, args: &[&str], envs: &[(&str, &str)]) -> (String, String) {
     let out = project.path().join("build.out");
     let err = project.path().join("build.err");

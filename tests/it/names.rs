@@ -1,9 +1,10 @@
-//! One word for one thing: no two modules of `src/` define a type or trait of the same name
-//! that other modules can see (`pub`, `pub(crate)`, `pub(super)`, …). Two `LayoutImage`s, one
-//! an image read back and one an image built, had a reader guess which was meant; a second
-//! meaning gets a name of its own. A private type is left out: no reader outside its module
-//! meets it. A re-export (`pub use`) is not a definition, so the same type under two paths
-//! passes; a clash that is really one concept would be a row of [`SAME_CONCEPT`], with why.
+//! One word for one thing: no two modules of the library's crates define a type or trait of
+//! the same name, whatever its visibility. Two `LayoutImage`s, one an image read back and one
+//! an image built, had a reader guess which was meant; a second meaning gets a name of its
+//! own, and so does a private one, since a reader of two files meets both. Associated types
+//! (`type Item = …` in an impl, indented) are not definitions. A re-export (`pub use`) is
+//! not one either, so the same type under two paths passes; a clash that is really one
+//! concept would be a row of [`SAME_CONCEPT`], with why.
 
 use std::{
     collections::BTreeMap,
@@ -17,16 +18,20 @@ const SAME_CONCEPT: &[(&str, &str)] = &[];
 /// The item kinds a name can stand for in a `use` or a signature.
 const KINDS: &[&str] = &["struct", "enum", "trait", "union", "type"];
 
-/// The name a line of code defines with some `pub` visibility, if it does.
-fn visible_definition(line: &str) -> Option<&str> {
-    let rest = line.trim_start().strip_prefix("pub")?;
-    let rest = match rest.strip_prefix('(') {
-        Some(scoped) => &scoped[scoped.find(')')? + 1..],
-        None => rest,
+/// The name a line of code defines, with any visibility, if it does.
+fn definition(line: &str) -> Option<&str> {
+    let trimmed = line.trim_start();
+    let rest = match trimmed.strip_prefix("pub") {
+        Some(rest) => match rest.strip_prefix('(') {
+            Some(scoped) => &scoped[scoped.find(')')? + 1..],
+            None => rest,
+        },
+        None => trimmed,
     };
     let mut words = rest.split_whitespace();
     let kind = words.next()?;
-    if !KINDS.contains(&kind) {
+    let associated = kind == "type" && line.starts_with(' ') && !trimmed.starts_with("pub");
+    if !KINDS.contains(&kind) || associated {
         return None;
     }
     let name = words.next()?;
@@ -52,7 +57,7 @@ fn definitions(src: &Path) -> BTreeMap<String, Vec<String>> {
             .display()
             .to_string();
         for line in crate::layering::code_of(&text).lines() {
-            if let Some(name) = visible_definition(line) {
+            if let Some(name) = definition(line) {
                 found
                     .entry(name.to_string())
                     .or_default()
@@ -103,26 +108,18 @@ fn no_visible_type_name_is_defined_twice() {
 
 #[test]
 fn a_definition_is_read_with_any_visibility_and_generics() {
-    assert_eq!(visible_definition("pub struct Layout {"), Some("Layout"));
+    assert_eq!(definition("pub struct Layout {"), Some("Layout"));
     assert_eq!(
-        visible_definition("    pub(crate) struct Context<'a> {"),
+        definition("    pub(crate) struct Context<'a> {"),
         Some("Context")
     );
-    assert_eq!(
-        visible_definition("pub(in crate::build) enum Step {"),
-        Some("Step")
-    );
-    assert_eq!(
-        visible_definition("pub trait Reporter: Send {"),
-        Some("Reporter")
-    );
-    assert_eq!(
-        visible_definition("pub type Result<T> = …;"),
-        Some("Result")
-    );
-    assert_eq!(visible_definition("struct Private;"), None);
-    assert_eq!(visible_definition("pub fn layout() {"), None);
-    assert_eq!(visible_definition("pub use read::LayoutImage;"), None);
+    assert_eq!(definition("pub(in crate::build) enum Step {"), Some("Step"));
+    assert_eq!(definition("pub trait Reporter: Send {"), Some("Reporter"));
+    assert_eq!(definition("pub type Result<T> = …;"), Some("Result"));
+    assert_eq!(definition("struct Private;"), Some("Private"));
+    assert_eq!(definition("    type Item = u8;"), None);
+    assert_eq!(definition("pub fn layout() {"), None);
+    assert_eq!(definition("pub use read::LayoutImage;"), None);
 }
 
 #[test]

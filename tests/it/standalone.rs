@@ -42,7 +42,7 @@ fn nothing_reads_outside_the_checkout() {
             if !entry.file_type().is_file() {
                 continue;
             }
-            let Ok(text) = std::fs::read_to_string(entry.path()) else {
+            let Ok(text) = fs_err::read_to_string(entry.path()) else {
                 continue;
             };
             for (number, line) in text.lines().enumerate() {

@@ -27,7 +27,7 @@ fn find_on_path(cmd: &str) -> Option<PathBuf> {
     std::env::split_paths(&path)
         .map(|dir| dir.join(cmd))
         .find(|candidate| {
-            std::fs::metadata(candidate)
+            fs_err::metadata(candidate)
                 .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
         })
 }

@@ -481,7 +481,7 @@ pub(crate) fn index_channel(channel_dir: &Path) -> anyhow::Result<()> {
         .with_context(|| format!("indexing {}", channel_dir.display()))?;
     // rattler_index leaves an empty `.tmp/` (its staging area) at the channel root; remove it
     // so the channel holds only subdirs. `remove_dir` never removes a non-empty directory.
-    let _ = std::fs::remove_dir(channel_dir.join(".tmp"));
+    let _ = fs_err::remove_dir(channel_dir.join(".tmp"));
     for subdir in subdirs(channel_dir)? {
         let path = subdir.join("repodata.json");
         let json = fs_err::read_to_string(&path)?;
@@ -698,7 +698,7 @@ pub(crate) fn write_package(
             }
             // conda-build records a softlink with the sha256 and size of the file it points to.
             Entry::Symlink { path, .. } => {
-                let resolved = std::fs::read(base.join(path))
+                let resolved = fs_err::read(base.join(path))
                     .with_context(|| format!("softlink {path} must point at a payload file"))?;
                 serde_json::json!({
                     "_path": path,

@@ -34,11 +34,12 @@ pub(crate) struct Containerd {
 impl Containerd {
     /// containerd with overlayfs snapshots and runc, `extra` appended to its configuration
     /// (a proxy snapshotter).
+    #[allow(clippy::disallowed_methods, reason = "Stdio takes a std::fs::File")]
     pub(crate) fn start(extra: &str) -> Result<Containerd, String> {
         let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
         let socket = dir.path().join("containerd.sock");
         let config = dir.path().join("config.toml");
-        std::fs::write(
+        fs_err::write(
             &config,
             format!(
                 "version = 2\nroot = \"{root}\"\nstate = \"{state}\"\n\
@@ -72,7 +73,7 @@ impl Containerd {
 
     /// What containerd wrote to its log so far.
     pub(crate) fn log(&self) -> String {
-        std::fs::read_to_string(self.dir.path().join("containerd.log")).unwrap_or_default()
+        fs_err::read_to_string(self.dir.path().join("containerd.log")).unwrap_or_default()
     }
 
     /// `PROGRAM --address SOCKET ARGS` (`ctr` or `ctr-remote`): its stdout, or on failure a
@@ -122,13 +123,14 @@ impl StargzSnapshotter {
     /// Builds the daemon into `dir` (Go's build cache kept there too, so a second build
     /// takes seconds) and returns its path.
     pub(crate) fn build(dir: &Path) -> Result<PathBuf, String> {
-        std::fs::create_dir_all(dir).map_err(|e| e.to_string())?;
+        fs_err::create_dir_all(dir).map_err(|e| e.to_string())?;
         let out = dir.join("stargz-snapshotter");
         super::go::build_tool("stargz-snapshotter", &out, &dir.join("gocache"))?;
         Ok(out)
     }
 
     /// The daemon `bin` with its socket, root and log under `dir`, once it listens.
+    #[allow(clippy::disallowed_methods, reason = "Stdio takes a std::fs::File")]
     pub(crate) fn start(bin: &Path, dir: &Path) -> Result<StargzSnapshotter, String> {
         let socket = dir.join("stargz.sock");
         let root = dir.join("stargz");
@@ -171,12 +173,12 @@ impl StargzSnapshotter {
     }
 
     pub(crate) fn log(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
+        fs_err::read_to_string(&self.log).unwrap_or_default()
     }
 
     /// The FUSE mounts under the snapshotter's root: one per lazily mounted layer.
     pub(crate) fn fuse_mounts(&self) -> Vec<String> {
-        let mounts = std::fs::read_to_string("/proc/self/mounts").unwrap_or_default();
+        let mounts = fs_err::read_to_string("/proc/self/mounts").unwrap_or_default();
         let root = self.root.display().to_string();
         mounts
             .lines()

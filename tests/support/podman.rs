@@ -45,11 +45,11 @@ impl Podman {
         };
         if dir.exists() {
             podman.reset();
-            std::fs::remove_dir_all(dir)?;
+            fs_err::remove_dir_all(dir)?;
         }
-        std::fs::create_dir_all(dir)?;
-        std::fs::write(podman.containers_conf(), podman.containers_text())?;
-        std::fs::write(podman.storage_conf(), podman.storage_text())?;
+        fs_err::create_dir_all(dir)?;
+        fs_err::write(podman.containers_conf(), podman.containers_text())?;
+        fs_err::write(podman.storage_conf(), podman.storage_text())?;
         Ok(podman)
     }
 
@@ -157,6 +157,6 @@ impl Podman {
 impl Drop for Podman {
     fn drop(&mut self) {
         self.reset();
-        let _ = std::fs::remove_dir_all(&self.dir);
+        let _ = fs_err::remove_dir_all(&self.dir);
     }
 }

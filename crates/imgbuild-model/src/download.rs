@@ -129,16 +129,16 @@ pub async fn download_resumable(
         let reason =
             match attempt(client, url, &mut partial, expected, &mut session, progress).await {
                 Ok(()) => break,
-                Err(Failure::Fatal(err)) => return Err(err),
+                Err(AttemptFailure::Fatal(err)) => return Err(err),
                 // Nothing failed, the file just cannot be continued: deleted and fetched again at
                 // once, not as a retry (a fresh transfer never starts over this way, so this
                 // cannot loop).
-                Err(Failure::StartOver(reason)) => {
+                Err(AttemptFailure::StartOver(reason)) => {
                     tracing::debug!("{url}: {reason}; starting over");
                     partial.discard().await?;
                     continue;
                 }
-                Err(Failure::Transfer(reason)) => reason,
+                Err(AttemptFailure::Transfer(reason)) => reason,
             };
         // What reached the disk stays for the next attempt to resume from.
         let _ = partial.file.flush().await;
@@ -185,7 +185,7 @@ fn partial_name(url: &Url, sha256: Option<&Sha256Hash>) -> String {
 }
 
 /// Why one attempt did not finish the file.
-enum Failure {
+enum AttemptFailure {
     /// The connection or the server failed: retried by the policy, resuming.
     Transfer(String),
     /// What is on disk cannot be continued: deleted, and fetched again from the start.
@@ -208,16 +208,19 @@ async fn attempt(
     expected: Expected,
     session: &mut Session,
     progress: &dyn DownloadProgress,
-) -> Result<(), Failure> {
-    let mut offset = partial.len().await.map_err(Failure::Fatal)?;
+) -> Result<(), AttemptFailure> {
+    let mut offset = partial.len().await.map_err(AttemptFailure::Fatal)?;
     if let Some(size) = expected.size
         && offset > size
     {
-        return Err(Failure::StartOver(format!(
+        return Err(AttemptFailure::StartOver(format!(
             "the partial download is {offset} bytes, longer than the {size} expected"
         )));
     }
-    partial.catch_up_hash().await.map_err(Failure::Fatal)?;
+    partial
+        .catch_up_hash()
+        .await
+        .map_err(AttemptFailure::Fatal)?;
     // Whether every byte on disk came from one response in this attempt: then a mismatch is
     // the server's file, and fetching it again would only fetch it again.
     let mut fresh = offset == 0;
@@ -232,7 +235,7 @@ async fn attempt(
         let mut response = request
             .send()
             .await
-            .map_err(|e| Failure::Transfer(error_chain(&e)))?;
+            .map_err(|e| AttemptFailure::Transfer(error_chain(&e)))?;
         let content_range = response
             .headers()
             .get(header::CONTENT_RANGE)
@@ -244,14 +247,14 @@ async fn attempt(
             Decision::Whole => {
                 if offset > 0 {
                     tracing::debug!("{url}: the server sent the whole file; starting over");
-                    partial.truncate().await.map_err(Failure::Fatal)?;
+                    partial.truncate().await.map_err(AttemptFailure::Fatal)?;
                     offset = 0;
                     fresh = true;
                 }
                 session.validator = validator(response.headers());
             }
-            Decision::StartOver(reason) => return Err(Failure::StartOver(reason)),
-            Decision::Fail(reason) => return Err(Failure::Transfer(reason)),
+            Decision::StartOver(reason) => return Err(AttemptFailure::StartOver(reason)),
+            Decision::Fail(reason) => return Err(AttemptFailure::Transfer(reason)),
         }
         let total = expected
             .size
@@ -260,12 +263,12 @@ async fn attempt(
             .file
             .seek(io::SeekFrom::Start(offset))
             .await
-            .map_err(|e| Failure::Fatal(partial.io("cannot be written", e)))?;
+            .map_err(|e| AttemptFailure::Fatal(partial.io("cannot be written", e)))?;
         let mut on_disk = offset;
         while let Some(chunk) = response
             .chunk()
             .await
-            .map_err(|e| Failure::Transfer(error_chain(&e)))?
+            .map_err(|e| AttemptFailure::Transfer(error_chain(&e)))?
         {
             let n = chunk.len() as u64;
             if on_disk + n > expected.most_bytes() {
@@ -283,7 +286,7 @@ async fn attempt(
                 .file
                 .write_all(&chunk)
                 .await
-                .map_err(|e| Failure::Fatal(partial.io("cannot be written", e)))?;
+                .map_err(|e| AttemptFailure::Fatal(partial.io("cannot be written", e)))?;
             partial.hasher.update(&chunk);
             partial.hashed += n;
             on_disk += n;
@@ -294,7 +297,7 @@ async fn attempt(
             .file
             .flush()
             .await
-            .map_err(|e| Failure::Fatal(partial.io("cannot be written", e)))?;
+            .map_err(|e| AttemptFailure::Fatal(partial.io("cannot be written", e)))?;
     }
     let len = partial.hashed;
     if let Some(size) = expected.size
@@ -319,15 +322,19 @@ async fn attempt(
 
 /// A finished file that is not the expected one: a resumed one starts over, a fresh one is
 /// the server's file and an error; either way the partial file goes.
-async fn mismatch(url: &Url, partial: &mut Partial, fresh: bool, reason: String) -> Failure {
+#[allow(
+    clippy::disallowed_methods,
+    reason = "its error is wrapped with the path already; fs-err would name it twice"
+)]
+async fn mismatch(url: &Url, partial: &mut Partial, fresh: bool, reason: String) -> AttemptFailure {
     if !fresh {
-        return Failure::StartOver(format!("the resumed download {reason}"));
+        return AttemptFailure::StartOver(format!("the resumed download {reason}"));
     }
     // Removed under the lock, which goes with the handle when the caller returns.
     if let Err(err) = std::fs::remove_file(&partial.path) {
-        return Failure::Fatal(partial.io("cannot be deleted", err));
+        return AttemptFailure::Fatal(partial.io("cannot be deleted", err));
     }
-    Failure::Fatal(DownloadError::Mismatch {
+    AttemptFailure::Fatal(DownloadError::Mismatch {
         url: url.clone(),
         reason: format!("{reason} (the partial download was deleted)"),
     })
@@ -425,6 +432,10 @@ struct Partial {
 
 impl Partial {
     /// Opens (or creates) `path` and locks it, waiting while another process holds it.
+    #[allow(
+        clippy::disallowed_methods,
+        reason = "the partial file is a std::fs::File; the error is wrapped with the path"
+    )]
     async fn open_locked(path: &Path) -> Result<Partial, DownloadError> {
         let failed = |action| io_error(path, action);
         loop {
@@ -538,7 +549,7 @@ impl io::Write for HashWriter<'_> {
 #[cfg(unix)]
 fn still_at(file: &std::fs::File, path: &Path) -> bool {
     use std::os::unix::fs::MetadataExt;
-    match (file.metadata(), std::fs::metadata(path)) {
+    match (file.metadata(), fs_err::metadata(path)) {
         (Ok(ours), Ok(there)) => ours.dev() == there.dev() && ours.ino() == there.ino(),
         _ => false,
     }
@@ -664,12 +675,12 @@ mod tests {
             async move { Partial::open_locked(&path).await.unwrap() }
         });
         tokio::task::yield_now().await;
-        std::fs::write(&path, b"done").unwrap();
-        std::fs::rename(&path, dir.path().join("finished")).unwrap();
+        fs_err::write(&path, b"done").unwrap();
+        fs_err::rename(&path, dir.path().join("finished")).unwrap();
         drop(first);
         let second = waiting.await.unwrap();
         // A new, empty file: not the one the first renamed into place.
         assert_eq!(second.len().await.unwrap(), 0);
-        assert_eq!(std::fs::read(dir.path().join("finished")).unwrap(), b"done");
+        assert_eq!(fs_err::read(dir.path().join("finished")).unwrap(), b"done");
     }
 }

@@ -46,7 +46,7 @@ impl<'r> Staging<'r> {
             let lock_path = parent.join(format!("build-{stem}.lock"));
             // A hard link never replaces an existing file, so the locked inode appears under
             // its real name atomically or not at all; the temporary name then goes.
-            match std::fs::hard_link(temp.path(), &lock_path) {
+            match fs_err::hard_link(temp.path(), &lock_path) {
                 // Taken by another build; or our temporary file was swept by a build that
                 // locked it in the instant before we did: try a new name.
                 Err(err)
@@ -60,9 +60,9 @@ impl<'r> Staging<'r> {
                 result => result?,
             }
             let lock = temp.into_file();
-            match std::fs::create_dir(&dir) {
+            match fs_err::create_dir(&dir) {
                 Err(err) if err.kind() == std::io::ErrorKind::AlreadyExists => {
-                    let _ = std::fs::remove_file(&lock_path);
+                    let _ = fs_err::remove_file(&lock_path);
                     continue;
                 }
                 result => result?,
@@ -88,10 +88,10 @@ impl Drop for Staging<'_> {
     /// stays gone. The lock file goes last, while still locked.
     fn drop(&mut self) {
         for _ in 0..40 {
-            let _ = std::fs::remove_dir_all(&self.dir);
+            let _ = fs_err::remove_dir_all(&self.dir);
             std::thread::sleep(Duration::from_millis(25));
             if !self.dir.exists() {
-                let _ = std::fs::remove_file(&self.lock_path);
+                let _ = fs_err::remove_file(&self.lock_path);
                 return;
             }
         }
@@ -113,8 +113,12 @@ fn temporary_lock_file(parent: &Path) -> std::io::Result<tempfile::NamedTempFile
 }
 
 /// Removes the trees of dead builds; anything it cannot remove is left for the next sweep.
+#[allow(
+    clippy::disallowed_methods,
+    reason = "errors only mean skip; try_lock needs a std::fs::File"
+)]
 pub fn sweep(parent: &Path) {
-    let Ok(entries) = std::fs::read_dir(parent) else {
+    let Ok(entries) = fs_err::read_dir(parent) else {
         return;
     };
     for entry in entries.flatten() {
@@ -125,7 +129,7 @@ pub fn sweep(parent: &Path) {
             if let Ok(file) = File::options().write(true).open(&path)
                 && file.try_lock().is_ok()
             {
-                let _ = std::fs::remove_file(&path);
+                let _ = fs_err::remove_file(&path);
             }
             continue;
         }
@@ -142,13 +146,13 @@ pub fn sweep(parent: &Path) {
                     "removing the staging tree of a dead build: {}",
                     dir.display()
                 );
-                if std::fs::remove_dir_all(&dir).is_ok() || !dir.exists() {
-                    let _ = std::fs::remove_file(&path);
+                if fs_err::remove_dir_all(&dir).is_ok() || !dir.exists() {
+                    let _ = fs_err::remove_file(&path);
                 }
             }
         } else if path.is_dir() && !parent.join(format!("{name}.lock")).exists() {
             tracing::debug!("removing an unlocked staging tree: {}", path.display());
-            let _ = std::fs::remove_dir_all(&path);
+            let _ = fs_err::remove_dir_all(&path);
         }
     }
 }

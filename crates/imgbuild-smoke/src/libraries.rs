@@ -107,6 +107,10 @@ pub fn find_under(
 }
 
 #[cfg(test)]
+#[allow(
+    clippy::disallowed_methods,
+    reason = "imgbuild-smoke stays free of dependencies"
+)]
 mod tests {
     use super::*;
 

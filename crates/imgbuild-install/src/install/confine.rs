@@ -75,7 +75,7 @@ impl Kind {
 }
 
 #[derive(Debug)]
-struct Node {
+struct TreeNode {
     kind: Kind,
     /// Index into [`Tree::owners`] of the package that put it there.
     owner: usize,
@@ -102,7 +102,7 @@ impl From<Escape> for InstallError {
 /// The prefix as the packages of one install will leave it, keyed by prefix-relative path.
 #[derive(Debug, Default)]
 struct Tree {
-    nodes: BTreeMap<PathBuf, Node>,
+    nodes: BTreeMap<PathBuf, TreeNode>,
     owners: Vec<String>,
 }
 
@@ -139,7 +139,8 @@ impl Tree {
 
     fn put(&mut self, at: &Path, kind: Kind, owner: usize, wanted: &Path) -> Result<(), Escape> {
         let Some(existing) = self.nodes.get(at) else {
-            self.nodes.insert(at.to_path_buf(), Node { kind, owner });
+            self.nodes
+                .insert(at.to_path_buf(), TreeNode { kind, owner });
             return Ok(());
         };
         if existing.kind.same_as(&kind) {
@@ -209,7 +210,7 @@ impl Tree {
                 Component::Normal(name) => {
                     at.push(name.to_owned());
                     let here: PathBuf = at.iter().collect();
-                    if let Some(Node {
+                    if let Some(TreeNode {
                         kind: Kind::Symlink(next),
                         ..
                     }) = self.nodes.get(&here)
@@ -286,6 +287,10 @@ fn python_info(
 }
 
 /// Each path the package's link will create, with what it will be, in prefix terms.
+#[allow(
+    clippy::disallowed_methods,
+    reason = "its error is wrapped with the path already; fs-err would name it twice"
+)]
 fn package_paths(
     package: &Planned<'_>,
     python: Option<&rattler::install::PythonInfo>,
@@ -408,6 +413,10 @@ fn is_file_name_part(value: &str) -> bool {
 
 /// Reads the staged prefix back and checks every link in it as the plan was checked, and
 /// that no `__clobbers__` path is left: what reaches the image is what was planned.
+#[allow(
+    clippy::disallowed_methods,
+    reason = "its error is wrapped with the path already; fs-err would name it twice"
+)]
 pub(super) fn check_staged(prefix_dir: &Path) -> Result<(), InstallError> {
     let io = |e: std::io::Error| InstallError::Metadata {
         path: prefix_dir.to_path_buf(),
@@ -434,7 +443,7 @@ pub(super) fn check_staged(prefix_dir: &Path) -> Result<(), InstallError> {
             Kind::File(None)
         };
         tree.nodes
-            .insert(relative.to_path_buf(), Node { kind, owner: 0 });
+            .insert(relative.to_path_buf(), TreeNode { kind, owner: 0 });
     }
     tree.check_links()?;
     Ok(())

@@ -208,7 +208,7 @@ fn forget(pkgs: &Path, package: &str, events: &UnboundedSender<forward_progress:
         let warning = format!("could not remove the refused package's copy: {e}");
         let _ = events.send(forward_progress::Event::Warning(warning));
     }
-    let _ = std::fs::remove_file(pkgs.join(format!("{package}.lock")));
+    let _ = fs_err::remove_file(pkgs.join(format!("{package}.lock")));
 }
 
 /// Checks the extracted copy `dir` against its record and `info/paths.json`; with `rescan`
@@ -258,6 +258,10 @@ async fn extract_checked(job: &Job, destination: &Path) -> Result<Sha256Hash, In
 
 /// rattler's extraction of the archive at `path`, on a blocking thread as rattler's own
 /// `tokio::fs::extract` runs it, reading through a counter so the bytes are reported.
+#[allow(
+    clippy::disallowed_methods,
+    reason = "the extractor takes a std::fs::File; the error is wrapped with the archive"
+)]
 async fn extract(
     job: &Job,
     path: &Path,
@@ -464,12 +468,12 @@ pub(super) fn check_package(dir: &Path, record: &RepoDataRecord) -> Result<(), I
 }
 
 fn check_metadata_files(dir: &Path) -> Result<(), (String, String)> {
-    let info = std::fs::symlink_metadata(dir.join("info"));
+    let info = fs_err::symlink_metadata(dir.join("info"));
     if !info.is_ok_and(|m| m.is_dir()) {
         return Err(("info".into(), "is not a directory".into()));
     }
     for name in METADATA_FILES {
-        if let Ok(meta) = std::fs::symlink_metadata(dir.join(name))
+        if let Ok(meta) = fs_err::symlink_metadata(dir.join(name))
             && !meta.is_file()
         {
             return Err((name.to_string(), "is not a plain file".into()));
@@ -517,7 +521,7 @@ fn check_entry_type(
         if parent.as_os_str().is_empty() || plain_dirs.contains(parent) {
             break;
         }
-        match std::fs::symlink_metadata(dir.join(parent)) {
+        match fs_err::symlink_metadata(dir.join(parent)) {
             Ok(meta) if meta.is_dir() => {
                 plain_dirs.insert(parent.to_path_buf());
             }
@@ -531,7 +535,7 @@ fn check_entry_type(
             }
         }
     }
-    let Ok(meta) = std::fs::symlink_metadata(dir.join(&entry.relative_path)) else {
+    let Ok(meta) = fs_err::symlink_metadata(dir.join(&entry.relative_path)) else {
         return Ok(());
     };
     let (expected, ok) = match entry.path_type {
@@ -557,7 +561,7 @@ fn check_content(
         return Ok(());
     }
     let file = dir.join(&entry.relative_path);
-    let Ok(meta) = std::fs::symlink_metadata(&file) else {
+    let Ok(meta) = fs_err::symlink_metadata(&file) else {
         return Ok(());
     };
     let placeholder = entry

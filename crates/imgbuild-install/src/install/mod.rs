@@ -315,7 +315,7 @@ pub async fn install_reporting(
 /// lost depends on the order rattler's parallel links finished: none of it may reach the image.
 fn remove_clobbers(prefix_dir: &Path) -> Result<(), InstallError> {
     let root = prefix_dir.join(CLOBBERS);
-    match std::fs::symlink_metadata(&root) {
+    match fs_err::symlink_metadata(&root) {
         Ok(meta) if meta.is_dir() => fs_err::remove_dir_all(&root)
             .map_err(|source| InstallError::Metadata { path: root, source }),
         _ => Ok(()),

@@ -471,7 +471,7 @@ fn unpack_archive(
 }
 
 /// A file member of the archive, at a path inside the wheel.
-struct Member {
+struct WheelMember {
     name: String,
     relative: PathBuf,
     executable: bool,
@@ -485,7 +485,7 @@ fn check_member(
     index: usize,
     record_name: &str,
     install: &Install,
-) -> Result<Option<Member>, WheelInstallError> {
+) -> Result<Option<WheelMember>, WheelInstallError> {
     let name = entry
         .name()
         .map_err(|e| install.invalid(format!("entry {index} has no readable name: {e}")))?
@@ -507,7 +507,7 @@ fn check_member(
         return Ok(None);
     }
     let executable = entry.unix_mode().is_some_and(|m| m & 0o111 != 0);
-    Ok(Some(Member {
+    Ok(Some(WheelMember {
         name,
         relative,
         executable,
@@ -565,7 +565,7 @@ struct Destination {
 /// The root of the archive goes to purelib or platlib (1.c and 1.d); a member under
 /// `NAME-VER.data/` goes where its scheme says (2.b).
 fn destination(
-    member: &Member,
+    member: &WheelMember,
     wheel: &WheelFile,
     dist_info: &DistInfo,
     install: &Install,
@@ -592,7 +592,7 @@ fn destination(
 /// `data` to the prefix. Any other scheme is refused.
 fn data_destination(
     rest: &Path,
-    member: &Member,
+    member: &WheelMember,
     dist_info: &DistInfo,
     install: &Install,
 ) -> Result<(PathBuf, bool), WheelInstallError> {
@@ -631,7 +631,7 @@ fn data_destination(
 /// (2.c).
 fn copy_verified(
     entry: &mut impl Read,
-    member: &Member,
+    member: &WheelMember,
     destination: &Destination,
     recorded: &RecordedMember,
     install: &Install,
@@ -1005,7 +1005,7 @@ mod tests {
     fn wheel(dir: &Path, files: &[(&str, &[u8])], record_lies: &[(&str, &str)]) -> PathBuf {
         use zip::write::SimpleFileOptions;
         let path = dir.join("demo-1.0-py3-none-any.whl");
-        let mut zip = zip::ZipWriter::new(std::fs::File::create(&path).unwrap());
+        let mut zip = zip::ZipWriter::new(fs_err::File::create(&path).unwrap());
         let options = SimpleFileOptions::default().unix_permissions(0o644);
         let mut record = String::new();
         let mut all: Vec<(&str, &[u8])> = files.to_vec();

@@ -41,7 +41,7 @@ struct Directory {
 
 /// The `METADATA` member, as the central directory describes it.
 #[derive(Debug, PartialEq, Eq)]
-struct Member {
+struct MetadataMember {
     method: u16,
     crc32: u32,
     compressed: u64,
@@ -99,7 +99,7 @@ async fn read(client: &LazyClient, url: &Url) -> Result<RangeRead, String> {
 async fn member_by_range(
     client: &LazyClient,
     url: &Url,
-    member: &Member,
+    member: &MetadataMember,
     received: &mut u64,
 ) -> Result<Vec<u8>, String> {
     let mut range = Range::open(client, url, member.offset).await?;
@@ -251,7 +251,7 @@ fn end_of_directory(tail: &[u8], tail_start: u64) -> Result<Directory, String> {
 
 /// The one `NAME.dist-info/METADATA` at the top of the wheel, in the central directory
 /// `listing`.
-fn find_metadata(listing: &[u8]) -> Result<Member, String> {
+fn find_metadata(listing: &[u8]) -> Result<MetadataMember, String> {
     let mut found = None;
     let mut at = 0;
     while listing.len() >= at + 46 && listing[at..].starts_with(b"PK\x01\x02") {
@@ -284,7 +284,7 @@ fn is_metadata(name: &[u8]) -> bool {
 }
 
 /// A central directory entry's member, its zip64 sizes and offset taken from `extra`.
-fn member(entry: &[u8], extra: &[u8]) -> Result<Member, String> {
+fn member(entry: &[u8], extra: &[u8]) -> Result<MetadataMember, String> {
     let mut zip64 = zip64_fields(extra)?.into_iter();
     let mut wide = |narrow: u32| match narrow {
         u32::MAX => zip64.next().ok_or("a zip64 field missing"),
@@ -294,7 +294,7 @@ fn member(entry: &[u8], extra: &[u8]) -> Result<Member, String> {
     let size = wide(u32_at(entry, 24)?)?;
     let compressed = wide(u32_at(entry, 20)?)?;
     let offset = wide(u32_at(entry, 42)?)?;
-    Ok(Member {
+    Ok(MetadataMember {
         method: u16_at(entry, 10)?,
         crc32: u32_at(entry, 16)?,
         compressed,
@@ -332,7 +332,7 @@ fn local_data_offset(header: &[u8]) -> Result<u64, String> {
 }
 
 /// The member's bytes, stored or deflated, checked against its size and CRC-32.
-fn inflate(member: &Member, raw: &[u8]) -> Result<String, String> {
+fn inflate(member: &MetadataMember, raw: &[u8]) -> Result<String, String> {
     if member.size > LIMIT {
         return Err("METADATA larger than 64 MiB".into());
     }

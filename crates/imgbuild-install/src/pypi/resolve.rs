@@ -153,18 +153,18 @@ impl From<FetchError> for WheelResolveError {
 
 /// A node of the resolution.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub enum Node {
+pub enum ResolveNode {
     Root,
     Package(PackageName),
     Extra(PackageName, ExtraName),
 }
 
-impl fmt::Display for Node {
+impl fmt::Display for ResolveNode {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Node::Root => f.write_str("the recipe's [pypi] section"),
-            Node::Package(name) => write!(f, "{name}"),
-            Node::Extra(name, extra) => write!(f, "{name}[{extra}]"),
+            ResolveNode::Root => f.write_str("the recipe's [pypi] section"),
+            ResolveNode::Package(name) => write!(f, "{name}"),
+            ResolveNode::Extra(name, extra) => write!(f, "{name}[{extra}]"),
         }
     }
 }
@@ -238,13 +238,13 @@ impl Provider<'_> {
     /// Starts fetching the pages of the projects in `nodes`, which the solver will ask for
     /// next, a few at a time on the runtime: a tree of 50 projects then costs a few round
     /// trips instead of 50.
-    fn prefetch(&self, nodes: &[(Node, Ranges<Version>)]) {
+    fn prefetch(&self, nodes: &[(ResolveNode, Ranges<Version>)]) {
         if self.sources.indexes.is_empty() {
             return;
         }
         let mut prefetched = self.prefetched.borrow_mut();
         for (node, _) in nodes {
-            let (Node::Package(name) | Node::Extra(name, _)) = node else {
+            let (ResolveNode::Package(name) | ResolveNode::Extra(name, _)) = node else {
                 continue;
             };
             if prefetched.len() >= PREFETCH {
@@ -505,11 +505,13 @@ impl Provider<'_> {
     /// them at once (the solver would meet them one at a time).
     fn refuse_sdist_only(
         &self,
-        constraints: &[(Node, Ranges<Version>)],
+        constraints: &[(ResolveNode, Ranges<Version>)],
     ) -> Result<(), WheelResolveError> {
         let mut refused = Vec::new();
         for (node, range) in constraints {
-            let Node::Package(name) = node else { continue };
+            let ResolveNode::Package(name) = node else {
+                continue;
+            };
             if self.provided.contains_key(name) {
                 continue;
             }
@@ -529,7 +531,7 @@ impl Provider<'_> {
         &self,
         requirements: &[Requirement],
         extras: &[ExtraName],
-    ) -> Result<Vec<(Node, Ranges<Version>)>, WheelResolveError> {
+    ) -> Result<Vec<(ResolveNode, Ranges<Version>)>, WheelResolveError> {
         let mut constraints = Vec::new();
         for requirement in requirements {
             if !self.target.applies(requirement, extras) {
@@ -542,12 +544,15 @@ impl Provider<'_> {
                     return Err(WheelResolveError::UrlRequirement(requirement.to_string()));
                 }
             };
-            constraints.push((Node::Package(requirement.name.clone()), range.clone()));
+            constraints.push((
+                ResolveNode::Package(requirement.name.clone()),
+                range.clone(),
+            ));
             for extra in &requirement.extras {
                 // Extras of a conda-provided package are conda's to meet.
                 if !self.provided.contains_key(&requirement.name) {
                     constraints.push((
-                        Node::Extra(requirement.name.clone(), extra.clone()),
+                        ResolveNode::Extra(requirement.name.clone(), extra.clone()),
                         range.clone(),
                     ));
                 }
@@ -613,7 +618,7 @@ fn sdist_only(name: &PackageName, project: &Project, range: &Ranges<Version>) ->
 }
 
 impl DependencyProvider for Provider<'_> {
-    type P = Node;
+    type P = ResolveNode;
     type V = Version;
     type VS = Ranges<Version>;
     type M = String;
@@ -622,7 +627,7 @@ impl DependencyProvider for Provider<'_> {
 
     fn prioritize(
         &self,
-        _package: &Node,
+        _package: &ResolveNode,
         _range: &Ranges<Version>,
         statistics: &PackageResolutionStatistics,
     ) -> u32 {
@@ -632,12 +637,12 @@ impl DependencyProvider for Provider<'_> {
 
     fn choose_version(
         &self,
-        node: &Node,
+        node: &ResolveNode,
         range: &Ranges<Version>,
     ) -> Result<Option<Version>, WheelResolveError> {
         let name = match node {
-            Node::Root => return Ok(Some(Version::new([0]))),
-            Node::Package(name) | Node::Extra(name, _) => name,
+            ResolveNode::Root => return Ok(Some(Version::new([0]))),
+            ResolveNode::Package(name) | ResolveNode::Extra(name, _) => name,
         };
         if let Some(provided) = self.provided.get(name) {
             return Ok(range
@@ -696,18 +701,18 @@ impl DependencyProvider for Provider<'_> {
 
     fn get_dependencies(
         &self,
-        node: &Node,
+        node: &ResolveNode,
         version: &Version,
-    ) -> Result<Dependencies<Node, Ranges<Version>, String>, WheelResolveError> {
+    ) -> Result<Dependencies<ResolveNode, Ranges<Version>, String>, WheelResolveError> {
         let (name, extra) = match node {
-            Node::Root => {
+            ResolveNode::Root => {
                 let constraints = self.constraints(self.requirements, &[])?;
                 self.prefetch(&constraints);
                 self.refuse_sdist_only(&constraints)?;
                 return Ok(Dependencies::Available(constraints.into_iter().collect()));
             }
-            Node::Package(name) => (name, None),
-            Node::Extra(name, extra) => (name, Some(extra)),
+            ResolveNode::Package(name) => (name, None),
+            ResolveNode::Extra(name, extra) => (name, Some(extra)),
         };
         if self.provided.contains_key(name) {
             return Ok(Dependencies::Available(Vec::new().into_iter().collect()));
@@ -728,7 +733,7 @@ impl DependencyProvider for Provider<'_> {
             Some(extra) => {
                 // `name[extra]` is `name` at the same version plus the extra's requirements.
                 let mut constraints = vec![(
-                    Node::Package(name.clone()),
+                    ResolveNode::Package(name.clone()),
                     Ranges::singleton(version.clone()),
                 )];
                 constraints.extend(
@@ -737,7 +742,8 @@ impl DependencyProvider for Provider<'_> {
                 constraints
             }
         };
-        constraints.retain(|(n, _)| !matches!(n, Node::Package(p) if p == name && extra.is_none()));
+        constraints
+            .retain(|(n, _)| !matches!(n, ResolveNode::Package(p) if p == name && extra.is_none()));
         self.prefetch(&constraints);
         Ok(Dependencies::Available(constraints.into_iter().collect()))
     }
@@ -778,21 +784,24 @@ pub async fn resolve(input: ResolveInput<'_>) -> Result<Vec<ResolvedWheel>, Whee
     // The solver blocks on index requests; `block_in_place` lets the runtime carry on.
     // The error is boxed: PubGrub's derivation tree makes it large.
     let solution = tokio::task::block_in_place(|| {
-        pubgrub::resolve(&provider, Node::Root, Version::new([0])).map_err(Box::new)
+        pubgrub::resolve(&provider, ResolveNode::Root, Version::new([0])).map_err(Box::new)
     });
     let solution = match solution {
         Ok(solution) => solution,
         Err(err) => match *err {
             PubGrubError::NoSolution(tree) => {
                 // The root is a node with the made-up version 0: never shown.
-                let root = Node::Root.to_string();
+                let root = ResolveNode::Root.to_string();
                 let mut report = DefaultStringReporter::report(&tree)
                     .replace(&format!("{root} 0 "), &format!("{root} "))
                     .replace(&format!("{root} 0,"), &format!("{root},"));
                 // PubGrub knows a conda-provided distribution only as its one version: say
                 // where that version comes from.
                 for (name, conda) in input.provided {
-                    if tree.packages().contains(&Node::Package(name.clone())) {
+                    if tree
+                        .packages()
+                        .contains(&ResolveNode::Package(name.clone()))
+                    {
                         report.push_str(&format!(
                             "\nnote: {name} {} is provided by the conda package {}; a PyPI requirement on {name} must accept that version (or change the conda dependency)",
                             conda.version, conda.package
@@ -808,7 +817,7 @@ pub async fn resolve(input: ResolveInput<'_>) -> Result<Vec<ResolvedWheel>, Whee
     };
     let mut wheels = Vec::new();
     for (node, version) in solution {
-        let Node::Package(name) = node else {
+        let ResolveNode::Package(name) = node else {
             continue;
         };
         if provider.provided.contains_key(&name) {

@@ -195,6 +195,10 @@ fn parse_entries<R: Read + Seek>(
 
 /// The architectures of the library at `path`, or `None` when it is not an ELF file or has
 /// no fatbin (most libraries). Reads the ELF section headers and the fatbin's headers only.
+#[allow(
+    clippy::disallowed_methods,
+    reason = "the caller names the library in its error"
+)]
 pub fn read_library(path: &Path) -> Result<Option<Architectures>, FatbinError> {
     let cache = ReadCache::new(File::open(path)?);
     let range = match FileKind::parse(&cache) {
@@ -262,7 +266,7 @@ pub fn scan_packages<'a>(
         for rel in files.iter().filter(|f| is_shared_library(f)) {
             let path = prefix_dir.join(rel);
             // Symlinks (`libx.so` → `libx.so.12`) would count a library twice.
-            if !std::fs::symlink_metadata(&path).is_ok_and(|m| m.is_file()) {
+            if !fs_err::symlink_metadata(&path).is_ok_and(|m| m.is_file()) {
                 continue;
             }
             match read_library(&path) {

@@ -66,6 +66,10 @@ impl BuildContext {
 
     /// The context `root`, which must lie beneath `limit` (itself or below): opened through
     /// a handle on `limit`, so a link on the way cannot lead it out either.
+    #[allow(
+        clippy::disallowed_methods,
+        reason = "ContextError names the build context itself"
+    )]
     pub fn open_beneath(limit: &Path, root: &Path) -> Result<Arc<Self>, ContextError> {
         let outside = || ContextError::Outside(limit.to_path_buf());
         let real_limit = std::fs::canonicalize(limit).map_err(ContextError::Io)?;

@@ -25,9 +25,9 @@ const ALIGN: usize = 4096;
 const WRITE_BUFFER: usize = 1 << 20;
 
 /// The file a blob is written to; [`BlobFile::finish`] flushes and syncs it.
-pub(super) struct BlobFile(Mode);
+pub(super) struct BlobFile(BlobSink);
 
-enum Mode {
+enum BlobSink {
     Direct(Direct),
     Buffered(BufWriter<Writeback>),
 }
@@ -38,24 +38,28 @@ impl BlobFile {
         Self::create_with(path, true)
     }
 
+    #[allow(
+        clippy::disallowed_methods,
+        reason = "a std::fs::File for the buffered writer; the caller names the blob"
+    )]
     fn create_with(path: &Path, try_direct: bool) -> io::Result<BlobFile> {
         if try_direct && let Some(file) = open_direct(path) {
-            return Ok(BlobFile(Mode::Direct(Direct::new(file))));
+            return Ok(BlobFile(BlobSink::Direct(Direct::new(file))));
         }
         let file = std::fs::OpenOptions::new().write(true).open(path)?;
-        Ok(BlobFile(Mode::Buffered(buffered(file))))
+        Ok(BlobFile(BlobSink::Buffered(buffered(file))))
     }
 
     /// Whether the blob goes past the page cache.
     pub(super) fn is_direct(&self) -> bool {
-        matches!(self.0, Mode::Direct(_))
+        matches!(self.0, BlobSink::Direct(_))
     }
 
     /// Writes what is buffered and syncs the file.
     pub(super) fn finish(self) -> io::Result<()> {
         let file = match self.0 {
-            Mode::Direct(direct) => direct.finish()?,
-            Mode::Buffered(buffered) => buffered.into_inner().map_err(|e| e.into_error())?.file,
+            BlobSink::Direct(direct) => direct.finish()?,
+            BlobSink::Buffered(buffered) => buffered.into_inner().map_err(|e| e.into_error())?.file,
         };
         file.sync_all()
     }
@@ -64,8 +68,8 @@ impl BlobFile {
 impl Write for BlobFile {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
         match &mut self.0 {
-            Mode::Direct(direct) => direct.write(buf),
-            Mode::Buffered(writer) => writer.write(buf),
+            BlobSink::Direct(direct) => direct.write(buf),
+            BlobSink::Buffered(writer) => writer.write(buf),
         }
     }
 
@@ -76,6 +80,10 @@ impl Write for BlobFile {
 }
 
 #[cfg(target_os = "linux")]
+#[allow(
+    clippy::disallowed_methods,
+    reason = "O_DIRECT needs std OpenOptions, and a refusal only means buffered writes"
+)]
 fn open_direct(path: &Path) -> Option<File> {
     use std::os::unix::fs::OpenOptionsExt;
     std::fs::OpenOptions::new()
@@ -365,7 +373,7 @@ mod tests {
             ] {
                 let bytes: Vec<u8> = (0..size).map(|i| (i * 7 % 251) as u8).collect();
                 let path = dir.path().join(format!("blob-{size}-{try_direct}"));
-                File::create(&path).unwrap();
+                fs_err::File::create(&path).unwrap();
                 let mut file = BlobFile::create_with(&path, try_direct).unwrap();
                 assert!(try_direct || !file.is_direct());
                 // Odd write sizes, as the compressor's members have.
@@ -374,7 +382,7 @@ mod tests {
                 }
                 file.finish().unwrap();
                 assert!(
-                    std::fs::read(&path).unwrap() == bytes,
+                    fs_err::read(&path).unwrap() == bytes,
                     "{size} bytes, direct tried: {try_direct}"
                 );
             }

@@ -182,7 +182,7 @@ impl LayerCache {
             seal_key: machine_key(cache_dir, reporter),
         };
         for dir in [&root, &cache.blobs, &cache.keys] {
-            match std::fs::symlink_metadata(dir) {
+            match fs_err::symlink_metadata(dir) {
                 Ok(meta) if !meta.is_dir() => {
                     let what = crate::fs::file_kind(&meta.file_type());
                     return Err(std::io::Error::new(
@@ -329,8 +329,8 @@ impl LayerCache {
     pub(crate) fn evict(&self, key: &str, digest: Option<&str>) {
         let blob = digest.filter(|d| is_sha256(d)).map(|d| self.blob_path(d));
         for path in std::iter::once(self.key_path(key)).chain(blob) {
-            if std::fs::symlink_metadata(&path).is_ok_and(|m| !m.is_dir())
-                && let Err(err) = std::fs::remove_file(&path)
+            if fs_err::symlink_metadata(&path).is_ok_and(|m| !m.is_dir())
+                && let Err(err) = fs_err::remove_file(&path)
             {
                 tracing::debug!("cannot evict `{}`: {err}", path.display());
             }
@@ -340,6 +340,10 @@ impl LayerCache {
     /// Holds `key` for this process until the returned file is dropped: a second build
     /// wanting the same layer (matrix variants at once) waits, then finds it cached instead
     /// of compressing it again.
+    #[allow(
+        clippy::disallowed_methods,
+        reason = "O_NOFOLLOW needs std OpenOptions; the error is wrapped with the path"
+    )]
     pub(crate) fn lock_key(&self, key: &str) -> std::io::Result<std::fs::File> {
         let path = self.keys.join(format!("{key}.lock"));
         let file = std::fs::OpenOptions::new()
@@ -367,8 +371,8 @@ impl LayerCache {
         reporter: &dyn Reporter,
     ) -> std::io::Result<()> {
         let target = self.blob_path(&blob.digest);
-        if std::fs::symlink_metadata(&target).is_ok_and(|m| !m.is_file()) {
-            std::fs::remove_file(&target)?;
+        if fs_err::symlink_metadata(&target).is_ok_and(|m| !m.is_file()) {
+            fs_err::remove_file(&target)?;
         }
         crate::fs::link_or_copy(blob_path, &target)?;
         // This build wrote the blob: its identity now is the one to seal.
@@ -444,6 +448,10 @@ fn machine_key(cache_dir: &Path, reporter: &dyn Reporter) -> Option<Arc<SealKey>
 
 /// `path` opened for reading without following a link and without waiting on a fifo; only
 /// a regular file is returned.
+#[allow(
+    clippy::disallowed_methods,
+    reason = "O_NOFOLLOW needs std OpenOptions; the caller names the path"
+)]
 fn open_regular(path: &Path) -> std::io::Result<File> {
     let file = std::fs::OpenOptions::new()
         .read(true)
@@ -514,18 +522,18 @@ fn link_verified(
     blobs_dir: &Path,
 ) -> std::io::Result<bool> {
     let target = blobs_dir.join(digest.trim_start_matches("sha256:"));
-    if std::fs::symlink_metadata(&target).is_ok() {
+    if fs_err::symlink_metadata(&target).is_ok() {
         // Content-addressed: the layout already holds these bytes.
         return Ok(false);
     }
     let checked = file.metadata()?;
-    match std::fs::hard_link(source, &target) {
+    match fs_err::hard_link(source, &target) {
         Ok(()) => {
-            let linked = std::fs::symlink_metadata(&target)?;
+            let linked = fs_err::symlink_metadata(&target)?;
             if (linked.dev(), linked.ino()) == (checked.dev(), checked.ino()) {
                 return Ok(true);
             }
-            std::fs::remove_file(&target)?;
+            fs_err::remove_file(&target)?;
             Err(std::io::Error::other(
                 "its blob was replaced while it was checked",
             ))

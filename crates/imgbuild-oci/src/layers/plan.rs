@@ -414,7 +414,7 @@ pub fn wheel_of_label(label: &str) -> Option<&str> {
 const WHEEL_LABEL_PREFIX: &str = "pypi:";
 
 fn file_size(path: &Path) -> u64 {
-    std::fs::symlink_metadata(path)
+    fs_err::symlink_metadata(path)
         .map(|m| if m.is_file() { m.len() } else { 0 })
         .unwrap_or(0)
 }
@@ -506,10 +506,10 @@ mod tests {
     }
 
     /// `(name, depends, [(file, size)])` of a made-up package.
-    type Package<'a> = (&'a str, &'a [&'a str], &'a [(&'a str, usize)]);
+    type MadeUpPackage<'a> = (&'a str, &'a [&'a str], &'a [(&'a str, usize)]);
 
     /// A staged tree holding `packages`, their files written.
-    fn staged(root: &Path, packages: &[Package<'_>]) -> StagedTree {
+    fn staged(root: &Path, packages: &[MadeUpPackage<'_>]) -> StagedTree {
         let prefix = root.join("opt/conda");
         fs_err::create_dir_all(prefix.join("conda-meta")).unwrap();
         fs_err::write(prefix.join("conda-meta/history"), "").unwrap();
@@ -544,7 +544,7 @@ mod tests {
         }
     }
 
-    const PACKAGES: &[Package<'static>] = &[
+    const PACKAGES: &[MadeUpPackage<'static>] = &[
         ("app", &["numpy", "python"], &[("bin/app", 10)]),
         ("cuda-cudart", &[], &[("lib/libcudart.so.11.0", 500)]),
         ("numpy", &["python"], &[("lib/numpy.so", 300)]),

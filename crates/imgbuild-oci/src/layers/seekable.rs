@@ -152,8 +152,8 @@ struct Segment {
 }
 
 /// A compressed member and the sha256 of its chunk, if it holds one.
-type Member = (Vec<u8>, Option<String>);
-type JobResult = std::io::Result<(usize, Vec<Member>)>;
+type CompressedMember = (Vec<u8>, Option<String>);
+type JobResult = std::io::Result<(usize, Vec<CompressedMember>)>;
 
 /// The seekable writer: tar bytes in, the blob out to `inner`.
 pub(crate) struct SeekableWriter<W> {
@@ -173,7 +173,7 @@ pub(crate) struct SeekableWriter<W> {
     jobs_written: usize,
     /// The first member of each job, by job.
     job_first: Vec<usize>,
-    waiting: BTreeMap<usize, Vec<Member>>,
+    waiting: BTreeMap<usize, Vec<CompressedMember>>,
     done_tx: mpsc::Sender<JobResult>,
     done_rx: mpsc::Receiver<JobResult>,
     /// Compressed offset of each member written.
@@ -278,7 +278,7 @@ impl<W: Write> SeekableWriter<W> {
         let done = self.done_tx.clone();
         let format = self.format;
         self.pool.spawn(move || {
-            let compressed: std::io::Result<Vec<Member>> = segments
+            let compressed: std::io::Result<Vec<CompressedMember>> = segments
                 .iter()
                 .map(|segment| {
                     let digest = (segment.chunk > 0).then(|| {

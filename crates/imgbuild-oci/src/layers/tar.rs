@@ -108,6 +108,10 @@ impl Entry {
 
 /// The entries of a tar of `paths` (relative to `root`) and their parent directories, in
 /// tar order. Reads metadata only, never file contents.
+#[allow(
+    clippy::disallowed_methods,
+    reason = "its error is wrapped with the path already; fs-err would name it twice"
+)]
 pub fn entries(root: &Path, paths: &[String]) -> Result<Vec<Entry>, TarError> {
     let explicit: BTreeSet<&str> = paths.iter().map(String::as_str).collect();
     let mut entries = Vec::with_capacity(paths.len());

@@ -102,6 +102,10 @@ impl Layout {
     /// blobs removed under it, so one build never collects another's fresh blobs. The lock is
     /// a file beside the layout (`.NAME.lock`), not in it, so OCI tools never see it; the OS
     /// releases it when the process ends, even when it is killed.
+    #[allow(
+        clippy::disallowed_methods,
+        reason = "the lock needs a std::fs::File; the error is wrapped with the path"
+    )]
     pub fn lock(&self) -> Result<LayoutLock, LayoutError> {
         let name = self
             .dir

@@ -121,7 +121,7 @@ pub async fn pull_base_reporting(
     offline: bool,
     reporter: &dyn Reporter,
 ) -> Result<BaseImage, PullError> {
-    let pull = Pull {
+    let pull = Puller {
         client,
         shown: client.reference.to_string(),
         cache: blob_cache(cache_dir),
@@ -133,14 +133,14 @@ pub async fn pull_base_reporting(
 }
 
 /// One pull: where it reads from and writes to, and how it names the image in errors.
-struct Pull<'a> {
+struct Puller<'a> {
     client: &'a RepositoryClient,
     shown: String,
     cache: PathBuf,
     offline: bool,
 }
 
-impl Pull<'_> {
+impl Puller<'_> {
     fn registry_err(&self, source: RegistryError) -> PullError {
         PullError::Registry {
             reference: self.shown.clone(),
@@ -283,8 +283,8 @@ impl Pull<'_> {
             download_blob(self.client, blob, *size, &self.cache, reporter)
                 .await
                 .map_err(|e| match e {
-                    DownloadError::Registry(err) => self.registry_err(err),
-                    DownloadError::Io(source) => PullError::Cache {
+                    BlobDownloadError::Registry(err) => self.registry_err(err),
+                    BlobDownloadError::Io(source) => PullError::Cache {
                         path: cached(&self.cache, blob),
                         source,
                     },
@@ -387,7 +387,7 @@ async fn get_manifest(
     Ok(response.body.to_vec())
 }
 
-enum DownloadError {
+enum BlobDownloadError {
     Registry(RegistryError),
     Io(std::io::Error),
 }
@@ -401,20 +401,20 @@ async fn download_blob(
     size: u64,
     cache: &Path,
     reporter: &dyn Reporter,
-) -> Result<(), DownloadError> {
-    fs_err::create_dir_all(cache).map_err(DownloadError::Io)?;
+) -> Result<(), BlobDownloadError> {
+    fs_err::create_dir_all(cache).map_err(BlobDownloadError::Io)?;
     let temp = tempfile::Builder::new()
         .prefix(".download-")
         .tempfile_in(cache)
-        .map_err(DownloadError::Io)?;
+        .map_err(BlobDownloadError::Io)?;
     let url = client.url(&format!("/blobs/{digest}"));
     let downloading = client.download(&url, digest, size, temp.path());
     watch_growth(downloading, temp.path(), reporter)
         .await
-        .map_err(DownloadError::Registry)?;
-    crate::fs::set_mode(temp.path(), 0o644).map_err(DownloadError::Io)?;
+        .map_err(BlobDownloadError::Registry)?;
+    crate::fs::set_mode(temp.path(), 0o644).map_err(BlobDownloadError::Io)?;
     temp.persist(cached(cache, digest))
-        .map_err(|e| DownloadError::Io(e.error))?;
+        .map_err(|e| BlobDownloadError::Io(e.error))?;
     Ok(())
 }
 
@@ -434,7 +434,7 @@ async fn watch_growth<T>(
     let mut tick = tokio::time::interval(WATCH_EVERY);
     let mut counted = 0;
     let report = |counted: &mut u64| {
-        let length = std::fs::metadata(path).map_or(0, |m| m.len());
+        let length = fs_err::metadata(path).map_or(0, |m| m.len());
         if length > *counted {
             reporter.on_progress(Progress::PullBytes(length - *counted));
             *counted = length;

@@ -50,11 +50,11 @@ pub struct FileCopy {
 /// left out whole.
 #[derive(Debug, Clone, Default)]
 pub struct Excludes {
-    rules: Vec<Rule>,
+    rules: Vec<IgnoreRule>,
 }
 
 #[derive(Debug, Clone)]
-struct Rule {
+struct IgnoreRule {
     pattern: Pattern,
     negated: bool,
     dir_only: bool,
@@ -81,7 +81,7 @@ impl Excludes {
             None if line.contains('/') => line.to_string(),
             None => format!("**/{line}"),
         };
-        self.rules.push(Rule {
+        self.rules.push(IgnoreRule {
             pattern: Pattern::new(&pattern)?,
             negated,
             dir_only,

@@ -137,7 +137,7 @@ fn create_key(path: &Path) -> std::io::Result<()> {
         .tempfile_in(dir)?;
     temp.write_all(&key)?;
     temp.as_file().sync_all()?;
-    match std::fs::hard_link(temp.path(), path) {
+    match fs_err::hard_link(temp.path(), path) {
         Err(err) if err.kind() != std::io::ErrorKind::AlreadyExists => Err(err),
         _ => Ok(()),
     }
