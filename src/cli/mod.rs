@@ -8,6 +8,7 @@ mod inspect;
 mod k8s;
 mod lock;
 mod matrix;
+mod meant;
 mod printer;
 mod progress;
 mod registry;
@@ -30,6 +31,10 @@ use printer::{CommandFailure, Printer};
 
 use build::BUILD_EXAMPLES;
 
+const VERSION_EXAMPLES: &str = "\
+Examples:
+  imgbuild version";
+
 /// Daemonless, rootless, bit-reproducible OCI images for conda-based AI runtimes.
 #[derive(Debug, Parser)]
 #[command(name = "imgbuild", version, after_help = BUILD_EXAMPLES)]
@@ -40,7 +45,9 @@ pub(crate) struct Cli {
     pub global: GlobalArgs,
 }
 
+/// The options every command takes, under their own heading in each command's help.
 #[derive(Debug, Args)]
+#[command(next_help_heading = "Global options")]
 pub(crate) struct GlobalArgs {
     /// Where packages, repodata and staging trees are cached
     /// [default: $XDG_CACHE_HOME/imgbuild or ~/.cache/imgbuild]
@@ -121,6 +128,9 @@ pub(crate) enum Command {
     /// Print the man page (roff)
     #[command(after_help = completions::MAN_EXAMPLES)]
     Man,
+    /// Print imgbuild's version (as `imgbuild --version` does)
+    #[command(after_help = VERSION_EXAMPLES)]
+    Version,
     /// Check an image layout: every blob's digest and size, the layers' diff_ids, and with
     /// `--recipe` its lock; `--rebuild` rebuilds it and compares
     #[command(after_help = verify::VERIFY_EXAMPLES)]
@@ -158,10 +168,14 @@ impl Command {
 }
 
 /// Parses the command line; `imgbuild [flags] recipe.toml` means `imgbuild [flags] build
-/// recipe.toml`. clap reports the recipe as an unknown subcommand; `build` is inserted in
-/// front of it and the line parsed again.
+/// recipe.toml`. clap reports the recipe as an unknown subcommand; when the word is a recipe
+/// ([`meant::first_word`]), `build` is inserted in front of it and the line parsed again,
+/// and otherwise the word is refused with what to use instead (exit 2, as clap's errors).
 fn parse_cli(args: Vec<String>) -> Result<Cli, clap::Error> {
-    use clap::error::{ContextKind, ContextValue, ErrorKind};
+    use clap::{
+        CommandFactory,
+        error::{ContextKind, ContextValue, ErrorKind},
+    };
     let err = match Cli::try_parse_from(&args) {
         Ok(cli) => return Ok(cli),
         Err(err) => err,
@@ -175,6 +189,11 @@ fn parse_cli(args: Vec<String>) -> Result<Cli, clap::Error> {
     let Some(position) = args.iter().skip(1).position(|a| a == word) else {
         return Err(err);
     };
+    let command = Cli::command();
+    let subcommands: Vec<&str> = command.get_subcommands().map(|c| c.get_name()).collect();
+    if let meant::Meant::Refused(message) = meant::first_word(word, &subcommands) {
+        return Err(command.clone().error(ErrorKind::InvalidSubcommand, message));
+    }
     let mut with_build = args.clone();
     with_build.insert(position + 1, "build".to_string());
     Cli::try_parse_from(with_build)
@@ -304,6 +323,10 @@ async fn run(cli: &Cli, printer: &Printer) -> Result<ExitCode, CommandFailure> {
         Command::Init(args) => init::run_init(args, printer),
         Command::Completions(args) => completions::run_completions(args),
         Command::Man => completions::run_man(printer),
+        Command::Version => {
+            printer.result(concat!("imgbuild ", env!("CARGO_PKG_VERSION")));
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Verify(args) => {
             let settings = args
                 .recipe

@@ -10,7 +10,7 @@ use crate::{
 };
 
 /// A channel at `dir` with one package, `pkg` at `version`.
-fn channel_with_pkg(dir: &Path, version: &str) {
+pub(crate) fn channel_with_pkg(dir: &Path, version: &str) {
     let package = Package::new("pkg", &[], false, vec![Raw::file("share/pkg.txt", version)]);
     let mut index: serde_json::Value = serde_json::from_slice(&package.info[0].1).unwrap();
     index["version"] = version.into();

@@ -105,11 +105,11 @@ const SKIPS: &[(&str, &str)] = &[
     ),
 ];
 
-/// How many README commands run (the others are skipped by [`SKIPS`]); the twelfth is
-/// `verify --provenance --lock`.
-const README_RUN: usize = 12;
+/// How many README commands run (the others are skipped by [`SKIPS`]); among them
+/// `verify --provenance --lock` and `version`.
+const README_RUN: usize = 13;
 /// How many distinct `--help` example commands run.
-const HELP_RUN: usize = 10;
+const HELP_RUN: usize = 11;
 
 /// The commands of a text's lines: `\` continuations joined, blank and `#` comment lines
 /// left out.

@@ -315,18 +315,20 @@ impl Checker {
                 span: None,
             });
         }
-        let channels = self.channels(&conda.channels, &self.channel_config(channel_alias))?;
+        let config = self.channel_config(channel_alias);
+        let channels = self.channels(&conda.channels, &config)?;
         let channel_priority = conda
             .channel_priority
             .as_ref()
             .map(|priority| self.channel_priority(priority))
             .transpose()?
             .unwrap_or_default();
+        let specs = self.specs(&conda.dependencies, &config, &channels)?;
         Ok(CondaEnvironment {
             channels,
             channel_names: conda.channels.iter().map(|c| c.get_ref().clone()).collect(),
             channel_priority,
-            specs: self.specs(&conda.dependencies)?,
+            specs,
         })
     }
 
@@ -343,6 +345,46 @@ impl Checker {
             channel_alias,
             root_dir: recipe_dir(&self.path),
         }
+    }
+
+    /// A channel-qualified spec (`pytorch::pytorch`, `pkg[channel=pytorch]`) with its channel
+    /// resolved as the recipe's own: rattler parses the channel with conda.anaconda.org and
+    /// the working directory, so behind a mirror (`--channel-alias`) or with a path relative
+    /// to the recipe it would name another channel than the recipe's, and no candidate would
+    /// ever match. The channel must be one of `[conda] channels`: the solve reads no other.
+    fn with_recipe_channel(
+        &self,
+        mut spec: MatchSpec,
+        raw: &Spanned<String>,
+        config: &ChannelConfig,
+        channels: &[Channel],
+    ) -> Result<MatchSpec, RecipeError> {
+        let Some(parsed) = spec.channel.as_ref() else {
+            return Ok(spec);
+        };
+        let named = qualifier(raw.get_ref()).unwrap_or_else(|| parsed.canonical_name());
+        let channel = Channel::from_str(&named, config).map_err(|err| {
+            self.error(
+                raw,
+                format!("invalid channel `{named}` in `{}`: {err}", raw.get_ref()),
+            )
+        })?;
+        let same = |c: &Channel| {
+            c.base_url.as_str().trim_end_matches('/')
+                == channel.base_url.as_str().trim_end_matches('/')
+        };
+        if !channels.iter().any(same) {
+            return Err(self.error(
+                raw,
+                format!(
+                    "`{}` names the channel `{named}` ({}), which is not in `[conda] channels`; add it there (the solve reads only those)",
+                    raw.get_ref(),
+                    channel.base_url,
+                ),
+            ));
+        }
+        spec.channel = Some(std::sync::Arc::new(channel));
+        Ok(spec)
     }
 
     fn channels(
@@ -363,18 +405,27 @@ impl Checker {
             .collect()
     }
 
-    /// `[conda] dependencies`: every entry parsed first, then each must name one package.
-    fn specs(&self, dependencies: &[Spanned<String>]) -> Result<Vec<MatchSpec>, RecipeError> {
+    /// `[conda] dependencies`: every entry parsed first, then each must name one package,
+    /// and a channel it names is resolved as the recipe's channels are.
+    fn specs(
+        &self,
+        dependencies: &[Spanned<String>],
+        config: &ChannelConfig,
+        channels: &[Channel],
+    ) -> Result<Vec<MatchSpec>, RecipeError> {
         let specs = dependencies
             .iter()
             .map(|dep| {
                 // Lenient, as conda itself: `python 3.9` means `3.9.*`, as users write in environment.yml.
-                MatchSpec::from_str(dep.get_ref(), ParseStrictness::Lenient).map_err(|err| {
-                    self.error(
-                        dep,
-                        format!("invalid dependency `{}`: {err}", dep.get_ref()),
-                    )
-                })
+                let spec = MatchSpec::from_str(dep.get_ref(), ParseStrictness::Lenient).map_err(
+                    |err| {
+                        self.error(
+                            dep,
+                            format!("invalid dependency `{}`: {err}", dep.get_ref()),
+                        )
+                    },
+                )?;
+                self.with_recipe_channel(spec, dep, config, channels)
             })
             .collect::<Result<Vec<_>, _>>()?;
         for (spec, raw) in specs.iter().zip(dependencies) {
@@ -916,6 +967,25 @@ struct LayerSettings {
 
 /// `specs` with NVIDIA's forward-compatibility libraries for the runtime when `[cuda]`
 /// asks for them (conda-forge and the nvidia channel name them `cuda-compat`).
+/// The channel a spec names as written: `CHANNEL[/SUBDIR]::…` or `…[channel=CHANNEL]`, the
+/// subdir left off.
+fn qualifier(spec: &str) -> Option<String> {
+    let spec = spec.trim();
+    let named = match spec.split_once("::") {
+        Some((channel, _)) => channel.to_string(),
+        None => {
+            let (_, rest) = spec.split_once("channel=")?;
+            let end = rest.find([',', ']']).unwrap_or(rest.len());
+            rest[..end].trim().trim_matches(['"', '\'']).to_string()
+        }
+    };
+    let without_subdir = match named.rsplit_once('/') {
+        Some((channel, subdir)) if Subdir::from_str(subdir).is_ok() => channel.to_string(),
+        _ => named,
+    };
+    Some(without_subdir).filter(|c| !c.is_empty())
+}
+
 fn with_cuda_compat(mut specs: Vec<MatchSpec>, cuda: Option<&CudaTarget>) -> Vec<MatchSpec> {
     if let Some(cuda) = cuda.filter(|c| c.compat) {
         specs.push(
@@ -967,6 +1037,75 @@ name = "x"
 channels = ["conda-forge", "https://example.org/ch", "file:///srv/ch", "../local"]
 dependencies = ["python=3.9", "numpy >=1.20"]
 "#;
+
+    /// `[conda]` with `channels` and `dependencies`, read with `alias`.
+    fn with_specs(channels: &str, dependencies: &str, alias: &str) -> Result<Recipe, RecipeError> {
+        let text = format!(
+            "[image]\nname = \"x\"\n\n[conda]\nchannels = {channels}\ndependencies = {dependencies}\n"
+        );
+        let options = RecipeOptions {
+            channel_alias: Url::parse(alias).unwrap(),
+            variant: None,
+        };
+        Recipe::from_str_at(&text, Path::new("/work/recipes/x.toml"), &options)
+    }
+
+    fn spec_channel(recipe: &Recipe, at: usize) -> String {
+        recipe.specs[at]
+            .channel
+            .as_ref()
+            .unwrap()
+            .base_url
+            .to_string()
+    }
+
+    #[test]
+    fn a_channel_qualified_spec_resolves_through_the_recipes_alias() {
+        let recipe = with_specs(
+            r#"["conda-forge", "pytorch"]"#,
+            r#"["pytorch::pytorch=2.0.0", "pytorch/linux-64::torchvision", "numpy[channel=conda-forge]"]"#,
+            "https://mirror.example/conda",
+        )
+        .unwrap();
+        assert_eq!(
+            spec_channel(&recipe, 0),
+            "https://mirror.example/conda/pytorch/"
+        );
+        assert_eq!(
+            spec_channel(&recipe, 1),
+            "https://mirror.example/conda/pytorch/"
+        );
+        assert_eq!(
+            spec_channel(&recipe, 2),
+            "https://mirror.example/conda/conda-forge/"
+        );
+        assert_eq!(recipe.specs[1].subdir.as_deref(), Some("linux-64"));
+    }
+
+    #[test]
+    fn a_channel_qualified_by_a_path_is_the_recipes_path() {
+        let recipe = with_specs(
+            r#"["../local", "file:///srv/ch"]"#,
+            r#"["../local::pkg", "file:///srv/ch::other"]"#,
+            DEFAULT_CHANNEL_ALIAS,
+        )
+        .unwrap();
+        assert_eq!(spec_channel(&recipe, 0), "file:///work/local/");
+        assert_eq!(spec_channel(&recipe, 1), "file:///srv/ch/");
+    }
+
+    #[test]
+    fn a_spec_naming_a_channel_the_recipe_lacks_is_refused() {
+        let err = with_specs(
+            r#"["conda-forge"]"#,
+            r#"["xformers::xformers=0.0.18"]"#,
+            DEFAULT_CHANNEL_ALIAS,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("names the channel `xformers`"), "{err}");
+        assert!(err.contains("not in `[conda] channels`"), "{err}");
+    }
 
     #[test]
     fn minimal_recipe_gets_defaults() {
