@@ -25,6 +25,16 @@ pub(crate) struct Gpus {
     pub count: u32,
 }
 
+/// A host directory or file mounted into the container (`--volume SRC:DST[:ro]`): both
+/// absolute, normal and free of `,` and `:`, which Pyxis's mount list and podman's `-v`
+/// would read as separators.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Volume {
+    pub source: String,
+    pub target: String,
+    pub read_only: bool,
+}
+
 /// What the script says beyond the image: the `--set` keys and flags.
 #[derive(Debug, Clone)]
 pub(crate) struct JobOptions {
@@ -39,6 +49,20 @@ pub(crate) struct JobOptions {
     pub time: Option<String>,
     /// `--cpus-per-task`.
     pub cpus: Option<u32>,
+    /// `--nodes`; with it a multi-node job, one task per node unless `ntasks_per_node`.
+    pub nodes: Option<u32>,
+    /// `--ntasks-per-node`; without it (and `nodes`) the job has one task.
+    pub ntasks_per_node: Option<u32>,
+    /// `--gpus-per-node`, in place of the job's `--gres=gpu:N`.
+    pub gpus_per_node: Option<Gpus>,
+    /// `--qos`.
+    pub qos: Option<String>,
+    /// `--constraint`, node features (`a100&ib`, `[rack1|rack2]`).
+    pub constraint: Option<String>,
+    /// `--exclusive`: the nodes to this job alone.
+    pub exclusive: bool,
+    /// `--volume`, in this order.
+    pub volumes: Vec<Volume>,
     /// `--mem`, as Slurm writes it (`32G`).
     pub memory: Option<String>,
     /// Default: one GPU for a CUDA image, else none.
@@ -64,6 +88,13 @@ impl JobOptions {
             account: None,
             time: None,
             cpus: None,
+            nodes: None,
+            ntasks_per_node: None,
+            gpus_per_node: None,
+            qos: None,
+            constraint: None,
+            exclusive: false,
+            volumes: Vec::new(),
             memory: None,
             gpus: None,
             command: None,
@@ -104,6 +135,12 @@ pub(crate) enum SlurmError {
         "`{image}` has neither an entrypoint nor a cmd, so the job would run nothing: give one with `--set command=…`"
     )]
     NoCommand { image: String },
+    #[error("`--volume {value}`: {reason}")]
+    Volume { value: String, reason: String },
+    #[error(
+        "`--set gpus` and `--set gpus-per-node` both ask for GPUs; give one (gpus-per-node for a multi-node job)"
+    )]
+    GpusTwice,
 }
 
 /// The sbatch script that runs `image` with `options`.
@@ -120,10 +157,21 @@ pub(crate) fn sbatch_script(
         Some(name) => name.clone(),
         None => job_name(&image.image),
     };
-    let gpus = options.gpus.clone().unwrap_or(Gpus {
-        kind: None,
-        count: u32::from(image.cuda.is_some()),
-    });
+    if options.gpus.is_some() && options.gpus_per_node.is_some() {
+        return Err(SlurmError::GpusTwice);
+    }
+    // A CUDA image asks for one GPU unless told otherwise; per node when told per node.
+    let gpus = match (&options.gpus, &options.gpus_per_node) {
+        (Some(gpus), _) => gpus.clone(),
+        (None, Some(_)) => Gpus {
+            kind: None,
+            count: 0,
+        },
+        (None, None) => Gpus {
+            kind: None,
+            count: u32::from(image.cuda.is_some()),
+        },
+    };
     let mut script = format!(
         "#!/bin/bash\n# Runs {} through {}; written by `imgbuild slurm`, submit it with `sbatch`.\n",
         reference,
@@ -136,6 +184,7 @@ pub(crate) fn sbatch_script(
         script.push_str(&format!("#SBATCH {directive}\n"));
     }
     script.push_str("\nset -euo pipefail\n");
+    script.push_str(&volume_checks(&options.volumes));
     let argv = container_argv(image, options);
     if argv.is_empty() {
         return Err(SlurmError::NoCommand {
@@ -144,7 +193,11 @@ pub(crate) fn sbatch_script(
     }
     let step = match options.runner {
         Runner::Pyxis => pyxis_step(&argv, image, &reference, options),
-        Runner::Podman => podman_step(&reference, options, gpus.count > 0),
+        Runner::Podman => podman_step(
+            &reference,
+            options,
+            gpus.count > 0 || options.gpus_per_node.is_some(),
+        ),
     };
     script.push_str(&step);
     Ok(script)
@@ -162,14 +215,25 @@ fn pinned_reference(repository: &str, digest: &str) -> Result<Reference, SlurmEr
     Ok(parsed.with_digest(digest))
 }
 
-/// The `#SBATCH` options, each already checked by the `check_*` functions.
+/// The `#SBATCH` options, each already checked by the `check_*` functions. One task unless
+/// nodes or tasks per node are asked for; then `srun` runs the step once per task, on
+/// every node.
 fn directives(name: &str, options: &JobOptions, gpus: &Gpus) -> Vec<String> {
-    let mut lines = vec![format!("--job-name={name}"), "--ntasks=1".to_string()];
+    let mut lines = vec![format!("--job-name={name}")];
+    match (options.nodes, options.ntasks_per_node) {
+        (None, None) => lines.push("--ntasks=1".to_string()),
+        (nodes, per_node) => {
+            lines.extend(nodes.map(|n| format!("--nodes={n}")));
+            lines.push(format!("--ntasks-per-node={}", per_node.unwrap_or(1)));
+        }
+    }
     let optional = [
         ("partition", &options.partition),
         ("account", &options.account),
+        ("qos", &options.qos),
         ("time", &options.time),
         ("mem", &options.memory),
+        ("constraint", &options.constraint),
     ];
     for (flag, value) in optional {
         if let Some(value) = value {
@@ -179,15 +243,45 @@ fn directives(name: &str, options: &JobOptions, gpus: &Gpus) -> Vec<String> {
     if let Some(cpus) = options.cpus {
         lines.push(format!("--cpus-per-task={cpus}"));
     }
+    if options.exclusive {
+        lines.push("--exclusive".to_string());
+    }
     if gpus.count > 0 {
-        let kind = gpus
-            .kind
-            .as_ref()
-            .map(|k| format!("{k}:"))
-            .unwrap_or_default();
-        lines.push(format!("--gres=gpu:{kind}{}", gpus.count));
+        lines.push(format!("--gres=gpu:{}", gpu_count(gpus)));
+    }
+    if let Some(per_node) = &options.gpus_per_node {
+        lines.push(format!("--gpus-per-node={}", gpu_count(per_node)));
     }
     lines
+}
+
+/// `N` or `TYPE:N`, as `--gres=gpu:` and `--gpus-per-node=` take it.
+fn gpu_count(gpus: &Gpus) -> String {
+    match &gpus.kind {
+        Some(kind) => format!("{kind}:{}", gpus.count),
+        None => gpus.count.to_string(),
+    }
+}
+
+/// Each volume's source checked on the node the batch script starts on, before anything
+/// is pulled: a missing one ends the job with a line saying which, where Pyxis or podman
+/// would fail later with a message of their own.
+fn volume_checks(volumes: &[Volume]) -> String {
+    volumes
+        .iter()
+        .map(|volume| {
+            let source = shell_quote(&volume.source);
+            format!(
+                "[ -e {source} ] || {{ echo \"imgbuild: the volume source \"{source}\" is missing on $(hostname)\" >&2; exit 1; }}\n"
+            )
+        })
+        .collect()
+}
+
+/// `SRC:DST[:ro]` as Pyxis's `--container-mounts` and podman's `-v` take it.
+fn mount_spec(volume: &Volume) -> String {
+    let mode = if volume.read_only { ":ro" } else { "" };
+    format!("{}:{}{mode}", volume.source, volume.target)
 }
 
 /// The Pyxis step: the command is written out (the image's entrypoint and cmd, or the
@@ -219,6 +313,13 @@ fn pyxis_step(
     ]);
     if let Some(workdir) = image.config.workdir.as_deref().filter(|w| !w.is_empty()) {
         flags.push(format!("--container-workdir={}", shell_quote(workdir)));
+    }
+    if !options.volumes.is_empty() {
+        let mounts: Vec<String> = options.volumes.iter().map(mount_spec).collect();
+        flags.push(format!(
+            "--container-mounts={}",
+            shell_quote(&mounts.join(","))
+        ));
     }
     if !options.env.is_empty() {
         // Named here, the job's values win over the image's (Pyxis keeps an image's own
@@ -297,6 +398,9 @@ fn podman_step(reference: &Reference, options: &JobOptions, gpus: bool) -> Strin
     }
     for (name, value) in &options.env {
         flags.push(format!("--env={}", shell_quote(&format!("{name}={value}"))));
+    }
+    for volume in &options.volumes {
+        flags.push(format!("--volume={}", shell_quote(&mount_spec(volume))));
     }
     if let Some(command) = &options.command {
         let json = serde_json::to_string(command).unwrap_or_default();
@@ -456,16 +560,87 @@ pub(crate) fn parse_memory(value: &str) -> Result<String, SlurmError> {
 
 /// Reads `--set cpus=N`: a whole number above 0.
 pub(crate) fn parse_cpus(value: &str) -> Result<u32, SlurmError> {
-    value
-        .parse()
-        .ok()
+    parse_count("cpus", value)
+}
+
+/// A count above 0 in plain digits (`cpus`, `nodes`, `ntasks-per-node`): no sign, no
+/// range, no suffix, none of which the script would pass on as it was meant.
+pub(crate) fn parse_count(key: &'static str, value: &str) -> Result<u32, SlurmError> {
+    Some(value)
+        .filter(|v| !v.is_empty() && v.chars().all(|c| c.is_ascii_digit()))
+        .and_then(|v| v.parse().ok())
         .filter(|n| *n > 0)
-        .ok_or_else(|| value_error("cpus", value, "must be a whole number above 0"))
+        .ok_or_else(|| value_error(key, value, "must be a whole number above 0"))
+}
+
+/// Checks `--set constraint=…`: node features (letters, digits, `.`, `_`, `-`) joined by
+/// sbatch's operators `&`, `|`, `,`, `*N`, `[…]` and `(…)`, with no white space, which would
+/// end the `#SBATCH` line's value.
+pub(crate) fn check_constraint(value: &str) -> Result<(), SlurmError> {
+    let valid = !value.is_empty()
+        && value
+            .chars()
+            .all(|c| is_name_char(c) || "&|,*[]()".contains(c))
+        && value.chars().any(is_name_char);
+    if valid {
+        Ok(())
+    } else {
+        Err(value_error(
+            "constraint",
+            value,
+            "must be node features (letters, digits, `.`, `_`, `-`) joined by `&`, `|`, `,`, `*N`, `[…]` or `(…)`",
+        ))
+    }
+}
+
+/// Reads `--set exclusive=true|false`.
+pub(crate) fn parse_switch(key: &'static str, value: &str) -> Result<bool, SlurmError> {
+    match value {
+        "true" => Ok(true),
+        "false" => Ok(false),
+        _ => Err(value_error(key, value, "must be `true` or `false`")),
+    }
+}
+
+/// Reads `--volume SRC:DST[:ro|rw]`: a host path and a container path, both absolute and
+/// normal (no `..`; `.` and doubled `/` are dropped), with none of `,` and `:`.
+pub(crate) fn parse_volume(text: &str) -> Result<Volume, SlurmError> {
+    let error = |reason: String| SlurmError::Volume {
+        value: text.to_string(),
+        reason,
+    };
+    let parts: Vec<&str> = text.split(':').collect();
+    let (source, target, read_only) = match parts[..] {
+        [source, target] => (source, target, false),
+        [source, target, "ro"] => (source, target, true),
+        [source, target, "rw"] => (source, target, false),
+        [_, _, mode] => return Err(error(format!("`{mode}` is neither `ro` nor `rw`"))),
+        _ => {
+            return Err(error(
+                "not `SRC:DST` or `SRC:DST:ro` (a path may hold no `:`)".into(),
+            ));
+        }
+    };
+    let normal = |path: &str, what: &str| {
+        crate::k8s::normal_path(path)
+            .filter(|p| !p.contains(','))
+            .ok_or_else(|| {
+                error(format!(
+                    "the {what} `{}` is not an absolute path without `..` and `,`",
+                    path.escape_debug()
+                ))
+            })
+    };
+    Ok(Volume {
+        source: normal(source, "host path")?,
+        target: normal(target, "container path")?,
+        read_only,
+    })
 }
 
 /// Reads `--set gpus=N` or `gpus=TYPE:N` (a GRES type the site defines, e.g. `a100:2`); 0
 /// asks for none.
-pub(crate) fn parse_gpus(value: &str) -> Result<Gpus, SlurmError> {
+pub(crate) fn parse_gpus(key: &'static str, value: &str) -> Result<Gpus, SlurmError> {
     let (kind, count) = match value.rsplit_once(':') {
         Some((kind, count)) => (Some(kind), count),
         None => (None, value),
@@ -478,7 +653,7 @@ pub(crate) fn parse_gpus(value: &str) -> Result<Gpus, SlurmError> {
             count,
         }),
         _ => Err(value_error(
-            "gpus",
+            key,
             value,
             "must be a whole number of GPUs, or `TYPE:N` for a GRES type (e.g. `a100:2`)",
         )),
@@ -529,16 +704,16 @@ mod tests {
             assert!(parse_memory(bad).is_err(), "{bad}");
         }
         assert_eq!(
-            parse_gpus("2").unwrap(),
+            parse_gpus("gpus", "2").unwrap(),
             Gpus {
                 kind: None,
                 count: 2
             }
         );
-        let typed = parse_gpus("a100:4").unwrap();
+        let typed = parse_gpus("gpus", "a100:4").unwrap();
         assert_eq!((typed.kind.as_deref(), typed.count), (Some("a100"), 4));
         for bad in ["", "-1", "+1", "two", ":1", "a b:1", "a100:", "1.5"] {
-            assert!(parse_gpus(bad).is_err(), "{bad}");
+            assert!(parse_gpus("gpus", bad).is_err(), "{bad}");
         }
         assert_eq!(parse_cpus("16").unwrap(), 16);
         assert!(parse_cpus("0").is_err());
@@ -639,6 +814,83 @@ mod tests {
         assert!(matches!(
             sbatch_script(&image, &options),
             Err(SlurmError::DuplicateEnv { .. })
+        ));
+    }
+
+    #[test]
+    fn multi_node_keys_volumes_and_their_refusals() {
+        assert_eq!(parse_count("nodes", "4").unwrap(), 4);
+        for bad in ["", "0", "+2", "2-4", "two", "1\n", "$(id)"] {
+            assert!(parse_count("nodes", bad).is_err(), "{bad:?}");
+        }
+        assert!(check_constraint("a100&ib").is_ok());
+        assert!(check_constraint("[rack1|rack2]*2").is_ok());
+        for bad in ["", "&", "a b", "a\nb", "$(id)", "a;b", "`id`"] {
+            assert!(check_constraint(bad).is_err(), "{bad:?}");
+        }
+        assert!(parse_switch("exclusive", "true").unwrap());
+        assert!(parse_switch("exclusive", "yes").is_err());
+        let volume = parse_volume("/scratch//data/./x:/data:ro").unwrap();
+        assert_eq!(
+            volume,
+            Volume {
+                source: "/scratch/data/x".into(),
+                target: "/data".into(),
+                read_only: true
+            }
+        );
+        for bad in [
+            "/a/../etc:/x",
+            "rel:/x",
+            "/a:rel",
+            "/a,b:/x",
+            "/a:/x:rx",
+            "/a",
+            "/a\nb:/x",
+        ] {
+            assert!(parse_volume(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn a_multi_node_script_asks_per_node_and_mounts_the_volumes() {
+        let image = image(Some(&["torchrun", "train.py"]), None);
+        let mut options = options(Runner::Pyxis);
+        options.nodes = Some(2);
+        options.ntasks_per_node = Some(4);
+        options.gpus_per_node = Some(parse_gpus("gpus-per-node", "h100:4").unwrap());
+        options.qos = Some("high".into());
+        options.constraint = Some("ib&h100".into());
+        options.exclusive = true;
+        options.volumes = vec![
+            parse_volume("/scratch/data:/data:ro").unwrap(),
+            parse_volume("/home/me/out:/out").unwrap(),
+        ];
+        let script = sbatch_script(&image, &options).unwrap();
+        for line in [
+            "#SBATCH --nodes=2\n",
+            "#SBATCH --ntasks-per-node=4\n",
+            "#SBATCH --qos=high\n",
+            "#SBATCH --constraint=ib&h100\n",
+            "#SBATCH --exclusive\n",
+            "#SBATCH --gpus-per-node=h100:4\n",
+            "[ -e /scratch/data ] || {",
+            "--container-mounts=/scratch/data:/data:ro,/home/me/out:/out",
+        ] {
+            assert!(script.contains(line), "`{line}` in:\n{script}");
+        }
+        assert!(!script.contains("--ntasks=1"), "{script}");
+        assert!(!script.contains("--gres"), "per node only: {script}");
+        options.runner = Runner::Podman;
+        let script = sbatch_script(&image, &options).unwrap();
+        assert!(
+            script.contains("--volume=/scratch/data:/data:ro"),
+            "{script}"
+        );
+        options.gpus = Some(parse_gpus("gpus", "1").unwrap());
+        assert!(matches!(
+            sbatch_script(&image, &options),
+            Err(SlurmError::GpusTwice)
         ));
     }
 

@@ -7,8 +7,8 @@ use clap::Args;
 use super::printer::{CommandFailure, Printer};
 
 use crate::slurm::{
-    JobOptions, Runner, SlurmError, check_name, check_time, parse_cpus, parse_gpus, parse_memory,
-    sbatch_script,
+    JobOptions, Runner, SlurmError, Volume, check_constraint, check_name, check_time, parse_count,
+    parse_cpus, parse_gpus, parse_memory, parse_switch, parse_volume, sbatch_script,
 };
 
 pub(super) const SLURM_EXAMPLES: &str = "\
@@ -18,7 +18,10 @@ Examples:
       --set partition=gpu --set time=4:00:00 --set cpus=16 --set memory=64G --set gpus=2 \\
       --set args='[\"train.py\",\"--epochs\",\"10\"]' > train.sbatch
   imgbuild slurm images/train --repository registry.example/ml/train --runner podman \\
-      --env HF_HOME=/scratch/hf | sbatch";
+      --env HF_HOME=/scratch/hf | sbatch
+  imgbuild slurm images/train --repository registry.example/ml/train \\
+      --set nodes=4 --set ntasks-per-node=1 --set gpus-per-node=h100:8 \\
+      --volume /scratch/datasets:/data:ro > multi.sbatch";
 
 /// The keys `--set` takes.
 const SET_KEYS: &[&str] = &[
@@ -29,6 +32,12 @@ const SET_KEYS: &[&str] = &[
     "cpus",
     "memory",
     "gpus",
+    "nodes",
+    "ntasks-per-node",
+    "gpus-per-node",
+    "qos",
+    "constraint",
+    "exclusive",
     "command",
     "args",
 ];
@@ -51,9 +60,16 @@ pub(crate) struct SlurmArgs {
     /// An environment variable of the container (repeatable, in this order)
     #[arg(long = "env", value_name = "NAME=VALUE", value_parser = crate::k8s::parse_env)]
     pub env: Vec<(String, String)>,
-    /// Overrides: name (the job's), partition, account, time (`4:00:00`, `2-00:00:00`), cpus
-    /// (per task), memory (`64G`), gpus (`N` or `TYPE:N`), command, args (JSON arrays or
-    /// words)
+    /// A host path mounted into the container (repeatable): Pyxis's `--container-mounts`,
+    /// podman's `--volume`; both paths absolute, without `..`, `,` or `:`; the job checks
+    /// the host path is there before it starts the container
+    #[arg(long = "volume", value_name = "SRC:DST[:ro]", value_parser = parse_volume)]
+    pub volumes: Vec<Volume>,
+    /// Overrides: name (the job's), partition, account, qos, time (`4:00:00`,
+    /// `2-00:00:00`), cpus (per task), memory (`64G`), gpus (`N` or `TYPE:N`, for the job),
+    /// nodes and ntasks-per-node (a multi-node job: `srun` runs the image once per task),
+    /// gpus-per-node, constraint (`a100&ib`), exclusive (`true`), command, args (JSON arrays
+    /// or words)
     #[arg(long = "set", value_name = "KEY=VALUE")]
     pub sets: Vec<String>,
 }
@@ -101,7 +117,21 @@ fn apply_set(options: &mut JobOptions, set: &str) -> Result<(), String> {
         "time" => options.time = checked(check_time(value))?,
         "memory" => options.memory = Some(parse_memory(value).map_err(|e| e.to_string())?),
         "cpus" => options.cpus = Some(parse_cpus(value).map_err(|e| e.to_string())?),
-        "gpus" => options.gpus = Some(parse_gpus(value).map_err(|e| e.to_string())?),
+        "gpus" => options.gpus = Some(parse_gpus("gpus", value).map_err(|e| e.to_string())?),
+        "nodes" => options.nodes = Some(parse_count("nodes", value).map_err(|e| e.to_string())?),
+        "ntasks-per-node" => {
+            options.ntasks_per_node =
+                Some(parse_count("ntasks-per-node", value).map_err(|e| e.to_string())?);
+        }
+        "gpus-per-node" => {
+            options.gpus_per_node =
+                Some(parse_gpus("gpus-per-node", value).map_err(|e| e.to_string())?);
+        }
+        "qos" => options.qos = checked(check_name("qos", value))?,
+        "constraint" => options.constraint = checked(check_constraint(value))?,
+        "exclusive" => {
+            options.exclusive = parse_switch("exclusive", value).map_err(|e| e.to_string())?;
+        }
         "command" => options.command = Some(words(key, value)?),
         "args" => options.args = Some(words(key, value)?),
         other => {
@@ -118,6 +148,7 @@ fn apply_set(options: &mut JobOptions, set: &str) -> Result<(), String> {
 fn options(args: &SlurmArgs) -> Result<JobOptions, String> {
     let mut options = JobOptions {
         env: args.env.clone(),
+        volumes: args.volumes.clone(),
         insecure_registry: args.insecure_registry,
         ..JobOptions::new(args.runner, args.repository.clone())
     };

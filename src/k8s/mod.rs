@@ -657,7 +657,7 @@ pub(crate) fn parse_volume(text: &str) -> Result<DataVolume, K8sError> {
 /// `path` normalized (`.` and empty components dropped), or `None` when it is not absolute,
 /// has a `..` (a node directory or mount point must say where it is, not climb to it; a
 /// kubelet resolves a hostPath's `..` on the node) or a control character.
-fn normal_path(path: &str) -> Option<String> {
+pub(crate) fn normal_path(path: &str) -> Option<String> {
     if !path.starts_with('/') || path.chars().any(char::is_control) {
         return None;
     }

@@ -111,7 +111,7 @@ impl Cluster {
              SelectType=select/cons_tres\nSelectTypeParameters=CR_Core_Memory\n\
              MpiDefault=none\nJobAcctGatherType=jobacct_gather/none\n\
              MailProg=/bin/true\nReturnToService=2\nGresTypes=gpu\n\
-             {node} Gres=gpu:1 State=UNKNOWN\n\
+             {node} Gres=gpu:1 Feature=fast,ib State=UNKNOWN\n\
              PartitionName=debug Nodes=ALL Default=YES MaxTime=60 State=UP\n",
             free_port(),
             free_port(),
@@ -402,6 +402,58 @@ fn podman_job_runs_the_image_and_the_pyxis_script_passes_sbatch_test_only() {
     );
     assert!(!marker.exists(), "a value ran as a command");
 
+    // A host directory mounted read-only: the job reads the file through it. A missing one
+    // ends the job before podman runs, with a line saying which.
+    let data = cluster.path("data");
+    fs_err::create_dir_all(&data).unwrap();
+    fs_err::write(data.join("greeting.txt"), "read through the volume\n").unwrap();
+    let volume = format!("{}:/data:ro", data.display());
+    let read = [
+        "--runner",
+        "podman",
+        "--insecure-registry",
+        "--set",
+        "gpus=0",
+        "--set",
+        r#"command=["/bin/sh","-c","cat /data/greeting.txt; touch /data/x || echo read-only"]"#,
+    ];
+    let (path, text) = script(
+        &project,
+        &cluster,
+        &repository,
+        "volume",
+        &[&read[..], &["--volume", &volume]].concat(),
+    );
+    assert!(text.contains("--volume="), "{text}");
+    let job = submit(&cluster, &path, &env);
+    assert!(job.contains("read through the volume"), "{job}");
+    assert!(job.contains("read-only"), "{job}");
+    let gone = format!("{}:/data", cluster.path("no-such-dir").display());
+    let (path, _) = script(
+        &project,
+        &cluster,
+        &repository,
+        "no-volume",
+        &[&read[..], &["--volume", &gone]].concat(),
+    );
+    let output_file = path.with_extension("out");
+    let failed = cluster
+        .client("timeout")
+        .arg("300")
+        .arg("sbatch")
+        .arg("--wait")
+        .arg(format!("--output={}", output_file.display()))
+        .arg(&path)
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .output()
+        .unwrap();
+    assert!(!failed.status.success(), "{}", describe(&failed));
+    let job = fs_err::read_to_string(&output_file).unwrap();
+    assert!(
+        job.contains("imgbuild: the volume source") && job.contains("no-such-dir"),
+        "{job}"
+    );
+
     // The Pyxis script: sbatch checks its `#SBATCH` lines against the cluster (partition,
     // time, CPUs, memory, the GPU), and refuses a GPU more than the node has.
     let pyxis = [
@@ -439,6 +491,43 @@ fn podman_job_runs_the_image_and_the_pyxis_script_passes_sbatch_test_only() {
     let verdict = String::from_utf8_lossy(&test_only.stderr);
     assert!(verdict.contains("to start at"), "{}", describe(&test_only));
     eprintln!("{text}\n--- sbatch --test-only:\n{verdict}");
+
+    // A multi-node Pyxis script: its `#SBATCH` lines (nodes, tasks and GPUs per node, node
+    // features, exclusive) and its mount list, checked by sbatch against the cluster.
+    let multi = [
+        "--set",
+        "nodes=1",
+        "--set",
+        "ntasks-per-node=1",
+        "--set",
+        "gpus-per-node=1",
+        "--set",
+        "constraint=fast&ib",
+        "--set",
+        "exclusive=true",
+        "--set",
+        "time=10",
+        "--volume",
+        "/srv/data:/data:ro",
+    ];
+    let (path, text) = script(&project, &cluster, &repository, "multi", &multi);
+    for line in [
+        "#SBATCH --nodes=1\n",
+        "#SBATCH --ntasks-per-node=1\n",
+        "#SBATCH --gpus-per-node=1\n",
+        "#SBATCH --constraint=fast&ib\n",
+        "#SBATCH --exclusive\n",
+        "--container-mounts=/srv/data:/data:ro",
+    ] {
+        assert!(text.contains(line), "`{line}` in:\n{text}");
+    }
+    let test_only = cluster
+        .client("sbatch")
+        .arg("--test-only")
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert!(test_only.status.success(), "{}", describe(&test_only));
     let (path, _) = script(
         &project,
         &cluster,
@@ -487,10 +576,52 @@ fn bad_values_are_refused_naming_the_key() {
         ("gpus=a 100:1", "`--set gpus=a 100:1`"),
         ("tme=10", "did you mean `time`?"),
         ("command=", "names no program"),
+        (
+            "nodes=two",
+            "`--set nodes=two` must be a whole number above 0",
+        ),
+        (
+            "nodes=2-4",
+            "`--set nodes=2-4` must be a whole number above 0",
+        ),
+        ("ntasks-per-node=$(id)", "`--set ntasks-per-node=$(id)`"),
+        ("gpus-per-node=x y:1", "`--set gpus-per-node=x y:1`"),
+        (
+            "constraint=a\nb",
+            "`--set constraint=a\nb` must be node features",
+        ),
+        ("constraint=$(id)", "`--set constraint=$(id)`"),
+        ("qos=hi;gh", "`--set qos=hi;gh`"),
+        (
+            "exclusive=yes",
+            "`--set exclusive=yes` must be `true` or `false`",
+        ),
     ] {
         slurm(&["--set", set]).assert_failure_naming(1, &[needle]);
     }
     slurm(&["--env", "A-B=1"]).assert_failure_naming(1, &["`A-B` is not a shell variable name"]);
+    // Volumes are clap's to refuse (exit 2), naming the value and why.
+    for (volume, needle) in [
+        ("/data/../etc:/x", "not an absolute path without `..`"),
+        ("data:/x", "the host path `data`"),
+        ("/a\nb:/x", "the host path `/a\\nb`"),
+        ("/a,b:/x", "without `..` and `,`"),
+        ("/a:/x:rx", "`rx` is neither `ro` nor `rw`"),
+    ] {
+        slurm(&["--volume", volume]).assert_failure_naming(2, &[needle]);
+    }
+    let two = slurm(&[
+        "--set",
+        "command=/opt/conda/bin/hello",
+        "--set",
+        "gpus=1",
+        "--set",
+        "gpus-per-node=1",
+    ]);
+    two.assert_failure_naming(
+        1,
+        &["`--set gpus` and `--set gpus-per-node` both ask for GPUs"],
+    );
     // A scratch image without entrypoint or cmd would run nothing, under either runner.
     slurm(&[]).assert_failure_naming(1, &["has neither an entrypoint nor a cmd"]);
     slurm(&["--runner", "podman"])
