@@ -92,7 +92,7 @@ impl CudaVersion {
     }
 
     /// The CUDA version the driver API reports (`cuDriverGetVersion`: 1000 × major + 10 × minor).
-    pub fn from_driver_api(version: i32) -> Self {
+    pub(crate) fn from_driver_api(version: i32) -> Self {
         let version = version.max(0) as u32;
         Self::new(version / 1000, (version % 1000) / 10)
     }
@@ -148,7 +148,7 @@ pub const RELEASE_MINIMUM_DRIVER: &[(CudaVersion, &str)] = &[
 ];
 
 /// Minor-version compatibility: the oldest driver any runtime of a major version runs on.
-pub const MINOR_VERSION_COMPAT: &[(u32, &str)] =
+pub(crate) const MINOR_VERSION_COMPAT: &[(u32, &str)] =
     &[(11, "450.80.02"), (12, "525.60.13"), (13, "580")];
 
 /// How a runtime can run on a driver.

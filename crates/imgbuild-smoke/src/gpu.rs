@@ -23,7 +23,7 @@ use crate::{
 };
 
 /// The kernel the smoke test runs: `data[i] = data[i] * factor + offset`.
-pub const KERNEL_SOURCE: &str = r#"
+pub(crate) const KERNEL_SOURCE: &str = r#"
 extern "C" __global__ void scale_add(float* data, float factor, float offset, unsigned int n) {
     unsigned int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) {
@@ -34,7 +34,7 @@ extern "C" __global__ void scale_add(float* data, float factor, float offset, un
 
 /// The same kernel as PTX (ISA 7.0, sm_50), for images without NVRTC: any driver of CUDA
 /// 11.0 or newer can JIT it for any GPU it supports.
-pub const EMBEDDED_PTX: &str = r#"
+pub(crate) const EMBEDDED_PTX: &str = r#"
 .version 7.0
 .target sm_50
 .address_size 64
@@ -82,7 +82,7 @@ const ELEMENTS: usize = 4 << 20;
 
 /// How many times the ping-pong run moves the pages to the CPU and back to the GPU: enough
 /// for a mean, min and max that say something, few enough to stay well under a second.
-pub const PING_PONG_ROUNDS: usize = 8;
+pub(crate) const PING_PONG_ROUNDS: usize = 8;
 /// The host page size the CPU half of a ping-pong round writes at: one value per 4 KiB page
 /// faults every page back to the host (on hosts with larger pages it just writes more often).
 const PAGE_BYTES: usize = 4096;
@@ -101,7 +101,7 @@ pub fn run(libraries: &CudaLibraries, report: SmokeReport) -> SmokeReport {
 /// image's cudart, NVRTC's builtins, NVRTC, the host's `libcuda.so.1`, then its
 /// `libnvidia-ml.so.1` for the MIG state), so that a parent
 /// process can name the one that crashed this one (see [`crate::isolate`]).
-pub fn run_observed(
+pub(crate) fn run_observed(
     libraries: &CudaLibraries,
     mut report: SmokeReport,
     on_load: &mut dyn FnMut(LoadEvent<'_>),

@@ -41,7 +41,7 @@ const REPORT: &str = "imgbuild-smoke-child:report ";
 /// whose initialiser never returns would otherwise hang the caller for good.
 const DEFAULT_LIMIT: Duration = Duration::from_secs(300);
 /// Overrides [`DEFAULT_LIMIT`], in whole seconds.
-pub const LIMIT_VAR: &str = "IMGBUILD_SMOKE_TIMEOUT";
+pub(crate) const LIMIT_VAR: &str = "IMGBUILD_SMOKE_TIMEOUT";
 
 fn limit() -> Duration {
     std::env::var(LIMIT_VAR)

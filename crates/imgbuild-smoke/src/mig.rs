@@ -22,7 +22,7 @@ use crate::{
 };
 
 /// NVML, as the driver installs it (by soname).
-pub const NVML_LIBRARY: &str = "libnvidia-ml.so.1";
+pub(crate) const NVML_LIBRARY: &str = "libnvidia-ml.so.1";
 
 /// `nvmlReturn_t`.
 type NvmlReturn = c_int;
@@ -39,7 +39,7 @@ const NVML_DEVICE_MIG_DISABLE: c_uint = 0;
 const NVML_DEVICE_MIG_ENABLE: c_uint = 1;
 
 /// The name `nvml.h` gives a return code, e.g. `NVML_ERROR_NOT_FOUND`.
-pub fn error_name(code: c_int) -> String {
+pub(crate) fn error_name(code: c_int) -> String {
     let name = match code {
         0 => "NVML_SUCCESS",
         1 => "NVML_ERROR_UNINITIALIZED",
@@ -80,7 +80,7 @@ pub fn error_name(code: c_int) -> String {
 
 /// Which kind of NVML device a UUID names.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum UuidKind {
+pub(crate) enum UuidKind {
     /// A whole GPU: `GPU-…`.
     Gpu,
     /// A MIG instance: `MIG-…` (drivers R470 and newer; R450 named them by their GPU, GI and CI).
@@ -89,7 +89,7 @@ pub enum UuidKind {
 
 /// The NVML name of the device whose CUDA UUID is `bytes`: `GPU-` or `MIG-`, then the bytes in
 /// order as lowercase hex, dashes after the 4th, 6th, 8th and 10th byte.
-pub fn nvml_uuid(kind: UuidKind, bytes: &[u8; 16]) -> String {
+pub(crate) fn nvml_uuid(kind: UuidKind, bytes: &[u8; 16]) -> String {
     let hex = |range: std::ops::Range<usize>| {
         bytes[range]
             .iter()

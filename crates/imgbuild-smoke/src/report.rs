@@ -139,7 +139,7 @@ pub struct PingPongRound {
 
 impl PingPongRound {
     /// The round's cost: both halves.
-    pub fn total_ms(&self) -> f64 {
+    pub(crate) fn total_ms(&self) -> f64 {
         self.cpu_ms + self.gpu_ms
     }
 }
@@ -257,7 +257,7 @@ impl SmokeReport {
     }
 
     /// The smoke report as text, one fact per line.
-    pub fn to_text(&self) -> String {
+    pub(crate) fn to_text(&self) -> String {
         use std::fmt::Write;
         let mut out = String::new();
         let or_none = |v: &Option<String>| v.clone().unwrap_or_else(|| "-".to_string());
