@@ -277,8 +277,20 @@ fn script(
     (path, text)
 }
 
-/// `sbatch --wait` of `script` (at most 5 minutes); returns the job's output file.
-fn submit(cluster: &Cluster, script: &Path, env: &[(String, String)]) -> String {
+/// `sbatch --test-only` of `script`: what sbatch makes of its `#SBATCH` lines on this
+/// cluster, without running it.
+fn sbatch_test_only(cluster: &Cluster, script: &Path) -> Output {
+    cluster
+        .client("sbatch")
+        .arg("--test-only")
+        .arg(script)
+        .output()
+        .unwrap()
+}
+
+/// `sbatch --wait` of `script` (at most 5 minutes): how sbatch ended, and the job's
+/// output file.
+fn sbatch_wait(cluster: &Cluster, script: &Path, env: &[(String, String)]) -> (Output, String) {
     let output_file = script.with_extension("out");
     let output = cluster
         .client("timeout")
@@ -290,7 +302,15 @@ fn submit(cluster: &Cluster, script: &Path, env: &[(String, String)]) -> String 
         .envs(env.iter().map(|(k, v)| (k, v)))
         .output()
         .unwrap();
-    let job_output = fs_err::read_to_string(&output_file).unwrap_or_default();
+    (
+        output,
+        fs_err::read_to_string(&output_file).unwrap_or_default(),
+    )
+}
+
+/// [`sbatch_wait`] of a job that must succeed; returns its output file.
+fn submit(cluster: &Cluster, script: &Path, env: &[(String, String)]) -> String {
+    let (output, job_output) = sbatch_wait(cluster, script, env);
     assert!(
         output.status.success(),
         "sbatch --wait failed: {}\njob output:\n{job_output}\n{}",
@@ -436,19 +456,8 @@ fn podman_job_runs_the_image_and_the_pyxis_script_passes_sbatch_test_only() {
         "no-volume",
         &[&read[..], &["--volume", &gone]].concat(),
     );
-    let output_file = path.with_extension("out");
-    let failed = cluster
-        .client("timeout")
-        .arg("300")
-        .arg("sbatch")
-        .arg("--wait")
-        .arg(format!("--output={}", output_file.display()))
-        .arg(&path)
-        .envs(env.iter().map(|(k, v)| (k, v)))
-        .output()
-        .unwrap();
+    let (failed, job) = sbatch_wait(&cluster, &path, &env);
     assert!(!failed.status.success(), "{}", describe(&failed));
-    let job = fs_err::read_to_string(&output_file).unwrap();
     assert!(
         job.contains("imgbuild: the volume source") && job.contains("no-such-dir"),
         "{job}"
@@ -481,12 +490,7 @@ fn podman_job_runs_the_image_and_the_pyxis_script_passes_sbatch_test_only() {
     ] {
         assert!(text.contains(line), "`{line}` in:\n{text}");
     }
-    let test_only = cluster
-        .client("sbatch")
-        .arg("--test-only")
-        .arg(&path)
-        .output()
-        .unwrap();
+    let test_only = sbatch_test_only(&cluster, &path);
     assert!(test_only.status.success(), "{}", describe(&test_only));
     let verdict = String::from_utf8_lossy(&test_only.stderr);
     assert!(verdict.contains("to start at"), "{}", describe(&test_only));
@@ -521,12 +525,7 @@ fn podman_job_runs_the_image_and_the_pyxis_script_passes_sbatch_test_only() {
     ] {
         assert!(text.contains(line), "`{line}` in:\n{text}");
     }
-    let test_only = cluster
-        .client("sbatch")
-        .arg("--test-only")
-        .arg(&path)
-        .output()
-        .unwrap();
+    let test_only = sbatch_test_only(&cluster, &path);
     assert!(test_only.status.success(), "{}", describe(&test_only));
     let (path, _) = script(
         &project,
@@ -535,12 +534,7 @@ fn podman_job_runs_the_image_and_the_pyxis_script_passes_sbatch_test_only() {
         "two-gpus",
         &["--set", "gpus=2"],
     );
-    let refused = cluster
-        .client("sbatch")
-        .arg("--test-only")
-        .arg(&path)
-        .output()
-        .unwrap();
+    let refused = sbatch_test_only(&cluster, &path);
     assert!(!refused.status.success(), "{}", describe(&refused));
 }
 
