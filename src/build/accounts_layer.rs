@@ -55,6 +55,29 @@ fn lines(text: &str) -> Vec<Line<'_>> {
         .collect()
 }
 
+/// Whether the image's account tables are needed: to add accounts, to own the user's
+/// workdir, or to resolve a `[[files]]` owner.
+pub(super) fn needs_tables(recipe: &Recipe) -> bool {
+    !recipe.accounts.is_empty()
+        || (recipe.config.user.is_some() && recipe.config.workdir.is_some())
+        || recipe.files.iter().any(|copy| copy.owner.is_some())
+}
+
+/// The names `[image] user` and `[[files]] owner` use, looked up in the base's tables
+/// merged with `[accounts]`, as the stage will: a name the image lacks fails here, before
+/// the solve and the install, and not after them.
+pub(super) fn check_names(recipe: &Recipe, base: Option<&BaseImage>) -> Result<(), BuildError> {
+    if !needs_tables(recipe) {
+        return Ok(());
+    }
+    let tables = account_tables(recipe, base)?;
+    accounts_layer(recipe, &tables, 0)?;
+    for (owner, span) in recipe.files.iter().filter_map(|copy| copy.owner.as_ref()) {
+        resolve(recipe, "`owner`", owner, Some(span), &tables)?;
+    }
+    Ok(())
+}
+
 /// The image's `/etc/passwd` and `/etc/group`: the base's with `[accounts]` merged in.
 pub(super) fn account_tables(
     recipe: &Recipe,

@@ -66,13 +66,19 @@ pub(super) async fn obtain_lock(
     let recipe = &prepared.recipe;
     let lock_path = recipe.lock_path();
     let existing = Lock::read(&lock_path)?;
+    // Checked first, whatever the lock: a `[[files]]` source that is missing or cannot be
+    // read, or an account name the image lacks, fails before a solve or an install that
+    // would be for nothing.
+    for platform in &prepared.platforms {
+        super::accounts_layer::check_names(recipe, platform.base.as_ref())?;
+    }
+    let sources = super::files_layer::source_digests(recipe)?;
     let staleness = match &existing {
         Some(lock) => {
             // The `[[files]]` sources after the packages: a changed package explains more.
             let files = crate::lock::read_sources(&lock_path)?;
-            let wanted = super::files_layer::source_digests(recipe)?;
             lock.check(recipe, &prepared.wanted())
-                .and_then(|()| crate::lock::check_files(&files, &wanted))
+                .and_then(|()| crate::lock::check_files(&files, &sources))
                 .err()
         }
         None => None,
@@ -97,12 +103,12 @@ pub(super) async fn obtain_lock(
             let lock = existing.expect("a lock is repinned only when there is one");
             lock.check_sources(recipe, &lock_path)?;
             check_cuda_runtimes(recipe, &lock.platforms, reporter)?;
-            let lock = write_and_read_back(&lock, recipe, &lock_path)?;
+            let lock = write_and_read_back(&lock, recipe, &sources, &lock_path)?;
             Ok(reported(lock, lock_path, LockOutcome::Repinned { reason }))
         }
         (LockStep::Solve { reason }, _) => {
             let lock = solve(prepared, settings, &lock_path, reporter).await?;
-            let lock = write_and_read_back(&lock, recipe, &lock_path)?;
+            let lock = write_and_read_back(&lock, recipe, &sources, &lock_path)?;
             Ok(reported(lock, lock_path, LockOutcome::Written { reason }))
         }
     }
@@ -204,17 +210,18 @@ async fn solve_platform(
     })
 }
 
-/// Writes `lock` for `recipe` and reads it back.
-fn write_and_read_back(lock: &Lock, recipe: &Recipe, lock_path: &Path) -> Result<Lock, BuildError> {
+/// Writes `lock` for `recipe`, with its `[[files]]` sources' digests, and reads it back.
+fn write_and_read_back(
+    lock: &Lock,
+    recipe: &Recipe,
+    sources: &[crate::lock::SourceDigest],
+    lock_path: &Path,
+) -> Result<Lock, BuildError> {
     let recipe_file = recipe.path.file_name().map_or_else(
         || recipe.path.display().to_string(),
         |f| f.to_string_lossy().into_owned(),
     );
-    lock.write_with_sources(
-        lock_path,
-        &recipe_file,
-        &super::files_layer::source_digests(recipe)?,
-    )?;
+    lock.write_with_sources(lock_path, &recipe_file, sources)?;
     // Build from the lock as it reads back, not from the solver's records: the lock
     // keeps fewer fields (no `arch`/`platform`, which some channels leave to be
     // derived), and a build from a fresh solve must equal any later build from its

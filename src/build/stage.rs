@@ -10,7 +10,7 @@ use rattler_conda_types::{MatchSpec, ParseStrictness, Subdir};
 use rattler_shell::{activation::Activator, shell};
 
 use super::{
-    accounts_layer::{account_tables, accounts_layer},
+    accounts_layer::{account_tables, accounts_layer, needs_tables},
     error::BuildError,
     files_layer::files_layer,
     model::{BuildSettings, Context, counted},
@@ -237,10 +237,7 @@ impl<'a> Stager<'a> {
     fn owned_layers(&self, work: &PlatformWork<'_>) -> Result<Vec<OwnedLayer>, BuildError> {
         let recipe = self.cx.recipe;
         let mtime = self.cx.created_seconds as u64;
-        let needs_tables = !recipe.accounts.is_empty()
-            || (recipe.config.user.is_some() && recipe.config.workdir.is_some())
-            || recipe.files.iter().any(|copy| copy.owner.is_some());
-        let tables = needs_tables
+        let tables = needs_tables(recipe)
             .then(|| account_tables(recipe, work.prepared.base.as_ref()))
             .transpose()?;
         let mut layers = Vec::new();

@@ -1,8 +1,9 @@
-//! What a first word that is no subcommand meant. `imgbuild recipe.toml` is a build of that
-//! recipe; anything else is told what to use instead, rather than taken for a recipe that
-//! cannot be read: a conda environment file gets the `init --from` hint, the habits of
-//! docker, podman and skopeo (`run`, `pull`, `tag`, …) get the command that does it, and a
-//! typing slip gets "did you mean".
+//! What a first word that is no subcommand, or a flag imgbuild does not have, meant.
+//! `imgbuild recipe.toml` is a build of that recipe; anything else is told what to use
+//! instead, rather than taken for a recipe that cannot be read: a conda environment file
+//! gets the `init --from` hint, the habits of docker, podman and skopeo (`run`, `pull`,
+//! `tag`, …) get the command that does it, and a typing slip gets "did you mean". Their
+//! flags (`--no-cache`, `-t`, `--creds`, `-p`, …) get the same.
 
 use std::path::Path;
 
@@ -51,6 +52,52 @@ const HABITS: &[(&str, &str)] = &[
         "packages are the recipe's: add them to its [conda] or [pypi] specs and build again",
     ),
 ];
+
+/// Flags of other tools that imgbuild has no use for, each with what does it here.
+const HABIT_FLAGS: &[(&[&str], &str)] = &[
+    (
+        &["--no-cache"],
+        "imgbuild has no step cache to skip: the lock pins what is built, and cached layers \
+         are checked before they are used; `--cache-dir DIR` with an empty DIR builds from \
+         nothing",
+    ),
+    (
+        &["-f", "--file"],
+        "the recipe is the argument: `imgbuild build FILE.toml` (or `imgbuild FILE.toml`)",
+    ),
+    (
+        &["-t", "--tag"],
+        "an image's tags are the recipe's [image] `tags`; `push --tag TAG` tags a push",
+    ),
+    (
+        &["--platform"],
+        "the recipe's [image] `platforms` are built, one image index for all of them",
+    ),
+    (
+        &["--creds"],
+        "`imgbuild login REGISTRY -u USER --password-stdin` stores credentials for push, \
+         which also reads REGISTRY_AUTH_FILE and DOCKER_CONFIG as podman and docker write them",
+    ),
+    (
+        &["-p", "--password"],
+        "a password goes on stdin, never on the command line: `--password-stdin`",
+    ),
+    (
+        &["--update"],
+        "`imgbuild lock RECIPE` solves the recipe again and writes its lock; `build` \
+         re-solves by itself when the recipe changed",
+    ),
+];
+
+/// What to use instead of `flag`, an option imgbuild does not have, when it is another
+/// tool's habit.
+pub(super) fn unknown_flag(flag: &str) -> Option<String> {
+    let name = flag.split_once('=').map_or(flag, |(name, _)| name);
+    HABIT_FLAGS
+        .iter()
+        .find(|(names, _)| names.contains(&name))
+        .map(|(_, instead)| format!("imgbuild has no `{name}`: {instead}"))
+}
 
 /// How alike a slip and a subcommand must be (Jaro-Winkler) to be suggested: clap's own
 /// threshold, which takes `buidl` to `build` and leaves `foo` without a guess.
@@ -146,6 +193,15 @@ mod tests {
             };
             assert!(message.contains("imgbuild init --from"), "{message}");
         }
+    }
+
+    #[test]
+    fn flags_of_other_tools_are_told_what_to_use() {
+        let told = unknown_flag("--no-cache").unwrap();
+        assert!(told.contains("imgbuild has no `--no-cache`"), "{told}");
+        assert!(unknown_flag("--creds=u:p").unwrap().contains("login"));
+        assert!(unknown_flag("-p").unwrap().contains("--password-stdin"));
+        assert_eq!(unknown_flag("--frobnicate"), None);
     }
 
     #[test]

@@ -180,6 +180,12 @@ fn parse_cli(args: Vec<String>) -> Result<Cli, clap::Error> {
         Ok(cli) => return Ok(cli),
         Err(err) => err,
     };
+    if err.kind() == ErrorKind::UnknownArgument
+        && let Some(ContextValue::String(flag)) = err.get(ContextKind::InvalidArg)
+        && let Some(message) = meant::unknown_flag(flag)
+    {
+        return Err(Cli::command().error(ErrorKind::UnknownArgument, message));
+    }
     if err.kind() != ErrorKind::InvalidSubcommand {
         return Err(err);
     }

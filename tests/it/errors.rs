@@ -74,7 +74,17 @@ fn unknown_package_is_named() {
 #[test]
 fn missing_channel_is_named() {
     let recipe = "[image]\nname = \"x\"\n[conda]\nchannels = [\"file:///nonexistent/imgbuild-channel\"]\ndependencies = [\"hello\"]\n";
-    fails_with(recipe, &["file:///nonexistent/imgbuild-channel"]);
+    // With the offline fix: a new user behind a mirror or without the network is told the
+    // three ways to a channel they can reach.
+    fails_with(
+        recipe,
+        &[
+            "file:///nonexistent/imgbuild-channel",
+            "Offline or behind a mirror",
+            "--channel-alias URL",
+            "--offline",
+        ],
+    );
 }
 
 #[test]
@@ -151,6 +161,60 @@ fn a_directory_that_is_not_a_layout_is_never_overwritten() {
         run.stderr
     );
     assert_eq!(fs_err::read_dir(&precious).unwrap().count(), 1);
+}
+
+/// A recipe whose only channel does not exist: a check that fails before the solve names
+/// its own subject; one that ran after it would never be reached.
+fn with_missing_channel(extra_image: &str, tail: &str) -> String {
+    format!(
+        "[image]\nname = \"early\"\nbase = \"scratch\"\n{extra_image}\n\
+         [conda]\nchannels = [\"file:///nonexistent/imgbuild-channel\"]\ndependencies = [\"hello\"]\n{tail}"
+    )
+}
+
+#[test]
+fn an_unknown_user_and_a_missing_files_source_fail_before_solving() {
+    // Before, both were found after the solve and the install; with a channel that is not
+    // there, the solve failed first and neither was named.
+    fails_with(
+        &with_missing_channel("user = \"nobody\"\nworkdir = \"/w\"", ""),
+        &["`[image] user` names the user `nobody`"],
+    );
+    fails_with(
+        &with_missing_channel("", "\n[[files]]\nsrc = \"missing\"\ndest = \"/x\"\n"),
+        &["`src` `missing` does not exist"],
+    );
+    // The same recipe with neither is refused for its channel: the checks above came first.
+    fails_with(
+        &with_missing_channel("", ""),
+        &["nonexistent/imgbuild-channel"],
+    );
+}
+
+#[test]
+fn a_cuda_version_that_nvidia_never_released_is_refused() {
+    // 11.9 and 12.7 never shipped (12.6 was followed by 12.8); both used to pass.
+    for (version, releases) in [
+        (
+            "11.9",
+            "11.0, 11.1, 11.2, 11.3, 11.4, 11.5, 11.6, 11.7, 11.8",
+        ),
+        (
+            "12.7",
+            "12.0, 12.1, 12.2, 12.3, 12.4, 12.5, 12.6, 12.8, 12.9",
+        ),
+    ] {
+        let recipe = tiny_recipe(shared_channel(), "x", &["cuda-cudart"])
+            + &format!("\n[cuda]\nversion = \"{version}\"\n");
+        fails_with(
+            &recipe,
+            &[
+                &format!("CUDA {version} is not a CUDA release"),
+                releases,
+                &format!("version = \"{version}\""),
+            ],
+        );
+    }
 }
 
 #[test]

@@ -1,7 +1,8 @@
 //! The command line knows what a new user meant (issue 31, item 3): a slip gets "did you
 //! mean", another tool's habit gets what to use instead, a conda environment file gets the
-//! `init --from` hint, `version` works, and a recipe path is still a build. Each through
-//! the real binary; before, every one of these words was read as a recipe file.
+//! `init --from` hint, `version` works, and a recipe path is still a build; another tool's
+//! flag is told what to use. Each through the real binary; before, every one of these words
+//! was read as a recipe file, and `build --no-cache` was offered `--ca-cert`.
 
 use crate::common::Project;
 
@@ -90,4 +91,38 @@ fn global_options_have_their_own_heading() {
     assert!(own.contains("--locked"), "{help}");
     let usage = help.lines().find(|l| l.starts_with("Usage:")).unwrap();
     assert!(!usage.contains("--cache-dir"), "{usage}");
+}
+
+#[test]
+fn flags_of_other_tools_are_told_what_to_use() {
+    let project = Project::new();
+    for (args, told) in [
+        (
+            &["build", "--no-cache", "r.toml"][..],
+            "imgbuild has no `--no-cache`",
+        ),
+        (&["build", "-f", "r.toml"], "the recipe is the argument"),
+        (&["build", "-t", "app:v1", "r.toml"], "[image] `tags`"),
+        (
+            &["build", "--platform", "linux/arm64", "r.toml"],
+            "[image] `platforms`",
+        ),
+        (
+            &["push", "images/app", "r.example/app", "--creds", "u:p"],
+            "imgbuild login",
+        ),
+        (
+            &["login", "r.example", "-u", "me", "-p", "secret"],
+            "--password-stdin",
+        ),
+        (
+            &["lock", "--update", "numpy", "r.toml"],
+            "solves the recipe again",
+        ),
+    ] {
+        let run = project.run(args);
+        run.assert_failure_naming(2, &[told]);
+        // clap's own guess (`--no-cache` → `--ca-cert`) is not offered in its place.
+        assert!(!run.stderr.contains("similar argument"), "{}", run.stderr);
+    }
 }

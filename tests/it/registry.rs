@@ -249,6 +249,24 @@ fn push_is_read_back_by_skopeo_and_a_second_push_uploads_nothing() {
         serde_json::from_slice(&fs_err::read(copied.join("index.json")).unwrap()).unwrap();
     assert_eq!(index["manifests"][0]["digest"], local.manifest_digest());
 
+    // Without --insecure the plain-HTTP registry is told in one line, at the first answer:
+    // before, rustls's `received corrupt message of type InvalidContentType` came after six
+    // retries.
+    let plain = run(&project, &docker, &["push", "images/app", &target]);
+    plain.assert_failure_naming(
+        1,
+        &[
+            "answered in plain HTTP where imgbuild speaks HTTPS",
+            "pass --insecure",
+        ],
+    );
+    assert!(!plain.stderr.contains("attempts"), "{}", plain.stderr);
+    assert!(
+        !plain.stderr.contains("InvalidContentType"),
+        "{}",
+        plain.stderr
+    );
+
     // The second push finds every blob there (HEAD) and uploads none.
     let uploads_before =
         registry.count("PUT", "/blobs/uploads/") + registry.count("PATCH", "/blobs/uploads/");

@@ -120,7 +120,10 @@ pub struct ResolveOptions<'a> {
 pub enum ResolveError {
     #[error(transparent)]
     Http(#[from] crate::http::HttpError),
-    #[error("Failed to fetch repodata from channels {}", channels.join(", "))]
+    #[error(
+        "Failed to fetch repodata from channels {}. Offline or behind a mirror: `--channel-alias URL` points channel names at a mirror, a `file://` URL or a path relative to the recipe reads a local channel, and `--offline` builds from the repodata and packages already cached",
+        channels.join(", ")
+    )]
     Fetch {
         channels: Vec<String>,
         #[source]

@@ -111,6 +111,10 @@ pub enum RegistryError {
         source: reqwest::Error,
     },
     #[error(
+        "Registry `{registry}` answered in plain HTTP where imgbuild speaks HTTPS ({url}): for a registry on this machine's loopback pass --insecure; any other registry must serve HTTPS"
+    )]
+    PlainHttp { registry: String, url: String },
+    #[error(
         "Registry `{registry}` timed out: nothing from it for {}s on {method} {url} ({attempts} {}, {}s in all); if it is only slow, allow more with --registry-timeout SECONDS or {TIMEOUT_ENV}",
         waited.as_secs_f64(),
         if *attempts == 1 { "attempt" } else { "attempts" },
@@ -222,6 +226,19 @@ pub enum RegistryError {
         #[source]
         source: std::io::Error,
     },
+}
+
+/// Whether a TLS handshake met a server speaking plain HTTP: rustls reads its first bytes
+/// (`HTTP/1.1 400 …`) as a TLS record of no known type.
+fn is_plain_http_answer(err: &reqwest::Error) -> bool {
+    let mut source: Option<&dyn std::error::Error> = Some(err);
+    while let Some(e) = source {
+        if e.to_string().contains("InvalidContentType") {
+            return true;
+        }
+        source = e.source();
+    }
+    false
 }
 
 /// Whether an HTTP error comes from TLS certificate verification.
@@ -841,6 +858,13 @@ impl RepositoryClient {
     }
 
     fn unreachable(&self, url: &str, source: reqwest::Error) -> RegistryError {
+        // Not retried: a plain-HTTP server stays one (`is_retryable`).
+        if is_plain_http_answer(&source) {
+            return RegistryError::PlainHttp {
+                registry: self.reference.registry.clone(),
+                url: url.to_string(),
+            };
+        }
         RegistryError::Unreachable {
             registry: self.reference.registry.clone(),
             url: url.to_string(),

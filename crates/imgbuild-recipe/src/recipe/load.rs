@@ -757,6 +757,15 @@ impl Checker {
                 format!("CUDA {version} is not a release imgbuild knows (11.x, 12.x and 13.x are)"),
             ));
         }
+        if let Some(releases) = not_a_release(version) {
+            return Err(self.error(
+                &cuda.version,
+                format!(
+                    "CUDA {version} is not a CUDA release; NVIDIA's {}.x releases are {releases}",
+                    version.major
+                ),
+            ));
+        }
         let min_driver = match &cuda.min_driver {
             Some(raw) => raw
                 .get_ref()
@@ -967,6 +976,23 @@ struct LayerSettings {
 
 /// `specs` with NVIDIA's forward-compatibility libraries for the runtime when `[cuda]`
 /// asks for them (conda-forge and the nvidia channel name them `cuda-compat`).
+/// The releases of `version`'s major, when `version` is not one of them but lies within
+/// NVIDIA's list (`11.9`, `12.7`): a version after the newest release the list knows is
+/// taken as a release to come.
+fn not_a_release(version: CudaVersion) -> Option<String> {
+    let releases = crate::cuda::compat::RELEASE_MINIMUM_DRIVER;
+    let newest = releases.iter().map(|(v, _)| *v).max()?;
+    if version > newest || releases.iter().any(|(v, _)| *v == version) {
+        return None;
+    }
+    let same_major: Vec<String> = releases
+        .iter()
+        .filter(|(v, _)| v.major == version.major)
+        .map(|(v, _)| v.to_string())
+        .collect();
+    Some(same_major.join(", "))
+}
+
 /// The channel a spec names as written: `CHANNEL[/SUBDIR]::…` or `…[channel=CHANNEL]`, the
 /// subdir left off.
 fn qualifier(spec: &str) -> Option<String> {
