@@ -744,7 +744,7 @@ refused! {
     paths_json_not_json: "paths-not-json" => ["paths.json"];
     binary_placeholder_shorter_than_prefix: "placeholder-short" => ["lib/data.bin"];
     noarch_python_link_json_not_json: "py-bad-link" => ["link.json"];
-    // Checked by imgbuild before rattler links (crates/imgbuild-install/src/install.rs, `check_package`).
+    // Checked by imgbuild before rattler links (crates/imgbuild-install/src/install/fetch.rs, `check_package`).
     paths_json_absolute_path: "paths-absolute" => ["evil-paths-absolute"];
     paths_json_sha256_wrong: "paths-wrong-sha256" => ["share/ok.txt"];
     payload_entry_absolute: "payload-absolute" => ["evil-payload-absolute"];
