@@ -228,12 +228,12 @@ pub enum RegistryError {
     },
 }
 
-/// Whether a TLS handshake met a server speaking plain HTTP: rustls reads its first bytes
-/// (`HTTP/1.1 400 …`) as a TLS record of no known type.
-fn is_plain_http_answer(err: &reqwest::Error) -> bool {
+/// Whether `err` or one of its sources says `needle`: rustls's errors reach us only as text
+/// through hyper's and reqwest's.
+fn chain_mentions(err: &reqwest::Error, needle: &str) -> bool {
     let mut source: Option<&dyn std::error::Error> = Some(err);
     while let Some(e) = source {
-        if e.to_string().contains("InvalidContentType") {
+        if e.to_string().contains(needle) {
             return true;
         }
         source = e.source();
@@ -241,16 +241,15 @@ fn is_plain_http_answer(err: &reqwest::Error) -> bool {
     false
 }
 
+/// Whether a TLS handshake met a server speaking plain HTTP: rustls reads its first bytes
+/// (`HTTP/1.1 400 …`) as a TLS record of no known type.
+fn is_plain_http_answer(err: &reqwest::Error) -> bool {
+    chain_mentions(err, "InvalidContentType")
+}
+
 /// Whether an HTTP error comes from TLS certificate verification.
 fn is_certificate_error(err: &reqwest::Error) -> bool {
-    let mut source: Option<&dyn std::error::Error> = Some(err);
-    while let Some(e) = source {
-        if e.to_string().contains("certificate") {
-            return true;
-        }
-        source = e.source();
-    }
-    false
+    chain_mentions(err, "certificate")
 }
 
 fn body_hint(body: &str) -> String {
