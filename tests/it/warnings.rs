@@ -106,6 +106,25 @@ fn a_limit_that_is_not_a_positive_integer_is_a_warning_event() {
 }
 
 #[test]
+fn the_download_and_push_limits_are_warned_of_too() {
+    // Both were dropped without a word before: a wheel index bigger than the default bound,
+    // or a proxy's body limit, would go on as if nothing were set.
+    for (name, value) in [
+        ("IMGBUILD_MAX_UNSIZED_DOWNLOAD", "16GiB"),
+        ("IMGBUILD_PUSH_CHUNK_SIZE", "-5"),
+    ] {
+        let project = project();
+        let run = build_json_with(&project, (name, value));
+        assert_one_warning(
+            &run,
+            &[&format!(
+                "{name}={value} is not a positive integer; using the default"
+            )],
+        );
+    }
+}
+
+#[test]
 fn an_unreadable_manifest_in_the_layout_keeps_its_blobs_with_a_warning_event() {
     let project = project();
     project.build(&[]).success();

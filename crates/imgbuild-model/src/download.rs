@@ -41,7 +41,7 @@ pub(crate) const MAX_UNSIZED_BYTES: u64 = 16 << 30;
 
 /// Sets another bound for downloads of unknown size (bytes): for an index of wheels larger
 /// than [`MAX_UNSIZED_BYTES`], or a test that cannot wait for 16 GiB.
-pub(crate) const MAX_UNSIZED_ENV: &str = "IMGBUILD_MAX_UNSIZED_DOWNLOAD";
+pub const MAX_UNSIZED_ENV: &str = "IMGBUILD_MAX_UNSIZED_DOWNLOAD";
 
 impl Expected {
     /// The size, or the bound on a download of unknown size.
@@ -50,12 +50,10 @@ impl Expected {
     }
 }
 
-/// [`MAX_UNSIZED_BYTES`], or the bound [`MAX_UNSIZED_ENV`] sets.
+/// [`MAX_UNSIZED_BYTES`], or the bound [`MAX_UNSIZED_ENV`] sets when it is a positive
+/// integer (anything else is warned of by the command line, as every limit is).
 pub fn unsized_bound() -> u64 {
-    std::env::var(MAX_UNSIZED_ENV)
-        .ok()
-        .and_then(|value| value.parse().ok())
-        .unwrap_or(MAX_UNSIZED_BYTES)
+    crate::compression::bounded::env_u64(MAX_UNSIZED_ENV).unwrap_or(MAX_UNSIZED_BYTES)
 }
 
 /// Told how a download goes.

@@ -23,14 +23,15 @@ use super::{
 /// Blobs up to this size go in one PUT; larger ones in PATCH chunks of this size.
 pub(crate) const CHUNK: usize = 16 << 20;
 
-/// The chunk size: [`CHUNK`], or `IMGBUILD_PUSH_CHUNK_SIZE` bytes for registries or proxies
-/// that limit request bodies.
+/// Sets the chunk size, for registries or proxies that limit request bodies.
+pub const CHUNK_ENV: &str = "IMGBUILD_PUSH_CHUNK_SIZE";
+
+/// The chunk size: [`CHUNK`], or [`CHUNK_ENV`] bytes when it is a positive integer (anything
+/// else is warned of by the command line, as every limit is), at least 1 KiB.
 fn chunk_size() -> usize {
-    std::env::var("IMGBUILD_PUSH_CHUNK_SIZE")
-        .ok()
-        .and_then(|v| v.trim().parse::<usize>().ok())
-        .filter(|n| *n >= 1024)
-        .unwrap_or(CHUNK)
+    crate::compression::bounded::env_u64(CHUNK_ENV).map_or(CHUNK, |n| {
+        usize::try_from(n).unwrap_or(usize::MAX).max(1024)
+    })
 }
 /// Blobs uploaded at once.
 const PARALLEL_UPLOADS: usize = 4;
