@@ -17,8 +17,9 @@ Examples:
   imgbuild smoke registry.example/ml/torch@sha256:… --attest smoke.json --sign-by key.asc
 
 Exit codes: 0 pass, 3 no NVIDIA driver or GPU, 4 the image's CUDA cannot run on this
-driver, 5 the kernel failed or computed wrong values, or a library crashed the test (it
-runs in a child process), 1 the image cannot be read.";
+driver, 5 the kernel failed or computed wrong values, or a library crashed or hung the test
+(it runs in a child process), 1 the image cannot be read or pulled, 2 `--sign-by` without
+`--attest` and a registry image.";
 
 #[derive(Debug, Args)]
 pub(crate) struct SmokeArgs {
