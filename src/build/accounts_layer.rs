@@ -63,17 +63,16 @@ pub(super) fn needs_tables(recipe: &Recipe) -> bool {
         || recipe.files.iter().any(|copy| copy.owner.is_some())
 }
 
-/// The names `[image] user` and `[[files]] owner` use, looked up in the base's tables
-/// merged with `[accounts]`, as the stage will: a name the image lacks fails here, before
-/// the solve and the install, and not after them.
-pub(super) fn check_names(recipe: &Recipe, base: Option<&BaseImage>) -> Result<(), BuildError> {
-    if !needs_tables(recipe) {
+/// The names `[image] user` and `[[files]] owner` use, looked up in the merged `tables` (of
+/// a recipe that [`needs_tables`]) as the stage will: a name the image lacks fails here,
+/// before the solve and the install, and not after them.
+pub(super) fn check_names(recipe: &Recipe, tables: Option<&Merged>) -> Result<(), BuildError> {
+    let Some(tables) = tables else {
         return Ok(());
-    }
-    let tables = account_tables(recipe, base)?;
-    accounts_layer(recipe, &tables, 0)?;
+    };
+    accounts_layer(recipe, tables, 0)?;
     for (owner, span) in recipe.files.iter().filter_map(|copy| copy.owner.as_ref()) {
-        resolve(recipe, "`owner`", owner, Some(span), &tables)?;
+        resolve(recipe, "`owner`", owner, Some(span), tables)?;
     }
     Ok(())
 }

@@ -70,7 +70,7 @@ pub(super) async fn obtain_lock(
     // read, or an account name the image lacks, fails before a solve or an install that
     // would be for nothing.
     for platform in &prepared.platforms {
-        super::accounts_layer::check_names(recipe, platform.base.as_ref())?;
+        super::accounts_layer::check_names(recipe, platform.tables.as_ref())?;
     }
     let sources = super::files_layer::source_digests(recipe)?;
     let staleness = match &existing {

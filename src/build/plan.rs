@@ -198,6 +198,7 @@ mod tests {
             target: target(platform),
             locked_base: LockedBase::Scratch,
             smoke: None,
+            tables: None,
         }
     }
 

@@ -3,7 +3,11 @@
 
 use rattler_conda_types::Subdir;
 
-use super::{error::BuildError, model::BuildSettings};
+use super::{
+    accounts_layer::{Merged, account_tables, needs_tables},
+    error::BuildError,
+    model::BuildSettings,
+};
 use crate::{
     lock::{Lock, LockedBase},
     oci::base::{BaseImage, detect_glibc, open_base},
@@ -34,6 +38,9 @@ pub(super) struct PreparedPlatform {
     /// The executable `[smoke] embed = true` puts into this platform's image, checked
     /// against it.
     pub(super) smoke: Option<SmokeExecutable>,
+    /// The image's account tables (the base's with `[accounts]` merged in) when the recipe
+    /// needs them: read once, for the check of names before solving and for the layers.
+    pub(super) tables: Option<Merged>,
 }
 
 impl Prepared {
@@ -122,12 +129,16 @@ async fn prepare_platform(
     let locked_base = base.as_ref().map_or(LockedBase::Scratch, |b| {
         LockedBase::Digest(b.manifest_digest.clone())
     });
+    let tables = needs_tables(recipe)
+        .then(|| account_tables(recipe, base.as_ref()))
+        .transpose()?;
     Ok(PreparedPlatform {
         platform,
         base,
         target,
         locked_base,
         smoke,
+        tables,
     })
 }
 

@@ -10,7 +10,7 @@ use rattler_conda_types::{MatchSpec, ParseStrictness, Subdir};
 use rattler_shell::{activation::Activator, shell};
 
 use super::{
-    accounts_layer::{account_tables, accounts_layer, needs_tables},
+    accounts_layer::accounts_layer,
     error::BuildError,
     files_layer::files_layer,
     model::{BuildSettings, Context, counted},
@@ -232,20 +232,18 @@ impl<'a> Stager<'a> {
 
     /// The recipe's own layers, which sit above the environment's: the accounts layer
     /// (users, groups, homes, the user's workdir), when there is one, then a layer for each
-    /// `[[files]]` entry, in the recipe's order. The base's accounts are read only when
-    /// something needs them.
+    /// `[[files]]` entry, in the recipe's order, with the account tables `prepare` read
+    /// (only when something needs them).
     fn owned_layers(&self, work: &PlatformWork<'_>) -> Result<Vec<OwnedLayer>, BuildError> {
         let recipe = self.cx.recipe;
         let mtime = self.cx.created_seconds as u64;
-        let tables = needs_tables(recipe)
-            .then(|| account_tables(recipe, work.prepared.base.as_ref()))
-            .transpose()?;
+        let tables = work.prepared.tables.as_ref();
         let mut layers = Vec::new();
-        if let Some(tables) = &tables {
+        if let Some(tables) = tables {
             layers.extend(accounts_layer(recipe, tables, mtime)?);
         }
         for copy in &recipe.files {
-            layers.push(files_layer(recipe, copy, tables.as_ref(), mtime)?);
+            layers.push(files_layer(recipe, copy, tables, mtime)?);
         }
         Ok(layers)
     }
