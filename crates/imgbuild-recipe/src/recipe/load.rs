@@ -383,7 +383,7 @@ impl Checker {
                 ),
             ));
         }
-        spec.channel = Some(std::sync::Arc::new(channel));
+        spec.channel = Some(Arc::new(channel));
         Ok(spec)
     }
 
@@ -982,7 +982,7 @@ struct LayerSettings {
 fn not_a_release(version: CudaVersion) -> Option<String> {
     let releases = crate::cuda::compat::RELEASE_MINIMUM_DRIVER;
     let newest = releases.iter().map(|(v, _)| *v).max()?;
-    if version > newest || releases.iter().any(|(v, _)| *v == version) {
+    if version > newest || release_minimum(version).is_some() {
         return None;
     }
     let same_major: Vec<String> = releases
