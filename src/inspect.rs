@@ -223,6 +223,17 @@ pub(crate) fn inspect_platform(
 }
 
 impl ImageSummary {
+    /// Whether a conda package (`jupyterlab-4.3.8-pyhd8ed1ab_0`) or a wheel
+    /// (`pypi:jupyterlab-4.3.8`) of the image is JupyterLab.
+    pub(crate) fn has_jupyterlab(&self) -> bool {
+        self.packages.iter().any(|label| {
+            let package = crate::layers::plan::wheel_of_label(label).unwrap_or(label);
+            package
+                .strip_prefix("jupyterlab-")
+                .is_some_and(|rest| rest.starts_with(|c: char| c.is_ascii_digit()))
+        })
+    }
+
     /// The digest that names the whole image: its index's for a multi-platform image, so a
     /// node of any of its platforms pulls its own; else its manifest's.
     pub(crate) fn image_digest(&self) -> &str {

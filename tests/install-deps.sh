@@ -4,6 +4,8 @@
 set -eu
 # slurmctld, slurmd, slurm-client and munge: tests/it/slurm.rs starts a single-node Slurm of
 # its own (its own munged, config and ports); nothing here configures or starts a service.
+# openssh-server: tests/it/slurm_jupyter.rs starts an sshd of its own (its own port, keys and
+# config) as the login node the Jupyter tunnel goes through.
 # curl: tests/it/jupyter.rs drives the JupyterLab server of its image over HTTP.
 # golang-go and golang-github-containerd-stargz-snapshotter-dev: tests/it/estargz.rs builds a
 # checker over the stargz snapshotter's own estargz package (offline, GOPATH mode).
@@ -11,7 +13,7 @@ set -eu
 # and runs images with containerd 1.6 and ctr, as a Kubernetes node does. stargz-snapshotter:
 # its ctr-remote pulls lazily through the snapshotter tests/it/lazy_pull.rs builds from the
 # -dev package (Debian packages no snapshotter daemon).
-PACKAGES="umoci skopeo oci-image-tool runc busybox-static docker-registry apache2-utils podman python3-venv mmdebstrap binutils slurmctld slurmd slurm-client munge curl gpg golang-go golang-github-containerd-stargz-snapshotter-dev containerd stargz-snapshotter"
+PACKAGES="umoci skopeo oci-image-tool runc busybox-static docker-registry apache2-utils podman python3-venv mmdebstrap binutils slurmctld slurmd slurm-client munge openssh-server curl gpg golang-go golang-github-containerd-stargz-snapshotter-dev containerd stargz-snapshotter"
 missing=""
 for p in $PACKAGES; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"

@@ -10,50 +10,16 @@
 
 use super::error::BuildError;
 use crate::{
-    compression::bounded::{Bound, read_to_end_bounded},
     layers::{LayerKind, OwnedEntry, OwnedLayer, owned::Content},
-    oci::base::{BaseImage, GlibcError},
+    oci::{
+        accounts::{
+            AccountFiles, AccountLine, UnknownAccount, account_lines, read_account_files,
+            resolve_user,
+        },
+        base::BaseImage,
+    },
     recipe::{Recipe, RecipeError, SourceSpan, accounts::Accounts},
 };
-
-/// The most bytes of a base's `/etc/passwd` or `/etc/group` that are read: a real one has
-/// a few kilobytes.
-const MAX_ACCOUNT_FILE: u64 = 4 << 20;
-
-/// The base's account files, as the container would see them.
-#[derive(Debug, Default, Clone, PartialEq, Eq)]
-pub(super) struct AccountFiles {
-    pub(super) passwd: Option<String>,
-    pub(super) group: Option<String>,
-}
-
-/// One line of `/etc/passwd` or `/etc/group`: its name, ID and (passwd) primary gid.
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct Line<'a> {
-    text: &'a str,
-    name: &'a str,
-    id: u32,
-    gid: Option<u32>,
-}
-
-/// The parsed lines of an account file; comments and malformed lines are kept in the text
-/// but name nothing.
-fn lines(text: &str) -> Vec<Line<'_>> {
-    text.lines()
-        .filter_map(|text| {
-            let mut fields = text.split(':');
-            let name = fields.next()?;
-            let id = fields.nth(1)?.parse().ok()?;
-            let gid = fields.next().and_then(|g| g.parse().ok());
-            (!name.is_empty() && !name.starts_with('#')).then_some(Line {
-                text,
-                name,
-                id,
-                gid,
-            })
-        })
-        .collect()
-}
 
 /// Whether the image's account tables are needed: to add accounts, to own the user's
 /// workdir, or to resolve a `[[files]]` owner.
@@ -170,7 +136,7 @@ fn merge(recipe: &Recipe, accounts: &Accounts, files: &AccountFiles) -> Result<M
         None => "root:x:0:\n".to_string(),
     };
     let mut group = base_group.clone();
-    let theirs = lines(&base_group);
+    let theirs = account_lines(&base_group);
     for ours in &accounts.groups {
         if let Some(line) = theirs
             .iter()
@@ -182,7 +148,7 @@ fn merge(recipe: &Recipe, accounts: &Accounts, files: &AccountFiles) -> Result<M
         group.push_str(&format!("{}:x:{}:\n", ours.name, ours.gid));
     }
     let mut passwd = base_passwd.clone();
-    let (theirs, groups) = (lines(&base_passwd), lines(&group));
+    let (theirs, groups) = (account_lines(&base_passwd), account_lines(&group));
     for ours in &accounts.users {
         if let Some(line) = theirs
             .iter()
@@ -223,7 +189,7 @@ fn clash(
     recipe: &Recipe,
     span: &SourceSpan,
     (kind, name, id, file): (&str, &str, u32, &str),
-    line: &Line<'_>,
+    line: &AccountLine<'_>,
 ) -> BuildError {
     let same = if line.name == name { "name" } else { "ID" };
     invalid(
@@ -254,12 +220,8 @@ pub(super) fn resolve(
     span: Option<&SourceSpan>,
     tables: &Merged,
 ) -> Result<(u32, u32), BuildError> {
-    let (users, groups) = (lines(&tables.passwd), lines(&tables.group));
-    let (name, group) = match spec.split_once(':') {
-        Some((name, group)) => (name, Some(group)),
-        None => (spec, None),
-    };
-    let missing = |kind: &str, name: &str, file: &str| {
+    resolve_user(&tables.passwd, &tables.group, spec).map_err(|unknown| {
+        let UnknownAccount { kind, name, file } = unknown;
         invalid(
             recipe,
             span,
@@ -267,27 +229,7 @@ pub(super) fn resolve(
                 "{what} names the {kind} `{name}`, which neither `[accounts]` nor the base's {file} has"
             ),
         )
-    };
-    let entry = users
-        .iter()
-        .find(|l| l.name == name || name.parse() == Ok(l.id));
-    let uid = match (name.parse::<u32>(), entry) {
-        (Ok(uid), _) => uid,
-        (Err(_), Some(entry)) => entry.id,
-        (Err(_), None) => return Err(missing("user", name, "/etc/passwd")),
-    };
-    let gid = match group {
-        None => entry.and_then(|e| e.gid).unwrap_or(0),
-        Some(group) => match (
-            group.parse::<u32>(),
-            groups.iter().find(|g| g.name == group),
-        ) {
-            (Ok(gid), _) => gid,
-            (Err(_), Some(entry)) => entry.id,
-            (Err(_), None) => return Err(missing("group", group, "/etc/group")),
-        },
-    };
-    Ok((uid, gid))
+    })
 }
 
 /// An absolute in-image path as a layer entry's path; `None` for `/` itself.
@@ -313,49 +255,6 @@ fn owned_directory(path: &str, uid: u32, gid: u32) -> OwnedEntry {
         mode: 0o755,
         content: Content::Directory,
     }
-}
-
-/// `/etc/passwd` and `/etc/group` of the base as the container sees them: the last layer's
-/// copy wins, and a whiteout (`etc/.wh.passwd`, an opaque `etc`, a removed `etc`) removes
-/// what the layers below held. A link or anything but a file there is refused: merging into
-/// it would write through it.
-pub(super) fn read_account_files(base: &BaseImage) -> Result<AccountFiles, BuildError> {
-    let mut files = AccountFiles::default();
-    let layer_error = |digest, source| GlibcError::Layer { digest, source };
-    base.walk_layers(layer_error, |digest, path, entry| {
-        let path = path.trim_start_matches("./").trim_start_matches('/');
-        let slot = match path.trim_end_matches('/') {
-            "etc/passwd" | "etc/.wh.passwd" => &mut files.passwd,
-            "etc/group" | "etc/.wh.group" => &mut files.group,
-            "etc/.wh..wh..opq" | ".wh.etc" => {
-                files = AccountFiles::default();
-                return Ok(());
-            }
-            _ => return Ok(()),
-        };
-        if path.contains(".wh.") {
-            *slot = None;
-            return Ok(());
-        }
-        if !entry.header().entry_type().is_file() {
-            return Err(layer_error(
-                digest.to_string(),
-                std::io::Error::other(format!(
-                    "`/{path}` is not a regular file in the base (a link or another kind); imgbuild merges accounts only into a plain file"
-                )),
-            ));
-        }
-        let bound = Bound::new(
-            MAX_ACCOUNT_FILE,
-            format!("`/{path}` in layer `{digest}`"),
-            "the most an account file may hold",
-        );
-        let bytes = read_to_end_bounded(entry, bound)
-            .map_err(|source| layer_error(digest.to_string(), source))?;
-        *slot = Some(String::from_utf8_lossy(&bytes).into_owned());
-        Ok(())
-    })?;
-    Ok(files)
 }
 
 #[cfg(test)]

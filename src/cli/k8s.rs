@@ -9,9 +9,9 @@ use k8s_openapi::api::core::v1::Toleration;
 use super::printer::{CommandFailure, Printer};
 
 use crate::k8s::{
-    BuildJobOptions, DataVolume, WorkloadKind, WorkloadOptions, build_job, check_namespace,
-    check_object_name, check_quantity, check_user, parse_env, parse_toleration, parse_volume,
-    smoke_policy, workload,
+    BuildJobOptions, DataVolume, Workload, WorkloadKind, WorkloadOptions, build_job,
+    check_namespace, check_object_name, check_quantity, check_user, jupyter_instructions,
+    numeric_user, parse_env, parse_toleration, parse_volume, smoke_policy, workload,
 };
 
 pub(super) const K8S_EXAMPLES: &str = "\
@@ -27,7 +27,8 @@ Examples:
       --env HF_HOME=/cache --volume data=pvc:datasets:/data:ro \\
       --volume cache=host:/mnt/cache:/cache --toleration dedicated=ml:NoSchedule
   imgbuild k8s images/train --repository registry.example/ml/train \\
-      --require-smoke-attestation > train-with-policy.yaml   # and a Kyverno ClusterPolicy";
+      --require-smoke-attestation > train-with-policy.yaml   # and a Kyverno ClusterPolicy
+  imgbuild k8s images/jupyter --repository registry.example/ml/jupyter --jupyter > lab.yaml";
 
 /// The keys `--set` takes.
 const SET_KEYS: &[&str] = &[
@@ -72,6 +73,15 @@ pub(crate) struct K8sArgs {
     /// GPU; its exit code is the verdict (0 pass, 3 no GPU, 4 incompatible, 5 kernel failure)
     #[arg(long, conflicts_with = "job")]
     pub smoke_job: bool,
+    /// The image's JupyterLab: a Deployment of one pod (as the image's non-root user, the
+    /// token from the Secret `NAME-jupyter-token`) and a ClusterIP Service; prints on stderr
+    /// how to create the Secret and reach the lab with `kubectl port-forward`
+    #[arg(long, conflicts_with_all = ["job", "deployment", "smoke_job", "build_job"])]
+    pub jupyter: bool,
+    /// With `--jupyter`: the port on your laptop that `kubectl port-forward` listens on
+    #[arg(long, value_name = "PORT", requires = "jupyter", default_value_t = 8888,
+          value_parser = clap::value_parser!(u16).range(1..))]
+    pub local_port: u16,
     /// Also print a sample Kyverno ClusterPolicy that admits the image's pods only with signed
     /// imgbuild GPU smoke attestations (`imgbuild smoke --attest`) that pass on a GPU of the
     /// compute capabilities the node affinity targets; put your public key in its placeholder
@@ -137,7 +147,9 @@ fn words(value: &str) -> Result<Vec<String>, SetError> {
 
 fn options(args: &K8sArgs) -> Result<(WorkloadOptions, Option<String>), SetError> {
     let mut options = WorkloadOptions {
-        kind: if args.deployment {
+        kind: if args.jupyter {
+            WorkloadKind::Jupyter
+        } else if args.deployment {
             WorkloadKind::Deployment
         } else if args.smoke_job {
             WorkloadKind::SmokeJob
@@ -350,6 +362,13 @@ pub(super) fn run_k8s(args: &K8sArgs, printer: &Printer) -> Result<ExitCode, Com
     }
     let image_ref = args.image.as_deref().unwrap_or_default();
     let image = crate::inspect::inspect(image_ref).map_err(|err| CommandFailure::new(err, 1))?;
+    // A named image user becomes the uid and gid its own /etc/passwd gives it.
+    let user = match user.or_else(|| image.config.user.clone()) {
+        Some(user) if !user.is_empty() => {
+            Some(numeric_user(&image, &user).map_err(|err| CommandFailure::new(err, 1))?)
+        }
+        _ => None,
+    };
     let (manifest, warnings) =
         workload(&image, &options, user.as_deref()).map_err(|err| CommandFailure::new(err, 1))?;
     let mut yaml = manifest
@@ -357,6 +376,13 @@ pub(super) fn run_k8s(args: &K8sArgs, printer: &Printer) -> Result<ExitCode, Com
         .map_err(|err| CommandFailure::new(err, 1))?;
     for warning in &warnings {
         printer.warning(warning);
+    }
+    if let Workload::Jupyter(deployment, _) = &manifest {
+        let name = deployment.metadata.name.as_deref().unwrap_or_default();
+        let namespace = deployment.metadata.namespace.as_deref();
+        for line in jupyter_instructions(name, namespace, args.local_port) {
+            printer.status("Then", line);
+        }
     }
     if args.require_smoke_attestation {
         let (policy, warnings) =

@@ -7,8 +7,9 @@ use clap::Args;
 use super::printer::{CommandFailure, Printer};
 
 use crate::slurm::{
-    JobOptions, Runner, SlurmError, Volume, check_constraint, check_name, check_time, parse_count,
-    parse_cpus, parse_gpus, parse_memory, parse_switch, parse_volume, sbatch_script,
+    JobOptions, Jupyter, Runner, SlurmError, Volume, check_constraint, check_login_host,
+    check_login_user, check_name, check_time, parse_count, parse_cpus, parse_gpus, parse_memory,
+    parse_switch, parse_volume, sbatch_script,
 };
 
 pub(super) const SLURM_EXAMPLES: &str = "\
@@ -21,7 +22,9 @@ Examples:
       --env HF_HOME=/scratch/hf | sbatch
   imgbuild slurm images/train --repository registry.example/ml/train \\
       --set nodes=4 --set ntasks-per-node=1 --set gpus-per-node=h100:8 \\
-      --volume /scratch/datasets:/data:ro > multi.sbatch";
+      --volume /scratch/datasets:/data:ro > multi.sbatch
+  imgbuild slurm images/jupyter --repository registry.example/ml/jupyter --jupyter \\
+      --set partition=gpu --set time=8:00:00 --login-host login.cluster.example > lab.sbatch";
 
 /// The keys `--set` takes.
 const SET_KEYS: &[&str] = &[
@@ -65,6 +68,23 @@ pub(crate) struct SlurmArgs {
     /// the host path is there before it starts the container
     #[arg(long = "volume", value_name = "SRC:DST[:ro]", value_parser = parse_volume)]
     pub volumes: Vec<Volume>,
+    /// Serve the image's JupyterLab as the job, on a port free on the node and behind a
+    /// fresh token; the job's output file (`jupyter-JOBID.out`, readable by you alone) gives
+    /// the `ssh -N -L` tunnel command and the URL to open
+    #[arg(long)]
+    pub jupyter: bool,
+    /// With `--jupyter`: the host your laptop reaches by SSH (default: the host `sbatch` ran
+    /// on, Slurm's `SLURM_SUBMIT_HOST`)
+    #[arg(long, value_name = "HOST", requires = "jupyter", value_parser = login_host)]
+    pub login_host: Option<String>,
+    /// With `--jupyter`: your user on the login host (default: the job's user,
+    /// `SLURM_JOB_USER`)
+    #[arg(long, value_name = "USER", requires = "jupyter", value_parser = login_user)]
+    pub login_user: Option<String>,
+    /// With `--jupyter`: the port on your laptop the tunnel listens on
+    #[arg(long, value_name = "PORT", requires = "jupyter", default_value_t = 8888,
+          value_parser = clap::value_parser!(u16).range(1..))]
+    pub local_port: u16,
     /// Overrides: name (the job's), partition, account, qos, time (`4:00:00`,
     /// `2-00:00:00`), cpus (per task), memory (`64G`), gpus (`N` or `TYPE:N`, for the job),
     /// nodes and ntasks-per-node (a multi-node job: `srun` runs the image once per task),
@@ -72,6 +92,14 @@ pub(crate) struct SlurmArgs {
     /// or words)
     #[arg(long = "set", value_name = "KEY=VALUE")]
     pub sets: Vec<String>,
+}
+
+fn login_host(value: &str) -> Result<String, String> {
+    check_login_host(value).map(|()| value.to_string())
+}
+
+fn login_user(value: &str) -> Result<String, String> {
+    check_login_user(value).map(|()| value.to_string())
 }
 
 /// `["python", "-c", "x"]` as JSON, or words split on whitespace.
@@ -150,6 +178,11 @@ fn options(args: &SlurmArgs) -> Result<JobOptions, String> {
         env: args.env.clone(),
         volumes: args.volumes.clone(),
         insecure_registry: args.insecure_registry,
+        jupyter: args.jupyter.then(|| Jupyter {
+            login_host: args.login_host.clone(),
+            login_user: args.login_user.clone(),
+            local_port: args.local_port,
+        }),
         ..JobOptions::new(args.runner, args.repository.clone())
     };
     for set in &args.sets {
@@ -163,5 +196,11 @@ pub(super) fn run_slurm(args: &SlurmArgs, printer: &Printer) -> Result<ExitCode,
     let image = crate::inspect::inspect(&args.image).map_err(|err| CommandFailure::new(err, 1))?;
     let script = sbatch_script(&image, &options).map_err(|err| CommandFailure::new(err, 1))?;
     printer.document(&script);
+    if options.jupyter.is_some() {
+        printer.status(
+            "Note",
+            "submit it with `sbatch`; the job writes the `ssh -N -L` tunnel command and the URL with its token to `jupyter-JOBID.out` in the directory you submit from",
+        );
+    }
     Ok(ExitCode::SUCCESS)
 }

@@ -13,8 +13,8 @@ use k8s_openapi::{
         core::v1::{
             Capabilities, ConfigMap, Container, EmptyDirVolumeSource, EnvVar, HostPathVolumeSource,
             LocalObjectReference, PersistentVolumeClaimVolumeSource, PodSecurityContext, PodSpec,
-            PodTemplateSpec, ResourceRequirements, SeccompProfile, SecurityContext, Toleration,
-            Volume, VolumeMount,
+            PodTemplateSpec, ResourceRequirements, SeccompProfile, SecurityContext, Service,
+            Toleration, Volume, VolumeMount,
         },
     },
     apimachinery::pkg::{
@@ -26,11 +26,15 @@ use k8s_openapi::{
 use crate::inspect::ImageSummary;
 
 mod build_job;
+mod image_user;
+mod jupyter;
 mod scheduling;
 mod smoke_policy;
 mod yaml;
 
 pub(crate) use build_job::{BuildJobOptions, build_job};
+pub(crate) use image_user::numeric_user;
+pub(crate) use jupyter::instructions as jupyter_instructions;
 use scheduling::{affinity, targeted_compute_terms, tolerations};
 pub(crate) use smoke_policy::{ClusterPolicy, GpuClass};
 
@@ -102,6 +106,8 @@ pub(crate) enum WorkloadKind {
     Deployment,
     /// A Job that runs the image's embedded smoke test (`[smoke] embed = true`) on one GPU.
     SmokeJob,
+    /// The image's JupyterLab: a Deployment of one pod and a ClusterIP Service (`--jupyter`).
+    Jupyter,
 }
 
 /// What the manifest says beyond the image: the `--set` keys and flags.
@@ -176,6 +182,21 @@ pub(crate) enum K8sError {
     )]
     NamedUser { user: String },
     #[error(
+        "The user `{user}` of `{image}` is a name that cannot be resolved: {reason}; add it with `[accounts]`, or set `--set user=UID[:GID]`"
+    )]
+    ImageUser {
+        image: String,
+        user: String,
+        reason: String,
+    },
+    #[error("Cannot read the /etc/passwd and /etc/group of `{image}` to resolve its user `{user}`")]
+    ImageUserRead {
+        image: String,
+        user: String,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    #[error(
         "`--set user={value}` must be `UID` or `UID:GID` with a non-zero UID, and IDs at most {MAX_ID}"
     )]
     User { value: String },
@@ -215,6 +236,8 @@ pub(crate) enum K8sError {
         "`--require-smoke-attestation` is for a pod with a GPU, and this one asks for none (`--set gpus=0`, or an image without `[cuda]`): a GPU smoke attestation says nothing about it"
     )]
     SmokePolicyWithoutGpu,
+    #[error("`--jupyter`: `{image}` {reason}")]
+    Jupyter { image: String, reason: String },
     #[error("Failed to write YAML")]
     Yaml(#[source] serde_yaml::Error),
 }
@@ -225,6 +248,8 @@ pub(crate) enum Workload {
     Deployment(Box<Deployment>),
     /// `--build-job`: the recipe and its locks, and the Indexed Job that builds them.
     BuildJob(Box<ConfigMap>, Box<Job>),
+    /// `--jupyter`: the Deployment and the Service in front of it.
+    Jupyter(Box<Deployment>, Box<Service>),
 }
 
 impl Workload {
@@ -235,6 +260,8 @@ impl Workload {
             Workload::Deployment(deployment) => yaml::to_string(deployment),
             Workload::BuildJob(config, job) => yaml::to_string(config)
                 .and_then(|c| yaml::to_string(job).map(|j| format!("{c}---\n{j}"))),
+            Workload::Jupyter(deployment, service) => yaml::to_string(deployment)
+                .and_then(|d| yaml::to_string(service).map(|s| format!("{d}---\n{s}"))),
         }
         .map_err(K8sError::Yaml)
     }
@@ -268,11 +295,14 @@ pub(crate) fn workload(
             image.image
         ));
     }
+    if options.kind == WorkloadKind::Jupyter {
+        jupyter::check(image, options, uid)?;
+    }
     let gpus = gpu_count(image, options);
 
     let (volumes, mounts) = data_volumes(options)?;
     let (command, args) = command_and_args(image, options, smoke);
-    let container = Container {
+    let mut container = Container {
         name: name.clone(),
         image: Some(image_ref),
         command,
@@ -283,12 +313,15 @@ pub(crate) fn workload(
         volume_mounts: (!mounts.is_empty()).then_some(mounts),
         ..Default::default()
     };
+    if options.kind == WorkloadKind::Jupyter {
+        jupyter::serve(&mut container, image, &name);
+    }
     let pod = PodSpec {
         containers: vec![container],
         restart_policy: Some(
             match options.kind {
                 WorkloadKind::Job | WorkloadKind::SmokeJob => "Never",
-                WorkloadKind::Deployment => "Always",
+                WorkloadKind::Deployment | WorkloadKind::Jupyter => "Always",
             }
             .to_string(),
         ),
@@ -459,19 +492,41 @@ fn wrap_pod(options: &WorkloadOptions, name: String, pod: PodSpec, smoke: bool) 
             }),
             ..Default::default()
         })),
-        WorkloadKind::Deployment => Workload::Deployment(Box::new(Deployment {
-            metadata,
-            spec: Some(DeploymentSpec {
-                replicas: Some(options.replicas),
-                selector: LabelSelector {
-                    match_labels: Some(labels),
-                    ..Default::default()
-                },
-                template,
+        WorkloadKind::Deployment => {
+            Workload::Deployment(Box::new(deployment(metadata, labels, template, options)))
+        }
+        WorkloadKind::Jupyter => {
+            let name = metadata.name.clone().unwrap_or_default();
+            let service = jupyter::service(&name, options.namespace.as_deref(), &labels);
+            // One server per token and workdir: replicas would each have their own kernels.
+            let one = WorkloadOptions {
+                replicas: 1,
+                ..options.clone()
+            };
+            let deployment = deployment(metadata, labels, template, &one);
+            Workload::Jupyter(Box::new(deployment), Box::new(service))
+        }
+    }
+}
+
+fn deployment(
+    metadata: ObjectMeta,
+    labels: BTreeMap<String, String>,
+    template: PodTemplateSpec,
+    options: &WorkloadOptions,
+) -> Deployment {
+    Deployment {
+        metadata,
+        spec: Some(DeploymentSpec {
+            replicas: Some(options.replicas),
+            selector: LabelSelector {
+                match_labels: Some(labels),
                 ..Default::default()
-            }),
+            },
+            template,
             ..Default::default()
-        })),
+        }),
+        ..Default::default()
     }
 }
 

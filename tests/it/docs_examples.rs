@@ -103,6 +103,24 @@ const SKIPS: &[(&str, &str)] = &[
         "images/serve",
         "a placeholder for the reader's own images, not built here",
     ),
+    (
+        "recipes/jupyter.toml",
+        "its base is Debian's image from Docker Hub (tests/it/jupyter.rs builds the same image offline)",
+    ),
+    (
+        "images/jupyter ",
+        "a placeholder for the reader's pushed Jupyter image, not built here",
+    ),
+    (
+        "sbatch ",
+        "needs a Slurm cluster (tests/it/slurm_jupyter.rs submits to one of its own)",
+    ),
+    ("jupyter-4242.out", "the output file of a Slurm job"),
+    (
+        "ssh -N",
+        "needs the site's login node (tests/it/slurm_jupyter.rs runs it against its sshd)",
+    ),
+    ("scancel", "needs a Slurm cluster"),
 ];
 
 /// How many README commands run (the others are skipped by [`SKIPS`]); among them

@@ -32,7 +32,7 @@ fn sha256_hex(bytes: &[u8]) -> String {
 }
 
 /// A plain-tar layer holding `etc/passwd` and `etc/group`.
-fn layer_tar(passwd: &str) -> Vec<u8> {
+pub(crate) fn layer_tar(passwd: &str) -> Vec<u8> {
     let mut builder = tar::Builder::new(Vec::new());
     for (path, text) in [("etc/passwd", passwd), ("etc/group", "root:x:0:\n")] {
         let mut header = tar::Header::new_ustar();
@@ -48,7 +48,7 @@ fn layer_tar(passwd: &str) -> Vec<u8> {
 }
 
 /// A one-layer linux/amd64 base layout written by hand, tag `latest`.
-struct Base {
+pub(crate) struct Base {
     dir: PathBuf,
     /// Hex digests.
     layer: String,
@@ -57,6 +57,11 @@ struct Base {
 
 impl Base {
     fn write(dir: &Path) -> Base {
+        Self::write_layer(dir, &layer_tar(PASSWD))
+    }
+
+    /// The base whose one layer is the plain tar `tar`.
+    pub(crate) fn write_layer(dir: &Path, tar: &[u8]) -> Base {
         fs_err::create_dir_all(dir.join("blobs/sha256")).unwrap();
         fs_err::write(dir.join("oci-layout"), r#"{"imageLayoutVersion":"1.0.0"}"#).unwrap();
         let blob = |bytes: &[u8]| {
@@ -64,8 +69,7 @@ impl Base {
             fs_err::write(dir.join("blobs/sha256").join(&hex), bytes).unwrap();
             hex
         };
-        let tar = layer_tar(PASSWD);
-        let layer = blob(&tar);
+        let layer = blob(tar);
         let config = serde_json::to_vec(&json!({
             "architecture": "amd64",
             "os": "linux",
@@ -76,7 +80,7 @@ impl Base {
             "schemaVersion": 2,
             "mediaType": "application/vnd.oci.image.manifest.v1+json",
             "config": descriptor("application/vnd.oci.image.config.v1+json", &config),
-            "layers": [descriptor("application/vnd.oci.image.layer.v1.tar", &tar)],
+            "layers": [descriptor("application/vnd.oci.image.layer.v1.tar", tar)],
         }))
         .unwrap();
         blob(&config);

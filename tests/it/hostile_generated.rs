@@ -356,3 +356,34 @@ fn pyxis_env_that_would_steer_the_node_is_refused() {
     assert!(!recorded.env.iter().any(|e| e.starts_with("LD_PRELOAD=")));
     assert!(!marker.exists());
 }
+
+#[test]
+fn jupyter_login_values_and_images_that_cannot_serve_are_refused() {
+    let project = image();
+    for (flag, value, needle) in [
+        (
+            "--login-host",
+            "-oProxyCommand=touch /tmp/x",
+            "is not a host name",
+        ),
+        ("--login-host", "login;id", "is not a host name"),
+        ("--login-host", "$(id)", "is not a host name"),
+        ("--login-host", "login\nid", "is not a host name"),
+        ("--login-user", "-oProxyCommand=x", "is not a user name"),
+        ("--login-user", "a b", "is not a user name"),
+        ("--local-port", "0", "--local-port"),
+        ("--local-port", "65536", "--local-port"),
+    ] {
+        let run = slurm(&project, &["--jupyter", &format!("{flag}={value}")]);
+        run.assert_failure_naming(2, &[needle]);
+    }
+    // Given without `--jupyter`, a login value would be ignored: refused instead.
+    slurm(&project, &["--login-host", "login1"]).assert_failure_naming(2, &["--jupyter"]);
+    // The image has no JupyterLab and runs as root: named, never a script.
+    let run = slurm(&project, &["--jupyter", "--runner", "podman"]);
+    run.assert_failure_naming(1, &["images/train", "has no JupyterLab", "jupyterlab"]);
+    assert!(run.stdout.is_empty(), "{}", run.stdout);
+    // The token and port are the job's own.
+    let run = slurm(&project, &["--jupyter", "--env", "JUPYTER_TOKEN=known"]);
+    run.assert_failure_naming(1, &["JUPYTER_TOKEN"]);
+}

@@ -89,7 +89,12 @@ impl Drop for Container<'_> {
 }
 
 /// `curl` of `url` on the published port: (HTTP status, body).
-fn http(method: &str, url: &str, token: Option<&str>, body: Option<&Value>) -> (u16, String) {
+pub(crate) fn http(
+    method: &str,
+    url: &str,
+    token: Option<&str>,
+    body: Option<&Value>,
+) -> (u16, String) {
     let mut command = Command::new("curl");
     command.args(["-s", "-X", method, "-w", "\n%{http_code}", url]);
     if let Some(token) = token {
@@ -155,7 +160,7 @@ fn notebook() -> Value {
     })
 }
 
-fn build_image(project: &Project) {
+pub(crate) fn build_image(project: &Project) {
     let wheels = project.path().join("recipes/wheels");
     fs_err::create_dir_all(&wheels).unwrap();
     for wheel in pinned_wheels() {

@@ -26,7 +26,7 @@ use crate::{
 };
 
 /// What the tests run: the Slurm daemons and clients, munge, podman, and what builds the base.
-const TOOLS: &[&str] = &[
+pub(crate) const TOOLS: &[&str] = &[
     "slurmctld",
     "slurmd",
     "sbatch",
@@ -38,13 +38,13 @@ const TOOLS: &[&str] = &[
 
 /// munged, slurmctld and slurmd as child processes, with every file in one temp dir; killed on
 /// drop.
-struct Cluster {
-    dir: tempfile::TempDir,
+pub(crate) struct Cluster {
+    pub dir: tempfile::TempDir,
     children: Vec<(&'static str, Child)>,
 }
 
 impl Cluster {
-    fn start() -> Cluster {
+    pub(crate) fn start() -> Cluster {
         let dir = tempfile::tempdir().unwrap();
         // munged refuses a socket in a directory others cannot search.
         fs_err::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
@@ -62,7 +62,7 @@ impl Cluster {
         cluster
     }
 
-    fn path(&self, name: &str) -> PathBuf {
+    pub(crate) fn path(&self, name: &str) -> PathBuf {
         self.dir.path().join(name)
     }
 
@@ -162,7 +162,7 @@ impl Cluster {
         }
     }
 
-    fn logs(&self) -> String {
+    pub(crate) fn logs(&self) -> String {
         ["munged", "slurmctld", "slurmd"]
             .iter()
             .map(|name| {
@@ -173,7 +173,7 @@ impl Cluster {
     }
 
     /// A Slurm client command for this cluster, run in its directory.
-    fn client(&self, program: &str) -> Command {
+    pub(crate) fn client(&self, program: &str) -> Command {
         let mut command = Command::new(program);
         command
             .env("SLURM_CONF", self.path("slurm.conf"))
@@ -204,7 +204,7 @@ fn munge_key() -> Vec<u8> {
 }
 
 #[track_caller]
-fn run_ok(command: &mut Command) -> String {
+pub(crate) fn run_ok(command: &mut Command) -> String {
     let output = command.output().unwrap();
     assert!(
         output.status.success(),

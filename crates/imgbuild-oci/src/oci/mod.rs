@@ -1,6 +1,7 @@
 //! OCI output: canonical JSON, the image layout on disk and reading images back from it,
 //! base images from local layouts, and the image config and manifest.
 
+pub mod accounts;
 pub mod archive;
 pub mod base;
 pub mod blobs;

@@ -7,6 +7,17 @@
 //! (the `#SBATCH` lines, which sbatch reads with its own parser) or shell-quoted (the `srun`
 //! line, which bash reads), so no `--set`, `--env` or image config can add a command.
 
+mod jupyter;
+mod values;
+
+pub(crate) use jupyter::{Jupyter, check_login_host, check_login_user};
+
+pub(crate) use values::{
+    check_constraint, check_name, check_time, parse_count, parse_cpus, parse_gpus, parse_memory,
+    parse_switch, parse_volume,
+};
+use values::{check_env, is_name_char};
+
 use crate::{inspect::ImageSummary, reference::Reference};
 
 /// How the job step runs the image.
@@ -75,6 +86,8 @@ pub(crate) struct JobOptions {
     /// Pull over plain HTTP or without verifying TLS (a registry on the nodes' loopback, a
     /// test registry): podman's `--tls-verify=false`, enroot's `ENROOT_ALLOW_HTTP`.
     pub insecure_registry: bool,
+    /// `--jupyter`: the image's JupyterLab, reached through an SSH tunnel.
+    pub jupyter: Option<Jupyter>,
 }
 
 impl JobOptions {
@@ -101,6 +114,7 @@ impl JobOptions {
             args: None,
             env: Vec::new(),
             insecure_registry: false,
+            jupyter: None,
         }
     }
 }
@@ -141,6 +155,8 @@ pub(crate) enum SlurmError {
         "`--set gpus` and `--set gpus-per-node` both ask for GPUs; give one (gpus-per-node for a multi-node job)"
     )]
     GpusTwice,
+    #[error("`--jupyter`: `{image}` {reason}")]
+    Jupyter { image: String, reason: String },
 }
 
 /// The sbatch script that runs `image` with `options`.
@@ -172,6 +188,11 @@ pub(crate) fn sbatch_script(
             count: u32::from(image.cuda.is_some()),
         },
     };
+    let jupyter = options
+        .jupyter
+        .as_ref()
+        .map(|j| jupyter::plan(image, options, j))
+        .transpose()?;
     let mut script = format!(
         "#!/bin/bash\n# Runs {} through {}; written by `imgbuild slurm`, submit it with `sbatch`.\n",
         reference,
@@ -185,22 +206,63 @@ pub(crate) fn sbatch_script(
     }
     script.push_str("\nset -euo pipefail\n");
     script.push_str(&volume_checks(&options.volumes));
-    let argv = container_argv(image, options);
+    let launch = match &jupyter {
+        Some(plan) => Launch::jupyter(plan),
+        None => Launch::of(options),
+    };
+    let argv = container_argv(image, &launch);
     if argv.is_empty() {
         return Err(SlurmError::NoCommand {
             image: image.image.clone(),
         });
     }
+    let gpus = gpus.count > 0 || options.gpus_per_node.is_some();
     let step = match options.runner {
-        Runner::Pyxis => pyxis_step(&argv, image, &reference, options),
-        Runner::Podman => podman_step(
-            &reference,
-            options,
-            gpus.count > 0 || options.gpus_per_node.is_some(),
-        ),
+        Runner::Pyxis => pyxis_step(&argv, image, &reference, options, &launch),
+        Runner::Podman => podman_step(&reference, options, &launch, gpus),
     };
-    script.push_str(&step);
+    match &jupyter {
+        Some(plan) => {
+            script.push_str(&plan.prelude);
+            script.push_str(&format!("{} &\n", step.trim_end()));
+            script.push_str(&jupyter::supervise(options.runner));
+        }
+        None => script.push_str(&step),
+    }
     Ok(script)
+}
+
+/// What the step runs in the container: the overrides of the image's command, and the
+/// variables the container takes from the job by name.
+#[derive(Debug)]
+struct Launch {
+    command: Option<Vec<String>>,
+    args: Option<Vec<String>>,
+    /// Names whose values the job sets (the Jupyter server's port and token).
+    inherited: &'static [&'static str],
+    /// podman's `--name`, a shell word.
+    container_name: Option<&'static str>,
+}
+
+impl Launch {
+    fn of(options: &JobOptions) -> Launch {
+        Launch {
+            command: options.command.clone(),
+            args: options.args.clone(),
+            inherited: &[],
+            container_name: None,
+        }
+    }
+
+    /// JupyterLab's command, with no args: the image's cmd is dropped with its entrypoint.
+    fn jupyter(plan: &jupyter::JupyterPlan) -> Launch {
+        Launch {
+            command: Some(plan.command.clone()),
+            args: None,
+            inherited: jupyter::SERVER_ENV,
+            container_name: Some(jupyter::CONTAINER_NAME),
+        }
+    }
 }
 
 /// `REPOSITORY@DIGEST`, parsed as Docker reads it: a repository without tag or digest.
@@ -220,6 +282,9 @@ fn pinned_reference(repository: &str, digest: &str) -> Result<Reference, SlurmEr
 /// every node.
 fn directives(name: &str, options: &JobOptions, gpus: &Gpus) -> Vec<String> {
     let mut lines = vec![format!("--job-name={name}")];
+    if options.jupyter.is_some() {
+        lines.push(format!("--output={}", jupyter::OUTPUT));
+    }
     match (options.nodes, options.ntasks_per_node) {
         (None, None) => lines.push("--ntasks=1".to_string()),
         (nodes, per_node) => {
@@ -293,6 +358,7 @@ fn pyxis_step(
     image: &ImageSummary,
     reference: &Reference,
     options: &JobOptions,
+    launch: &Launch,
 ) -> String {
     let mut step = String::new();
     if options.insecure_registry {
@@ -321,10 +387,12 @@ fn pyxis_step(
             shell_quote(&mounts.join(","))
         ));
     }
-    if !options.env.is_empty() {
-        // Named here, the job's values win over the image's (Pyxis keeps an image's own
-        // value of a variable otherwise).
-        let names: Vec<&str> = options.env.iter().map(|(n, _)| n.as_str()).collect();
+    // Named here, the job's values win over the image's (Pyxis keeps an image's own value
+    // of a variable otherwise).
+    let names: Vec<&str> = (options.env.iter().map(|(n, _)| n.as_str()))
+        .chain(launch.inherited.iter().copied())
+        .collect();
+    if !names.is_empty() {
         flags.push(format!("--container-env={}", names.join(",")));
     }
     let argv: Vec<String> = argv.iter().map(|w| shell_quote(w)).collect();
@@ -382,9 +450,10 @@ fn check_pyxis_env(env: &[(String, String)]) -> Result<(), SlurmError> {
 /// The podman step: podman reads the image's entrypoint, cmd, env and workdir itself, as a
 /// Kubernetes node does; only the overrides are written. The node's network (multi-node
 /// jobs reach each other over it); the job's GPUs by their Slurm ids, as CDI devices.
-fn podman_step(reference: &Reference, options: &JobOptions, gpus: bool) -> String {
+fn podman_step(reference: &Reference, options: &JobOptions, launch: &Launch, gpus: bool) -> String {
     let mut step = String::new();
     let mut flags = vec!["--rm".to_string(), "--network=host".to_string()];
+    flags.extend(launch.container_name.map(|name| format!("--name={name}")));
     if options.insecure_registry {
         flags.push("--tls-verify=false".into());
     }
@@ -399,15 +468,17 @@ fn podman_step(reference: &Reference, options: &JobOptions, gpus: bool) -> Strin
     for (name, value) in &options.env {
         flags.push(format!("--env={}", shell_quote(&format!("{name}={value}"))));
     }
+    // Without `=VALUE` podman takes the value from its own environment, the job's.
+    flags.extend(launch.inherited.iter().map(|name| format!("--env={name}")));
     for volume in &options.volumes {
         flags.push(format!("--volume={}", shell_quote(&mount_spec(volume))));
     }
-    if let Some(command) = &options.command {
+    if let Some(command) = &launch.command {
         let json = serde_json::to_string(command).unwrap_or_default();
         flags.push(format!("--entrypoint={}", shell_quote(&json)));
     }
     let mut image_and_args = vec![shell_quote(&reference.to_string())];
-    if let Some(args) = &options.args {
+    if let Some(args) = &launch.args {
         image_and_args.extend(args.iter().map(|w| shell_quote(w)));
     }
     step.push_str(&command_lines("srun podman run", &flags, &image_and_args));
@@ -416,16 +487,16 @@ fn podman_step(reference: &Reference, options: &JobOptions, gpus: bool) -> Strin
 
 /// The container's command line, as Docker and Kubernetes compose it: `command` replaces the
 /// entrypoint and drops the image's cmd, `args` replaces the cmd.
-fn container_argv(image: &ImageSummary, options: &JobOptions) -> Vec<String> {
+fn container_argv(image: &ImageSummary, launch: &Launch) -> Vec<String> {
     let config = &image.config;
-    let (entrypoint, cmd) = match &options.command {
+    let (entrypoint, cmd) = match &launch.command {
         Some(command) => (command.clone(), None),
         None => (
             config.entrypoint.clone().unwrap_or_default(),
             config.cmd.clone(),
         ),
     };
-    let args = options.args.clone().or(cmd).unwrap_or_default();
+    let args = launch.args.clone().or(cmd).unwrap_or_default();
     entrypoint.into_iter().chain(args).collect()
 }
 
@@ -479,250 +550,9 @@ fn job_name(image: &str) -> String {
     }
 }
 
-fn is_name_char(c: char) -> bool {
-    c.is_ascii_alphanumeric() || "._-".contains(c)
-}
-
-fn value_error(key: &'static str, value: &str, expected: &'static str) -> SlurmError {
-    SlurmError::Value {
-        key,
-        value: value.to_string(),
-        expected,
-    }
-}
-
-/// Checks a job name, partition (a comma-separated list) or account: letters, digits, `.`,
-/// `_` and `-`.
-pub(crate) fn check_name(key: &'static str, value: &str) -> Result<(), SlurmError> {
-    let list = key == "partition";
-    let valid = value
-        .split(',')
-        .all(|part| !part.is_empty() && part.chars().all(is_name_char) && !part.starts_with('-'))
-        && (list || !value.contains(','));
-    if valid {
-        Ok(())
-    } else {
-        Err(value_error(
-            key,
-            value,
-            "must be letters, digits, `.`, `_` and `-` (a partition: several, separated by `,`)",
-        ))
-    }
-}
-
-/// Checks a time limit in one of the forms sbatch reads: `MINUTES`, `MINUTES:SECONDS`,
-/// `HOURS:MINUTES:SECONDS`, `DAYS-HOURS`, `DAYS-HOURS:MINUTES`, `DAYS-HOURS:MINUTES:SECONDS`,
-/// or `UNLIMITED`.
-pub(crate) fn check_time(value: &str) -> Result<(), SlurmError> {
-    let number = |s: &str| !s.is_empty() && s.len() <= 6 && s.chars().all(|c| c.is_ascii_digit());
-    let clock = |s: &str, most: usize| {
-        let parts: Vec<&str> = s.split(':').collect();
-        parts.len() <= most && parts.iter().all(|p| number(p))
-    };
-    let valid = match value.split_once('-') {
-        Some((days, clock_part)) => number(days) && clock(clock_part, 3),
-        None => clock(value, 3) || value.eq_ignore_ascii_case("unlimited"),
-    };
-    if valid {
-        Ok(())
-    } else {
-        Err(value_error(
-            "time",
-            value,
-            "is not a Slurm time limit: MINUTES, HH:MM:SS, D-HH, D-HH:MM:SS or UNLIMITED",
-        ))
-    }
-}
-
-/// Reads a memory size as Slurm writes it: a whole number of mebibytes, or with a `K`, `M`,
-/// `G` or `T` suffix, which Slurm reads as powers of 1024; the Kubernetes forms `Ki`, `Mi`,
-/// `Gi` and `Ti` mean the same and are written as Slurm's.
-pub(crate) fn parse_memory(value: &str) -> Result<String, SlurmError> {
-    let (number, unit) = value.split_at(
-        value
-            .find(|c: char| !c.is_ascii_digit())
-            .unwrap_or(value.len()),
-    );
-    let unit = match unit.strip_suffix('i').unwrap_or(unit) {
-        "" if unit.is_empty() => Some(""),
-        u @ ("K" | "M" | "G" | "T" | "k" | "m" | "g" | "t") => Some(u),
-        _ => None,
-    };
-    match (number.parse::<u64>(), unit) {
-        (Ok(n), Some(unit)) if n > 0 => Ok(format!("{n}{}", unit.to_ascii_uppercase())),
-        _ => Err(value_error(
-            "memory",
-            value,
-            "is not a memory size like `32G`, `512M` or `32Gi` (Slurm reads K, M, G and T as powers of 1024)",
-        )),
-    }
-}
-
-/// Reads `--set cpus=N`: a whole number above 0.
-pub(crate) fn parse_cpus(value: &str) -> Result<u32, SlurmError> {
-    parse_count("cpus", value)
-}
-
-/// A count above 0 in plain digits (`cpus`, `nodes`, `ntasks-per-node`): no sign, no
-/// range, no suffix, none of which the script would pass on as it was meant.
-pub(crate) fn parse_count(key: &'static str, value: &str) -> Result<u32, SlurmError> {
-    Some(value)
-        .filter(|v| !v.is_empty() && v.chars().all(|c| c.is_ascii_digit()))
-        .and_then(|v| v.parse().ok())
-        .filter(|n| *n > 0)
-        .ok_or_else(|| value_error(key, value, "must be a whole number above 0"))
-}
-
-/// Checks `--set constraint=…`: node features (letters, digits, `.`, `_`, `-`) joined by
-/// sbatch's operators `&`, `|`, `,`, `*N`, `[…]` and `(…)`, with no white space, which would
-/// end the `#SBATCH` line's value.
-pub(crate) fn check_constraint(value: &str) -> Result<(), SlurmError> {
-    let valid = !value.is_empty()
-        && value
-            .chars()
-            .all(|c| is_name_char(c) || "&|,*[]()".contains(c))
-        && value.chars().any(is_name_char);
-    if valid {
-        Ok(())
-    } else {
-        Err(value_error(
-            "constraint",
-            value,
-            "must be node features (letters, digits, `.`, `_`, `-`) joined by `&`, `|`, `,`, `*N`, `[…]` or `(…)`",
-        ))
-    }
-}
-
-/// Reads `--set exclusive=true|false`.
-pub(crate) fn parse_switch(key: &'static str, value: &str) -> Result<bool, SlurmError> {
-    match value {
-        "true" => Ok(true),
-        "false" => Ok(false),
-        _ => Err(value_error(key, value, "must be `true` or `false`")),
-    }
-}
-
-/// Reads `--volume SRC:DST[:ro|rw]`: a host path and a container path, both absolute and
-/// normal (no `..`; `.` and doubled `/` are dropped), with none of `,` and `:`.
-pub(crate) fn parse_volume(text: &str) -> Result<Volume, SlurmError> {
-    let error = |reason: String| SlurmError::Volume {
-        value: text.to_string(),
-        reason,
-    };
-    let parts: Vec<&str> = text.split(':').collect();
-    let (source, target, read_only) = match parts[..] {
-        [source, target] => (source, target, false),
-        [source, target, "ro"] => (source, target, true),
-        [source, target, "rw"] => (source, target, false),
-        [_, _, mode] => return Err(error(format!("`{mode}` is neither `ro` nor `rw`"))),
-        _ => {
-            return Err(error(
-                "not `SRC:DST` or `SRC:DST:ro` (a path may hold no `:`)".into(),
-            ));
-        }
-    };
-    let normal = |path: &str, what: &str| {
-        crate::k8s::normal_path(path)
-            .filter(|p| !p.contains(','))
-            .ok_or_else(|| {
-                error(format!(
-                    "the {what} `{}` is not an absolute path without `..` and `,`",
-                    path.escape_debug()
-                ))
-            })
-    };
-    Ok(Volume {
-        source: normal(source, "host path")?,
-        target: normal(target, "container path")?,
-        read_only,
-    })
-}
-
-/// Reads `--set gpus=N` or `gpus=TYPE:N` (a GRES type the site defines, e.g. `a100:2`); 0
-/// asks for none.
-pub(crate) fn parse_gpus(key: &'static str, value: &str) -> Result<Gpus, SlurmError> {
-    let (kind, count) = match value.rsplit_once(':') {
-        Some((kind, count)) => (Some(kind), count),
-        None => (None, value),
-    };
-    let kind_ok = kind.is_none_or(|k| !k.is_empty() && k.chars().all(is_name_char));
-    let digits = !count.is_empty() && count.chars().all(|c| c.is_ascii_digit());
-    match count.parse::<u32>() {
-        Ok(count) if kind_ok && digits => Ok(Gpus {
-            kind: kind.map(str::to_string),
-            count,
-        }),
-        _ => Err(value_error(
-            key,
-            value,
-            "must be a whole number of GPUs, or `TYPE:N` for a GRES type (e.g. `a100:2`)",
-        )),
-    }
-}
-
-/// Checks `--env` names: each a shell variable name (the Pyxis script exports them), once.
-fn check_env(env: &[(String, String)]) -> Result<(), SlurmError> {
-    let mut seen = std::collections::BTreeSet::new();
-    for (name, _) in env {
-        let valid = name.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_')
-            && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
-        if !valid {
-            return Err(SlurmError::EnvName { name: name.clone() });
-        }
-        if !seen.insert(name) {
-            return Err(SlurmError::DuplicateEnv { name: name.clone() });
-        }
-    }
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn values_are_checked() {
-        for good in [
-            "90",
-            "30:00",
-            "4:00:00",
-            "2-12",
-            "2-12:30",
-            "2-12:30:00",
-            "UNLIMITED",
-        ] {
-            assert!(check_time(good).is_ok(), "{good}");
-        }
-        for bad in ["", "1h", "1:2:3:4", "-1", "2-", "1 0", "1;id", "2-1:2:3:4"] {
-            assert!(check_time(bad).is_err(), "{bad}");
-        }
-        assert_eq!(parse_memory("32G").unwrap(), "32G");
-        assert_eq!(parse_memory("32Gi").unwrap(), "32G");
-        assert_eq!(parse_memory("512m").unwrap(), "512M");
-        assert_eq!(parse_memory("4096").unwrap(), "4096");
-        for bad in ["", "0", "G", "1.5G", "32GB", "i", "32 G", "+5G", "1Pi"] {
-            assert!(parse_memory(bad).is_err(), "{bad}");
-        }
-        assert_eq!(
-            parse_gpus("gpus", "2").unwrap(),
-            Gpus {
-                kind: None,
-                count: 2
-            }
-        );
-        let typed = parse_gpus("gpus", "a100:4").unwrap();
-        assert_eq!((typed.kind.as_deref(), typed.count), (Some("a100"), 4));
-        for bad in ["", "-1", "+1", "two", ":1", "a b:1", "a100:", "1.5"] {
-            assert!(parse_gpus("gpus", bad).is_err(), "{bad}");
-        }
-        assert_eq!(parse_cpus("16").unwrap(), 16);
-        assert!(parse_cpus("0").is_err());
-        assert!(check_name("partition", "gpu,debug").is_ok());
-        for bad in ["", "a b", "a;b", "$(id)", "-x", "a\nb"] {
-            assert!(check_name("partition", bad).is_err(), "{bad:?}");
-        }
-        assert!(check_name("account", "a,b").is_err(), "one account");
-    }
 
     #[test]
     fn words_are_quoted_for_the_shell() {
@@ -774,12 +604,22 @@ mod tests {
     fn the_command_is_composed_as_docker_does() {
         let image = image(Some(&["python"]), Some(&["train.py"]));
         let mut options = options(Runner::Pyxis);
-        assert_eq!(container_argv(&image, &options), ["python", "train.py"]);
+        assert_eq!(
+            container_argv(&image, &Launch::of(&options)),
+            ["python", "train.py"]
+        );
         options.args = Some(vec!["eval.py".into()]);
-        assert_eq!(container_argv(&image, &options), ["python", "eval.py"]);
+        assert_eq!(
+            container_argv(&image, &Launch::of(&options)),
+            ["python", "eval.py"]
+        );
         options.args = None;
         options.command = Some(vec!["bash".into()]);
-        assert_eq!(container_argv(&image, &options), ["bash"], "cmd dropped");
+        assert_eq!(
+            container_argv(&image, &Launch::of(&options)),
+            ["bash"],
+            "cmd dropped"
+        );
     }
 
     #[test]
@@ -815,41 +655,6 @@ mod tests {
             sbatch_script(&image, &options),
             Err(SlurmError::DuplicateEnv { .. })
         ));
-    }
-
-    #[test]
-    fn multi_node_keys_volumes_and_their_refusals() {
-        assert_eq!(parse_count("nodes", "4").unwrap(), 4);
-        for bad in ["", "0", "+2", "2-4", "two", "1\n", "$(id)"] {
-            assert!(parse_count("nodes", bad).is_err(), "{bad:?}");
-        }
-        assert!(check_constraint("a100&ib").is_ok());
-        assert!(check_constraint("[rack1|rack2]*2").is_ok());
-        for bad in ["", "&", "a b", "a\nb", "$(id)", "a;b", "`id`"] {
-            assert!(check_constraint(bad).is_err(), "{bad:?}");
-        }
-        assert!(parse_switch("exclusive", "true").unwrap());
-        assert!(parse_switch("exclusive", "yes").is_err());
-        let volume = parse_volume("/scratch//data/./x:/data:ro").unwrap();
-        assert_eq!(
-            volume,
-            Volume {
-                source: "/scratch/data/x".into(),
-                target: "/data".into(),
-                read_only: true
-            }
-        );
-        for bad in [
-            "/a/../etc:/x",
-            "rel:/x",
-            "/a:rel",
-            "/a,b:/x",
-            "/a:/x:rx",
-            "/a",
-            "/a\nb:/x",
-        ] {
-            assert!(parse_volume(bad).is_err(), "{bad:?}");
-        }
     }
 
     #[test]
@@ -924,5 +729,77 @@ mod tests {
         options.env = vec![("PATH".into(), "/tmp/x".into())];
         let script = sbatch_script(&image, &options).unwrap();
         assert!(script.contains("--env=PATH=/tmp/x"), "{script}");
+    }
+
+    fn jupyter_image(user: &str) -> ImageSummary {
+        let mut image = image(Some(&["/opt/conda/bin/jupyter", "lab"]), None);
+        image.config.user = Some(user.into());
+        image.packages = vec!["pypi:jupyterlab-4.3.8".into(), "python-3.11.9-h1_0".into()];
+        image
+    }
+
+    #[test]
+    fn the_jupyter_script_serves_the_lab_and_prints_the_tunnel() {
+        let mut options = options(Runner::Podman);
+        options.jupyter = Some(Jupyter {
+            login_host: Some("login1.example".into()),
+            login_user: None,
+            local_port: 9999,
+        });
+        let script = sbatch_script(&jupyter_image("jovyan"), &options).unwrap();
+        for line in [
+            "#SBATCH --output=jupyter-%j.out\n",
+            "--name=\"imgbuild-jupyter-${SLURM_JOB_ID:-$$}\"",
+            "--env=JUPYTER_TOKEN \\\n",
+            "--env=JUPYTER_PORT \\\n",
+            "--entrypoint='[\"/opt/conda/bin/jupyter\",\"lab\",\"--no-browser\",\"--ip=0.0.0.0\"]'",
+            "login_host=login1.example\n",
+            "ssh -N -L 9999:$node:$port $login_user@$login_host",
+            "http://localhost:9999/lab?token=$JUPYTER_TOKEN",
+            "JUPYTER_TOKEN=$(od -An -N24 -tx1 /dev/urandom",
+            "trap stop TERM INT\n",
+        ] {
+            assert!(script.contains(line), "`{line}` in:\n{script}");
+        }
+        assert!(!script.contains("--allow-root"), "{script}");
+        // The token is never on a command line.
+        assert!(!script.contains("--ServerApp.token"), "{script}");
+
+        options.runner = Runner::Pyxis;
+        let script = sbatch_script(&jupyter_image("root"), &options).unwrap();
+        assert!(
+            script.contains("--container-env=JUPYTER_TOKEN,JUPYTER_PORT,JUPYTER_PORT_RETRIES"),
+            "{script}"
+        );
+        assert!(script.contains("[ \"$(id -u)\" != 0 ]"), "{script}");
+    }
+
+    #[test]
+    fn the_jupyter_mode_refuses_what_it_cannot_serve() {
+        let mut options = options(Runner::Podman);
+        options.jupyter = Some(Jupyter {
+            login_host: None,
+            login_user: None,
+            local_port: 8888,
+        });
+        for user in ["", "root", "0:0"] {
+            let err = sbatch_script(&jupyter_image(user), &options).unwrap_err();
+            assert!(err.to_string().contains("runs as root"), "{err}");
+        }
+        let mut no_lab = jupyter_image("jovyan");
+        no_lab.packages = vec![
+            "pypi:jupyterlab_server-2.27.3".into(),
+            "jupyterlab-x".into(),
+        ];
+        let err = sbatch_script(&no_lab, &options).unwrap_err();
+        assert!(err.to_string().contains("has no JupyterLab"), "{err}");
+        options.env = vec![("JUPYTER_TOKEN".into(), "known".into())];
+        assert!(sbatch_script(&jupyter_image("jovyan"), &options).is_err());
+        options.env.clear();
+        options.nodes = Some(2);
+        assert!(sbatch_script(&jupyter_image("jovyan"), &options).is_err());
+        options.nodes = None;
+        options.args = Some(vec!["x".into()]);
+        assert!(sbatch_script(&jupyter_image("jovyan"), &options).is_err());
     }
 }
