@@ -33,6 +33,7 @@ const SET_KEYS: &[&str] = &[
     "account",
     "time",
     "cpus",
+    "cpus-per-task",
     "memory",
     "gpus",
     "nodes",
@@ -86,8 +87,8 @@ pub(crate) struct SlurmArgs {
           value_parser = clap::value_parser!(u16).range(1..))]
     pub local_port: u16,
     /// Overrides: name (the job's), partition, account, qos, time (`4:00:00`,
-    /// `2-00:00:00`), cpus (per task), memory (`64G`), gpus (`N` or `TYPE:N`, for the job),
-    /// nodes and ntasks-per-node (a multi-node job: `srun` runs the image once per task),
+    /// `2-00:00:00`), cpus or cpus-per-task, memory (`64G`), gpus (`N` or `TYPE:N`, for the
+    /// job), nodes and ntasks-per-node (a multi-node job: `srun` runs the image once per task),
     /// gpus-per-node, constraint (`a100&ib`), exclusive (`true`), command, args (JSON arrays
     /// or words)
     #[arg(long = "set", value_name = "KEY=VALUE")]
@@ -144,7 +145,10 @@ fn apply_set(options: &mut JobOptions, set: &str) -> Result<(), String> {
         "account" => options.account = checked(check_name("account", value))?,
         "time" => options.time = checked(check_time(value))?,
         "memory" => options.memory = Some(parse_memory(value).map_err(|e| e.to_string())?),
-        "cpus" => options.cpus = Some(parse_cpus(value).map_err(|e| e.to_string())?),
+        // `cpus-per-task` is sbatch's own name for it.
+        "cpus" | "cpus-per-task" => {
+            options.cpus = Some(parse_cpus(value).map_err(|e| e.to_string())?);
+        }
         "gpus" => options.gpus = Some(parse_gpus("gpus", value).map_err(|e| e.to_string())?),
         "nodes" => options.nodes = Some(parse_count("nodes", value).map_err(|e| e.to_string())?),
         "ntasks-per-node" => {

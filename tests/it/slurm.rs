@@ -471,7 +471,7 @@ fn podman_job_runs_the_image_and_the_pyxis_script_passes_sbatch_test_only() {
         "--set",
         "time=0-00:10:00",
         "--set",
-        "cpus=1",
+        "cpus-per-task=1",
         "--set",
         "memory=64Mi",
         "--set",
