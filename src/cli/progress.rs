@@ -10,9 +10,10 @@
 //!   (`items`: packages linked or layers written; `bytes`: compressed layer bytes); the
 //!   install stage's also has `package_bytes` (package archives checked and extracted; the
 //!   solve stage's too, of the conda packages the PyPI resolution reads), the
-//!   solve stage's `pypi_projects`, `pypi_metadata`, `pypi_metadata_bytes`, `pypi_wheels` and
-//!   `pypi_wheel_bytes` (index pages read; metadata read without its wheel, from the index or
-//!   by range requests, and the bytes that took; wheels the resolution downloaded whole)
+//!   solve stage's `pypi_projects`, `pypi_metadata`, `pypi_metadata_bytes`, `pypi_wheels`,
+//!   `pypi_wheel_bytes`, `pypi_local_wheels` and `pypi_local_wheel_bytes` (index pages read;
+//!   metadata read without its wheel, from the index or by range requests, and the bytes that
+//!   took; wheels the resolution downloaded whole; wheels it read from `file://` sources)
 //! - `{"event":"warning","message":"…"}`
 //! - `{"event":"lock","path":"…","outcome":"reused|written","reason":null,"packages":5}`
 //! - `{"event":"result",…}` (see [`result_event`]) or `{"event":"error","message":"…","exit_code":1}`
@@ -61,7 +62,10 @@ struct PypiCounts {
     metadata_bytes: u64,
     wheels: usize,
     wheel_bytes: u64,
-    /// Bytes received of the wheels being downloaded.
+    /// Wheels read from a `file://` find-links directory or index, not downloaded.
+    local_wheels: usize,
+    local_wheel_bytes: u64,
+    /// Bytes received of the wheels being downloaded (or copied, for local ones).
     received: u64,
 }
 
@@ -185,6 +189,8 @@ fn finished_event(stage: Stage, ok: bool, elapsed: Duration, current: &Current) 
             event["pypi_metadata_bytes"] = json!(pypi.metadata_bytes);
             event["pypi_wheels"] = json!(pypi.wheels);
             event["pypi_wheel_bytes"] = json!(pypi.wheel_bytes);
+            event["pypi_local_wheels"] = json!(pypi.local_wheels);
+            event["pypi_local_wheel_bytes"] = json!(pypi.local_wheel_bytes);
         }
         Stage::Layers | Stage::Write => {}
     }
@@ -194,10 +200,14 @@ fn finished_event(stage: Stage, ok: bool, elapsed: Duration, current: &Current) 
 /// `3 PyPI projects, 2 metadata files and 1 wheel (2.0 MiB)`: what the resolution read,
 /// `None` when it read nothing.
 fn pypi_read(pypi: &PypiCounts) -> Option<String> {
-    if pypi.projects == 0 && pypi.wheels == 0 {
+    if pypi.projects == 0 && pypi.wheels == 0 && pypi.local_wheels == 0 {
         return None;
     }
-    let mut parts = vec![counted(pypi.projects, "PyPI project")];
+    // A find-links directory has no project pages: nothing to count there.
+    let mut parts = Vec::new();
+    if pypi.projects > 0 {
+        parts.push(counted(pypi.projects, "PyPI project"));
+    }
     if pypi.metadata > 0 {
         parts.push(counted(pypi.metadata, "metadata file"));
     }
@@ -206,6 +216,13 @@ fn pypi_read(pypi: &PypiCounts) -> Option<String> {
             "{} ({})",
             counted(pypi.wheels, "wheel"),
             human_bytes(pypi.wheel_bytes)
+        ));
+    }
+    if pypi.local_wheels > 0 {
+        parts.push(format!(
+            "{} read ({})",
+            counted(pypi.local_wheels, "local wheel"),
+            human_bytes(pypi.local_wheel_bytes)
         ));
     }
     let last = parts.pop().expect("one at least");
@@ -439,6 +456,12 @@ impl BuildProgress {
                 pypi.metadata_bytes += bytes;
             }
             Progress::PypiBytes(bytes) => pypi.received += bytes,
+            Progress::PypiWheel {
+                bytes, local: true, ..
+            } => {
+                pypi.local_wheels += 1;
+                pypi.local_wheel_bytes += bytes;
+            }
             Progress::PypiWheel { bytes, .. } => {
                 pypi.wheels += 1;
                 pypi.wheel_bytes += bytes;
@@ -447,11 +470,8 @@ impl BuildProgress {
         }
         if let Some(bar) = &current.bar {
             // Bytes of the wheels still downloading (received counts the finished too).
-            let received = match current
-                .pypi
-                .received
-                .saturating_sub(current.pypi.wheel_bytes)
-            {
+            let done = current.pypi.wheel_bytes + current.pypi.local_wheel_bytes;
+            let received = match current.pypi.received.saturating_sub(done) {
                 0 => String::new(),
                 bytes => format!(", downloading {}", human_bytes(bytes)),
             };

@@ -269,6 +269,28 @@ fn the_finished_install_line_counts_the_pypi_wheels_it_announced() {
         "{}",
         run.stderr
     );
+    // The one local wheel is read once (for its metadata, whose sha256 the lock keeps), and
+    // said to be read, not fetched.
+    let fetched = run
+        .stderr
+        .lines()
+        .map(str::trim_start)
+        .find(|l| l.starts_with("Fetched "))
+        .unwrap_or_else(|| panic!("a Fetched line in:\n{}", run.stderr));
+    assert!(
+        fetched.starts_with("Fetched 1 local wheel read (") && fetched.ends_with(" KiB)"),
+        "{fetched}"
+    );
+    fs_err::remove_file(project.path().join("recipes/image.lock")).unwrap();
+    let lock = project
+        .run(&["lock", "recipes/image.toml", "--json"])
+        .success();
+    let solve = stage_finished(&events(&lock.stdout), "solve");
+    assert_eq!(
+        (&solve["pypi_wheels"], &solve["pypi_local_wheels"]),
+        (&Value::from(0), &Value::from(1)),
+        "{solve}"
+    );
 
     // The JSON event counts the same packages as the lock (the image removed, so the
     // build installs again instead of finding it unchanged).

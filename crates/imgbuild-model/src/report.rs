@@ -71,8 +71,13 @@ pub enum Progress<'a> {
     /// Bytes of a wheel received while the resolution downloads it whole (for its metadata
     /// or its sha256).
     PypiBytes(u64),
-    /// One wheel downloaded (or copied from find-links) by the resolution, `bytes` long.
-    PypiWheel { file: &'a str, bytes: u64 },
+    /// One wheel downloaded (or, `local`, read from a `file://` find-links directory or
+    /// index) by the resolution, `bytes` long.
+    PypiWheel {
+        file: &'a str,
+        bytes: u64,
+        local: bool,
+    },
 }
 
 /// A reporter that drops everything.

@@ -111,7 +111,11 @@ pub async fn fetch_wheel(
         path: path.clone(),
         source: e.error,
     })?;
-    reporter.on_progress(Progress::PypiWheel { file, bytes });
+    reporter.on_progress(Progress::PypiWheel {
+        file,
+        bytes,
+        local: url.scheme() == "file",
+    });
     Ok((path, actual))
 }
 

@@ -23,6 +23,7 @@ use pubgrub::{
     DefaultStringReporter, Dependencies, DependencyProvider, PackageResolutionStatistics,
     PubGrubError, Ranges, Reporter,
 };
+use rattler_digest::Sha256Hash;
 use rattler_networking::LazyClient;
 use url::Url;
 
@@ -207,6 +208,9 @@ struct Provider<'a> {
     find_links: RefCell<Option<Rc<Vec<DistFile>>>>,
     /// Page requests started ahead of the solver, by project.
     prefetched: RefCell<HashMap<PackageName, PrefetchTask>>,
+    /// The sha256 of each wheel read whole for its metadata, so that a wheel without a
+    /// published hash is not read again for the lock.
+    read_wheels: RefCell<HashMap<Url, Sha256Hash>>,
     reporter: &'a dyn BuildReporter,
 }
 
@@ -476,7 +480,7 @@ impl Provider<'_> {
 
     /// The metadata of the whole wheel, downloaded (or copied) into the cache.
     fn wheel_metadata(&self, file: &DistFile) -> Result<String, WheelResolveError> {
-        let (path, _) = self.handle.block_on(fetch_wheel(
+        let (path, sha256) = self.handle.block_on(fetch_wheel(
             &self.client,
             self.cache_dir,
             &file.url,
@@ -484,6 +488,9 @@ impl Provider<'_> {
             file.sha256,
             self.reporter,
         ))?;
+        self.read_wheels
+            .borrow_mut()
+            .insert(file.url.clone(), sha256);
         wheel_metadata(&path).map_err(|reason| WheelResolveError::Metadata {
             file: file.filename.clone(),
             reason,
@@ -779,6 +786,7 @@ pub async fn resolve(input: ResolveInput<'_>) -> Result<Vec<ResolvedWheel>, Whee
         metadata: RefCell::default(),
         find_links: RefCell::default(),
         prefetched: RefCell::default(),
+        read_wheels: RefCell::default(),
         reporter: input.reporter,
     };
     // The solver blocks on index requests; `block_in_place` lets the runtime carry on.
@@ -827,7 +835,12 @@ pub async fn resolve(input: ResolveInput<'_>) -> Result<Vec<ResolvedWheel>, Whee
             .candidate(&name, &version)
             .expect("chosen from the candidates");
         let metadata = provider.core_metadata(&name, &candidate)?;
-        let sha256 = match candidate.file.sha256 {
+        let read = provider
+            .read_wheels
+            .borrow()
+            .get(&candidate.file.url)
+            .copied();
+        let sha256 = match candidate.file.sha256.or(read) {
             Some(sha256) => sha256,
             // An index without hashes, a find-links directory: the lock pins what was read.
             None => {
