@@ -1,0 +1,353 @@
+//! `imgbuild notebook` (issue 29): a real notebook runs headless in the JupyterLab image
+//! under podman, as the image's user, with the image's own nbclient; its statement validates
+//! with the in-toto project's package; `--verify` passes on a second run, whatever a cell
+//! tagged `imgbuild:volatile` printed, and fails naming the cell after one `[[files]]` input
+//! of the image changes. The hostile inputs (notebook and statement) go through the real
+//! CLI and fail before anything runs.
+
+use std::path::Path;
+
+use serde_json::Value;
+
+use crate::{
+    common::{LayoutView, Project, Run, require_root, subject_digest, venv_tool},
+    support::{
+        channel::tiny_recipe,
+        jupyter,
+        podman::{Podman, Storage},
+        shared_channel,
+    },
+};
+
+const NOTEBOOKS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/notebooks");
+
+/// The image file the `reads-params` cell prints, as a `[[files]]` entry.
+const FILES: &str = r#"
+[[files]]
+src = "data/params.txt"
+dest = "/opt/data/params.txt"
+"#;
+
+/// `imgbuild notebook ARGS` with podman's settings pointing at `podman`'s storage.
+fn notebook(project: &Project, podman: Option<&Podman>, args: &[&str]) -> Run {
+    let mut command = project.command(&[&["notebook"], args].concat());
+    if let Some(podman) = podman {
+        command.envs(podman.env());
+    }
+    let output = command.output().expect("running imgbuild");
+    Run {
+        code: output.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+    }
+}
+
+fn read_json(path: &Path) -> Value {
+    serde_json::from_slice(&fs_err::read(path).unwrap()).unwrap()
+}
+
+/// Validates the statement at `file` with `in_toto_attestation` (its Statement's
+/// `validate`); its predicate type.
+#[track_caller]
+fn validate_with_in_toto(file: &Path) -> String {
+    let check = "import sys, google.protobuf.json_format as j\n\
+        from in_toto_attestation.v1 import statement, statement_pb2\n\
+        pb = j.Parse(open(sys.argv[1]).read(), statement_pb2.Statement())\n\
+        statement.Statement.copy_from_pb(pb).validate()\n\
+        print('valid', pb.predicate_type, pb.subject[0].digest['sha256'])";
+    let out = std::process::Command::new(venv_tool("python"))
+        .args(["-c", check, file.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "in_toto_attestation refused {}:\n{}{}",
+        file.display(),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// Builds the JupyterLab image with `/opt/data/params.txt` holding `params`.
+fn build_with_params(project: &Project, params: &str) -> String {
+    fs_err::create_dir_all(project.path().join("recipes/data")).unwrap();
+    fs_err::write(project.path().join("recipes/data/params.txt"), params).unwrap();
+    project.write_recipe(&jupyter::recipe("nb", FILES));
+    project.build(&[]).success();
+    LayoutView::new(project.path().join("images/nb")).manifest_digest()
+}
+
+#[test]
+fn a_notebook_round_trip_verifies_and_fails_on_a_changed_image_file() {
+    require_root!("podman's rootful runs need root here");
+    let project = Project::new();
+    jupyter::prepare(&project);
+    let first_digest = build_with_params(&project, "alpha = 1\n");
+    let notebooks = project.path().join("notebooks");
+    fs_err::create_dir_all(&notebooks).unwrap();
+    for name in ["roundtrip.ipynb", "Factorials.ipynb"] {
+        fs_err::copy(Path::new(NOTEBOOKS).join(name), notebooks.join(name)).unwrap();
+    }
+    let podman = Podman::new(
+        &project.path().join("podman"),
+        Storage::Overlay {
+            partial_pulls: false,
+        },
+    )
+    .unwrap();
+
+    let run = notebook(
+        &project,
+        Some(&podman),
+        &["images/nb", "notebooks/roundtrip.ipynb"],
+    );
+    assert_eq!(run.code, 0, "{}{}", run.stdout, run.stderr);
+    let statement_path = notebooks.join("roundtrip.intoto.json");
+    let valid = validate_with_in_toto(&statement_path);
+    assert!(
+        valid.starts_with("valid https://imgbuild.dev/attestations/notebook-run/v1"),
+        "{valid}"
+    );
+    let statement = read_json(&statement_path);
+    assert_eq!(subject_digest(&statement), first_digest);
+    let predicate = &statement["predicate"];
+    assert_eq!(predicate["exit"]["status"], "ok", "{predicate}");
+    assert_eq!(predicate["kernel"]["name"], "python3", "{predicate}");
+    assert_eq!(
+        predicate["kernel"]["language_version"], "3.9.2",
+        "{predicate}"
+    );
+    let cells = predicate["cells"].as_array().unwrap();
+    let ids: Vec<&str> = cells.iter().map(|c| c["id"].as_str().unwrap()).collect();
+    assert_eq!(ids, ["seed", "fibonacci", "reads-params", "clock"]);
+    assert_eq!(cells[2]["text"], "alpha = 1\n");
+    assert_eq!(cells[3]["volatile"], true);
+    assert!(cells[1]["text"].as_str().unwrap().ends_with("89\n144\n"));
+    // The executed notebook holds what ran, in the image's user's kernel.
+    let executed = read_json(&notebooks.join("roundtrip.executed.ipynb"));
+    assert_eq!(
+        executed["cells"][2]["outputs"][0]["text"],
+        serde_json::json!(["alpha = 1\n"]),
+        "{executed}"
+    );
+
+    // The same image again: every cell but the volatile one matches.
+    let again = notebook(
+        &project,
+        Some(&podman),
+        &[
+            "images/nb",
+            "notebooks/roundtrip.ipynb",
+            "--verify",
+            "notebooks/roundtrip.intoto.json",
+        ],
+    );
+    assert_eq!(again.code, 0, "{}{}", again.stdout, again.stderr);
+    assert!(
+        again.stdout.contains("verified: 3 cells match"),
+        "{}",
+        again.stdout
+    );
+    let second = read_json(&notebooks.join("roundtrip.verify.intoto.json"));
+    // The volatile cell did print something else: the comparison left it out.
+    assert_ne!(
+        second["predicate"]["cells"][3]["sha256"],
+        cells[3]["sha256"]
+    );
+
+    // nbclient's own notebook, as published, on the same image.
+    let factorials = notebook(
+        &project,
+        Some(&podman),
+        &["images/nb", "notebooks/Factorials.ipynb"],
+    );
+    assert_eq!(
+        factorials.code, 0,
+        "{}{}",
+        factorials.stdout, factorials.stderr
+    );
+    validate_with_in_toto(&notebooks.join("Factorials.intoto.json"));
+
+    // One input file of the image changes: the cell that prints it is named.
+    let changed_digest = build_with_params(&project, "alpha = 2\n");
+    assert_ne!(changed_digest, first_digest);
+    let changed = notebook(
+        &project,
+        Some(&podman),
+        &[
+            "images/nb",
+            "notebooks/roundtrip.ipynb",
+            "--verify",
+            "notebooks/roundtrip.intoto.json",
+        ],
+    );
+    changed.assert_clean_failure(4);
+    assert!(
+        changed
+            .stderr
+            .contains("cell 2 (id `reads-params`) differs from the earlier run"),
+        "{}",
+        changed.stderr
+    );
+    assert!(
+        changed.stderr.contains("- alpha = 1\n+ alpha = 2"),
+        "{}",
+        changed.stderr
+    );
+    // Factorials does not read the file: it verifies on the changed image.
+    let factorials = notebook(
+        &project,
+        Some(&podman),
+        &[
+            "images/nb",
+            "notebooks/Factorials.ipynb",
+            "--verify",
+            "notebooks/Factorials.intoto.json",
+        ],
+    );
+    assert_eq!(
+        factorials.code, 0,
+        "{}{}",
+        factorials.stdout, factorials.stderr
+    );
+    evidence(project.path(), &run, &changed, &statement_path);
+}
+
+/// What the round trip showed, for `docs/evidence/notebook-roundtrip.txt` (printed with
+/// `--nocapture`).
+fn evidence(dir: &Path, run: &Run, changed: &Run, statement: &Path) {
+    let text = format!(
+        "$ imgbuild notebook images/nb notebooks/roundtrip.ipynb\n{}{}exit 0\n\n\
+         $ cat notebooks/roundtrip.intoto.json\n{}\n\
+         (after params.txt changed and the image was rebuilt)\n\
+         $ imgbuild notebook images/nb notebooks/roundtrip.ipynb --verify notebooks/roundtrip.intoto.json\n{}{}exit {}\n",
+        run.stderr,
+        run.stdout,
+        fs_err::read_to_string(statement).unwrap(),
+        changed.stderr,
+        changed.stdout,
+        changed.code
+    );
+    fs_err::write(dir.join("notebook-transcript.txt"), &text).unwrap();
+    eprintln!("{text}");
+}
+
+/// A notebook of one code cell.
+fn one_cell(id: &str) -> String {
+    serde_json::json!({
+        "nbformat": 4, "nbformat_minor": 5, "metadata": {},
+        "cells": [{"cell_type": "code", "id": id, "metadata": {}, "outputs": [],
+                   "execution_count": null, "source": "print(1)"}]
+    })
+    .to_string()
+}
+
+/// A small image whose user is root (no `user` in its recipe).
+fn root_image(project: &Project) {
+    project.write_recipe(&tiny_recipe(shared_channel(), "rootimg", &["hello"]));
+    project.build(&[]).success();
+}
+
+#[test]
+fn hostile_notebooks_and_statements_are_refused_before_anything_runs() {
+    let project = Project::new();
+    let dir = project.path();
+    let write = |name: &str, bytes: &[u8]| fs_err::write(dir.join(name), bytes).unwrap();
+    write("text.ipynb", b"this is not { JSON");
+    write(
+        "v3.ipynb",
+        br#"{"nbformat": 3, "nbformat_minor": 0, "worksheets": []}"#,
+    );
+    write("ok.ipynb", one_cell("a").as_bytes());
+    write("other.ipynb", one_cell("b").as_bytes());
+    let big = fs_err::File::create(dir.join("big.ipynb")).unwrap();
+    big.set_len(17 << 20).unwrap();
+    let fifo = dir.join("fifo.ipynb");
+    crate::common::run_tool("mkfifo", &[fifo.to_str().unwrap()]);
+    for (notebook_file, expected) in [
+        ("text.ipynb", "is not JSON"),
+        ("v3.ipynb", "`nbformat` is 3, not 4"),
+        ("big.ipynb", "at most 16777216 are read"),
+        ("fifo.ipynb", "not a regular file"),
+        ("missing.ipynb", "Cannot read the notebook `missing.ipynb`"),
+    ] {
+        let run = notebook(&project, None, &["images/none", notebook_file]);
+        run.assert_clean_failure(1);
+        assert!(
+            run.stderr.contains(expected),
+            "{notebook_file}: {}",
+            run.stderr
+        );
+        assert!(!run.stderr.contains("podman"), "{}", run.stderr);
+    }
+
+    // Statements: not in-toto, in-toto of another kind, of another notebook.
+    let sha = |name: &str| {
+        use sha2::Digest;
+        hex::encode(sha2::Sha256::digest(fs_err::read(dir.join(name)).unwrap()))
+    };
+    let statement = |sha256: &str, kind: &str| {
+        serde_json::json!({
+            "_type": "https://in-toto.io/Statement/v1",
+            "subject": [{"name": "x", "digest": {"sha256": "ab".repeat(32)}}],
+            "predicateType": kind,
+            "predicate": {"notebook": {"name": "other.ipynb", "sha256": sha256, "nbformat": "4.5"},
+                          "kernel": {"name": "python3", "language": "python", "language_version": "3"},
+                          "cells": [], "exit": {"status": "ok"}, "runner": "podman", "imgbuild": "0"}
+        })
+        .to_string()
+    };
+    let notebook_run = "https://imgbuild.dev/attestations/notebook-run/v1";
+    write("plain.json", br#"{"cells": []}"#);
+    write(
+        "slsa.json",
+        statement(&sha("ok.ipynb"), "https://slsa.dev/provenance/v1").as_bytes(),
+    );
+    write(
+        "other.json",
+        statement(&sha("other.ipynb"), notebook_run).as_bytes(),
+    );
+    write("notjson.json", b"\x00\x01");
+    for (file, expected) in [
+        (
+            "plain.json",
+            "is not an in-toto statement of a notebook run: its `_type` is null",
+        ),
+        (
+            "slsa.json",
+            "its `predicateType` is \"https://slsa.dev/provenance/v1\"",
+        ),
+        ("notjson.json", "not JSON"),
+        ("other.json", "--verify compares runs of one notebook"),
+        ("big.ipynb", "at most 4194304 are read"),
+    ] {
+        let run = notebook(
+            &project,
+            None,
+            &["images/none", "ok.ipynb", "--verify", file],
+        );
+        run.assert_clean_failure(1);
+        assert!(run.stderr.contains(expected), "{file}: {}", run.stderr);
+    }
+
+    // An image whose user is root is refused, naming the override; so is `--user 0`.
+    root_image(&project);
+    let run = notebook(&project, None, &["images/rootimg", "ok.ipynb"]);
+    run.assert_clean_failure(1);
+    assert!(
+        run.stderr
+            .contains("runs as root (its config's User is empty)")
+            && run.stderr.contains("--user UID[:GID]"),
+        "{}",
+        run.stderr
+    );
+    let run = notebook(
+        &project,
+        None,
+        &["images/rootimg", "ok.ipynb", "--user", "0:0"],
+    );
+    run.assert_clean_failure(1);
+    assert!(run.stderr.contains("`--user` is `0:0`"), "{}", run.stderr);
+    assert!(!dir.join("ok.executed.ipynb").exists() && !dir.join("ok.intoto.json").exists());
+}
