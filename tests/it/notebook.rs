@@ -10,7 +10,10 @@ use std::path::Path;
 use serde_json::Value;
 
 use crate::{
-    common::{LayoutView, Project, Run, require_root, subject_digest, venv_tool},
+    common::{
+        IN_TOTO_STATEMENT_CHECK, LayoutView, Project, Run, require_root, subject_digest,
+        venv_python_check,
+    },
     support::{
         channel::tiny_recipe,
         jupyter,
@@ -46,27 +49,24 @@ fn read_json(path: &Path) -> Value {
     serde_json::from_slice(&fs_err::read(path).unwrap()).unwrap()
 }
 
-/// Validates the statement at `file` with `in_toto_attestation` (its Statement's
-/// `validate`); its predicate type.
+/// Validates the statement at `file` with `in_toto_attestation`: `valid TYPE HEX`.
 #[track_caller]
 fn validate_with_in_toto(file: &Path) -> String {
-    let check = "import sys, google.protobuf.json_format as j\n\
-        from in_toto_attestation.v1 import statement, statement_pb2\n\
-        pb = j.Parse(open(sys.argv[1]).read(), statement_pb2.Statement())\n\
-        statement.Statement.copy_from_pb(pb).validate()\n\
-        print('valid', pb.predicate_type, pb.subject[0].digest['sha256'])";
-    let out = std::process::Command::new(venv_tool("python"))
-        .args(["-c", check, file.to_str().unwrap()])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "in_toto_attestation refused {}:\n{}{}",
-        file.display(),
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
+    venv_python_check(IN_TOTO_STATEMENT_CHECK, file)
+}
+
+/// `notebook images/nb notebooks/NAME.ipynb --verify notebooks/NAME.intoto.json`.
+fn verify(project: &Project, podman: &Podman, name: &str) -> Run {
+    let notebook_file = format!("notebooks/{name}.ipynb");
+    let statement = format!("notebooks/{name}.intoto.json");
+    let args = ["images/nb", &notebook_file, "--verify", &statement];
+    notebook(project, Some(podman), &args)
+}
+
+/// Panics with `run`'s output unless it exited 0.
+#[track_caller]
+fn succeeded(run: &Run) {
+    assert_eq!(run.code, 0, "{}{}", run.stdout, run.stderr);
 }
 
 /// Builds the JupyterLab image with `/opt/data/params.txt` holding `params`.
@@ -102,7 +102,7 @@ fn a_notebook_round_trip_verifies_and_fails_on_a_changed_image_file() {
         Some(&podman),
         &["images/nb", "notebooks/roundtrip.ipynb"],
     );
-    assert_eq!(run.code, 0, "{}{}", run.stdout, run.stderr);
+    succeeded(&run);
     let statement_path = notebooks.join("roundtrip.intoto.json");
     let valid = validate_with_in_toto(&statement_path);
     assert!(
@@ -133,17 +133,8 @@ fn a_notebook_round_trip_verifies_and_fails_on_a_changed_image_file() {
     );
 
     // The same image again: every cell but the volatile one matches.
-    let again = notebook(
-        &project,
-        Some(&podman),
-        &[
-            "images/nb",
-            "notebooks/roundtrip.ipynb",
-            "--verify",
-            "notebooks/roundtrip.intoto.json",
-        ],
-    );
-    assert_eq!(again.code, 0, "{}{}", again.stdout, again.stderr);
+    let again = verify(&project, &podman, "roundtrip");
+    succeeded(&again);
     assert!(
         again.stdout.contains("verified: 3 cells match"),
         "{}",
@@ -162,55 +153,23 @@ fn a_notebook_round_trip_verifies_and_fails_on_a_changed_image_file() {
         Some(&podman),
         &["images/nb", "notebooks/Factorials.ipynb"],
     );
-    assert_eq!(
-        factorials.code, 0,
-        "{}{}",
-        factorials.stdout, factorials.stderr
-    );
+    succeeded(&factorials);
     validate_with_in_toto(&notebooks.join("Factorials.intoto.json"));
 
     // One input file of the image changes: the cell that prints it is named.
     let changed_digest = build_with_params(&project, "alpha = 2\n");
     assert_ne!(changed_digest, first_digest);
-    let changed = notebook(
-        &project,
-        Some(&podman),
-        &[
-            "images/nb",
-            "notebooks/roundtrip.ipynb",
-            "--verify",
-            "notebooks/roundtrip.intoto.json",
-        ],
-    );
+    let changed = verify(&project, &podman, "roundtrip");
     changed.assert_clean_failure(4);
-    assert!(
-        changed
-            .stderr
-            .contains("cell 2 (id `reads-params`) differs from the earlier run"),
-        "{}",
-        changed.stderr
-    );
-    assert!(
-        changed.stderr.contains("- alpha = 1\n+ alpha = 2"),
-        "{}",
-        changed.stderr
-    );
+    for line in [
+        "cell 2 (id `reads-params`) differs from the earlier run:",
+        "- alpha = 1\n+ alpha = 2",
+    ] {
+        assert!(changed.stderr.contains(line), "{}", changed.stderr);
+    }
     // Factorials does not read the file: it verifies on the changed image.
-    let factorials = notebook(
-        &project,
-        Some(&podman),
-        &[
-            "images/nb",
-            "notebooks/Factorials.ipynb",
-            "--verify",
-            "notebooks/Factorials.intoto.json",
-        ],
-    );
-    assert_eq!(
-        factorials.code, 0,
-        "{}{}",
-        factorials.stdout, factorials.stderr
-    );
+    let factorials = verify(&project, &podman, "Factorials");
+    succeeded(&factorials);
     evidence(project.path(), &run, &changed, &statement_path);
 }
 
