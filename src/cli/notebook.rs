@@ -18,15 +18,16 @@ Examples:
   imgbuild notebook images/jupyter:v2 analysis.ipynb --verify analysis.intoto.json
   imgbuild notebook images/app analysis.ipynb --user 1000 --timeout 120 -o out.ipynb
 
-Runs under podman (--network=none, no capabilities, the notebook read-only), as the image's
-user, never root, with the image's own nbclient (`python3 -c …` on the image's PATH).
+Runs under podman, else runc with umoci (no network, no capabilities, the notebook
+read-only), as the image's user, never root, with the image's own nbclient (`python3 -c …`
+on the image's PATH).
 Cells tagged `imgbuild:volatile` are recorded but left out of --verify's comparison.
 
 Exit codes: 0 every cell ran (and, with --verify, matched the earlier run), 3 a cell
 raised or ran past --timeout (the outputs and the statement are still written), 4 --verify:
 a cell's outputs differ from the earlier run (the first one is named, with its lines), 1 the
-notebook, the statement, the image or its user cannot be used, 2 podman cannot be run or an
-output cannot be written.";
+notebook, the statement, the image or its user cannot be used, 2 neither podman nor runc
+can be run, or an output cannot be written.";
 
 #[derive(Debug, Args)]
 pub(crate) struct NotebookArgs {

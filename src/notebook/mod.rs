@@ -7,6 +7,7 @@
 //! then record the cells' outputs and compare them ([`record`]).
 
 pub(crate) mod record;
+mod runc;
 pub(crate) mod runner;
 pub(crate) mod source;
 
@@ -107,8 +108,8 @@ pub(crate) fn run(request: &NotebookRequest) -> Result<NotebookRun, NotebookErro
         cell_timeout: request.cell_timeout,
         max_output: request.max_output,
     };
-    let result = runner::run(&plan, &notebook.bytes)?;
-    let predicate = predicate(&notebook, &result)?;
+    let (result, runtime) = run_in_image(&plan, &notebook.bytes)?;
+    let predicate = predicate(&notebook, &result, runtime)?;
     let statement = crate::attest::statement(
         &request.image,
         &image.manifest_digest,
@@ -122,6 +123,47 @@ pub(crate) fn run(request: &NotebookRequest) -> Result<NotebookRun, NotebookErro
         executed: result.notebook,
         verified,
     })
+}
+
+/// Runs `notebook` (its bytes) as `plan` says: the driver's result, and what ran it.
+fn run_in_image(
+    plan: &runner::RunPlan,
+    notebook: &[u8],
+) -> Result<(runner::DriverResult, runner::Runtime), runner::RunError> {
+    let runtime = runner::Runtime::find()?;
+    // The bytes that were read and hashed are what runs: a private copy, readable by the
+    // container's user.
+    let staged = tempfile::Builder::new()
+        .prefix("imgbuild-notebook-")
+        .tempdir()
+        .map_err(runner::RunError::Stage)?;
+    let notebook_dir = staged.path().join("notebook");
+    fs_err::create_dir(&notebook_dir).map_err(runner::RunError::Stage)?;
+    crate::fs::write_atomic(&notebook_dir.join("notebook.ipynb"), notebook)
+        .map_err(runner::RunError::Stage)?;
+    for dir in [staged.path(), &notebook_dir] {
+        crate::fs::set_mode(dir, 0o755).map_err(runner::RunError::Stage)?;
+    }
+    let name = format!("imgbuild-notebook-{}", runner::unique());
+    let (status, stdout, stderr) = match runtime {
+        runner::Runtime::Podman => {
+            let image = runner::load(plan)?;
+            let args = runner::run_args(plan, &image, &name, &notebook_dir);
+            let remove = ["rm", "--force", "--time=0", &name];
+            runner::execute("podman", &args, plan.max_output, &remove)?
+        }
+        runner::Runtime::Runc => {
+            let bundle = runc::bundle(plan, &notebook_dir, staged.path())?;
+            let args = ["run", "--bundle", &bundle.display().to_string(), &name].map(String::from);
+            runner::execute(
+                "runc",
+                &args,
+                plan.max_output,
+                &["delete", "--force", &name],
+            )?
+        }
+    };
+    runner::driver_result(status, &stdout, &stderr).map(|result| (result, runtime))
 }
 
 /// Refuses a run as root: the image's user when no `--user` is given, else that one.
@@ -146,6 +188,7 @@ fn check_user(image: &str, given: Option<&str>, image_user: &str) -> Result<(), 
 fn predicate(
     notebook: &Notebook,
     result: &runner::DriverResult,
+    runtime: runner::Runtime,
 ) -> Result<RunPredicate, NotebookError> {
     let executed: Value = serde_json::from_str(&result.notebook)
         .map_err(|e| NotebookError::Executed(e.to_string()))?;
@@ -192,7 +235,7 @@ fn predicate(
         },
         cells: records,
         exit,
-        runner: "podman".into(),
+        runner: runtime.name().into(),
         imgbuild: env!("CARGO_PKG_VERSION").into(),
     })
 }

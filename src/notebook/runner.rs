@@ -1,5 +1,5 @@
 //! Running a notebook in its image: the plan (which image, as whom, with what bounds) apart
-//! from its execution under podman. The image's own Python runs nbclient ([`DRIVER`]); the
+//! from its execution under podman (or runc where podman is absent, `super::runc`). The image's own Python runs nbclient ([`DRIVER`]); the
 //! host's Jupyter is never used. The container has no network, no capabilities and the
 //! notebook read-only; what it prints back is read up to a bound.
 
@@ -52,8 +52,8 @@ json.dump({"notebook": nbformat.writes(nb),
 result.close()
 "#;
 
-/// Where the notebook is mounted in the container (read-only).
-const NOTEBOOK_IN_CONTAINER: &str = "/tmp/imgbuild-notebook/notebook.ipynb";
+/// Where the notebook's directory is mounted in the container (read-only).
+pub(crate) const NOTEBOOK_DIR: &str = "/tmp/imgbuild-notebook";
 
 /// How much of the container's stderr is read (its last lines go into errors).
 const MAX_STDERR_BYTES: u64 = 1 << 20;
@@ -76,13 +76,13 @@ pub(crate) struct RunPlan {
 
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum RunError {
-    #[error("Cannot run `{program}` (podman runs the notebook's container): {source}")]
+    #[error("Cannot run `{program}` (podman, else runc, runs the notebook's container): {source}")]
     Spawn {
         program: String,
         #[source]
         source: std::io::Error,
     },
-    #[error("podman could not load the image `{reference}`: {stderr}")]
+    #[error("The image `{reference}` could not be loaded for the run: {stderr}")]
     Load { reference: String, stderr: String },
     #[error("Cannot stage the notebook for the container: {0}")]
     Stage(#[source] std::io::Error),
@@ -119,7 +119,7 @@ pub(crate) struct DriverError {
 /// after its path, which must be a lowercase repository name: the layout is reached through
 /// a link of a name of our own in a fresh directory, and that name is taken off again once
 /// loaded (the image stays, nameless, so a later run of it loads nothing new).
-fn load(plan: &RunPlan) -> Result<String, RunError> {
+pub(crate) fn load(plan: &RunPlan) -> Result<String, RunError> {
     let layout = std::path::absolute(&plan.layout).map_err(RunError::Stage)?;
     let links = tempfile::Builder::new()
         .prefix("imgbuild-notebook-")
@@ -144,7 +144,7 @@ fn load(plan: &RunPlan) -> Result<String, RunError> {
 }
 
 /// A lowercase name no other run uses: this process's id, a count and the time.
-fn unique() -> String {
+pub(crate) fn unique() -> String {
     static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let count = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let nanos = std::time::SystemTime::now()
@@ -154,14 +154,55 @@ fn unique() -> String {
 }
 
 fn podman(args: &[&str]) -> Result<std::process::Output, RunError> {
-    Command::new("podman")
+    tool("podman", args)
+}
+
+/// Runs `program ARGS` to its end with no input.
+pub(super) fn tool(program: &str, args: &[&str]) -> Result<std::process::Output, RunError> {
+    Command::new(program)
         .args(args)
         .stdin(Stdio::null())
         .output()
         .map_err(|source| RunError::Spawn {
-            program: "podman".into(),
+            program: program.into(),
             source,
         })
+}
+
+/// What runs the container: podman when it is on `PATH`, else runc (with umoci).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Runtime {
+    Podman,
+    Runc,
+}
+
+impl Runtime {
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Runtime::Podman => "podman",
+            Runtime::Runc => "runc",
+        }
+    }
+
+    pub(crate) fn find() -> Result<Runtime, RunError> {
+        let on_path = |name: &str| {
+            std::env::var_os("PATH")
+                .is_some_and(|path| std::env::split_paths(&path).any(|d| d.join(name).is_file()))
+        };
+        if on_path("podman") {
+            Ok(Runtime::Podman)
+        } else if on_path("runc") && on_path("umoci") {
+            Ok(Runtime::Runc)
+        } else {
+            Err(RunError::Spawn {
+                program: "podman".into(),
+                source: std::io::Error::new(
+                    std::io::ErrorKind::NotFound,
+                    "neither podman nor runc with umoci is on PATH",
+                ),
+            })
+        }
+    }
 }
 
 /// The arguments of `podman run` for `image` with the notebook staged at `staged`.
@@ -179,10 +220,7 @@ pub(crate) fn run_args(plan: &RunPlan, image: &str, name: &str, staged: &Path) -
     ]
     .map(String::from)
     .to_vec();
-    args.push(format!(
-        "--volume={}:{NOTEBOOK_IN_CONTAINER}:ro",
-        staged.display()
-    ));
+    args.push(format!("--volume={}:{NOTEBOOK_DIR}:ro", staged.display()));
     args.push("--env=JUPYTER_RUNTIME_DIR=/tmp/imgbuild-jupyter".into());
     if let Some(user) = &plan.user {
         args.push(format!("--user={user}"));
@@ -192,62 +230,54 @@ pub(crate) fn run_args(plan: &RunPlan, image: &str, name: &str, staged: &Path) -
         image.to_string(),
         "-c".into(),
         DRIVER.into(),
-        NOTEBOOK_IN_CONTAINER.into(),
+        format!("{NOTEBOOK_DIR}/notebook.ipynb"),
         plan.cell_timeout.to_string(),
     ]);
     args
 }
 
-/// Runs `notebook` (its bytes) as `plan` says: the driver's result.
-pub(crate) fn run(plan: &RunPlan, notebook: &[u8]) -> Result<DriverResult, RunError> {
-    let image = load(plan)?;
-    // The bytes that were read and hashed are what runs: a private copy, readable by the
-    // container's user.
-    let staged = tempfile::Builder::new()
-        .prefix("imgbuild-notebook-")
-        .tempdir()
-        .map_err(RunError::Stage)?;
-    let file = staged.path().join("notebook.ipynb");
-    crate::fs::write_atomic(&file, notebook).map_err(RunError::Stage)?;
-    crate::fs::set_mode(staged.path(), 0o755).map_err(RunError::Stage)?;
-    let name = format!("imgbuild-notebook-{}", unique());
-    let args = run_args(plan, &image, &name, &file);
-    let (status, stdout, stderr) = execute(&args, plan.max_output, &name)?;
+/// The driver's result from how its container ended and what it printed.
+pub(crate) fn driver_result(
+    status: std::process::ExitStatus,
+    stdout: &[u8],
+    stderr: &[u8],
+) -> Result<DriverResult, RunError> {
     match status.code() {
         Some(0) => {}
-        Some(17 | 18) => return Err(RunError::Image(tail(&stderr))),
+        Some(17 | 18) => return Err(RunError::Image(tail(stderr))),
         _ => {
             return Err(RunError::Container {
                 status: status.to_string(),
-                stderr: tail(&stderr),
+                stderr: tail(stderr),
             });
         }
     }
     let result: DriverResult =
-        serde_json::from_slice(&stdout).map_err(|e| RunError::Result(e.to_string()))?;
+        serde_json::from_slice(stdout).map_err(|e| RunError::Result(e.to_string()))?;
     if let Some(error) = &result.error
         && error.cell.is_none()
     {
         return Err(RunError::Kernel {
             error: error.ename.clone(),
-            stderr: tail(&stderr),
+            stderr: tail(stderr),
         });
     }
     Ok(result)
 }
 
-/// Runs `podman ARGS`, reading at most `max` bytes of stdout; past that, the container is
-/// removed. Its status, stdout and stderr (bounded too).
-fn execute(
+/// Runs `program ARGS`, reading at most `max` bytes of stdout; past that, the container is
+/// removed (`program CLEANUP`). Its status, stdout and stderr (bounded too).
+pub(crate) fn execute(
+    program: &str,
     args: &[String],
     max: u64,
-    name: &str,
+    cleanup: &[&str],
 ) -> Result<(std::process::ExitStatus, Vec<u8>, Vec<u8>), RunError> {
     let spawn = |source| RunError::Spawn {
-        program: "podman".into(),
+        program: program.into(),
         source,
     };
-    let mut child = Command::new("podman")
+    let mut child = Command::new(program)
         .args(args)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -257,14 +287,11 @@ fn execute(
     let stderr = child.stderr.take().expect("piped");
     let errors = std::thread::spawn(move || read_tail(stderr));
     let stdout = crate::fs::read_stream(child.stdout.take().expect("piped"), max);
-    let stdout = match stdout {
-        Ok(bytes) => bytes,
-        Err(_) => {
-            let _ = podman(&["rm", "--force", "--time=0", name]);
-            let _ = child.kill();
-            let _ = child.wait();
-            return Err(RunError::TooLarge { max });
-        }
+    let Ok(stdout) = stdout else {
+        let _ = tool(program, cleanup);
+        let _ = child.kill();
+        let _ = child.wait();
+        return Err(RunError::TooLarge { max });
     };
     let status = child.wait().map_err(spawn)?;
     let stderr = errors.join().unwrap_or_default();
@@ -282,7 +309,7 @@ fn read_tail(reader: impl Read) -> Vec<u8> {
 }
 
 /// The last lines of a process's stderr, for an error message.
-fn tail(stderr: &[u8]) -> String {
+pub(super) fn tail(stderr: &[u8]) -> String {
     let text = String::from_utf8_lossy(stderr);
     let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
     lines[lines.len().saturating_sub(8)..].join("\n")

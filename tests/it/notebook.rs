@@ -310,3 +310,39 @@ fn hostile_notebooks_and_statements_are_refused_before_anything_runs() {
     assert!(run.stderr.contains("`--user` is `0:0`"), "{}", run.stderr);
     assert!(!dir.join("ok.executed.ipynb").exists() && !dir.join("ok.intoto.json").exists());
 }
+
+/// Without podman on `PATH`, the notebook runs under runc, in a bundle umoci unpacked from
+/// the layout, and prints what it prints under podman.
+#[test]
+fn without_podman_a_notebook_runs_under_runc() {
+    require_root!("runc's rootful runs need root here");
+    let project = Project::new();
+    jupyter::build_image(&project, "nb", "");
+    let notebooks = project.path().join("notebooks");
+    fs_err::create_dir_all(&notebooks).unwrap();
+    let factorials = notebooks.join("Factorials.ipynb");
+    fs_err::copy(Path::new(NOTEBOOKS).join("Factorials.ipynb"), &factorials).unwrap();
+    // A PATH with runc and umoci but no podman.
+    let bin = project.path().join("bin");
+    fs_err::create_dir_all(&bin).unwrap();
+    for tool in ["runc", "umoci"] {
+        let path = crate::common::run_tool("sh", &["-c", &format!("command -v {tool}")]);
+        std::os::unix::fs::symlink(path.trim(), bin.join(tool)).unwrap();
+    }
+    let output = project
+        .command(&["notebook", "images/nb", "notebooks/Factorials.ipynb"])
+        .env("PATH", &bin)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    let statement = read_json(&notebooks.join("Factorials.intoto.json"));
+    let predicate = &statement["predicate"];
+    assert_eq!(predicate["runner"], "runc", "{predicate}");
+    assert_eq!(predicate["kernel"]["language_version"], "3.9.2");
+    // The same outputs, to the byte, as under podman (docs/evidence/notebook-roundtrip.txt).
+    assert_eq!(
+        predicate["cells"][1]["sha256"],
+        "94640108a7682c4b4c0874aac637da6e67b8d03f59a2ca8c455fa383b562b286"
+    );
+}
