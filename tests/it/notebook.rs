@@ -320,8 +320,9 @@ fn without_podman_a_notebook_runs_under_runc() {
     jupyter::build_image(&project, "nb", "");
     let notebooks = project.path().join("notebooks");
     fs_err::create_dir_all(&notebooks).unwrap();
-    let factorials = notebooks.join("Factorials.ipynb");
-    fs_err::copy(Path::new(NOTEBOOKS).join("Factorials.ipynb"), &factorials).unwrap();
+    for name in ["Factorials.ipynb", "Error.ipynb"] {
+        fs_err::copy(Path::new(NOTEBOOKS).join(name), notebooks.join(name)).unwrap();
+    }
     // A PATH with runc and umoci but no podman.
     let bin = project.path().join("bin");
     fs_err::create_dir_all(&bin).unwrap();
@@ -329,13 +330,19 @@ fn without_podman_a_notebook_runs_under_runc() {
         let path = crate::common::run_tool("sh", &["-c", &format!("command -v {tool}")]);
         std::os::unix::fs::symlink(path.trim(), bin.join(tool)).unwrap();
     }
-    let output = project
-        .command(&["notebook", "images/nb", "notebooks/Factorials.ipynb"])
-        .env("PATH", &bin)
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(output.status.success(), "{stderr}");
+    let runc = |args: &[&str]| {
+        let output = project
+            .command(&[&["notebook", "images/nb"], args].concat())
+            .env("PATH", &bin)
+            .output()
+            .unwrap();
+        Run {
+            code: output.status.code().unwrap_or(-1),
+            stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+        }
+    };
+    succeeded(&runc(&["notebooks/Factorials.ipynb"]));
     let statement = read_json(&notebooks.join("Factorials.intoto.json"));
     let predicate = &statement["predicate"];
     assert_eq!(predicate["runner"], "runc", "{predicate}");
@@ -345,4 +352,30 @@ fn without_podman_a_notebook_runs_under_runc() {
         predicate["cells"][1]["sha256"],
         "94640108a7682c4b4c0874aac637da6e67b8d03f59a2ca8c455fa383b562b286"
     );
+
+    // nbclient's Error.ipynb: the failing cell is named, and still attested (exit 3).
+    let error = runc(&["notebooks/Error.ipynb"]);
+    error.assert_clean_failure(3);
+    assert!(
+        error
+            .stderr
+            .contains("cell 0 (id `d200673b`) raised ZeroDivisionError"),
+        "{}",
+        error.stderr
+    );
+    let failed = read_json(&notebooks.join("Error.intoto.json"));
+    assert_eq!(
+        failed["predicate"]["exit"],
+        serde_json::json!({"status": "failed", "index": 0, "id": "d200673b", "error": "ZeroDivisionError"})
+    );
+    // A result past --max-output stops the run and leaves no container behind.
+    let bounded = runc(&["notebooks/Factorials.ipynb", "--max-output", "1000"]);
+    bounded.assert_clean_failure(1);
+    assert!(
+        bounded.stderr.contains("more than 1000 bytes"),
+        "{}",
+        bounded.stderr
+    );
+    let left = crate::common::run_tool("runc", &["list", "-q"]);
+    assert!(!left.contains("imgbuild-notebook-"), "{left}");
 }
