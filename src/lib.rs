@@ -19,6 +19,7 @@ pub mod cli;
 pub mod init;
 pub(crate) mod inspect;
 pub(crate) mod k8s;
+pub(crate) mod notebook;
 pub(crate) mod provenance;
 pub(crate) mod publish;
 pub(crate) mod rebuild;

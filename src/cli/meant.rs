@@ -21,7 +21,9 @@ const HABITS: &[(&str, &str)] = &[
     (
         "run",
         "imgbuild builds images and does not run them: `podman run --rm oci:images/NAME` runs \
-         a layout, and `imgbuild k8s` or `imgbuild slurm` write a job for a pushed image",
+         a layout, and `imgbuild k8s` or `imgbuild slurm` write a job for a pushed image; \
+         `imgbuild notebook images/NAME NOTEBOOK.ipynb` runs a notebook in one and records \
+         its outputs",
     ),
     (
         "pull",

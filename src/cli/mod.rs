@@ -9,6 +9,7 @@ mod k8s;
 mod lock;
 mod matrix;
 mod meant;
+mod notebook;
 mod printer;
 mod progress;
 mod registry;
@@ -110,6 +111,10 @@ pub(crate) enum Command {
     /// libraries
     #[command(after_help = smoke::SMOKE_EXAMPLES)]
     Smoke(smoke::SmokeArgs),
+    /// Run a notebook headless in an image and record its outputs in an in-toto statement;
+    /// `--verify` compares them with an earlier run's
+    #[command(after_help = notebook::NOTEBOOK_EXAMPLES)]
+    Notebook(notebook::NotebookArgs),
     /// Show an image's config, CUDA needs, layers and packages
     #[command(after_help = inspect::INSPECT_EXAMPLES)]
     Inspect(inspect::InspectArgs),
@@ -325,6 +330,7 @@ async fn run(cli: &Cli, printer: &Printer) -> Result<ExitCode, CommandFailure> {
         Command::Build(args) => build::run_build(args, &env, printer).await,
         Command::Lock(args) => lock::run_lock(args, &env, printer).await,
         Command::Smoke(args) => smoke::run_smoke(args, &env.cache_dir, &registry, printer).await,
+        Command::Notebook(args) => notebook::run_notebook(args, printer),
         Command::Inspect(args) => inspect::run_inspect(args, printer),
         Command::Diff(args) => inspect::run_diff(args, printer),
         Command::Sbom(args) => sbom::run_sbom(args, &env, printer),

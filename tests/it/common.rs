@@ -591,6 +591,32 @@ pub(crate) fn venv_tool(name: &str) -> PathBuf {
     path
 }
 
+/// The in-toto project's own check of a Statement v1 (`in_toto_attestation`'s
+/// `Statement.validate`), run by [`venv_python_check`]: prints `valid PREDICATE_TYPE HEX`.
+pub(crate) const IN_TOTO_STATEMENT_CHECK: &str = "import sys, google.protobuf.json_format as j\n\
+    from in_toto_attestation.v1 import statement, statement_pb2\n\
+    pb = j.Parse(open(sys.argv[1]).read(), statement_pb2.Statement())\n\
+    statement.Statement.copy_from_pb(pb).validate()\n\
+    print('valid', pb.predicate_type, pb.subject[0].digest['sha256'])";
+
+/// Runs the Python `script` of the validators' venv on `file`: its stdout; panics with both
+/// outputs when it fails.
+#[track_caller]
+pub(crate) fn venv_python_check(script: &str, file: &Path) -> String {
+    let out = Command::new(venv_tool("python"))
+        .args(["-c", script, file.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "the check refused {}:\n{}{}",
+        file.display(),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
 /// `len` bytes that do not compress, the same for the same `seed` every run (xorshift64).
 pub(crate) fn noise(seed: u64, len: usize) -> Vec<u8> {
     let mut state = seed;

@@ -54,6 +54,10 @@ const SKIPS: &[(&str, &str)] = &[
     ("docker run", "needs docker and a GPU"),
     ("imgbuild smoke", "needs an NVIDIA GPU and driver"),
     (
+        "imgbuild notebook",
+        "needs podman and an image with Jupyter (tests/it/notebook.rs runs the command)",
+    ),
+    (
         "imgbuild push",
         "needs a registry (a remote one, or docker-registry on 127.0.0.1:5000)",
     ),

@@ -13,68 +13,12 @@ use serde_json::Value;
 use crate::{
     common::{LayoutView, Project, require_root},
     support::{
-        channel::{PinnedWheel, fetch_wheel},
+        jupyter,
         podman::{Podman, Storage},
-        pypi::{bullseye_python_base, pypi_channel},
-        test_cache_dir,
     },
 };
 
-/// The pins of JupyterLab 4.3.8 and its dependencies (see `tests/data/README.md`).
-const WHEELS: &str = include_str!("../data/jupyter/wheels.tsv");
-
 const TOKEN: &str = "imgbuild-test-token";
-
-fn pinned_wheels() -> Vec<PinnedWheel> {
-    WHEELS
-        .lines()
-        .filter(|l| !l.starts_with('#') && !l.is_empty())
-        .map(|line| {
-            let mut fields = line.split('\t');
-            let mut next = || fields.next().expect("file, URL and sha256");
-            PinnedWheel {
-                file_name: next(),
-                url: next(),
-                sha256: next(),
-            }
-        })
-        .collect()
-}
-
-/// The recipe: `[accounts]` for `jovyan`, whose home holds the workdir, and JupyterLab.
-fn recipe() -> String {
-    let channel = format!("file://{}/", pypi_channel().display());
-    format!(
-        r#"[image]
-name = "jupyter-e2e"
-base = "oci:../base"
-user = "jovyan"
-workdir = "/home/jovyan/work"
-ports = ["8888/tcp"]
-entrypoint = ["/opt/conda/bin/jupyter", "lab", "--ip=0.0.0.0", "--port=8888", "--no-browser"]
-
-[[accounts.groups]]
-name = "jovyan"
-gid = 1000
-
-[[accounts.users]]
-name = "jovyan"
-uid = 1000
-gid = 1000
-home = "/home/jovyan"
-shell = "/bin/sh"
-
-[conda]
-channels = ["{channel}"]
-dependencies = ["python"]
-
-[pypi]
-no-index = true
-find-links = ["wheels"]
-dependencies = ["jupyterlab"]
-"#
-    )
-}
 
 /// A running container, removed when dropped.
 struct Container<'a> {
@@ -160,23 +104,11 @@ fn notebook() -> Value {
     })
 }
 
-pub(crate) fn build_image(project: &Project) {
-    let wheels = project.path().join("recipes/wheels");
-    fs_err::create_dir_all(&wheels).unwrap();
-    for wheel in pinned_wheels() {
-        let path = fetch_wheel(&test_cache_dir(), &wheel).unwrap();
-        fs_err::copy(&path, wheels.join(wheel.file_name)).unwrap();
-    }
-    bullseye_python_base(&project.path().join("base"), &test_cache_dir()).unwrap();
-    project.write_recipe(&recipe());
-    project.build(&[]).success();
-}
-
 #[test]
 fn a_jupyterlab_image_serves_its_kernel_to_its_user_behind_the_token() {
     require_root!("podman's rootful runs need root here");
     let project = Project::new();
-    build_image(&project);
+    jupyter::build_image(&project, "jupyter-e2e", "");
     let layout = LayoutView::new(project.path().join("images/jupyter-e2e"));
     let config = layout.config();
     assert_eq!(config["config"]["User"], "jovyan");
@@ -302,7 +234,7 @@ fn transcript(dir: &Path, specs: &Value, output: &Value) {
 
 #[test]
 fn the_wheel_pins_are_well_formed() {
-    let wheels = pinned_wheels();
+    let wheels = jupyter::pinned_wheels();
     assert_eq!(wheels.len(), 95);
     for wheel in &wheels {
         assert!(wheel.file_name.ends_with(".whl"), "{}", wheel.file_name);

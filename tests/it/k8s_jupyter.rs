@@ -9,9 +9,8 @@ use serde_json::Value;
 use crate::{
     common::Project,
     hostile_base::{Base, layer_tar},
-    jupyter::build_image,
     k8s::validated,
-    support::{channel::tiny_recipe, shared_channel},
+    support::{channel::tiny_recipe, jupyter::build_image, shared_channel},
     trust::Canary,
 };
 
@@ -74,7 +73,7 @@ fn a_named_image_user_runs_as_the_ids_of_the_images_own_passwd() {
 #[test]
 fn the_jupyter_deployment_and_service_validate_and_say_how_to_reach_the_lab() {
     let project = Project::new();
-    build_image(&project);
+    build_image(&project, "jupyter-e2e", "");
     let run = project.run(&[
         "k8s",
         "images/jupyter-e2e",

@@ -147,6 +147,7 @@ const LEVELS: &[(&str, &[&str])] = &[
             "init",
             "k8s",
             "slurm",
+            "notebook",
         ],
     ),
     ("publishing", &["publish"]),

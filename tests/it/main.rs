@@ -55,6 +55,7 @@ mod lock;
 mod matrix;
 mod meant;
 mod names;
+mod notebook;
 mod partial_pull;
 mod platforms;
 mod progress;

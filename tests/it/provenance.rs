@@ -17,7 +17,7 @@ use serde_json::Value;
 use sha2::{Digest, Sha256};
 
 use crate::{
-    common::{LayoutView, Project, venv_tool},
+    common::{LayoutView, Project},
     support::{
         base::busybox_base_layout,
         channel::{tiny_recipe, write_platforms_channel},
@@ -61,18 +61,7 @@ print('valid', pb.subject[0].digest['sha256'], len(bd.resolved_dependencies))
 /// Runs [`VALIDATE`] on `file`; its stdout (`valid HEX COUNT`).
 #[track_caller]
 fn validate_with_in_toto(file: &Path) -> String {
-    let out = Command::new(venv_tool("python"))
-        .args(["-c", VALIDATE, file.to_str().unwrap()])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "in_toto_attestation refused {}:\n{}{}",
-        file.display(),
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
+    crate::common::venv_python_check(VALIDATE, file)
 }
 
 fn read_json(path: &Path) -> Value {

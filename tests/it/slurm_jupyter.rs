@@ -18,11 +18,12 @@ use serde_json::{Value, json};
 
 use crate::{
     common::{Project, require_root},
-    jupyter::{build_image, http},
+    jupyter::http,
     registry::{Auth, Registry, free_port},
     slurm::{Cluster, TOOLS, run_ok},
     support::{
         base::have,
+        jupyter::build_image,
         podman::{Podman, Storage},
     },
 };
@@ -131,7 +132,7 @@ fn wait_until(what: &str, ready: impl Fn() -> bool, context: impl Fn() -> String
 
 /// The image's JupyterLab image, pushed to `registry` as `ml/jupyter:v1`.
 fn pushed_jupyter_image(project: &Project, registry: &Registry) {
-    build_image(project);
+    build_image(project, "jupyter-e2e", "");
     let docker = project.path().join("docker-config");
     fs_err::create_dir_all(&docker).unwrap();
     let auth_file = docker.join("auth.json").display().to_string();

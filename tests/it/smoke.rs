@@ -120,22 +120,8 @@ fn a_smoke_run_is_attested_as_an_in_toto_statement_of_the_image() {
         statement["predicate"].get("mig"),
         Some(&serde_json::Value::Null)
     );
-    let check = "import sys, google.protobuf.json_format as j\n\
-        from in_toto_attestation.v1 import statement, statement_pb2\n\
-        pb = j.Parse(open(sys.argv[1]).read(), statement_pb2.Statement())\n\
-        statement.Statement.copy_from_pb(pb).validate()\n\
-        print('valid', pb.predicate_type, pb.subject[0].digest['sha256'])";
-    let out = std::process::Command::new(crate::common::venv_tool("python"))
-        .args(["-c", check, file.to_str().unwrap()])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(String::from_utf8_lossy(&out.stdout).starts_with("valid https://imgbuild.dev/"));
+    let valid = crate::common::venv_python_check(crate::common::IN_TOTO_STATEMENT_CHECK, &file);
+    assert!(valid.starts_with("valid https://imgbuild.dev/"), "{valid}");
 
     // An image that cannot be read is no run: no attestation.
     let missing = project.path().join("none.intoto.json");

@@ -9,6 +9,7 @@ pub(crate) mod channel;
 pub(crate) mod containerd;
 pub(crate) mod go;
 pub(crate) mod hostile;
+pub(crate) mod jupyter;
 pub(crate) mod podman;
 pub(crate) mod pypi;
 pub(crate) mod registry_log;
