@@ -17,6 +17,7 @@ Examples:
                                                       # analysis.intoto.json beside it
   imgbuild notebook images/jupyter:v2 analysis.ipynb --verify analysis.intoto.json
   imgbuild notebook images/app analysis.ipynb --user 1000 --timeout 120 -o out.ipynb
+  imgbuild notebook --recipe recipes/jupyter.toml   # its [[checks]], in images/NAME
 
 Runs under podman, else runc with umoci (no network, no capabilities, the notebook
 read-only), as the image's user, never root, with the image's own nbclient (`python3 -c …`
@@ -31,10 +32,17 @@ can be run, or an output cannot be written.";
 
 #[derive(Debug, Args)]
 pub(crate) struct NotebookArgs {
-    /// The image: an OCI layout directory, optionally with `:TAG`
-    pub image: String,
+    /// The image: an OCI layout directory, optionally with `:TAG` [default with --recipe:
+    /// images/NAME, where `build` writes it]
+    #[arg(required_unless_present = "recipe")]
+    pub image: Option<String>,
     /// The notebook (nbformat 4, at most 16 MiB)
-    pub notebook: PathBuf,
+    #[arg(required_unless_present = "recipe")]
+    pub notebook: Option<PathBuf>,
+    /// Run the recipe's `[[checks]]` instead, in the image it built: each notebook, against
+    /// its `expect` statement when it names one; the outputs go to images/NAME.checks/
+    #[arg(long, value_name = "RECIPE", conflicts_with_all = ["notebook", "output", "attest", "verify"])]
+    pub recipe: Option<PathBuf>,
     /// Where the executed notebook goes [default: NAME.executed.ipynb beside the notebook]
     #[arg(short, long, value_name = "FILE")]
     pub output: Option<PathBuf>,
@@ -73,32 +81,18 @@ pub(super) fn run_notebook(
     args: &NotebookArgs,
     printer: &Printer,
 ) -> Result<ExitCode, CommandFailure> {
-    let request = NotebookRequest {
-        image: args.image.clone(),
-        notebook: args.notebook.clone(),
-        user: args.user.clone(),
-        python: args.python.clone(),
-        cell_timeout: args.timeout,
-        max_output: args.max_output,
-        verify: args.verify.clone(),
+    if let Some(recipe) = &args.recipe {
+        return run_checks(args, recipe, printer);
+    }
+    let (Some(image), Some(notebook)) = (&args.image, &args.notebook) else {
+        unreachable!("clap requires both without --recipe");
     };
-    let run = crate::notebook::run(&request).map_err(|err| {
-        let code = err.exit_code();
-        CommandFailure::new(err, code)
-    })?;
-    write_outputs(args, &run, printer)?;
-    verdict(&run, printer)
-}
-
-fn write_outputs(
-    args: &NotebookArgs,
-    run: &NotebookRun,
-    printer: &Printer,
-) -> Result<(), CommandFailure> {
+    let request = request(args, image.clone(), notebook.clone(), args.verify.clone());
+    let run = crate::notebook::run(&request).map_err(failure)?;
     let output = args
         .output
         .clone()
-        .unwrap_or_else(|| beside(&args.notebook, "executed.ipynb"));
+        .unwrap_or_else(|| beside(notebook, "executed.ipynb"));
     let default_statement = match args.verify {
         Some(_) => "verify.intoto.json",
         None => "intoto.json",
@@ -106,11 +100,104 @@ fn write_outputs(
     let attest = args
         .attest
         .clone()
-        .unwrap_or_else(|| beside(&args.notebook, default_statement));
+        .unwrap_or_else(|| beside(notebook, default_statement));
+    write_outputs(&run, &output, &attest, printer)?;
+    verdict(&run, printer)
+}
+
+fn request(
+    args: &NotebookArgs,
+    image: String,
+    notebook: PathBuf,
+    verify: Option<PathBuf>,
+) -> NotebookRequest {
+    NotebookRequest {
+        image,
+        notebook,
+        user: args.user.clone(),
+        python: args.python.clone(),
+        cell_timeout: args.timeout,
+        max_output: args.max_output,
+        verify,
+        beneath: None,
+    }
+}
+
+fn failure(err: crate::notebook::NotebookError) -> CommandFailure {
+    let code = err.exit_code();
+    CommandFailure::new(err, code)
+}
+
+/// `--recipe`: every `[[checks]]` entry in turn, its files read beneath the recipe's
+/// directory and its outputs written under `images/NAME.checks/` (never beside the
+/// notebook: the recipe's directory is a stranger's, where a link could lead a write out).
+/// A notebook or statement that cannot be used stops the run; a cell that fails or differs
+/// is reported and the other checks still run; the exit is the first such check's.
+fn run_checks(
+    args: &NotebookArgs,
+    recipe_path: &Path,
+    printer: &Printer,
+) -> Result<ExitCode, CommandFailure> {
+    let recipe = crate::recipe::Recipe::load(recipe_path, &Default::default())
+        .map_err(|err| CommandFailure::new(err, 1))?;
+    if recipe.checks.is_empty() {
+        return Err(CommandFailure::new(
+            format!("`{}` has no `[[checks]]` to run", recipe_path.display()),
+            1,
+        ));
+    }
+    let dir = match recipe_path.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir,
+        _ => Path::new("."),
+    };
+    let context = crate::fs::context::BuildContext::open(dir)
+        .map_err(|err| CommandFailure::new(format!("Cannot open `{}`: {err}", dir.display()), 1))?;
+    let image = (args.image.clone()).unwrap_or_else(|| format!("images/{}", recipe.name));
+    let out = Path::new("images").join(format!("{}.checks", recipe.name));
+    fs_err::create_dir_all(&out).map_err(|e| CommandFailure::new(e, 2))?;
+    let mut first_failure = None;
+    for check in &recipe.checks {
+        printer.status("Checking", check.notebook.display());
+        let mut request = request(
+            args,
+            image.clone(),
+            check.notebook.clone(),
+            check.expect.clone(),
+        );
+        request.beneath = Some(context.clone());
+        let run = crate::notebook::run(&request).map_err(failure)?;
+        let stem = beside(
+            &out.join(check.notebook.file_name().unwrap_or_default()),
+            "",
+        );
+        let stem = stem.to_string_lossy();
+        let (output, attest) = (
+            format!("{stem}executed.ipynb"),
+            format!("{stem}intoto.json"),
+        );
+        write_outputs(&run, Path::new(&output), Path::new(&attest), printer)?;
+        if let Err(failed) = verdict(&run, printer) {
+            printer.warning(&format!(
+                "{}: {}",
+                check.notebook.display(),
+                failed.message()
+            ));
+            first_failure.get_or_insert(failed);
+        }
+    }
+    first_failure.map_or(Ok(ExitCode::SUCCESS), Err)
+}
+
+fn write_outputs(
+    run: &NotebookRun,
+    output: &Path,
+    attest: &Path,
+    printer: &Printer,
+) -> Result<(), CommandFailure> {
     let statement = serde_json::to_string_pretty(&run.statement).expect("JSON serializes") + "\n";
     for (path, bytes, what) in [
-        (&output, run.executed.as_bytes(), "the executed notebook"),
-        (&attest, statement.as_bytes(), "the statement"),
+        (output, run.executed.as_bytes(), "the executed notebook"),
+        (attest, statement.as_bytes(), "the statement"),
     ] {
         crate::fs::write_atomic(path, bytes).map_err(|e| {
             CommandFailure::new(

@@ -162,6 +162,11 @@ impl CommandFailure {
         }
     }
 
+    /// The error's own message, without its causes.
+    pub(crate) fn message(&self) -> String {
+        self.error.to_string()
+    }
+
     /// The same failure, preceded by `error: {lines}`.
     pub(crate) fn after(mut self, lines: Vec<String>) -> Self {
         self.context = lines;

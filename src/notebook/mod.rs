@@ -32,6 +32,9 @@ pub(crate) struct NotebookRequest {
     pub max_output: u64,
     /// `--verify`: the statement of the earlier run.
     pub verify: Option<PathBuf>,
+    /// The recipe's directory, for a `[[checks]]` entry: `notebook` and `verify` are then
+    /// relative to it and read beneath it.
+    pub beneath: Option<std::sync::Arc<crate::fs::context::BuildContext>>,
 }
 
 /// A finished run (every cell ran, or one failed).
@@ -83,9 +86,13 @@ impl NotebookError {
 
 /// Runs the notebook of `request` in its image.
 pub(crate) fn run(request: &NotebookRequest) -> Result<NotebookRun, NotebookError> {
-    let notebook = Notebook::read(&request.notebook)?;
+    let files = match &request.beneath {
+        Some(context) => source::Files::Beneath(context),
+        None => source::Files::Operator,
+    };
+    let notebook = Notebook::read(files, &request.notebook)?;
     let previous = match &request.verify {
-        Some(path) => Some(record::read_previous(path, &notebook)?),
+        Some(path) => Some(record::read_previous(files, path, &notebook)?),
         None => None,
     };
     let layout = LayoutRef::parse(&request.image);

@@ -174,7 +174,7 @@ pub(crate) enum PreviousError {
     Read {
         path: PathBuf,
         #[source]
-        source: crate::fs::InputError,
+        source: super::source::ReadFailure,
     },
     #[error(
         "`{}` is not an in-toto statement of a notebook run: {reason}", path.display()
@@ -195,14 +195,17 @@ pub(crate) enum PreviousError {
 /// Reads the statement of an earlier run of `notebook` at `path`: an in-toto Statement v1
 /// of [`NOTEBOOK_RUN_V1`] about the same notebook bytes.
 pub(crate) fn read_previous(
+    files: super::source::Files<'_>,
     path: &Path,
     notebook: &Notebook,
 ) -> Result<RunPredicate, PreviousError> {
-    let bytes =
-        crate::fs::read_input(path, MAX_STATEMENT_BYTES).map_err(|source| PreviousError::Read {
-            path: path.to_path_buf(),
+    let bytes = files
+        .read(path, MAX_STATEMENT_BYTES)
+        .map_err(|source| PreviousError::Read {
+            path: files.shown(path),
             source,
         })?;
+    let path = &files.shown(path);
     let not = |reason: String| PreviousError::NotAStatement {
         path: path.to_path_buf(),
         reason,

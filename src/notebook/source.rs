@@ -22,7 +22,7 @@ pub(crate) enum SourceError {
     Read {
         path: PathBuf,
         #[source]
-        source: crate::fs::InputError,
+        source: ReadFailure,
     },
     #[error("The notebook `{}` is not JSON: {reason}", path.display())]
     NotJson { path: PathBuf, reason: String },
@@ -52,15 +52,48 @@ pub(crate) struct CodeCell {
     pub volatile: bool,
 }
 
+/// Why [`Files::read`] read nothing: the operator's file ([`crate::fs::InputError`]) or a
+/// recipe's ([`crate::fs::context::ContextError`]).
+pub(crate) type ReadFailure = Box<dyn std::error::Error + Send + Sync>;
+
+/// Where the notebook and the earlier statement are read from.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Files<'a> {
+    /// Paths the operator named on the command line, read as given.
+    Operator,
+    /// Paths a recipe's `[[checks]]` named: relative to its directory and read beneath it,
+    /// never through a link or `..` out of it.
+    Beneath(&'a crate::fs::context::BuildContext),
+}
+
+impl Files<'_> {
+    /// The regular file `path`, of at most `max` bytes.
+    pub(crate) fn read(self, path: &Path, max: u64) -> Result<Vec<u8>, ReadFailure> {
+        match self {
+            Files::Operator => Ok(crate::fs::read_input(path, max)?),
+            Files::Beneath(context) => Ok(context.read_bounded(path, max)?),
+        }
+    }
+
+    /// `path` as messages name it.
+    pub(crate) fn shown(self, path: &Path) -> PathBuf {
+        match self {
+            Files::Operator => path.to_path_buf(),
+            Files::Beneath(context) => context.host_path(path),
+        }
+    }
+}
+
 impl Notebook {
     /// Reads and checks the notebook at `path`.
-    pub(crate) fn read(path: &Path) -> Result<Notebook, SourceError> {
-        let bytes = crate::fs::read_input(path, MAX_NOTEBOOK_BYTES).map_err(|source| {
-            SourceError::Read {
-                path: path.to_path_buf(),
+    pub(crate) fn read(files: Files<'_>, path: &Path) -> Result<Notebook, SourceError> {
+        let bytes = files
+            .read(path, MAX_NOTEBOOK_BYTES)
+            .map_err(|source| SourceError::Read {
+                path: files.shown(path),
                 source,
-            }
-        })?;
+            })?;
+        let path = &files.shown(path);
         let document: Value = serde_json::from_slice(&bytes).map_err(|e| SourceError::NotJson {
             path: path.to_path_buf(),
             reason: e.to_string(),

@@ -24,11 +24,16 @@ use crate::{
 
 const NOTEBOOKS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/notebooks");
 
-/// The image file the `reads-params` cell prints, as a `[[files]]` entry.
+/// The image file the `reads-params` cell prints, as a `[[files]]` entry, and the recipe's
+/// check of the round-trip notebook against the statement of its first run.
 const FILES: &str = r#"
 [[files]]
 src = "data/params.txt"
 dest = "/opt/data/params.txt"
+
+[[checks]]
+notebook = "checks/roundtrip.ipynb"
+expect = "checks/roundtrip.intoto.json"
 "#;
 
 /// `imgbuild notebook ARGS` with podman's settings pointing at `podman`'s storage.
@@ -147,6 +152,27 @@ fn a_notebook_round_trip_verifies_and_fails_on_a_changed_image_file() {
         cells[3]["sha256"]
     );
 
+    // The recipe's `[[checks]]` entry: the same notebook against the first run's statement.
+    let checks = project.path().join("recipes/checks");
+    fs_err::create_dir_all(&checks).unwrap();
+    fs_err::copy(
+        notebooks.join("roundtrip.ipynb"),
+        checks.join("roundtrip.ipynb"),
+    )
+    .unwrap();
+    fs_err::copy(&statement_path, checks.join("roundtrip.intoto.json")).unwrap();
+    let checked = notebook(&project, Some(&podman), &["--recipe", "recipes/image.toml"]);
+    succeeded(&checked);
+    assert!(
+        checked.stdout.contains("verified: 3 cells match"),
+        "{}",
+        checked.stdout
+    );
+    let written = project
+        .path()
+        .join("images/nb.checks/roundtrip.intoto.json");
+    assert_eq!(subject_digest(&read_json(&written)), first_digest);
+
     // nbclient's own notebook, as published, on the same image.
     let factorials = notebook(
         &project,
@@ -167,6 +193,9 @@ fn a_notebook_round_trip_verifies_and_fails_on_a_changed_image_file() {
     ] {
         assert!(changed.stderr.contains(line), "{}", changed.stderr);
     }
+    // The recipe's check fails the same way, naming the notebook and the cell.
+    let checked = notebook(&project, Some(&podman), &["--recipe", "recipes/image.toml"]);
+    checked.assert_failure_naming(4, &["checks/roundtrip.ipynb", "cell 2 (id `reads-params`)"]);
     // Factorials does not read the file: it verifies on the changed image.
     let factorials = verify(&project, &podman, "Factorials");
     succeeded(&factorials);
@@ -378,4 +407,31 @@ fn without_podman_a_notebook_runs_under_runc() {
     );
     let left = crate::common::run_tool("runc", &["list", "-q"]);
     assert!(!left.contains("imgbuild-notebook-"), "{left}");
+}
+
+#[test]
+fn recipe_checks_are_read_beneath_the_recipe_only() {
+    let canary = crate::trust::Canary::new();
+    let project = Project::new();
+    let recipe = |checks: &str| tiny_recipe(shared_channel(), "nb", &["hello 1.0"]) + checks;
+    // A path out of the recipe's directory is refused where the recipe says it.
+    for path in ["../notebooks/a.ipynb", "/etc/passwd"] {
+        project.write_recipe(&recipe(&format!("\n[[checks]]\nnotebook = \"{path}\"\n")));
+        let run = notebook(&project, None, &["--recipe", "recipes/image.toml"]);
+        run.assert_failure_naming(
+            1,
+            &["`notebook` must be a file beneath the recipe's directory"],
+        );
+    }
+    // A link in it that leads out (to the canary's secret) is never followed.
+    std::os::unix::fs::symlink(canary.file(), project.path().join("recipes/link.ipynb")).unwrap();
+    project.write_recipe(&recipe("\n[[checks]]\nnotebook = \"link.ipynb\"\n"));
+    let run = notebook(&project, None, &["--recipe", "recipes/image.toml"]);
+    run.assert_failure_naming(1, &["Cannot read the notebook", "link.ipynb"]);
+    assert!(!run.stderr.contains(&canary.secret), "{}", run.stderr);
+    canary.assert_untouched();
+    // A recipe without checks says so.
+    project.write_recipe(&recipe(""));
+    let run = notebook(&project, None, &["--recipe", "recipes/image.toml"]);
+    run.assert_failure_naming(1, &["has no `[[checks]]`"]);
 }

@@ -101,6 +101,8 @@ pub struct Recipe {
     pub embed_smoke: bool,
     /// `[pypi]`: wheels installed into the environment; `None` without the section.
     pub pypi: Option<super::pypi::PypiRecipe>,
+    /// `[[checks]]`: notebooks to run in the built image; not part of the image or its lock.
+    pub checks: Vec<super::checks::NotebookCheck>,
 }
 
 impl Recipe {
@@ -221,6 +223,7 @@ impl Checker {
         }
         let files = self.files(&file.files, &recipe_dir(&self.path))?;
         let layers = self.layers(&file.layers)?;
+        let checks = self.checks(&file.checks)?;
         Ok(Recipe {
             path: self.path.clone(),
             name: target.name,
@@ -244,6 +247,7 @@ impl Checker {
             variant: None,
             embed_smoke: file.smoke.embed,
             pypi,
+            checks,
         })
     }
 

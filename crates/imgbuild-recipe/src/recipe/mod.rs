@@ -7,6 +7,7 @@
 
 pub mod accounts;
 mod checker;
+pub mod checks;
 mod error;
 pub mod files;
 mod load;

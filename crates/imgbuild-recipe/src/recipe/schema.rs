@@ -31,6 +31,9 @@ pub(crate) struct RecipeFile {
     /// Optional: `[[files]]`, the recipe's own files and directories, a layer each.
     #[serde(default)]
     pub files: Vec<Spanned<FilesEntry>>,
+    /// Optional: `[[checks]]`, notebooks `imgbuild notebook --recipe` runs in the image.
+    #[serde(default)]
+    pub checks: Vec<Spanned<CheckEntry>>,
     /// Optional: build variants, `key = ["value", …]`; read by [`super::matrix`] before
     /// the recipe is parsed, so here only its presence is kept.
     #[allow(dead_code)]
@@ -169,6 +172,15 @@ pub(crate) struct UserEntry {
     pub home: Option<Spanned<String>>,
     /// Default `/bin/sh`.
     pub shell: Option<Spanned<String>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct CheckEntry {
+    /// A notebook, relative to the recipe's directory.
+    pub notebook: Spanned<String>,
+    /// The statement of an earlier run to verify against, relative to the recipe's directory.
+    pub expect: Option<Spanned<String>>,
 }
 
 #[derive(Debug, Deserialize)]
