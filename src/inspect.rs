@@ -190,6 +190,54 @@ pub(crate) enum InspectError {
         #[source]
         source: ReadError,
     },
+    #[error("Cannot read the registry image `{image}`")]
+    Pull {
+        image: String,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+}
+
+/// [`inspect_platform`] of a layout, or of a registry reference that names its registry
+/// (as `smoke` takes them): then only its manifest and config are fetched (into the cache
+/// under `cache_dir`, digests checked), never its layers.
+pub(crate) async fn inspect_any(
+    image: &str,
+    platform: Option<Subdir>,
+    cache_dir: &std::path::Path,
+    options: &crate::registry::ClientOptions,
+) -> Result<ImageSummary, InspectError> {
+    let crate::smoke::ImageSource::Registry(reference) = crate::smoke::ImageSource::of(image)
+    else {
+        return inspect_platform(image, platform);
+    };
+    let pull = |source: Box<dyn std::error::Error + Send + Sync>| InspectError::Pull {
+        image: image.to_string(),
+        source,
+    };
+    let credentials =
+        crate::registry::auth::credentials_for(&reference.registry).map_err(|e| pull(e.into()))?;
+    let client = crate::registry::RepositoryClient::new(&reference, credentials, options)
+        .map_err(|e| pull(e.into()))?;
+    let subdir = platform.or_else(Subdir::current).unwrap_or(Subdir::Linux64);
+    let (architecture, variant) =
+        crate::recipe::oci_architecture(subdir).unwrap_or(("amd64", None));
+    let platform = crate::registry::pull::Platform {
+        architecture,
+        variant,
+    };
+    let remote = crate::registry::pull::pull_config(&client, platform, cache_dir)
+        .await
+        .map_err(|e| pull(e.into()))?;
+    let opened = LayoutImage {
+        reference: remote.reference,
+        index: None,
+        manifest_digest: remote.manifest_digest,
+        layers: remote.manifest.layers().clone(),
+        manifest: remote.manifest,
+        config: remote.config,
+    };
+    Ok(summarize(image, &opened))
 }
 
 /// Reads the image `LAYOUT[:TAG]` (tag `latest` by default); of a multi-platform image, the

@@ -18,7 +18,8 @@ pub(super) const INSPECT_EXAMPLES: &str = "\
 Examples:
   imgbuild inspect images/py39-torch21             # the `latest` tag of a layout
   imgbuild inspect images/multi --platform linux/arm64   # one platform of a multi-platform image
-  imgbuild inspect images/py39-torch21:cuda11.8 --json | jq '.layers[].packages'";
+  imgbuild inspect images/py39-torch21:cuda11.8 --json | jq '.layers[].packages'
+  imgbuild inspect registry.example/ml/py39-torch21:v1    # its manifest and config only";
 
 pub(super) const DIFF_EXAMPLES: &str = "\
 Examples:
@@ -28,7 +29,9 @@ Examples:
 
 #[derive(Debug, Args)]
 pub(crate) struct InspectArgs {
-    /// The image: an OCI layout directory, optionally with `:TAG`
+    /// The image: an OCI layout directory, optionally with `:TAG`, or a registry reference
+    /// naming its registry (`registry.example/ml/x:tag`, `…@sha256:…`): then only its
+    /// manifest and config are fetched
     pub image: String,
     /// Of a multi-platform image, the platform to describe: `linux/arm64`, `arm64` or a
     /// conda subdir (`linux-aarch64`); default: this machine's, else the image's first
@@ -54,12 +57,15 @@ pub(crate) struct DiffArgs {
     pub json: bool,
 }
 
-pub(super) fn run_inspect(
+pub(super) async fn run_inspect(
     args: &InspectArgs,
+    cache_dir: &std::path::Path,
+    registry: &crate::registry::ClientOptions,
     printer: &Printer,
 ) -> Result<ExitCode, CommandFailure> {
-    let summary =
-        inspect_platform(&args.image, args.platform).map_err(|err| CommandFailure::new(err, 1))?;
+    let summary = crate::inspect::inspect_any(&args.image, args.platform, cache_dir, registry)
+        .await
+        .map_err(|err| CommandFailure::new(err, 1))?;
     if args.json {
         printer.result(serde_json::to_string_pretty(&summary).expect("the summary serializes"));
     } else {

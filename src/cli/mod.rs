@@ -331,7 +331,9 @@ async fn run(cli: &Cli, printer: &Printer) -> Result<ExitCode, CommandFailure> {
         Command::Lock(args) => lock::run_lock(args, &env, printer).await,
         Command::Smoke(args) => smoke::run_smoke(args, &env.cache_dir, &registry, printer).await,
         Command::Notebook(args) => notebook::run_notebook(args, printer),
-        Command::Inspect(args) => inspect::run_inspect(args, printer),
+        Command::Inspect(args) => {
+            inspect::run_inspect(args, &env.cache_dir, &registry, printer).await
+        }
         Command::Diff(args) => inspect::run_diff(args, printer),
         Command::Sbom(args) => sbom::run_sbom(args, &env, printer),
         Command::Init(args) => init::run_init(args, printer),

@@ -235,6 +235,10 @@ entrypoint = ["/opt/conda/bin/python"]
 # mode = "0644"                 # files; directories get the matching x bits
 # exclude = ["*.tmp", "__pycache__/"]   # also .imgbuildignore or .dockerignore in src
 
+# [[checks]]                    # notebooks `imgbuild notebook --recipe` runs in the image
+# notebook = "notebooks/analysis.ipynb"      # relative to this file, beneath its directory
+# expect = "notebooks/analysis.intoto.json"  # an earlier run's statement to match
+
 # [cuda]                        # for GPU images
 # version = "12.4"              # CUDA runtime the image targets
 # min-driver = "550.54.14"      # oldest host driver it must run on (default: the release's)
@@ -380,7 +384,9 @@ mod tests {
             None => "zzz-unknown = 1\n[image]\nname = \"x\"\n".to_string(),
             Some("image") => "[image]\nname = \"x\"\nzzz-unknown = 1\n".to_string(),
             // An array of tables.
-            Some("files") => "[image]\nname = \"x\"\n[[files]]\nzzz-unknown = 1\n".to_string(),
+            Some(array @ ("files" | "checks")) => {
+                format!("[image]\nname = \"x\"\n[[{array}]]\nzzz-unknown = 1\n")
+            }
             Some(section) => format!("[image]\nname = \"x\"\n[{section}]\nzzz-unknown = 1\n"),
         };
         let err = Recipe::from_str_at(&text, Path::new("r.toml"), &RecipeOptions::default())

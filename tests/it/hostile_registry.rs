@@ -565,3 +565,35 @@ fn a_base_over_https_and_http2_with_a_layer_over_1_mib_is_pulled() {
         .build_on(&registry.host, &["--ca-cert", ca], 0)
         .success();
 }
+
+#[test]
+fn inspect_refuses_a_config_the_manifest_says_is_huge_without_fetching_it() {
+    let base = Base::new();
+    // The same manifest, but its config claims 5 MiB.
+    let mut manifest: serde_json::Value = serde_json::from_slice(&base.manifest).unwrap();
+    manifest["config"]["size"] = serde_json::json!(5 << 20);
+    let manifest = serde_json::to_vec(&manifest).unwrap();
+    let config_path = format!("/v2/hostile/base/blobs/{}", base.config_digest);
+    let registry = base_registry(base, move |_, request| {
+        is_manifest(request)
+            .then(|| Reply::bytes(200, manifest.clone()).header("Content-Type", MANIFEST))
+    });
+    let project = Project::new();
+    let image = format!(
+        "{}/hostile/base:1",
+        registry.url().trim_start_matches("http://")
+    );
+    let args = ["inspect", image.as_str(), "--insecure"];
+    let run = run_with_deadline(project.command(&args), &project, &args);
+    run.assert_failure_naming(
+        1,
+        &[
+            &image,
+            "an image config of 5242880 bytes (at most 4194304 are read)",
+        ],
+    );
+    assert!(
+        !registry.requests().iter().any(|r| r.path() == config_path),
+        "the config was fetched"
+    );
+}

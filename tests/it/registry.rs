@@ -985,3 +985,48 @@ fn build_push_json_is_json_line_by_line() {
     assert_eq!(last["pushed"], format!("{target}@{digest}"));
     assert!(events.iter().any(|e| e["event"] == "result"));
 }
+
+#[test]
+fn inspect_reads_a_registry_image_from_its_manifest_and_config_alone() {
+    let registry = Registry::start(Auth::None);
+    let (project, docker) = built_project();
+    let target = format!("{}/ml/app:v1", registry.host);
+    run(
+        &project,
+        &docker,
+        &["push", "images/app", &target, "--insecure"],
+    )
+    .success();
+    let summary = |image: &str| -> serde_json::Value {
+        let args = ["inspect", image, "--json", "--insecure"];
+        serde_json::from_str(&run(&project, &docker, &args).success().stdout).unwrap()
+    };
+    let (local, remote) = (summary("images/app"), summary(&target));
+    for key in [
+        "manifest_digest",
+        "config_digest",
+        "config",
+        "layers",
+        "packages",
+        "cuda",
+        "total_size",
+    ] {
+        assert_eq!(remote[key], local[key], "{key}");
+    }
+    assert_eq!(remote["image"], target.as_str());
+    // Only the config blob was fetched, never a layer.
+    for layer in local["layers"].as_array().unwrap() {
+        let digest = layer["digest"].as_str().unwrap();
+        assert_eq!(
+            registry.count("GET", &format!("/blobs/{digest}")),
+            0,
+            "{digest}"
+        );
+    }
+    let config = local["config_digest"].as_str().unwrap();
+    assert_eq!(registry.count("GET", &format!("/blobs/{config}")), 1);
+    // A tag the registry lacks is named, exit 1.
+    let missing = format!("{}/ml/app:nope", registry.host);
+    let run = run(&project, &docker, &["inspect", &missing, "--insecure"]);
+    run.assert_failure_naming(1, &[&format!("Cannot read the registry image `{missing}`")]);
+}

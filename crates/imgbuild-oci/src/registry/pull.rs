@@ -132,6 +132,59 @@ pub async fn pull_base_reporting(
     pull.base_image(digest, &manifest, platform.architecture)
 }
 
+/// The most bytes of an image config [`pull_config`] reads, as for a layout's JSON.
+const MAX_CONFIG_BYTES: u64 = 4 << 20;
+
+/// A registry image described without its layers: what `inspect` reads of it.
+#[derive(Debug, Clone)]
+pub struct RemoteImage {
+    /// `REGISTRY/REPO@sha256:…` of the platform manifest.
+    pub reference: String,
+    /// The platform manifest's digest, `sha256:<hex>`.
+    pub manifest_digest: String,
+    pub manifest: ImageManifest,
+    pub config: ImageConfiguration,
+}
+
+/// The manifest for `platform` (through the index the reference names, if it does) and its
+/// config, each checked against its digest and kept in the cache under `cache_dir`; no layer
+/// is downloaded.
+pub async fn pull_config(
+    client: &RepositoryClient,
+    platform: Platform<'_>,
+    cache_dir: &Path,
+) -> Result<RemoteImage, PullError> {
+    let pull = Puller {
+        client,
+        shown: client.reference.to_string(),
+        cache: blob_cache(cache_dir),
+        offline: false,
+    };
+    let (digest, manifest) = pull.manifest(platform).await?;
+    let config = manifest.config();
+    // The size is the manifest's claim: a config is a few kilobytes of JSON.
+    if config.size() > MAX_CONFIG_BYTES {
+        return Err(pull.invalid(&format!(
+            "an image config of {} bytes (at most {MAX_CONFIG_BYTES} are read)",
+            config.size()
+        )));
+    }
+    pull.blob(
+        config.digest().as_ref(),
+        config.size(),
+        &crate::report::Silent,
+    )
+    .await?;
+    let config = ImageConfiguration::from_file(cached(&pull.cache, config.digest().as_ref()))
+        .map_err(|_| pull.invalid("image config"))?;
+    Ok(RemoteImage {
+        reference: client.reference.with_digest(&digest).to_string(),
+        manifest_digest: digest,
+        manifest,
+        config,
+    })
+}
+
 /// One pull: where it reads from and writes to, and how it names the image in errors.
 struct Puller<'a> {
     client: &'a RepositoryClient,
@@ -270,32 +323,40 @@ impl Puller<'_> {
             bytes: blobs.iter().map(|(_, size)| size).sum(),
         });
         for (blob, size) in &blobs {
-            if cached(&self.cache, blob).is_file() {
-                reporter.on_progress(Progress::PullBlob {
-                    bytes: *size,
-                    downloaded: false,
-                });
-                continue;
-            }
-            if self.offline {
-                return Err(self.not_cached(blob));
-            }
-            download_blob(self.client, blob, *size, &self.cache, reporter)
-                .await
-                .map_err(|e| match e {
-                    BlobDownloadError::Registry(err) => self.registry_err(err),
-                    BlobDownloadError::Io(source) => PullError::Cache {
-                        path: cached(&self.cache, blob),
-                        source,
-                    },
-                })?;
+            let downloaded = self.blob(blob, *size, reporter).await?;
             reporter.on_progress(Progress::PullBlob {
                 bytes: *size,
-                downloaded: true,
+                downloaded,
             });
         }
         reporter.on_progress(Progress::PullFinished);
         Ok(())
+    }
+
+    /// The blob `digest` of `size` bytes into the cache unless it is there; whether it was
+    /// downloaded.
+    async fn blob(
+        &self,
+        digest: &str,
+        size: u64,
+        reporter: &dyn Reporter,
+    ) -> Result<bool, PullError> {
+        if cached(&self.cache, digest).is_file() {
+            return Ok(false);
+        }
+        if self.offline {
+            return Err(self.not_cached(digest));
+        }
+        download_blob(self.client, digest, size, &self.cache, reporter)
+            .await
+            .map_err(|e| match e {
+                BlobDownloadError::Registry(err) => self.registry_err(err),
+                BlobDownloadError::Io(source) => PullError::Cache {
+                    path: cached(&self.cache, digest),
+                    source,
+                },
+            })?;
+        Ok(true)
     }
 
     /// The pulled base: its config (for the architecture asked) and its layers with OCI
