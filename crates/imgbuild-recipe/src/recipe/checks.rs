@@ -63,17 +63,7 @@ impl Checker {
 mod tests {
     use std::path::Path;
 
-    use crate::recipe::{Recipe, RecipeOptions};
-
-    fn parse(checks: &str) -> Result<Recipe, String> {
-        let text = format!("[image]\nname = \"x\"\n{checks}\n");
-        Recipe::from_str_at(
-            &text,
-            Path::new("/p/recipes/x.toml"),
-            &RecipeOptions::default(),
-        )
-        .map_err(|e| e.to_string())
-    }
+    use crate::recipe::parse_with as parse;
 
     #[test]
     fn checks_keep_their_paths_beneath_the_recipe() {

@@ -283,16 +283,10 @@ mod tests {
     use std::path::Path;
 
     use super::*;
-    use crate::recipe::{Recipe, RecipeOptions};
+    use crate::recipe::Recipe;
 
     fn parse(files: &str) -> Result<Recipe, String> {
-        let text = format!("[image]\nname = \"x\"\n[[files]]\n{files}\n");
-        Recipe::from_str_at(
-            &text,
-            Path::new("/p/recipes/x.toml"),
-            &RecipeOptions::default(),
-        )
-        .map_err(|e| e.to_string())
+        crate::recipe::parse_with(&format!("[[files]]\n{files}"))
     }
 
     #[test]

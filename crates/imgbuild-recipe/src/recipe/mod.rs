@@ -37,3 +37,16 @@ pub const MAX_RECIPE_BYTES: u64 = 1 << 20;
 
 /// The default layer budget, base layers included. containerd and overlay2 stop near 127.
 pub(crate) const DEFAULT_LAYER_BUDGET: u32 = 60;
+
+/// The recipe `[image] name = "x"` followed by `tables`, as if read from
+/// `/p/recipes/x.toml`; its error as text. For the tests of the sections' checks.
+#[cfg(test)]
+pub(crate) fn parse_with(tables: &str) -> Result<Recipe, String> {
+    let text = format!("[image]\nname = \"x\"\n{tables}\n");
+    Recipe::from_str_at(
+        &text,
+        std::path::Path::new("/p/recipes/x.toml"),
+        &RecipeOptions::default(),
+    )
+    .map_err(|e| e.to_string())
+}
