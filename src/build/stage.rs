@@ -177,11 +177,9 @@ impl<'a> Stager<'a> {
                 &recipe.prefix,
                 &self.cx.settings.cache_dir,
                 owned,
+                totals,
             )
             .await?;
-            for wheel in &wheels {
-                totals.on_item_done(Stage::Install, wheel.name.as_ref(), 0);
-            }
         }
         totals.platform_done();
         Ok((staged, wheels))

@@ -310,6 +310,51 @@ fn the_finished_install_line_counts_the_pypi_wheels_it_announced() {
     assert_eq!(result["packages"], announced, "{}", run.stdout);
 }
 
+/// A wheel `zzbad-1.0` whose METADATA resolves and whose one file climbs out of the
+/// environment, so that its install, not its lock, fails.
+fn write_escaping_wheel(dir: &std::path::Path) {
+    use std::io::Write;
+    let mut zip = zip::ZipWriter::new(std::io::Cursor::new(Vec::new()));
+    let options = zip::write::SimpleFileOptions::default();
+    zip.start_file("zzbad-1.0.dist-info/METADATA", options)
+        .unwrap();
+    zip.write_all(b"Metadata-Version: 2.1\nName: zzbad\nVersion: 1.0\n")
+        .unwrap();
+    zip.start_file("../escape.txt", options).unwrap();
+    zip.write_all(b"out\n").unwrap();
+    let bytes = zip.finish().unwrap().into_inner();
+    fs_err::write(dir.join("zzbad-1.0-py3-none-any.whl"), bytes).unwrap();
+}
+
+#[test]
+fn wheels_count_as_each_is_installed() {
+    use crate::support::pypi::{SIX_1_16_0, pinned_dists, pypi_channel};
+    let project = Project::new();
+    let wheels = project.path().join("recipes/wheels");
+    fs_err::create_dir_all(&wheels).unwrap();
+    for (path, _) in pinned_dists(&[SIX_1_16_0]).unwrap() {
+        fs_err::copy(&path, wheels.join(path.file_name().unwrap())).unwrap();
+    }
+    let recipe = |requirements: &str| {
+        tiny_recipe(pypi_channel(), "pyeach", &["python"])
+            + &format!(
+                "\n[pypi]\nno-index = true\nfind-links = [\"wheels\"]\ndependencies = [{requirements}]\n"
+            )
+    };
+    project.write_recipe(&recipe("\"six\""));
+    let run = project.build(&["--json"]).success();
+    let installed = stage_finished(&events(&run.stdout), "install")["items"].clone();
+    // A second wheel whose install fails: six, installed before it, is counted already.
+    write_escaping_wheel(&wheels);
+    project.write_recipe(&recipe("\"six\", \"zzbad\""));
+    fs_err::remove_file(project.path().join("recipes/image.lock")).unwrap();
+    let run = project.build(&["--json"]);
+    assert_ne!(run.code, 0, "{}", run.stderr);
+    let install = stage_finished(&events(&run.stdout), "install");
+    assert_eq!(install["ok"], false, "{install}");
+    assert_eq!(install["items"], installed, "{install}");
+}
+
 #[test]
 fn a_post_link_script_is_warned_about_by_package_and_script() {
     use crate::support::channel::{executable, index_channel, linux64_index, write_package};

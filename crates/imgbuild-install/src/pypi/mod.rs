@@ -146,7 +146,7 @@ pub async fn fetch_locked(
 
 /// Installs the locked `wheels` of one platform (`target`, whose solved conda packages are
 /// `records`) into `prefix_dir` (the staging path of `prefix`), after the conda packages
-/// whose files are `owned`.
+/// whose files are `owned`; `reporter` is told of each wheel as it is installed.
 #[allow(clippy::too_many_arguments)] // the plain inputs of one step, each named
 pub async fn install_platform(
     wheels: &[ResolvedWheel],
@@ -157,6 +157,7 @@ pub async fn install_platform(
     prefix: &str,
     cache_dir: &Path,
     mut owned: BTreeMap<String, String>,
+    reporter: &dyn crate::report::Reporter,
 ) -> Result<Vec<StagedWheel>, PypiError> {
     if wheels.is_empty() {
         return Ok(Vec::new());
@@ -175,6 +176,9 @@ pub async fn install_platform(
             requested.contains(&&wheel.name),
             &mut owned,
         )?);
+        // As each finishes: a hundred wheels take seconds, which a count that waited for
+        // the last one would show as a stalled `1/96 packages`.
+        reporter.on_item_done(crate::report::Stage::Install, wheel.name.as_ref(), 0);
     }
     Ok(staged)
 }
