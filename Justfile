@@ -30,6 +30,11 @@ test:
     tests/install-deps.sh
     cargo test --all-targets
 
+# The book (docs/), served at http://localhost:3000 as you edit; `mdbook build docs` writes
+# it to docs/book/. mdBook comes from the test venv (tests/install-deps.sh).
+book:
+    "${IMGBUILD_TEST_CACHE:-tests/.cache}/venv/bin/mdbook" serve docs
+
 # rustfmt and clippy, as CI runs them
 lint:
     cargo fmt --check

@@ -35,7 +35,7 @@ pub(crate) const MEDIA_TYPE: &str = crate::attest::MEDIA_TYPE;
 /// `runDetails.builder.id`: the builder, whatever machine runs it. Its version is beside it.
 pub(crate) const BUILDER_ID: &str = "https://imgbuild.dev/builder";
 
-/// `buildDefinition.buildType`: a build of a recipe from its lock, as the README's "What a
+/// `buildDefinition.buildType`: a build of a recipe from its lock, as the book's "What a
 /// build writes" describes; `externalParameters` hold what [`Build`] holds.
 pub(crate) const BUILD_TYPE: &str = "https://imgbuild.dev/buildtypes/recipe/v1";
 

@@ -89,7 +89,7 @@ impl From<crate::pypi::PypiError> for BuildError {
 
 impl BuildError {
     /// 1 when the input is at fault (recipe, packages, lock, base), 2 when the machine is
-    /// (disk, permissions). Documented in the README.
+    /// (disk, permissions). Documented in docs/src/reference/exit-codes.md.
     pub(crate) fn exit_code(&self) -> i32 {
         if crate::fs::is_disk_full(self) {
             return 2;

@@ -130,9 +130,9 @@ pub(crate) enum Command {
     /// Print shell completions for bash, zsh, fish, elvish or PowerShell
     #[command(after_help = completions::COMPLETIONS_EXAMPLES)]
     Completions(completions::CompletionsArgs),
-    /// Print the man page (roff)
+    /// Print the man page (roff), or with --markdown the command reference of the book
     #[command(after_help = completions::MAN_EXAMPLES)]
-    Man,
+    Man(completions::ManArgs),
     /// Print imgbuild's version (as `imgbuild --version` does)
     #[command(after_help = VERSION_EXAMPLES)]
     Version,
@@ -338,7 +338,7 @@ async fn run(cli: &Cli, printer: &Printer) -> Result<ExitCode, CommandFailure> {
         Command::Sbom(args) => sbom::run_sbom(args, &env, printer),
         Command::Init(args) => init::run_init(args, printer),
         Command::Completions(args) => completions::run_completions(args),
-        Command::Man => completions::run_man(printer),
+        Command::Man(args) => completions::run_man(args, printer),
         Command::Version => {
             printer.result(concat!("imgbuild ", env!("CARGO_PKG_VERSION")));
             Ok(ExitCode::SUCCESS)

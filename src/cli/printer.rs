@@ -131,7 +131,7 @@ impl Printer {
             eprintln!("error: {line}");
         }
         // Every failure of a `--json` run, before the build or after it, ends the event
-        // stream with its `error` event, as the README's contract says.
+        // stream with its `error` event, as the --json contract (docs/src/commands/build.md) says.
         if self.json {
             self.event(&json!({
                 "event": "error",

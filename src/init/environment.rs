@@ -192,7 +192,7 @@ fn image_text(
 ) -> String {
     let mut text = format!(
         "# Made by `imgbuild init --from {file_name}`{from}.\n\
-         # Build it with `imgbuild build <this file>`; the README's \"Recipe schema\" lists every key.\n\n\
+         # Build it with `imgbuild build <this file>`; docs/src/reference/recipe.md lists every key.\n\n\
          [image]\nname = {name}\n\
          # base = \"scratch\"          # or \"oci:PATH[:TAG]\" or a registry image with glibc\n\
          platforms = [{platforms}]\n\

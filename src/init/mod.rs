@@ -195,8 +195,8 @@ pub fn starter_recipe(name: &str) -> String {
 #
 #   imgbuild build THIS_FILE      # solves, writes THIS_FILE.lock and images/{name}/
 #
-# Every key is shown below, most of them commented out, and documented in the README's
-# "Recipe schema"; unknown keys are errors.
+# Every key is shown below, most of them commented out, and documented in imgbuild's book
+# (docs/src/reference/recipe.md); unknown keys are errors.
 
 [image]
 name = {quoted}                 # also the output directory images/<name>

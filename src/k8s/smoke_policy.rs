@@ -33,7 +33,7 @@ const HEADER: &str = "\
 # compute capability the workload's node affinity admits. Kyverno verifies attestations
 # attached to the image as signed sigstore bundles (OCI 1.1 referrers, with the referrers-tag
 # fallback), not the statement file nor imgbuild's simple-signing signatures: see the
-# README's signing sections; e.g. `cosign attest --key cosign.key --type
+# book's k8s page (docs/src/commands/k8s.md); e.g. `cosign attest --key cosign.key --type
 # https://imgbuild.dev/attestations/gpu-smoke/v1 --predicate PREDICATE IMAGE@DIGEST` (cosign 3,
 # or 2.4 to 2.6 with --new-bundle-format). Replace the placeholder below with the PEM public
 # key whose private key signs the attestations (cosign.pub); no transparency log is used.

@@ -50,7 +50,7 @@ pub(crate) enum PublishError {
 impl PublishError {
     /// The build's rule: 1 when the input is at fault (the layout, a reference, a key, the
     /// credentials, or what the registry answered), 2 when the machine is (a local read or
-    /// write failed, a full disk). Documented in the README.
+    /// write failed, a full disk). Documented in docs/src/reference/exit-codes.md.
     pub(crate) fn exit_code(&self) -> i32 {
         if crate::fs::is_disk_full(self) {
             return 2;

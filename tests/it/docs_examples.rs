@@ -1,5 +1,5 @@
-//! The example commands of the README (its ```sh blocks) and of every `--help` (its
-//! `Examples:` block) run, so the docs cannot drift from the code.
+//! The example commands of the README and of the book's pages (their ```sh blocks) and of
+//! every `--help` (its `Examples:` block) run, so the docs cannot drift from the code.
 //!
 //! Each source runs in a project of its own, in order, as a reader would type them: a temp
 //! directory holding the checkout's `recipes/*.toml`, the demo's channel and busybox base at
@@ -125,13 +125,21 @@ const SKIPS: &[(&str, &str)] = &[
         "needs the site's login node (tests/it/slurm_jupyter.rs runs it against its sshd)",
     ),
     ("scancel", "needs a Slurm cluster"),
+    ("skopeo copy docker://", "needs a registry (Docker Hub)"),
+    (
+        "lock recipes/env.toml",
+        "solved against the public channels the environment file names",
+    ),
 ];
 
-/// How many README commands run (the others are skipped by [`SKIPS`]); among them
-/// `verify --provenance --lock` and `version`.
-const README_RUN: usize = 13;
+/// How many README commands run (the others are skipped by [`SKIPS`]): the demo's build and
+/// inspect.
+const README_RUN: usize = 2;
+/// How many commands of the book's pages run; among them `verify --provenance --lock` and
+/// `version`.
+const BOOK_RUN: usize = 21;
 /// How many distinct `--help` example commands run.
-const HELP_RUN: usize = 11;
+const HELP_RUN: usize = 12;
 
 /// The commands of a text's lines: `\` continuations joined, blank and `#` comment lines
 /// left out.
@@ -161,8 +169,8 @@ fn commands<'a>(lines: impl IntoIterator<Item = &'a str>) -> Vec<String> {
     out
 }
 
-/// The commands of the README's ```sh blocks, in order.
-fn readme_commands(readme: &str) -> Vec<String> {
+/// The commands of a Markdown text's ```sh blocks, in order.
+fn sh_commands(readme: &str) -> Vec<String> {
     let mut out = Vec::new();
     let mut rest = readme;
     while let Some(start) = rest.find("```sh\n") {
@@ -303,7 +311,7 @@ impl DocsProject {
 fn every_offline_readme_example_runs() {
     let readme =
         fs_err::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md")).unwrap();
-    let commands = readme_commands(&readme);
+    let commands = sh_commands(&readme);
     assert!(commands.len() > README_RUN, "{commands:#?}");
     let project = DocsProject::new();
     let ran = project.run_all("README.md", &commands);
@@ -311,12 +319,30 @@ fn every_offline_readme_example_runs() {
         ran, README_RUN,
         "README commands run (the rest skipped by SKIPS): update README_RUN on purpose"
     );
+    assert!(project.path().join("images/demo/index.json").exists());
+}
+
+#[test]
+fn every_offline_book_example_runs() {
+    let project = DocsProject::new();
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/src");
+    let mut ran = 0;
+    for page in crate::book::summary_pages() {
+        let text = fs_err::read_to_string(src.join(&page)).unwrap();
+        ran += project.run_all(&page, &sh_commands(&text));
+    }
+    assert_eq!(
+        ran, BOOK_RUN,
+        "book commands run (the rest skipped by SKIPS): update BOOK_RUN on purpose"
+    );
     // What they wrote is there: the build examples' images and the init examples' recipes.
     for path in [
         "images/demo/index.json",
         "tmp/demo-image/index.json",
+        "tmp/demo.spdx.json",
         "recipes/app.toml",
         "recipes/ds.toml",
+        "recipes/env.toml",
         "home/.local/share/man/man1/imgbuild.1",
     ] {
         assert!(project.path().join(path).exists(), "{path}");
@@ -366,7 +392,7 @@ fn every_offline_help_example_runs() {
 #[test]
 fn examples_are_read_whole() {
     let readme = "text\n```sh\na \\\n  --b   # c\n# comment\n\nd\n```\n```text\nnot this\n```\n";
-    assert_eq!(readme_commands(readme), ["a --b   # c", "d"]);
+    assert_eq!(sh_commands(readme), ["a --b   # c", "d"]);
     let help =
         "Usage: x\n\nExamples:\n  imgbuild x \\\n      --y\n  imgbuild z\n\nMore text\n  not this";
     assert_eq!(help_commands(help), ["imgbuild x --y", "imgbuild z"]);

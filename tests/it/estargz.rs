@@ -4,7 +4,7 @@
 //! the TOC against the manifest's annotation and reads every file through the TOC, chunk by
 //! chunk, as a lazy pull does; and plain-gzip readers (oci-image-tool, umoci) unpack the same
 //! image as any gzip image. No FUSE snapshotter runs here: Debian packages only its
-//! `ctr-remote` client, not `containerd-stargz-grpc` (README, "Tests").
+//! `ctr-remote` client, not `containerd-stargz-grpc` (docs/src/contributing/tests.md).
 
 use std::{
     path::{Path, PathBuf},

@@ -726,7 +726,7 @@ fn require_smoke_attestation_adds_a_kyverno_policy_for_the_gpu_class() {
     for needle in [
         "signed sigstore bundles",
         "OCI 1.1 referrers",
-        "README's signing sections",
+        "docs/src/commands/k8s.md",
         "cosign attest --key",
         "Replace the placeholder",
     ] {

@@ -6,7 +6,7 @@
 //! stay apart whatever their levels ([`KEPT_APART`]), and inside each folder of `src/` the
 //! submodules name each other without a loop too ([`folder_graphs`]).
 //!
-//! The README's architecture section draws the same order; change both together.
+//! The book's architecture page (docs/src/contributing/architecture.md) draws the same order; change both together.
 
 use std::{
     collections::{BTreeMap, BTreeSet},
@@ -540,7 +540,7 @@ fn every_module_has_a_level_and_names_nothing_above_it() {
     let unplaced: Vec<&String> = graph.keys().filter(|m| level_of(m).is_none()).collect();
     assert!(
         unplaced.is_empty(),
-        "modules without a level in LEVELS (and the README's architecture section): {unplaced:?}"
+        "modules without a level in LEVELS (and docs/src/contributing/architecture.md): {unplaced:?}"
     );
     let placed_but_gone: Vec<&&str> = LEVELS
         .iter()

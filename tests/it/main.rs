@@ -12,6 +12,7 @@ mod servers;
 
 mod accounts;
 mod archive;
+mod book;
 mod build;
 mod builder;
 mod channel_priority;

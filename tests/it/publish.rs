@@ -1,5 +1,5 @@
 //! `push` through the library's publish stage, against Debian's `docker-registry` on
-//! 127.0.0.1: its failures exit by whose fault they are (README, "Exit codes"), a signing
+//! 127.0.0.1: its failures exit by whose fault they are (docs/src/reference/exit-codes.md), a signing
 //! failure after the push says the push went through, and the image the SBOMs are attached
 //! to is read through the layout reader, its digest checked.
 

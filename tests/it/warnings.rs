@@ -1,5 +1,5 @@
 //! Every warning of the library reaches the user through the `Reporter`, so `--json` gives it
-//! as a `warning` event (README, "`--json` events"); `tracing` is for debugging only. Each
+//! as a `warning` event (docs/src/commands/build.md, "`--json` events"); `tracing` is for debugging only. Each
 //! test provokes one kind of warning through the real CLI, and a scan of `src/` keeps
 //! `tracing::warn!` out of the library.
 

@@ -1,5 +1,6 @@
-//! The serde view of a recipe file. Every key is documented here and in the README; unknown
-//! keys are errors, so a typo never silently changes an image.
+//! The serde view of a recipe file. Every key is documented here and in the book's recipe
+//! reference (docs/src/reference/recipe.md, checked by tests/it/book.rs); unknown keys are
+//! errors, so a typo never silently changes an image.
 
 use std::collections::BTreeMap;
 
