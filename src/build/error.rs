@@ -76,6 +76,8 @@ pub(crate) enum BuildError {
     Smoke(#[from] EmbedError),
     #[error(transparent)]
     CudaRuntime(#[from] Box<RuntimeMismatch>),
+    #[error(transparent)]
+    Runnable(#[from] super::runnable::RunnableError),
     /// A library runs on none of `[cuda] architectures`.
     #[error(transparent)]
     GpuArchitectures(#[from] Box<crate::cuda::fatbin::NotCovered>),

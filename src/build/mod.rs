@@ -12,7 +12,8 @@
 //!    whole; else *build* every platform from its part of the lock.
 //! 4. `stage`: each platform installed into a tree of its own under the cache's staging
 //!    directory, its environment, CUDA settings and annotations read from it, and its
-//!    layers planned.
+//!    layers planned. Then `runnable`: the entrypoint (or cmd) must be able to start in the
+//!    image: the program, an ELF's loader, a script's interpreter.
 //! 5. `write`: the layers compressed (or taken from the layer cache), each platform's
 //!    config and manifest written, and `index.json` switched to them, under the layout's
 //!    lock.
@@ -32,6 +33,7 @@ mod model;
 mod obtain_lock;
 mod plan;
 mod prepare;
+mod runnable;
 mod stage;
 mod write;
 
@@ -49,7 +51,11 @@ use crate::{
     install::InstallOptions,
     layers::Compression,
     lock::Lock,
-    oci::layout::{Layout, LayoutLock},
+    oci::{
+        image::merge_env,
+        layout::{Layout, LayoutLock},
+        rootfs::{Tree, base_tree},
+    },
     rebuild::{BuildInputs, BuildRecord, BuildRecords},
     recipe::Recipe,
     sbom::SbomSubject,
@@ -58,6 +64,8 @@ use model::{BuiltImage, Context};
 use obtain_lock::obtain_lock;
 use plan::{BuildPlan, ImageInPlace, PlanInputs};
 use prepare::{Prepared, prepare};
+use runnable::{ImageTree, RunnableError};
+use stage::StagedPlatform;
 use stage::{Stager, create_staging, sweep_staging};
 use write::Writer;
 
@@ -144,11 +152,54 @@ pub(crate) async fn build(
         .stage_all(&work, &lock)
         .await?;
     timings.push((Stage::Install, started.elapsed()));
+    check_runnable(&cx, &staged)?;
 
     let _lock = layout.lock()?;
     let image = Writer::new(&cx, &layout).write(&staged, &mut timings)?;
     records.put(&image, cx.recipe.compression, reporter);
     output.report(image, &lock, lock_report, timings, false)
+}
+
+/// Step 4½ ([`runnable`]): each staged platform must start the program the recipe's
+/// entrypoint (or, with none, its cmd) names. A recipe that names neither runs the base's,
+/// which is the base's to get right.
+fn check_runnable(cx: &Context<'_>, staged: &[StagedPlatform<'_>]) -> Result<(), BuildError> {
+    let recipe = cx.recipe;
+    let config = &recipe.config;
+    let program = config
+        .entrypoint
+        .as_ref()
+        .or(config.cmd.as_ref())
+        .and_then(|args| args.first());
+    let Some(program) = program.filter(|_| recipe.check_entrypoint) else {
+        return Ok(());
+    };
+    for platform in staged {
+        let base = platform.work.prepared.base.as_ref();
+        let tree = match base {
+            Some(base) => base_tree(base).map_err(RunnableError::from)?,
+            None => Tree::default(),
+        };
+        let base_env = base
+            .and_then(|b| b.config.config().as_ref())
+            .and_then(|c| c.env().clone())
+            .unwrap_or_default();
+        let env = merge_env(&base_env, &platform.activation, &config.env);
+        let path = env
+            .iter()
+            .find_map(|kv| kv.strip_prefix("PATH="))
+            .unwrap_or_default();
+        ImageTree::new(&platform.owned, &platform.root, tree)
+            .check(program, path)
+            .map_err(|problem| {
+                BuildError::from(RunnableError::NotRunnable {
+                    platform: platform.work.prepared.platform.to_string(),
+                    base: recipe.base_reference.clone(),
+                    problem,
+                })
+            })?;
+    }
+    Ok(())
 }
 
 /// The build records, and this build's inputs key in them (see [`crate::rebuild`]).

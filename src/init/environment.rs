@@ -194,7 +194,9 @@ fn image_text(
         "# Made by `imgbuild init --from {file_name}`{from}.\n\
          # Build it with `imgbuild build <this file>`; docs/src/reference/recipe.md lists every key.\n\n\
          [image]\nname = {name}\n\
-         # base = \"scratch\"          # or \"oci:PATH[:TAG]\" or a registry image with glibc\n\
+         # glibc and a shell, as the shipped recipes; the lock pins its digest. Or \"oci:PATH[:TAG]\",\n\
+         # another registry image with glibc, or \"scratch\" (empty: python cannot start there).\n\
+         base = \"docker.io/library/debian:12-slim\"\n\
          platforms = [{platforms}]\n\
          entrypoint = [\"/opt/conda/bin/python\"]\n",
         // The file's name and the environment's are a stranger's text: kept on the line.

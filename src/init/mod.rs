@@ -121,7 +121,7 @@ fn hides_text(c: char) -> bool {
 /// add a table, but this says so by checking), and the `init_from` fuzz target holds it to
 /// them too.
 pub const WRITTEN_KEYS: &[(&str, &[&str])] = &[
-    ("image", &["name", "platforms", "entrypoint", "env"]),
+    ("image", &["name", "base", "platforms", "entrypoint", "env"]),
     ("cuda", &["version"]),
     ("conda", &["channels", "dependencies", "channel-priority"]),
     (
@@ -201,11 +201,13 @@ pub fn starter_recipe(name: &str) -> String {
 [image]
 name = {quoted}                 # also the output directory images/<name>
 tags = ["latest"]
-# The root filesystem under the environment: "scratch" (empty, the default), a local OCI
-# layout "oci:PATH[:TAG]", or a registry image. A base with glibc lets the image run
-# ordinary binaries, e.g. one made with
-#   skopeo copy docker://docker.io/library/ubuntu:22.04 oci:images/ubuntu:22.04
-base = "scratch"
+# The root filesystem under the environment: Debian 12 (glibc 2.36 and a shell), what the
+# shipped recipes use; the lock pins its manifest digest, so a --locked build always gets
+# the same one. Or a local OCI layout "oci:PATH[:TAG]" (offline; e.g. one made with
+#   skopeo copy docker://docker.io/library/debian:12-slim oci:images/debian:12-slim),
+# another registry image with glibc, or "scratch" (empty: only the environment, whose
+# python cannot start there; the build says so unless check-entrypoint = false).
+base = "docker.io/library/debian:12-slim"
 platforms = ["linux-64"]        # conda subdir of the target: linux-64 or linux-aarch64
 prefix = "/opt/conda"           # where the environment lives in the image
 # glibc = "2.28"                # the oldest glibc the image must run on (default: the base's)
@@ -215,6 +217,7 @@ entrypoint = ["/opt/conda/bin/python"]
 # user = "1000:1000"            # run as non-root
 # ports = ["8888/tcp"]          # exposed ports: N, N/tcp, N/udp or N/sctp
 # stop-signal = "SIGTERM"       # the signal that stops a container (a name or a number)
+# check-entrypoint = true       # fail the build when the entrypoint cannot start in the image
 
 # [image.env]                   # set after conda's activation variables
 # MY_SETTING = "value"

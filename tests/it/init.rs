@@ -127,7 +127,21 @@ fn an_environment_yml_becomes_a_recipe_that_builds() {
     );
     assert_eq!(recipe.config.env["HELLO_MODE"], "production");
 
-    // It builds against the test channel, with the pinned versions.
+    // It builds against the test channel, with the pinned versions, on a local base in
+    // place of the Debian one init writes (no registry here), as the recipe's comment says.
+    assert!(
+        text.contains("base = \"docker.io/library/debian:12-slim\""),
+        "{text}"
+    );
+    crate::support::base::busybox_base_layout(&project.path().join("base")).unwrap();
+    let local = text.replace(
+        "base = \"docker.io/library/debian:12-slim\"",
+        &format!(
+            "base = \"oci:{}:latest\"",
+            project.path().join("base").display()
+        ),
+    );
+    fs_err::write(project.path().join("recipes/hello-service.toml"), local).unwrap();
     project
         .run(&["build", "recipes/hello-service.toml"])
         .success();

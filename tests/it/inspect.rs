@@ -295,7 +295,7 @@ fn diff_reports_config_changes_when_the_packages_are_the_same() {
         recipes.join("root.toml"),
         recipe("root").replace(
             "base = \"scratch\"",
-            "base = \"scratch\"\nuser = \"0\"\nentrypoint = [\"/bin/sh\", \"-c\"]",
+            "base = \"scratch\"\nuser = \"0\"\nentrypoint = [\"/bin/sh\", \"-c\"]\ncheck-entrypoint = false",
         ) + "\n[image.env]\nMODE = \"admin\"\n\n[image.labels]\n\"org.example.role\" = \"root\"\n",
     )
     .unwrap();

@@ -70,6 +70,7 @@ mod recipes;
 mod registry;
 mod reproducible;
 mod resume;
+mod runnable;
 mod sbom;
 mod signing;
 mod slurm;

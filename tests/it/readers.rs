@@ -99,6 +99,12 @@ const EXCEPTIONS: &[(&str, &str, usize, &str)] = &[
         "BuildContext::read_link, beneath the context handle",
     ),
     (
+        "src/build/runnable.rs",
+        "read_link(",
+        1,
+        "the entrypoint check reads link targets of this build's own staging tree to follow them within the image; files are opened with open_input_beneath",
+    ),
+    (
         "crates/imgbuild-model/src/cuda/fatbin.rs",
         "File::open(",
         1,

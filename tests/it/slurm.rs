@@ -666,7 +666,8 @@ fn the_pyxis_export_list_reaches_the_step_as_slurm_splits_it() {
     project.write_recipe(
         &tiny_recipe(shared_channel(), "envjob", &["hello 1.0"]).replace(
             "base = \"scratch\"",
-            "base = \"scratch\"\nentrypoint = [\"/opt/conda/bin/hello\"]",
+            // An empty base: the script is not started here, only written into files.
+            "base = \"scratch\"\nentrypoint = [\"/opt/conda/bin/hello\"]\ncheck-entrypoint = false",
         ),
     );
     project.build(&[]).success();

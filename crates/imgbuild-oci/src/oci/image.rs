@@ -87,7 +87,7 @@ fn spec_err(what: &'static str) -> impl FnOnce(oci_spec::OciSpecError) -> ImageE
 
 /// Merges `base` env, the activation and the recipe's `env`, later ones winning, and
 /// returns `KEY=value` strings. The base's order is kept; new keys follow in order.
-pub(crate) fn merge_env(
+pub fn merge_env(
     base: &[String],
     activation: &Activation,
     recipe_env: &BTreeMap<String, String>,

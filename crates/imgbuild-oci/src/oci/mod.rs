@@ -10,6 +10,7 @@ pub(crate) mod json;
 pub mod layout;
 pub mod read;
 pub(crate) mod read_error;
+pub mod rootfs;
 
 /// The uncompressed tar stream of the blob of `layer`, by its media type (gzip, which may be
 /// multi-member; zstd; or plain tar). The blob is opened by

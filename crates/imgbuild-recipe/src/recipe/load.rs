@@ -99,6 +99,8 @@ pub struct Recipe {
     pub variant: Option<String>,
     /// `[smoke] embed`: the image carries the `imgbuild-smoke` executable.
     pub embed_smoke: bool,
+    /// `[image] check-entrypoint`: the build checks that the entrypoint (or cmd) can start.
+    pub check_entrypoint: bool,
     /// `[pypi]`: wheels installed into the environment; `None` without the section.
     pub pypi: Option<super::pypi::PypiRecipe>,
     /// `[[checks]]`: notebooks to run in the built image; not part of the image or its lock.
@@ -246,6 +248,11 @@ impl Checker {
             prefetch: layers.prefetch,
             variant: None,
             embed_smoke: file.smoke.embed,
+            check_entrypoint: file
+                .image
+                .check_entrypoint
+                .as_ref()
+                .is_none_or(|check| *check.get_ref()),
             pypi,
             checks,
         })

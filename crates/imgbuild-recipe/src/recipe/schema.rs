@@ -71,6 +71,8 @@ pub(crate) struct ImageSection {
     pub ports: Vec<Spanned<String>>,
     /// Optional: the signal that stops a container (`SIGTERM`, `SIGRTMIN+3` or a number).
     pub stop_signal: Option<Spanned<String>>,
+    /// Optional, default true: check at build time that the entrypoint (or cmd) can start.
+    pub check_entrypoint: Option<Spanned<bool>>,
 }
 
 #[derive(Debug, Default, Deserialize)]
