@@ -36,7 +36,8 @@ enum Kind {
     Environment,
     /// `pixi.toml` or `pyproject.toml`.
     Manifest,
-    /// `*.lock`, `*.txt` or a name with `conda-lock`: pixi.lock, conda-lock.yml, or an
+    /// `*.lock`, `*.txt`, `conda-lock.yml` or `*.conda-lock.yml` (conda-lock's names; its
+    /// input files, `conda-lock-env.yml`, are environment files): pixi.lock, conda-lock.yml, or an
     /// `@EXPLICIT` file (`conda-linux-64.lock`, `spec-file.txt`), told apart by content.
     Lock,
 }
@@ -48,7 +49,12 @@ fn kind_of(path: &Path) -> Kind {
         .unwrap_or_default();
     if name.ends_with(".toml") {
         Kind::Manifest
-    } else if name.ends_with(".lock") || name.ends_with(".txt") || name.contains("conda-lock") {
+    } else if name.ends_with(".lock")
+        || name.ends_with(".txt")
+        || ["conda-lock.yml", "conda-lock.yaml"]
+            .iter()
+            .any(|lock| name == *lock || name.ends_with(&format!(".{lock}")))
+    {
         Kind::Lock
     } else {
         Kind::Environment
