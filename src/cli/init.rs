@@ -16,10 +16,10 @@ Examples:
   imgbuild init -o recipes/app.toml                # a commented starter recipe
   imgbuild init --from environment.yml -o recipes/ds.toml
   imgbuild init --from environment.yml --name ds   # to stdout
-  imgbuild init --from pixi.lock -o recipes/app.toml   # and recipes/app.lock: pixi's pins
-  imgbuild init --from pixi.lock --environment cuda -o recipes/cuda.toml
-  imgbuild init --from conda-lock.yml -o recipes/app.toml
-  imgbuild init --from conda-linux-64.lock -o recipes/app.toml   # an @EXPLICIT file
+  imgbuild init --from pixi.lock -o recipes/pixi.toml   # and recipes/pixi.lock: its pins
+  imgbuild init --from pixi.lock --environment py312 -o recipes/py312.toml
+  imgbuild init --from conda-lock.yml -o recipes/locked.toml
+  imgbuild init --from conda-linux-64.lock -o recipes/explicit.toml   # @EXPLICIT
 
 The conversion keeps what conda would do on Linux: `nodefaults`, or else conda's implicit
 `defaults` channels; CUDA (`cuda-version=`, `cudatoolkit=`, `pytorch-cuda=`, `*cuda*` builds)

@@ -131,7 +131,7 @@ const SKIPS: &[(&str, &str)] = &[
 /// `verify --provenance --lock` and `version`.
 const README_RUN: usize = 13;
 /// How many distinct `--help` example commands run.
-const HELP_RUN: usize = 11;
+const HELP_RUN: usize = 15;
 
 /// The commands of a text's lines: `\` continuations joined, blank and `#` comment lines
 /// left out.
@@ -226,6 +226,14 @@ impl DocsProject {
             root.join("environment.yml"),
         )
         .unwrap();
+        // The lock files `init --help` imports: real ones (tests/data/locks/MANIFEST.md).
+        for (from, to) in [
+            ("pixi-multi-env/pixi.lock", "pixi.lock"),
+            ("repro-course-ci/conda-lock.yml", "conda-lock.yml"),
+            ("esmvalcore/conda-linux-64.lock", "conda-linux-64.lock"),
+        ] {
+            fs_err::copy(checkout.join("tests/data/locks").join(from), root.join(to)).unwrap();
+        }
         for sub in [
             "home/.local/share/bash-completion/completions",
             "home/.local/share/man/man1",
