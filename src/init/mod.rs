@@ -1,15 +1,25 @@
 //! `imgbuild init`: a commented starter recipe, or a recipe converted from a conda
-//! `environment.yml`, read as conda reads it (the `environment` module).
+//! `environment.yml`, read as conda reads it (the `environment` module), or one imported
+//! with its lock from pixi or conda-lock (`import`: pixi.lock, pixi.toml, pyproject.toml,
+//! conda-lock.yml and `@EXPLICIT` files), which keeps their pins exactly.
 
 use std::path::{Path, PathBuf};
 
 use crate::recipe::RecipeError;
 
+mod conda_lock;
 mod cuda;
 mod environment;
+mod explicit;
+mod import;
+mod lockfile;
+mod pins;
 mod pip;
+mod pixi;
 
 pub use environment::{DEFAULTS_CHANNEL_URLS, from_environment_yaml};
+pub use import::{Converted, convert_file, lock_path_for};
+pub use pins::ImportedLock;
 
 /// A recipe made by `init`, with what the user should know about it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -46,6 +56,30 @@ pub enum InitError {
         path.display()
     )]
     Unwritten { path: PathBuf, key: String },
+    #[error("`{}` cannot be imported: {reason}", path.display())]
+    Import { path: PathBuf, reason: String },
+    #[error("`{}` is not a lock file rattler_lock reads", path.display())]
+    LockParse {
+        path: PathBuf,
+        #[source]
+        source: Box<rattler_lock::ParseCondaLockError>,
+    },
+    #[error(
+        "`{}` has no environment `{name}`; it has {available} (pick one with `--environment`)",
+        path.display()
+    )]
+    NoEnvironment {
+        path: PathBuf,
+        name: String,
+        available: String,
+    },
+    #[error(
+        "`init --from {}` writes a recipe and the lock beside it: name the recipe with `-o FILE.toml`",
+        path.display()
+    )]
+    NeedsOutput { path: PathBuf },
+    #[error("The imported lock is refused")]
+    Lock(#[source] Box<crate::lock::LockError>),
     #[error("`{}` already exists; refusing to overwrite it", path.display())]
     Exists { path: PathBuf },
     #[error("Failed to write `{}`", path.display())]
@@ -61,6 +95,7 @@ impl InitError {
     pub fn exit_code(&self) -> i32 {
         match self {
             InitError::Write { .. } => 2,
+            InitError::Lock(lock) if matches!(**lock, crate::lock::LockError::Write { .. }) => 2,
             _ => 1,
         }
     }
@@ -121,7 +156,10 @@ fn hides_text(c: char) -> bool {
 /// add a table, but this says so by checking), and the `init_from` fuzz target holds it to
 /// them too.
 pub const WRITTEN_KEYS: &[(&str, &[&str])] = &[
-    ("image", &["name", "base", "platforms", "entrypoint", "env"]),
+    (
+        "image",
+        &["name", "base", "platforms", "glibc", "entrypoint", "env"],
+    ),
     ("cuda", &["version"]),
     ("conda", &["channels", "dependencies", "channel-priority"]),
     (

@@ -137,9 +137,9 @@ const SKIPS: &[(&str, &str)] = &[
 const README_RUN: usize = 2;
 /// How many commands of the book's pages run; among them `verify --provenance --lock` and
 /// `version`.
-const BOOK_RUN: usize = 21;
+const BOOK_RUN: usize = 25;
 /// How many distinct `--help` example commands run.
-const HELP_RUN: usize = 12;
+const HELP_RUN: usize = 16;
 
 /// The commands of a text's lines: `\` continuations joined, blank and `#` comment lines
 /// left out.
@@ -234,6 +234,14 @@ impl DocsProject {
             root.join("environment.yml"),
         )
         .unwrap();
+        // The lock files `init --help` imports: real ones (tests/data/locks/MANIFEST.md).
+        for (from, to) in [
+            ("pixi-multi-env/pixi.lock", "pixi.lock"),
+            ("repro-course-ci/conda-lock.yml", "conda-lock.yml"),
+            ("esmvalcore/conda-linux-64.lock", "conda-linux-64.lock"),
+        ] {
+            fs_err::copy(checkout.join("tests/data/locks").join(from), root.join(to)).unwrap();
+        }
         for sub in [
             "home/.local/share/bash-completion/completions",
             "home/.local/share/man/man1",

@@ -371,6 +371,18 @@ fn wheel_data(wheel: &ResolvedWheel, lock_dir: &Path) -> rattler_lock::PypiPacka
     .into()
 }
 
+impl ResolvedWheel {
+    /// A PyPI entry of any rattler/pixi lock as imgbuild uses it (see [`locked_wheel`]);
+    /// the reason when it is not a wheel pinned by sha256. `init --from pixi.lock` reads
+    /// pixi's entries with it, so they are held to what imgbuild's own lock reads.
+    pub fn from_locked(
+        package: &rattler_lock::PypiPackageData,
+        lock_dir: &Path,
+    ) -> Result<Self, String> {
+        locked_wheel(package, lock_dir)
+    }
+}
+
 /// A lock's PyPI entry as imgbuild uses it: a wheel by URL (a path is relative to
 /// `lock_dir`), pinned by sha256.
 fn locked_wheel(
