@@ -54,7 +54,7 @@ use crate::{
     oci::{
         image::merge_env,
         layout::{Layout, LayoutLock},
-        rootfs::{Tree, base_tree},
+        rootfs::{BaseTree, base_tree},
     },
     rebuild::{BuildInputs, BuildRecord, BuildRecords},
     recipe::Recipe,
@@ -178,7 +178,7 @@ fn check_runnable(cx: &Context<'_>, staged: &[StagedPlatform<'_>]) -> Result<(),
         let base = platform.work.prepared.base.as_ref();
         let tree = match base {
             Some(base) => base_tree(base).map_err(RunnableError::from)?,
-            None => Tree::default(),
+            None => BaseTree::default(),
         };
         let base_env = base
             .and_then(|b| b.config.config().as_ref())

@@ -160,16 +160,7 @@ async fn solve(
     }
     // Before the lock is written: a runtime the image cannot run leaves no lock.
     check_cuda_runtimes(recipe, &platforms, reporter)?;
-    Ok(Lock {
-        channels: recipe
-            .channels
-            .iter()
-            .map(|c| c.base_url.to_string())
-            .collect(),
-        channel_priority: recipe.channel_priority,
-        platforms,
-        pypi: recipe.pypi.as_ref().map(|p| p.sources.clone()),
-    })
+    Ok(Lock::for_recipe(recipe, platforms))
 }
 
 /// One platform's conda packages, then its wheels.

@@ -24,7 +24,7 @@ use crate::{
     layers::owned::{Content, OwnedLayer},
     oci::{
         base::GlibcError,
-        rootfs::{Node, Tree, read_head},
+        rootfs::{BaseTree, Node, read_head},
     },
 };
 
@@ -100,11 +100,11 @@ pub(super) struct ImageTree<'a> {
     /// The directories above the recipe's own entries.
     implied: BTreeSet<String>,
     staging: &'a Path,
-    base: Tree,
+    base: BaseTree,
 }
 
 impl<'a> ImageTree<'a> {
-    pub(super) fn new(owned: &[OwnedLayer], staging: &'a Path, base: Tree) -> Self {
+    pub(super) fn new(owned: &[OwnedLayer], staging: &'a Path, base: BaseTree) -> Self {
         let mut nodes = BTreeMap::new();
         let mut implied = BTreeSet::new();
         for entry in owned.iter().flat_map(|layer| &layer.entries) {
@@ -336,8 +336,8 @@ fn interpreter_of<Elf: FileHeader<Endian = Endianness>>(head: &[u8]) -> Option<S
 mod tests {
     use super::*;
 
-    fn tree(nodes: &[(&str, Node)]) -> Tree {
-        let mut tree = Tree::default();
+    fn tree(nodes: &[(&str, Node)]) -> BaseTree {
+        let mut tree = BaseTree::default();
         for (path, node) in nodes {
             tree.insert(path.to_string(), node.clone());
         }

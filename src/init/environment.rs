@@ -19,13 +19,12 @@ use std::path::Path;
 use rattler_conda_types::{EnvironmentYaml, MatchSpec, MatchSpecOrSubSection, NamedChannelOrUrl};
 
 use super::{
-    InitError, InitRecipe, comment_text,
+    InitError, InitRecipe, checked_recipe, comment_text,
     cuda::cuda_section,
     image_name,
     pip::{PipSection, pip_section, pypi_text},
-    quote, unwritten_key,
+    quote,
 };
-use crate::recipe::{Recipe, RecipeOptions};
 
 /// conda's `defaults` on Linux: not a channel but Anaconda's `main` and `r` repositories, in
 /// that order (conda's `DEFAULT_CHANNELS_UNIX`).
@@ -90,18 +89,7 @@ pub fn from_environment_yaml(
     text.push_str(&kept_text(&dependencies.kept, &file_name));
 
     // What we write must be a recipe imgbuild accepts, with only the tables we write.
-    Recipe::from_str_at(&text, Path::new("recipe.toml"), &RecipeOptions::default()).map_err(
-        |source| InitError::Invalid {
-            path: path.to_path_buf(),
-            source,
-        },
-    )?;
-    if let Some(key) = unwritten_key(&text) {
-        return Err(InitError::Unwritten {
-            path: path.to_path_buf(),
-            key,
-        });
-    }
+    checked_recipe(&text, Path::new("recipe.toml"), path)?;
     Ok(InitRecipe { text, notes })
 }
 
@@ -546,6 +534,10 @@ fn selector_note(text: &str, notes: &mut Vec<String>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::{
+        init::unwritten_key,
+        recipe::{Recipe, RecipeOptions},
+    };
 
     #[test]
     fn environment_files_convert_with_notes() {

@@ -31,7 +31,7 @@ pub fn lock_path_for(recipe: &Path) -> PathBuf {
 
 /// The kinds of file `init --from` reads, told by the file's name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Kind {
+enum InputKind {
     /// A conda environment file: everything not named below.
     Environment,
     /// `pixi.toml` or `pyproject.toml`.
@@ -42,22 +42,22 @@ enum Kind {
     Lock,
 }
 
-fn kind_of(path: &Path) -> Kind {
+fn kind_of(path: &Path) -> InputKind {
     let name = path
         .file_name()
         .map(|f| f.to_string_lossy().to_lowercase())
         .unwrap_or_default();
     if name.ends_with(".toml") {
-        Kind::Manifest
+        InputKind::Manifest
     } else if name.ends_with(".lock")
         || name.ends_with(".txt")
         || ["conda-lock.yml", "conda-lock.yaml"]
             .iter()
             .any(|lock| name == *lock || name.ends_with(&format!(".{lock}")))
     {
-        Kind::Lock
+        InputKind::Lock
     } else {
-        Kind::Environment
+        InputKind::Environment
     }
 }
 
@@ -71,9 +71,9 @@ pub fn convert_file(
     environment: Option<&str>,
 ) -> Result<Converted, InitError> {
     match kind_of(path) {
-        Kind::Environment => super::from_environment_file(path, name).map(Converted::Recipe),
-        Kind::Manifest => from_manifest(path, output, name, environment),
-        Kind::Lock => {
+        InputKind::Environment => super::from_environment_file(path, name).map(Converted::Recipe),
+        InputKind::Manifest => from_manifest(path, output, name, environment),
+        InputKind::Lock => {
             let text = read(path, MAX_LOCK_BYTES)?;
             let recipe = output.ok_or_else(|| InitError::NeedsOutput {
                 path: path.to_path_buf(),

@@ -177,6 +177,31 @@ pub const WRITTEN_KEYS: &[(&str, &[&str])] = &[
 /// The first table or key of the TOML `text` that is not one of [`WRITTEN_KEYS`] (or is not
 /// a table where one is written, or an `[image.env]` value that is not a string), as
 /// `section.key`; `None` when it has only those.
+/// `text` as `init` may write it: a recipe imgbuild accepts (read as if at `recipe_path`)
+/// holding only the tables and keys `init` writes. `input`, the file it was made from,
+/// names the error.
+pub(crate) fn checked_recipe(
+    text: &str,
+    recipe_path: &Path,
+    input: &Path,
+) -> Result<crate::recipe::Recipe, InitError> {
+    let options = crate::recipe::RecipeOptions::default();
+    let recipe =
+        crate::recipe::Recipe::from_str_at(text, recipe_path, &options).map_err(|source| {
+            InitError::Invalid {
+                path: input.to_path_buf(),
+                source,
+            }
+        })?;
+    if let Some(key) = unwritten_key(text) {
+        return Err(InitError::Unwritten {
+            path: input.to_path_buf(),
+            key,
+        });
+    }
+    Ok(recipe)
+}
+
 pub fn unwritten_key(text: &str) -> Option<String> {
     let Ok(top) = toml::from_str::<toml::Table>(text) else {
         return Some("(text that is not TOML)".to_string());

@@ -14,10 +14,10 @@ use rattler_conda_types::{
 };
 use rattler_solve::ChannelPriority;
 
-use super::{InitError, InitRecipe, comment_text, cuda::cuda_section, quote, unwritten_key};
+use super::{InitError, InitRecipe, checked_recipe, comment_text, cuda::cuda_section, quote};
 use crate::{
     lock::{Lock, LockedBase, PlatformLock, ResolvedWheel},
-    recipe::{OciPlatform, Recipe, RecipeOptions},
+    recipe::{OciPlatform, Recipe},
     resolve::Target,
 };
 
@@ -91,18 +91,7 @@ impl Pins {
             ));
         }
         let text = self.recipe_text(&file_name, name, &mut notes);
-        let recipe = Recipe::from_str_at(&text, recipe_path, &RecipeOptions::default()).map_err(
-            |source| InitError::Invalid {
-                path: input.to_path_buf(),
-                source,
-            },
-        )?;
-        if let Some(key) = unwritten_key(&text) {
-            return Err(InitError::Unwritten {
-                path: input.to_path_buf(),
-                key,
-            });
-        }
+        let recipe = checked_recipe(&text, recipe_path, input)?;
         let lock = self.lock_for(&recipe);
         let wanted: Vec<(Target, LockedBase)> = lock
             .platforms
@@ -320,16 +309,7 @@ impl Pins {
             })
             .collect();
         platforms.sort_by(|a, b| a.target.platform.as_str().cmp(b.target.platform.as_str()));
-        Lock {
-            channels: recipe
-                .channels
-                .iter()
-                .map(|c| c.base_url.to_string())
-                .collect(),
-            channel_priority: recipe.channel_priority,
-            platforms,
-            pypi: recipe.pypi.as_ref().map(|p| p.sources.clone()),
-        }
+        Lock::for_recipe(recipe, platforms)
     }
 }
 

@@ -5,8 +5,7 @@
 
 use std::path::{Path, PathBuf};
 
-use super::{InitError, InitRecipe, comment_text, pins::linux_platform, quote, unwritten_key};
-use crate::recipe::{Recipe, RecipeOptions};
+use super::{InitError, InitRecipe, checked_recipe, comment_text, pins::linux_platform, quote};
 
 /// The parts of a pixi manifest an import reads.
 #[derive(Debug, Clone, Default)]
@@ -119,18 +118,7 @@ impl Manifest {
                 list(&self.pypi_dependencies)
             ));
         }
-        Recipe::from_str_at(&text, Path::new("recipe.toml"), &RecipeOptions::default()).map_err(
-            |source| InitError::Invalid {
-                path: path.to_path_buf(),
-                source,
-            },
-        )?;
-        if let Some(key) = unwritten_key(&text) {
-            return Err(InitError::Unwritten {
-                path: path.to_path_buf(),
-                key,
-            });
-        }
+        checked_recipe(&text, Path::new("recipe.toml"), path)?;
         Ok(InitRecipe { text, notes })
     }
 }

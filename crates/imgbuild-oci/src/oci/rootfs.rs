@@ -30,12 +30,12 @@ pub enum Node {
 
 /// Paths relative to `/`, without a leading or trailing `/`.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Tree {
+pub struct BaseTree {
     nodes: BTreeMap<String, Node>,
     head_bytes: usize,
 }
 
-impl Tree {
+impl BaseTree {
     pub fn get(&self, path: &str) -> Option<&Node> {
         self.nodes.get(path)
     }
@@ -71,8 +71,8 @@ pub fn tree_path(path: &str) -> String {
 }
 
 /// The tree of `base`, every layer read once, bottom first.
-pub fn base_tree(base: &BaseImage) -> Result<Tree, GlibcError> {
-    let mut tree = Tree::default();
+pub fn base_tree(base: &BaseImage) -> Result<BaseTree, GlibcError> {
+    let mut tree = BaseTree::default();
     let layer_error = |digest, source| GlibcError::Layer { digest, source };
     base.walk_layers(layer_error, |digest, path, entry| {
         apply(&mut tree, path, entry).map_err(|source| layer_error(digest.to_string(), source))
@@ -82,7 +82,7 @@ pub fn base_tree(base: &BaseImage) -> Result<Tree, GlibcError> {
 
 /// One tar entry applied to `tree`.
 fn apply(
-    tree: &mut Tree,
+    tree: &mut BaseTree,
     path: &str,
     entry: &mut tar::Entry<'_, Box<dyn Read>>,
 ) -> std::io::Result<()> {
@@ -148,7 +148,7 @@ mod tests {
 
     #[test]
     fn whiteouts_remove_what_lower_layers_put() {
-        let mut tree = Tree::default();
+        let mut tree = BaseTree::default();
         for path in ["usr", "usr/bin", "usr/bin/sh", "usr/lib", "usr/lib/a"] {
             tree.insert(path.to_string(), Node::Directory);
         }

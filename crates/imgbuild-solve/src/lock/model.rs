@@ -8,7 +8,7 @@ use rattler_solve::ChannelPriority;
 
 use crate::{
     cuda::{SolvedCuda, solved_cuda, solved_cuda_from_wheels},
-    recipe::pypi::Sources,
+    recipe::{Recipe, pypi::Sources},
     resolve::Target,
 };
 
@@ -71,6 +71,21 @@ pub struct ResolvedWheel {
 }
 
 impl Lock {
+    /// A lock of `platforms` for `recipe`: its channels (base URLs, in its order), channel
+    /// priority and PyPI sources, as a solve of it writes them.
+    pub fn for_recipe(recipe: &Recipe, platforms: Vec<PlatformLock>) -> Lock {
+        Lock {
+            channels: recipe
+                .channels
+                .iter()
+                .map(|c| c.base_url.to_string())
+                .collect(),
+            channel_priority: recipe.channel_priority,
+            platforms,
+            pypi: recipe.pypi.as_ref().map(|p| p.sources.clone()),
+        }
+    }
+
     /// The environment locked for `platform`.
     pub fn platform(&self, platform: Subdir) -> Option<&PlatformLock> {
         self.platforms
