@@ -52,9 +52,7 @@ fn main() -> anyhow::Result<()> {
         .with_context(|| format!("writing the demo base image to {}", base_dir.display()))?;
     println!("base:    oci:{}:latest", base_dir.display());
 
-    println!(
-        "\nexample recipe:\n\n{}",
-        channel::tiny_recipe(&channel_dir, "demo", &["hello 1.0", "pyhello"])
-    );
+    // recipes/demo.toml names these two as `../images/.demo/{channel,base}`.
+    println!("\nnext:    cargo run -- build recipes/demo.toml   # → images/demo");
     Ok(())
 }

@@ -328,6 +328,14 @@ fn every_offline_readme_example_runs() {
         "README commands run (the rest skipped by SKIPS): update README_RUN on purpose"
     );
     assert!(project.path().join("images/demo/index.json").exists());
+    // The demo carries no CUDA: no runtime warning on its build, no NVIDIA settings in it.
+    let (code, built) = project.sh("imgbuild build recipes/demo.toml");
+    assert_eq!(code, 0, "{built}");
+    assert!(!built.contains("CUDA"), "{built}");
+    let (code, inspected) = project.sh("imgbuild inspect images/demo --json");
+    assert_eq!(code, 0, "{inspected}");
+    assert!(!inspected.contains("NVIDIA_"), "{inspected}");
+    assert!(!inspected.contains("cuda-cudart"), "{inspected}");
 }
 
 #[test]

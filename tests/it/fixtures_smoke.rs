@@ -37,6 +37,7 @@ fn test_channel_has_every_package_and_rattler_reads_them() {
             "activation-1.0-h0_0.tar.bz2",
             "bcj-cffi-0.5.1-py310h295c915_0.tar.bz2",
             "cuda-cudart-11.8.89-h0_0.conda",
+            "greeting-1.0-h0_0.tar.bz2",
             "hello-1.0-h0_0.tar.bz2",
             "hello-2.0-h0_0.tar.bz2",
             "libgcc-ng-13.2.0-h0_0.tar.bz2",

@@ -84,6 +84,7 @@ pub(crate) const REAL_PACKAGES: &[(&str, &str, &str)] = &[
 pub(crate) const MADE_PACKAGES: &[(&str, &str)] = &[
     ("linux-64", "activation-1.0-h0_0.tar.bz2"),
     ("linux-64", "cuda-cudart-11.8.89-h0_0.conda"),
+    ("linux-64", "greeting-1.0-h0_0.tar.bz2"),
     ("linux-64", "hello-1.0-h0_0.tar.bz2"),
     ("linux-64", "hello-2.0-h0_0.tar.bz2"),
     ("linux-64", "libgcc-ng-13.2.0-h0_0.tar.bz2"),
@@ -457,6 +458,7 @@ pub(crate) fn write_test_channel(channel_dir: &Path, cache_dir: &Path) -> anyhow
     write_other(&linux64.join("other-1.0-h0_0.tar.bz2"))?;
     write_libgcc_standin(&linux64.join("libgcc-ng-13.2.0-h0_0.tar.bz2"))?;
     write_activation(&linux64.join("activation-1.0-h0_0.tar.bz2"))?;
+    write_greeting(&linux64.join("greeting-1.0-h0_0.tar.bz2"))?;
 
     index_channel(channel_dir)?;
     check_repodata(channel_dir)
@@ -853,6 +855,18 @@ fn write_hello(version: &str, greeting: &str, out: &Path) -> anyhow::Result<()> 
             patched(file("etc/hello.conf", conf), "text"),
             patched(file("lib/libhello.data", data), "binary"),
         ],
+        None,
+    )
+}
+
+/// The demo's command (`recipes/demo.toml`): `hello`'s script without its CUDA runtime, so
+/// the demo image carries no CUDA and asks for no GPU.
+fn write_greeting(out: &Path) -> anyhow::Result<()> {
+    let script = format!("#!/bin/sh\necho \"hello from {PLACEHOLDER}\"\n");
+    write_package(
+        out,
+        linux64_index("greeting", "1.0", &[]),
+        &[patched(executable("bin/greeting", script), "text")],
         None,
     )
 }
