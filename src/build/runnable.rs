@@ -156,7 +156,7 @@ impl<'a> ImageTree<'a> {
     }
 
     /// `path` with every link followed; `Err` names the first path that is not there.
-    fn resolve(&self, path: &str) -> Result<(String, Node), String> {
+    fn resolve(&self, path: &str) -> Result<Node, String> {
         let mut rest: Vec<String> = components(path).rev().collect();
         let mut done: Vec<String> = Vec::new();
         let mut links = 0;
@@ -165,11 +165,10 @@ impl<'a> ImageTree<'a> {
                 done.pop();
                 continue;
             }
-            let here = [done.join("/"), part.clone()]
-                .into_iter()
-                .filter(|p| !p.is_empty())
-                .collect::<Vec<_>>()
-                .join("/");
+            let here = match done.is_empty() {
+                true => part.clone(),
+                false => format!("{}/{part}", done.join("/")),
+            };
             match self.node(&here) {
                 None => return Err(here),
                 Some(Node::Symlink(target)) => {
@@ -183,11 +182,11 @@ impl<'a> ImageTree<'a> {
                     rest.extend(components(&target).rev());
                 }
                 Some(Node::Directory) => done.push(part),
-                Some(file) if rest.is_empty() => return Ok((here, file)),
+                Some(file) if rest.is_empty() => return Ok(file),
                 Some(_) => return Err(here),
             }
         }
-        Ok((done.join("/"), Node::Directory))
+        Ok(Node::Directory)
     }
 
     /// Whether `program` can start, given the image's `path` (its PATH).
@@ -196,18 +195,9 @@ impl<'a> ImageTree<'a> {
     }
 
     fn check_at(&self, program: &str, path: &str, scripts: usize) -> Result<(), NotRunnable> {
-        let file = self.find(program, path)?;
-        let head = match self.resolve(&file) {
-            Ok((_, Node::File { head })) => head,
-            Ok(_) => None,
-            Err(missing) => {
-                return Err(NotRunnable::Missing {
-                    program: program.to_string(),
-                    missing,
-                });
-            }
-        };
-        let Some(head) = head else {
+        // A file whose head is unknown (or a directory, which the kernel refuses itself)
+        // is not judged.
+        let Node::File { head: Some(head) } = self.find(program, path)? else {
             return Ok(());
         };
         if let Some(line) = head.strip_prefix(b"#!") {
@@ -226,16 +216,23 @@ impl<'a> ImageTree<'a> {
         }
     }
 
-    /// `program` as a path: as written when it has a `/`, else the first file of that name
-    /// in the PATH's directories.
-    fn find(&self, program: &str, path: &str) -> Result<String, NotRunnable> {
+    /// What `program` names, links followed: the path as written when it has a `/`, else
+    /// the first file of that name in the PATH's directories.
+    fn find(&self, program: &str, path: &str) -> Result<Node, NotRunnable> {
         if program.contains('/') {
-            return Ok(program.to_string());
+            return self
+                .resolve(program)
+                .map_err(|missing| NotRunnable::Missing {
+                    program: program.to_string(),
+                    missing,
+                });
         }
         path.split(':')
             .filter(|dir| dir.starts_with('/'))
-            .map(|dir| format!("{dir}/{program}"))
-            .find(|candidate| matches!(self.resolve(candidate), Ok((_, Node::File { .. }))))
+            .find_map(|dir| match self.resolve(&format!("{dir}/{program}")) {
+                Ok(file @ Node::File { .. }) => Some(file),
+                _ => None,
+            })
             .ok_or_else(|| NotRunnable::NotOnPath {
                 program: program.to_string(),
                 path: path.to_string(),
@@ -352,9 +349,10 @@ mod tests {
 
     #[test]
     fn an_elf_names_its_loader() {
-        // This test's own executable: a dynamically linked ELF of the host.
-        let exe = fs_err::read(std::env::current_exe().unwrap()).unwrap();
-        let loader = elf_interpreter(&exe[..crate::oci::rootfs::HEAD]).expect("a PT_INTERP");
+        // This test's own executable: a dynamically linked ELF of the host, its head read
+        // as the check reads one.
+        let exe = fs_err::File::open(std::env::current_exe().unwrap()).unwrap();
+        let loader = elf_interpreter(&read_head(exe).unwrap()).expect("a PT_INTERP");
         assert!(loader.starts_with("/lib"), "{loader}");
         assert_eq!(elf_interpreter(b"#!/bin/sh\n"), None);
     }

@@ -111,7 +111,7 @@ fn broken_links(site: &Path) -> Vec<(String, String, &'static str)> {
             let target = if path.is_empty() {
                 page.clone()
             } else {
-                normalize(&page.parent().unwrap().join(path))
+                imgbuild::recipe::lexical_path(&page.parent().unwrap().join(path))
             };
             let name = page.strip_prefix(site).unwrap().display().to_string();
             match ids.get(&target) {
@@ -124,21 +124,6 @@ fn broken_links(site: &Path) -> Vec<(String, String, &'static str)> {
         }
     }
     broken
-}
-
-/// `path` with `.` and `..` resolved lexically (the site is plain files, no links).
-fn normalize(path: &Path) -> PathBuf {
-    let mut out = PathBuf::new();
-    for part in path.components() {
-        match part {
-            std::path::Component::ParentDir => {
-                out.pop();
-            }
-            std::path::Component::CurDir => {}
-            other => out.push(other),
-        }
-    }
-    out
 }
 
 #[test]

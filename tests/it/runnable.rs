@@ -27,9 +27,14 @@ fn host_true() -> &'static Path {
     Path::new("/usr/bin/true")
 }
 
-fn with_busybox(project: &Project) -> String {
-    busybox_base_layout(&project.path().join("base")).unwrap();
-    format!("oci:{}:latest", project.path().join("base").display())
+/// [`runnable_project`] on a busybox base layout of its own (static, no glibc).
+fn busybox_project(run: &str) -> Project {
+    let project = runnable_project("BASE", run);
+    let base = project.path().join("base");
+    busybox_base_layout(&base).unwrap();
+    let recipe = fs_err::read_to_string(project.recipe_path()).unwrap();
+    project.write_recipe(&recipe.replace("BASE", &format!("oci:{}:latest", base.display())));
+    project
 }
 
 #[test]
@@ -81,10 +86,7 @@ fn an_entrypoint_the_base_cannot_start_fails_naming_what_is_missing() {
 
 #[test]
 fn a_static_base_without_glibc_cannot_start_a_glibc_program() {
-    let project = runnable_project("BASE", "entrypoint = [\"/app/true\"]");
-    let base = with_busybox(&project);
-    let recipe = fs_err::read_to_string(project.recipe_path()).unwrap();
-    project.write_recipe(&recipe.replace("BASE", &base));
+    let project = busybox_project("entrypoint = [\"/app/true\"]");
     project
         .build(&[])
         .assert_failure_naming(1, &["`/app/true` is an ELF executable whose loader"]);
@@ -94,10 +96,7 @@ fn a_static_base_without_glibc_cannot_start_a_glibc_program() {
 #[test]
 fn a_base_with_the_interpreter_builds_and_the_check_can_be_turned_off() {
     // busybox's /bin/sh is a link to a static busybox: no loader needed.
-    let project = runnable_project("BASE", "entrypoint = [\"/opt/conda/bin/hello\"]");
-    let base = with_busybox(&project);
-    let recipe = fs_err::read_to_string(project.recipe_path()).unwrap();
-    project.write_recipe(&recipe.replace("BASE", &base));
+    let project = busybox_project("entrypoint = [\"/opt/conda/bin/hello\"]");
     project.build(&[]).success();
 
     let off = runnable_project(
@@ -106,9 +105,5 @@ fn a_base_with_the_interpreter_builds_and_the_check_can_be_turned_off() {
     );
     off.build(&[]).success();
     // No entrypoint and no cmd: the base's own, which is the base's.
-    project_without_run().build(&[]).success();
-}
-
-fn project_without_run() -> Project {
-    runnable_project("scratch", "")
+    runnable_project("scratch", "").build(&[]).success();
 }
