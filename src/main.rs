@@ -1,5 +1,6 @@
 //! The `imgbuild` executable: the command line (`imgbuild::cli`), or the child process of
-//! `imgbuild smoke` that loads an image's CUDA libraries (`imgbuild::smoke`).
+//! `imgbuild smoke` that loads an image's CUDA libraries, or the sandbox in which it runs an
+//! image's Python (`imgbuild::smoke`).
 
 use std::process::ExitCode;
 
@@ -8,6 +9,12 @@ fn main() -> ExitCode {
     let mut args = std::env::args_os().skip(1).peekable();
     if args.peek().is_some_and(|a| a == imgbuild::smoke::CHILD_ARG) {
         return imgbuild::smoke::child_main(args.skip(1));
+    }
+    if args
+        .peek()
+        .is_some_and(|a| a == imgbuild::smoke::sandbox::SANDBOX_ARG)
+    {
+        return imgbuild::smoke::sandbox::sandbox_main(args.skip(1));
     }
     imgbuild::cli::main()
 }

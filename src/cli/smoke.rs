@@ -14,11 +14,13 @@ Examples:
   imgbuild smoke images/py39-torch21:cuda11.8 --json
   imgbuild smoke registry.example/ml/py39-torch21@sha256:…   # pulled into the cache first
   imgbuild smoke images/py39-torch21 --attest smoke.intoto.json   # and an in-toto statement
+  imgbuild smoke images/debian-torch --framework   # PyTorch of a base imgbuild did not build
   imgbuild smoke registry.example/ml/torch@sha256:… --attest smoke.json --sign-by key.asc
 
 Exit codes: 0 pass, 3 no NVIDIA driver or GPU, 4 the image's CUDA cannot run on this
 driver, 5 the kernel failed or computed wrong values, or a library crashed or hung the test
-(it runs in a child process), 1 the image cannot be read or pulled, 2 `--sign-by` without
+(it runs in a child process), 6 the CUDA stack passed but a framework of the image did not
+(a CPU build, a missing library, a CUDA the driver is too old for), 1 the image cannot be read or pulled, 2 `--sign-by` without
 `--attest` and a registry image.";
 
 #[derive(Debug, Args)]
@@ -29,6 +31,14 @@ pub(crate) struct SmokeArgs {
     /// Print the report as one JSON object
     #[arg(long)]
     pub json: bool,
+    /// Also check the image's GPU frameworks (PyTorch, CuPy, JAX) in the image's own Python,
+    /// run in its unpacked root with this host's driver visible, as a user that is not root.
+    /// Default: when a layer holds one of their packages
+    #[arg(long, conflicts_with = "no_framework")]
+    pub framework: bool,
+    /// Do not check the image's frameworks
+    #[arg(long)]
+    pub no_framework: bool,
     /// Also write the run as an in-toto attestation to FILE: a Statement v1 whose subject is
     /// the image's manifest digest and whose predicate (`https://imgbuild.dev/attestations/
     /// gpu-smoke/v1`) is the report, verdict included, whatever it is
@@ -59,7 +69,12 @@ pub(super) async fn run_smoke(
             2,
         ));
     }
-    let run = crate::smoke::smoke(&args.image, cache_dir, registry)
+    let frameworks = match (args.framework, args.no_framework) {
+        (true, _) => crate::smoke::framework::FrameworkMode::On,
+        (_, true) => crate::smoke::framework::FrameworkMode::Off,
+        _ => crate::smoke::framework::FrameworkMode::Auto,
+    };
+    let run = crate::smoke::smoke(&args.image, cache_dir, registry, frameworks)
         .await
         .map_err(|err| CommandFailure::new(err, 1))?;
     if let Some(path) = &args.attest {

@@ -6,9 +6,15 @@
 //! The run loads the image's libraries, so it happens in a child process, this executable
 //! run again with [`CHILD_ARG`] (`src/main.rs` hands that to [`child_main`]): a library that
 //! crashes the loader is a `kernel-failure` naming it, never the death of imgbuild.
+//!
+//! Then the image's own frameworks ([`framework`]): the image unpacked into a private root
+//! ([`unpack`]) and its Python run there with the host's driver visible ([`sandbox`]).
 
 pub mod embed;
 pub mod extract;
+pub mod framework;
+pub mod sandbox;
+pub mod unpack;
 
 use std::path::Path;
 
@@ -35,6 +41,12 @@ pub enum SmokeError {
         image: String,
         #[source]
         source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    #[error("Cannot unpack image `{image}` to run its frameworks")]
+    Unpack {
+        image: String,
+        #[source]
+        source: unpack::UnpackError,
     },
     #[error("Cannot run the smoke test of `{image}` in a child process")]
     Child {
@@ -107,6 +119,7 @@ pub async fn smoke(
     image: &str,
     cache_dir: &Path,
     registry: &ClientOptions,
+    frameworks: framework::FrameworkMode,
 ) -> Result<SmokeRun, SmokeError> {
     let opened = open(image, cache_dir, registry).await?;
     let cuda = extract::extract_cuda_libraries(&opened).map_err(|source| SmokeError::Open {
@@ -133,8 +146,26 @@ pub async fn smoke(
     .map_err(|e| child(std::io::Error::other(e)))?
     .map_err(child);
     drop(cuda);
-    run.map(|report| SmokeRun {
-        report: with_kernel_images(report, recorded.as_deref()),
+    let report = with_kernel_images(run?, recorded.as_deref());
+    let checks = if frameworks.wants(&opened) {
+        let exe = std::env::current_exe().map_err(child)?;
+        let image_name = image.to_string();
+        tokio::task::spawn_blocking(move || {
+            framework::check_frameworks(&opened, &exe)
+                .map(|checks| (checks, opened))
+                .map_err(|source| SmokeError::Unpack {
+                    image: image_name,
+                    source,
+                })
+        })
+        .await
+        .map_err(|e| child(std::io::Error::other(e)))??
+    } else {
+        (Vec::new(), opened)
+    };
+    let (checks, opened) = checks;
+    Ok(SmokeRun {
+        report: report.with_frameworks(checks),
         manifest_digest: opened.manifest_digest.clone(),
     })
 }

@@ -43,7 +43,9 @@ const DEFAULT_LIMIT: Duration = Duration::from_secs(300);
 /// Overrides [`DEFAULT_LIMIT`], in whole seconds.
 pub(crate) const LIMIT_VAR: &str = "IMGBUILD_SMOKE_TIMEOUT";
 
-fn limit() -> Duration {
+/// The limit of a smoke child, and of each framework probe: [`DEFAULT_LIMIT`] or
+/// [`LIMIT_VAR`].
+pub fn time_limit() -> Duration {
     std::env::var(LIMIT_VAR)
         .ok()
         .and_then(|v| v.trim().parse::<u64>().ok())
@@ -86,7 +88,7 @@ pub fn run_in_child(
         .spawn()?;
     let stdout = child.stdout.take();
     let child = Arc::new(Mutex::new(child));
-    let (done, watchdog) = watch(child.clone(), limit());
+    let (done, watchdog) = watch(child.clone(), time_limit());
     let mut transcript = stdout.map(Transcript::read).unwrap_or_default();
     let status = wait(&child)?;
     let _ = done.send(());
@@ -99,7 +101,7 @@ pub fn run_in_child(
 
 /// Kills `child` once `limit` has passed without a word on the returned sender; the thread
 /// returns the limit when it killed.
-fn watch(
+pub(crate) fn watch(
     child: Arc<Mutex<Child>>,
     limit: Duration,
 ) -> (mpsc::Sender<()>, std::thread::JoinHandle<Option<Duration>>) {
@@ -117,7 +119,7 @@ fn watch(
 }
 
 /// Waits for `child` without holding its lock, so the watchdog can always kill it.
-fn wait(child: &Mutex<Child>) -> std::io::Result<ExitStatus> {
+pub(crate) fn wait(child: &Mutex<Child>) -> std::io::Result<ExitStatus> {
     loop {
         let status = child
             .lock()

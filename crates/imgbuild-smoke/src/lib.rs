@@ -5,6 +5,7 @@
 //! - [`architectures`]: GPU architectures (`sm_80`, `compute_90`) and whether a device runs
 //!   kernels built for them.
 //! - [`compat`]: NVIDIA's CUDA ⇄ driver compatibility rules, as data.
+//! - [`framework`]: the image's own Python asked whether its GPU framework works.
 //! - [`libraries`]: which files are CUDA libraries, and finding them under a prefix.
 //! - [`nvrtc`]: the image's own NVRTC, loaded by absolute path.
 //! - [`gpu`]: the run itself: driver, kernel, unified memory, verification.
@@ -15,6 +16,7 @@
 
 pub mod architectures;
 pub mod compat;
+pub mod framework;
 pub mod gpu;
 pub mod isolate;
 pub mod libraries;

@@ -28,6 +28,10 @@ struct Args {
     /// One JSON object on stdout instead of text.
     #[arg(long)]
     json: bool,
+    /// Do not check the environment's GPU frameworks (PyTorch, CuPy, JAX), which are
+    /// otherwise checked by the environment's own Python, as a user that is not root.
+    #[arg(long)]
+    no_framework: bool,
 }
 
 #[allow(clippy::print_stdout, clippy::print_stderr)]
@@ -68,9 +72,36 @@ fn main() -> ExitCode {
         cuda_version,
         files.iter().map(|f| f.display().to_string()).collect(),
     );
-    let report = run_isolated(&libraries, report);
+    let mut report = run_isolated(&libraries, report);
+    if !args.no_framework {
+        report = report.with_frameworks(check_frameworks(&prefixes));
+    }
     print!("{}", report.render(args.json));
     ExitCode::from(report.verdict.exit_code())
+}
+
+/// The frameworks of the first prefix's Python, each probed by it; as nobody (65534) when
+/// this runs as root, since the check never runs as root.
+fn check_frameworks(prefixes: &[PathBuf]) -> Vec<imgbuild_smoke::framework::FrameworkCheck> {
+    use std::os::unix::process::CommandExt;
+    let python = prefixes
+        .iter()
+        .flat_map(|p| [p.join("bin/python3"), p.join("bin/python")])
+        .find(|p| p.exists());
+    let Some(python) = python else {
+        return Vec::new();
+    };
+    // SAFETY: geteuid has no preconditions.
+    let as_root = unsafe { libc::geteuid() } == 0;
+    let command = |args: &[String]| {
+        let mut command = std::process::Command::new(&python);
+        command.args(args).env("HOME", "/tmp");
+        if as_root {
+            command.uid(65534).gid(65534);
+        }
+        command
+    };
+    imgbuild_smoke::framework::check_all(command, &python.display().to_string())
 }
 
 /// The run in a child process of this executable (see `imgbuild_smoke::isolate`), so that a

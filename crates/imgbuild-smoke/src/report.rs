@@ -14,6 +14,9 @@ pub enum Verdict {
     Incompatible,
     /// Exit 5: the kernel failed or computed wrong values.
     KernelFailure,
+    /// Exit 6: the CUDA stack passed, but a framework of the image did not (see
+    /// [`crate::framework`]).
+    FrameworkFailure,
 }
 
 impl Verdict {
@@ -25,6 +28,7 @@ impl Verdict {
             Verdict::NoDevice => "no-device",
             Verdict::Incompatible => "incompatible",
             Verdict::KernelFailure => "kernel-failure",
+            Verdict::FrameworkFailure => "framework-failure",
         }
     }
 
@@ -34,6 +38,7 @@ impl Verdict {
             Verdict::NoDevice => 3,
             Verdict::Incompatible => 4,
             Verdict::KernelFailure => 5,
+            Verdict::FrameworkFailure => 6,
         }
     }
 }
@@ -218,11 +223,35 @@ pub struct SmokeReport {
     /// [`crate::architectures::classify`]); absent when the image records no architectures.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kernel_images: Option<crate::architectures::KernelCoverage>,
+    /// The image's own frameworks, each asked in the image's Python (see
+    /// [`crate::framework`]); absent when none ran.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub framework: Vec<crate::framework::FrameworkCheck>,
     pub verdict: Verdict,
     pub message: String,
 }
 
 impl SmokeReport {
+    /// Adds the framework checks; a CUDA stack that passed while a framework did not is a
+    /// [`Verdict::FrameworkFailure`] naming it. Other verdicts stand: they say more.
+    pub fn with_frameworks(mut self, checks: Vec<crate::framework::FrameworkCheck>) -> Self {
+        use crate::framework::FrameworkVerdict;
+        let failed: Vec<String> = checks
+            .iter()
+            .filter(|c| c.verdict != FrameworkVerdict::Pass)
+            .map(|c| format!("{} {}", c.framework, c.verdict.as_str()))
+            .collect();
+        if self.verdict == Verdict::Pass && !failed.is_empty() {
+            self.verdict = Verdict::FrameworkFailure;
+            self.message = format!(
+                "the CUDA stack passed, but not the framework: {}",
+                failed.join(", ")
+            );
+        }
+        self.framework = checks;
+        self
+    }
+
     /// A report for `image` before anything ran: no device until the driver says otherwise.
     pub fn new(image: String, cuda_version: Option<String>, libraries: Vec<String>) -> Self {
         SmokeReport {
@@ -240,6 +269,7 @@ impl SmokeReport {
             runs: Vec::new(),
             ping_pong: None,
             kernel_images: None,
+            framework: Vec::new(),
             verdict: Verdict::NoDevice,
             message: String::new(),
         }
@@ -312,6 +342,9 @@ impl SmokeReport {
         }
         if let Some(coverage) = &self.kernel_images {
             let _ = writeln!(out, "kernel images    {}", coverage.message);
+        }
+        for check in &self.framework {
+            let _ = writeln!(out, "framework        {}", check.line());
         }
         let verdict = self.verdict.as_str().to_uppercase();
         let _ = writeln!(out, "verdict          {verdict}: {}", self.message);
