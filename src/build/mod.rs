@@ -27,6 +27,7 @@
 //! `model`; this module is only the driver, and no step names it.
 
 mod accounts_layer;
+mod compat_layer;
 mod error;
 mod files_layer;
 mod model;

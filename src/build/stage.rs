@@ -11,6 +11,7 @@ use rattler_shell::{activation::Activator, shell};
 
 use super::{
     accounts_layer::accounts_layer,
+    compat_layer::compat_layer,
     error::BuildError,
     files_layer::files_layer,
     model::{BuildSettings, Context, counted},
@@ -212,7 +213,7 @@ impl<'a> Stager<'a> {
                     cuda.version, cuda.min_driver
                 ));
             }
-            let settings = crate::cuda::image_settings(cuda, runtime.as_ref(), &recipe.prefix);
+            let settings = crate::cuda::image_settings(cuda, runtime.as_ref());
             activation.variables.extend(settings.env);
             annotations = settings.annotations;
         }
@@ -229,8 +230,8 @@ impl<'a> Stager<'a> {
     }
 
     /// The recipe's own layers, which sit above the environment's: the accounts layer
-    /// (users, groups, homes, the user's workdir), when there is one, then a layer for each
-    /// `[[files]]` entry, in the recipe's order, with the account tables `prepare` read
+    /// (users, groups, homes, the user's workdir), when there is one, the forward-compat
+    /// link with `[cuda] compat`, then a layer for each `[[files]]` entry, in the recipe's order, with the account tables `prepare` read
     /// (only when something needs them).
     fn owned_layers(&self, work: &PlatformWork<'_>) -> Result<Vec<OwnedLayer>, BuildError> {
         let recipe = self.cx.recipe;
@@ -240,6 +241,7 @@ impl<'a> Stager<'a> {
         if let Some(tables) = tables {
             layers.extend(accounts_layer(recipe, tables, mtime)?);
         }
+        layers.extend(compat_layer(recipe, mtime));
         for copy in &recipe.files {
             layers.push(files_layer(recipe, copy, tables, mtime)?);
         }

@@ -125,6 +125,24 @@ pub fn open_image(dir: &Path, tag: &str) -> Result<BaseImage, ReadError> {
     Ok(BaseImage::from_layout(&layout, image))
 }
 
+/// Where beneath the extraction directory the forward-compatibility libraries go.
+const COMPAT_SUBDIR: &str = "compat";
+
+/// Whether `path` (in the image) is a library of a CUDA forward-compatibility directory:
+/// conda's `PREFIX/cuda-compat/` (which `compat = true` links to `/usr/local/cuda/compat`)
+/// or NVIDIA's `/usr/local/cuda[-X.Y]/compat/`.
+fn is_compat_library(path: &str) -> bool {
+    let Some((parent, name)) = path.trim_start_matches("./").rsplit_once('/') else {
+        return false;
+    };
+    let in_compat_dir = parent.ends_with("/cuda-compat")
+        || parent
+            .strip_prefix("usr/local/cuda")
+            .and_then(|rest| rest.strip_suffix("/compat"))
+            .is_some_and(|version| !version.contains('/'));
+    in_compat_dir && name.starts_with("lib") && name.contains(".so")
+}
+
 /// Extracts the CUDA libraries of `image`; later layers win, as in the container.
 pub fn extract_cuda_libraries(image: &BaseImage) -> Result<ImageCuda, ExtractError> {
     let dir = tempfile::Builder::new()
@@ -142,10 +160,22 @@ pub fn extract_cuda_libraries(image: &BaseImage) -> Result<ImageCuda, ExtractErr
         let Some(name) = path.rsplit('/').next().map(str::to_string) else {
             return Ok(());
         };
-        if LibraryKind::of(&name).is_none() {
+        // Forward-compatibility libraries keep their own directory: they replace the host
+        // driver's only when `forward_compat` decides so.
+        let name = if is_compat_library(path) {
+            format!("{COMPAT_SUBDIR}/{name}")
+        } else if LibraryKind::of(&name).is_some() {
+            name
+        } else {
             return Ok(());
-        }
+        };
         let target = dir.path().join(&name);
+        if let Some(parent) = target.parent().filter(|p| !p.exists()) {
+            fs_err::create_dir(parent).map_err(|source| ExtractError::Write {
+                path: parent.to_path_buf(),
+                source,
+            })?;
+        }
         let entry_type = entry.header().entry_type();
         if entry_type.is_symlink() {
             let link = entry
@@ -184,15 +214,37 @@ pub fn extract_cuda_libraries(image: &BaseImage) -> Result<ImageCuda, ExtractErr
     // Links are recreated beside the files, but the libraries loaded are the files.
     let files: Vec<PathBuf> = found
         .iter()
-        .filter(|(_, (_, link))| link.is_none())
+        .filter(|(name, (_, link))| link.is_none() && !name.starts_with(COMPAT_SUBDIR))
         .map(|(name, _)| dir.path().join(name))
         .collect();
+    let compat_dir = dir.path().join(COMPAT_SUBDIR);
+    let mut libraries = CudaLibraries::pick(files.iter().map(PathBuf::as_path), cuda_version);
+    libraries.compat_dir = compat_dir.is_dir().then_some(compat_dir);
     Ok(ImageCuda {
-        libraries: CudaLibraries::pick(files.iter().map(PathBuf::as_path), cuda_version),
+        libraries,
         sources: found
             .into_iter()
             .map(|(name, (path, _))| (name, path))
             .collect(),
         dir,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_compat_library;
+
+    #[test]
+    fn compat_libraries_are_those_of_a_compat_directory() {
+        assert!(is_compat_library(
+            "opt/conda/cuda-compat/libcuda.so.580.95.05"
+        ));
+        assert!(is_compat_library("usr/local/cuda/compat/libcuda.so.1"));
+        assert!(is_compat_library(
+            "usr/local/cuda-12.4/compat/libnvidia-ptxjitcompiler.so.550.54.15"
+        ));
+        assert!(!is_compat_library("opt/conda/lib/libcudart.so.12"));
+        assert!(!is_compat_library("usr/local/cuda/x/compat/libcuda.so.1"));
+        assert!(!is_compat_library("opt/conda/cuda-compat/README"));
+    }
 }

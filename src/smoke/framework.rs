@@ -47,11 +47,13 @@ fn holds_framework(image: &BaseImage) -> bool {
         })
 }
 
-/// Checks the frameworks of `image`, run by `exe` (this executable) as the sandbox. An image
-/// with no Python gives no checks.
+/// Checks the frameworks of `image`, run by `exe` (this executable) as the sandbox, with
+/// the image's forward-compatibility libraries first when `compat_first` (the decision of
+/// `imgbuild_smoke::forward_compat`). An image with no Python gives no checks.
 pub fn check_frameworks(
     image: &BaseImage,
     exe: &Path,
+    compat_first: bool,
 ) -> Result<Vec<FrameworkCheck>, unpack::UnpackError> {
     let root = unpack::unpack(image)?;
     let config = image.config.config().as_ref();
@@ -60,7 +62,7 @@ pub fn check_frameworks(
     let Some(python) = find_python(root.path(), &env) else {
         return Ok(Vec::new());
     };
-    let sandbox = Sandbox::for_image(root.path(), user, &env);
+    let sandbox = Sandbox::for_image(root.path(), user, &env, compat_first);
     Ok(check_all(
         |args| sandbox.command(exe, &python, args),
         &python,

@@ -131,6 +131,12 @@ pub async fn smoke(
         cuda.libraries.cuda_version.clone(),
         cuda.sources.values().cloned().collect(),
     );
+    let mut report = report;
+    report.forward_compat = cuda
+        .libraries
+        .compat_dir
+        .as_deref()
+        .and_then(imgbuild_smoke::forward_compat::decide_here);
     let recorded = recorded_architectures(&opened);
     // The child runs while `cuda.dir`, which holds the libraries it loads, still exists.
     let child = |source| SmokeError::Child {
@@ -147,11 +153,12 @@ pub async fn smoke(
     .map_err(child);
     drop(cuda);
     let report = with_kernel_images(run?, recorded.as_deref());
+    let compat_first = report.forward_compat.as_ref().is_some_and(|d| d.used);
     let checks = if frameworks.wants(&opened) {
         let exe = std::env::current_exe().map_err(child)?;
         let image_name = image.to_string();
         tokio::task::spawn_blocking(move || {
-            framework::check_frameworks(&opened, &exe)
+            framework::check_frameworks(&opened, &exe, compat_first)
                 .map(|checks| (checks, opened))
                 .map_err(|source| SmokeError::Unpack {
                     image: image_name,

@@ -74,7 +74,12 @@ pub struct Sandbox {
 impl Sandbox {
     /// A sandbox for `root`, an image whose config has `user` and `env`, with this host's
     /// driver and devices.
-    pub fn for_image(root: &Path, user: Option<&str>, image_env: &[String]) -> Self {
+    pub fn for_image(
+        root: &Path,
+        user: Option<&str>,
+        image_env: &[String],
+        compat_first: bool,
+    ) -> Self {
         // SAFETY: geteuid has no preconditions.
         let root_user = unsafe { libc::geteuid() } == 0;
         let (uid, gid) = if root_user {
@@ -89,7 +94,7 @@ impl Sandbox {
             gid,
             libraries: driver_libraries(),
             devices: nvidia_devices(),
-            env: environment(image_env),
+            env: environment(image_env, compat_first),
         }
     }
 
@@ -134,9 +139,11 @@ fn image_user(user: Option<&str>) -> (u32, u32) {
 }
 
 /// The image's environment with [`DRIVER_DIR`] last on `LD_LIBRARY_PATH` and `HOME=/tmp`
-/// (the user may have no home in the image).
-fn environment(image_env: &[String]) -> Vec<String> {
+/// (the user may have no home in the image); with `compat_first`, NVIDIA's compat directory
+/// first, where the toolkit's `00-compat` ld.so.conf.d entry puts it.
+fn environment(image_env: &[String], compat_first: bool) -> Vec<String> {
     let driver = format!("/{DRIVER_DIR}");
+    let compat = compat_first.then_some(imgbuild_smoke::forward_compat::COMPAT_DIR);
     let mut env: Vec<String> = image_env
         .iter()
         .filter(|kv| !kv.starts_with("HOME=") && !kv.starts_with("LD_LIBRARY_PATH="))
@@ -147,6 +154,7 @@ fn environment(image_env: &[String]) -> Vec<String> {
         .find_map(|kv| kv.strip_prefix("LD_LIBRARY_PATH="))
         .filter(|p| !p.is_empty())
         .map_or(driver.clone(), |p| format!("{p}:{driver}"));
+    let library_path = compat.map_or(library_path.clone(), |c| format!("{c}:{library_path}"));
     env.push(format!("LD_LIBRARY_PATH={library_path}"));
     env.push("HOME=/tmp".into());
     env
@@ -481,18 +489,38 @@ mod tests {
 
     #[test]
     fn driver_directory_comes_last() {
-        let env = environment(&[
-            "PATH=/opt/conda/bin:/usr/bin".into(),
-            "LD_LIBRARY_PATH=/opt/conda/cuda-compat".into(),
-            "HOME=/root".into(),
-        ]);
+        let env = environment(
+            &[
+                "PATH=/opt/conda/bin:/usr/bin".into(),
+                "LD_LIBRARY_PATH=/opt/conda/lib".into(),
+                "HOME=/root".into(),
+            ],
+            false,
+        );
         assert_eq!(
             env,
             [
                 "PATH=/opt/conda/bin:/usr/bin",
-                "LD_LIBRARY_PATH=/opt/conda/cuda-compat:/usr/local/nvidia/lib64",
+                "LD_LIBRARY_PATH=/opt/conda/lib:/usr/local/nvidia/lib64",
                 "HOME=/tmp"
             ]
+        );
+    }
+
+    #[test]
+    fn compat_directory_comes_first_only_when_decided() {
+        let image = ["LD_LIBRARY_PATH=/opt/conda/lib".to_string()];
+        assert_eq!(
+            environment(&image, true)[0],
+            "LD_LIBRARY_PATH=/usr/local/cuda/compat:/opt/conda/lib:/usr/local/nvidia/lib64"
+        );
+        assert_eq!(
+            environment(&[], true)[0],
+            "LD_LIBRARY_PATH=/usr/local/cuda/compat:/usr/local/nvidia/lib64"
+        );
+        assert_eq!(
+            environment(&image, false)[0],
+            "LD_LIBRARY_PATH=/opt/conda/lib:/usr/local/nvidia/lib64"
         );
     }
 

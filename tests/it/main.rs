@@ -27,6 +27,7 @@ mod estargz;
 mod fatbin;
 mod files;
 mod fixtures_smoke;
+mod forward_compat;
 mod hostile;
 mod hostile_accounts;
 mod hostile_base;

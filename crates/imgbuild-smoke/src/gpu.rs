@@ -179,7 +179,7 @@ pub(crate) fn run_observed(
     clippy::disallowed_methods,
     reason = "imgbuild-smoke stays free of dependencies, and an unreadable file only means no version"
 )]
-fn driver_version() -> Option<String> {
+pub(crate) fn driver_version() -> Option<String> {
     let text = std::fs::read_to_string("/proc/driver/nvidia/version").ok()?;
     parse_driver_version(text.lines().next()?)
 }

@@ -80,6 +80,11 @@ pub fn run_in_child(
             command.arg(option).arg(path);
         }
     }
+    if let Some(dir) = compat_first(libraries, &report) {
+        // The loader reads LD_LIBRARY_PATH once, at start: the child finds the compat
+        // `libcuda.so.1` before the host's, as the toolkit's ld.so.conf.d entry makes it.
+        command.env("LD_LIBRARY_PATH", dir);
+    }
     // stderr is the caller's: the loader's and the libraries' own complaints stay visible.
     let mut child = command
         .stdin(Stdio::null())
@@ -97,6 +102,21 @@ pub fn run_in_child(
     // out keeps its own status.
     transcript.timed_out = killed.filter(|_| status.signal() == Some(9));
     Ok(transcript.conclude(report, status))
+}
+
+/// `LD_LIBRARY_PATH` with the extracted compat libraries first, when the report's
+/// forward-compatibility decision uses them.
+fn compat_first(libraries: &CudaLibraries, report: &SmokeReport) -> Option<OsString> {
+    let dir = libraries.compat_dir.as_ref()?;
+    if !report.forward_compat.as_ref().is_some_and(|d| d.used) {
+        return None;
+    }
+    let mut path = dir.clone().into_os_string();
+    if let Some(rest) = std::env::var_os("LD_LIBRARY_PATH").filter(|p| !p.is_empty()) {
+        path.push(":");
+        path.push(rest);
+    }
+    Some(path)
 }
 
 /// Kills `child` once `limit` has passed without a word on the returned sender; the thread

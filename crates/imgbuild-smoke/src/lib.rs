@@ -5,6 +5,8 @@
 //! - [`architectures`]: GPU architectures (`sm_80`, `compute_90`) and whether a device runs
 //!   kernels built for them.
 //! - [`compat`]: NVIDIA's CUDA ⇄ driver compatibility rules, as data.
+//! - [`forward_compat`]: whether an image's CUDA forward-compatibility libraries are used on
+//!   this host, decided as NVIDIA's container toolkit decides it.
 //! - [`framework`]: the image's own Python asked whether its GPU framework works.
 //! - [`libraries`]: which files are CUDA libraries, and finding them under a prefix.
 //! - [`nvrtc`]: the image's own NVRTC, loaded by absolute path.
@@ -16,6 +18,7 @@
 
 pub mod architectures;
 pub mod compat;
+pub mod forward_compat;
 pub mod framework;
 pub mod gpu;
 pub mod isolate;

@@ -12,6 +12,10 @@ pub struct CudaLibraries {
     pub nvrtc_builtins: Option<PathBuf>,
     /// `CUDA_VERSION` of the image (its config, or the container's environment).
     pub cuda_version: Option<String>,
+    /// The image's forward-compatibility libraries, extracted, for the run to put before
+    /// the host driver's when [`crate::forward_compat`] decides so. Inside the image the
+    /// container runtime has already decided, and this is `None`.
+    pub compat_dir: Option<PathBuf>,
 }
 
 /// A library the smoke run is about to load, or has loaded: told to the observer of

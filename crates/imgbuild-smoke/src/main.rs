@@ -72,6 +72,12 @@ fn main() -> ExitCode {
         cuda_version,
         files.iter().map(|f| f.display().to_string()).collect(),
     );
+    // The container runtime has decided for the compat libraries already (NVIDIA's hook);
+    // the report says what its rule gives here, and the run uses what the loader finds.
+    let mut report = report;
+    report.forward_compat = imgbuild_smoke::forward_compat::decide_here(std::path::Path::new(
+        imgbuild_smoke::forward_compat::COMPAT_DIR,
+    ));
     let mut report = run_isolated(&libraries, report);
     if !args.no_framework {
         report = report.with_frameworks(check_frameworks(&prefixes));

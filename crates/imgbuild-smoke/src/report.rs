@@ -212,6 +212,10 @@ pub struct SmokeReport {
     #[serde(default)]
     pub mig: Option<MigState>,
     pub compatibility: Option<String>,
+    /// Whether the image's CUDA forward-compatibility libraries were used (see
+    /// [`crate::forward_compat`]); absent when the image has none or the host no driver.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub forward_compat: Option<crate::forward_compat::ForwardCompat>,
     /// How the kernel was built.
     pub kernel: Option<String>,
     pub runs: Vec<RunTiming>,
@@ -265,6 +269,7 @@ impl SmokeReport {
             gpu: None,
             mig: None,
             compatibility: None,
+            forward_compat: None,
             kernel: None,
             runs: Vec::new(),
             ping_pong: None,
@@ -319,6 +324,9 @@ impl SmokeReport {
         }
         if let Some(mig) = &self.mig {
             let _ = writeln!(out, "mig              {}", mig.describe());
+        }
+        if let Some(forward) = &self.forward_compat {
+            let _ = writeln!(out, "forward compat   {}", forward.describe());
         }
         if let Some(compatibility) = &self.compatibility {
             let _ = writeln!(out, "compatibility    {compatibility}");

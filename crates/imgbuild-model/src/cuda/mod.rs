@@ -189,19 +189,17 @@ pub struct CudaImage {
 }
 
 /// The image settings for `target` with the runtime the environment solved to.
-pub fn image_settings(target: &CudaTarget, solved: Option<&SolvedCuda>, prefix: &str) -> CudaImage {
+pub fn image_settings(target: &CudaTarget, solved: Option<&SolvedCuda>) -> CudaImage {
     let runtime = solved.map_or(target.version, |s| s.version);
     // The toolkit refuses to start the container on a driver older than this. The image
     // needs no more than its runtime, and promises no more than its `min-driver` supports
     // (lower with minor-version compatibility).
     let required = runtime.min(target.virtual_cuda());
-    let mut library_path = Vec::new();
-    if target.compat {
-        // conda's `cuda-compat` puts NVIDIA's forward-compatibility libraries here; they must
-        // be found before the host driver's.
-        library_path.push(format!("{prefix}/cuda-compat"));
-    }
-    library_path.push(NVIDIA_LIBRARY_PATH.to_string());
+    // `compat = true` does not put `PREFIX/cuda-compat` on the path: loaded on a host whose
+    // driver is of the same or a newer branch, those libraries fail with error 803. The
+    // build links them to `/usr/local/cuda/compat`, where NVIDIA's container toolkit finds
+    // them and puts them first only on an older driver (see `imgbuild_smoke::forward_compat`).
+    let library_path = [NVIDIA_LIBRARY_PATH.to_string()];
     let env = IndexMap::from([
         ("NVIDIA_VISIBLE_DEVICES".to_string(), "all".to_string()),
         (
@@ -278,11 +276,7 @@ mod tests {
             full_version: "11.8.89".into(),
             version: "11.8".parse().unwrap(),
         };
-        let image = image_settings(
-            &target("11.8", "520.61.05", false),
-            Some(&solved),
-            "/opt/conda",
-        );
+        let image = image_settings(&target("11.8", "520.61.05", false), Some(&solved));
         let env: Vec<String> = image.env.iter().map(|(k, v)| format!("{k}={v}")).collect();
         assert_eq!(
             env,
@@ -377,15 +371,16 @@ mod tests {
     }
 
     #[test]
-    fn minor_version_compatibility_lowers_the_requirement_and_compat_leads_the_path() {
+    fn minor_version_compatibility_lowers_the_requirement_and_compat_stays_off_the_path() {
         let t = target("12.4", "525.60.13", true);
         assert_eq!(t.support, Support::MinorVersion);
-        let image = image_settings(&t, None, "/opt/conda");
+        let image = image_settings(&t, None);
         assert_eq!(image.env["NVIDIA_REQUIRE_CUDA"], "cuda>=12.0");
         assert_eq!(image.env["CUDA_VERSION"], "12.4");
+        // The container toolkit decides for the compat libraries at start, not the path.
         assert_eq!(
             image.env["LD_LIBRARY_PATH"],
-            "/opt/conda/cuda-compat:/usr/local/nvidia/lib:/usr/local/nvidia/lib64"
+            "/usr/local/nvidia/lib:/usr/local/nvidia/lib64"
         );
     }
 }
