@@ -143,6 +143,24 @@ fn is_compat_library(path: &str) -> bool {
     in_compat_dir && name.starts_with("lib") && name.contains(".so")
 }
 
+/// Adds `libcuda.so` → `libcuda.so.1` to the extracted compat directory when it lacks one:
+/// the run loads the driver as `libcuda.so` first (cudarc's order), which would otherwise
+/// be found on the host past the compat directory, while the image's own CUDA asks for
+/// `libcuda.so.1`.
+fn link_unversioned_libcuda(compat_dir: &Path) -> Result<(), ExtractError> {
+    let (soname, plain) = (
+        compat_dir.join("libcuda.so.1"),
+        compat_dir.join("libcuda.so"),
+    );
+    if !soname.exists() || plain.symlink_metadata().is_ok() {
+        return Ok(());
+    }
+    std::os::unix::fs::symlink("libcuda.so.1", &plain).map_err(|source| ExtractError::Write {
+        path: plain.clone(),
+        source,
+    })
+}
+
 /// Extracts the CUDA libraries of `image`; later layers win, as in the container.
 pub fn extract_cuda_libraries(image: &BaseImage) -> Result<ImageCuda, ExtractError> {
     let dir = tempfile::Builder::new()
@@ -218,6 +236,9 @@ pub fn extract_cuda_libraries(image: &BaseImage) -> Result<ImageCuda, ExtractErr
         .map(|(name, _)| dir.path().join(name))
         .collect();
     let compat_dir = dir.path().join(COMPAT_SUBDIR);
+    if compat_dir.is_dir() {
+        link_unversioned_libcuda(&compat_dir)?;
+    }
     let mut libraries = CudaLibraries::pick(files.iter().map(PathBuf::as_path), cuda_version);
     libraries.compat_dir = compat_dir.is_dir().then_some(compat_dir);
     Ok(ImageCuda {
