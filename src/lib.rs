@@ -24,6 +24,7 @@ pub(crate) mod provenance;
 pub(crate) mod publish;
 pub(crate) mod rebuild;
 pub(crate) mod sbom;
+pub(crate) mod sizes;
 pub(crate) mod slurm;
 pub mod smoke;
 pub(crate) mod verify;

@@ -19,7 +19,8 @@ Examples:
   imgbuild inspect images/py39-torch21             # the `latest` tag of a layout
   imgbuild inspect images/multi --platform linux/arm64   # one platform of a multi-platform image
   imgbuild inspect images/py39-torch21:cuda11.8 --json | jq '.layers[].packages'
-  imgbuild inspect registry.example/ml/py39-torch21:v1    # its manifest and config only";
+  imgbuild inspect registry.example/ml/py39-torch21:v1    # its manifest and config only
+  imgbuild inspect images/py39-torch21 --sizes --top 10  # where the bytes are";
 
 pub(super) const DIFF_EXAMPLES: &str = "\
 Examples:
@@ -40,6 +41,14 @@ pub(crate) struct InspectArgs {
     /// Print the summary as one JSON object
     #[arg(long)]
     pub json: bool,
+    /// Where the bytes are: per layer and per package (compressed and not), the largest
+    /// files, and shared libraries held twice (by soname or by bytes). Reads every layer of
+    /// a local layout
+    #[arg(long)]
+    pub sizes: bool,
+    /// With `--sizes`, how many of the largest files to list
+    #[arg(long, value_name = "N", default_value_t = 20, requires = "sizes")]
+    pub top: usize,
 }
 
 #[derive(Debug, Args)]
@@ -63,6 +72,15 @@ pub(super) async fn run_inspect(
     registry: &crate::registry::ClientOptions,
     printer: &Printer,
 ) -> Result<ExitCode, CommandFailure> {
+    if args.sizes {
+        return super::inspect_sizes::run_sizes(
+            &args.image,
+            args.platform,
+            args.top,
+            args.json,
+            printer,
+        );
+    }
     let summary = crate::inspect::inspect_any(&args.image, args.platform, cache_dir, registry)
         .await
         .map_err(|err| CommandFailure::new(err, 1))?;

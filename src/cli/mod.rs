@@ -5,6 +5,7 @@ mod build;
 mod completions;
 mod init;
 mod inspect;
+mod inspect_sizes;
 mod k8s;
 mod lock;
 mod matrix;

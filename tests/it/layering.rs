@@ -142,6 +142,7 @@ const LEVELS: &[(&str, &[&str])] = &[
             "rebuild",
             "smoke",
             "inspect",
+            "sizes",
             "sbom",
             "provenance",
             "init",

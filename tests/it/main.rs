@@ -49,6 +49,7 @@ mod image_config;
 mod import_locks;
 mod init;
 mod inspect;
+mod inspect_sizes;
 mod jupyter;
 mod k8s;
 mod k8s_jupyter;
