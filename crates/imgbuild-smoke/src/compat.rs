@@ -327,6 +327,35 @@ pub fn ptx_minimum_driver(isa: PtxIsa) -> PtxDriver {
     PtxDriver::Needs { cuda, driver }
 }
 
+/// Whether `driver` JIT-compiles PTX of `isa`. `None` when the ISA is newer than the table
+/// knows and the driver newer than the newest known ISA needs: it may, or may not.
+pub fn ptx_runs_on(isa: PtxIsa, driver: &DriverVersion) -> Option<bool> {
+    match ptx_minimum_driver(isa) {
+        PtxDriver::Needs { driver: needs, .. } => Some(*driver >= needs),
+        PtxDriver::NewerThanKnown { newest } => match ptx_minimum_driver(newest) {
+            PtxDriver::Needs { driver: known, .. } => (*driver <= known).then_some(false),
+            PtxDriver::NewerThanKnown { .. } => None,
+        },
+    }
+}
+
+/// What PTX of `isa` needs, in words: "needs driver ≥ 555.42.02 (CUDA 12.5)", or what is known
+/// of an ISA newer than the table.
+pub fn describe_ptx_need(isa: PtxIsa) -> String {
+    match ptx_minimum_driver(isa) {
+        PtxDriver::Needs { driver, cuda } => format!("needs driver ≥ {driver} (CUDA {cuda})"),
+        PtxDriver::NewerThanKnown { newest } => {
+            let known = match ptx_minimum_driver(newest) {
+                PtxDriver::Needs { driver, .. } => format!(", whose driver is {driver}"),
+                PtxDriver::NewerThanKnown { .. } => String::new(),
+            };
+            format!(
+                "the ISA is newer than the newest imgbuild knows ({newest}{known}): it needs a newer driver"
+            )
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -458,6 +487,19 @@ mod tests {
         assert_eq!(needs("9.0"), ("13.0".into(), "580.65.06".into()));
         // Older than the table: any driver imgbuild targets.
         assert_eq!(needs("6.3"), ("11.0".into(), "450.36.06".into()));
+        let runs = |isa: &str, driver: &str| ptx_runs_on(isa.parse().unwrap(), &d(driver));
+        assert_eq!(runs("8.5", "550.54.14"), Some(false));
+        assert_eq!(runs("8.5", "555.42.02"), Some(true));
+        assert_eq!(runs("9.9", "590.44.01"), Some(false));
+        assert_eq!(runs("9.9", "610.43.02"), None);
+        assert_eq!(
+            describe_ptx_need("9.0".parse().unwrap()),
+            "needs driver ≥ 580.65.06 (CUDA 13.0)"
+        );
+        assert_eq!(
+            describe_ptx_need("9.9".parse().unwrap()),
+            "the ISA is newer than the newest imgbuild knows (9.1, whose driver is 590.44.01): it needs a newer driver"
+        );
         // Newer than the table: said, not guessed.
         assert_eq!(
             ptx_minimum_driver(PtxIsa::new(9, 2)),
