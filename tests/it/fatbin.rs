@@ -567,3 +567,73 @@ fn a_forged_ptx_entry_is_a_warning_naming_the_library() {
     let annotations = layout.manifest()["annotations"].clone();
     assert!(annotations.get("dev.imgbuild.cuda.ptx-isa").is_none());
 }
+
+/// `imgbuild k8s` gives the GPUs on which NVIDIA's real cuRAND of CUDA 12.1 runs only its PTX
+/// (ISA 8.1: Blackwell and newer) the driver that ISA needs, 530.30.02, above the image's
+/// `min-driver`, and keeps the image's floor where its SASS runs.
+#[test]
+fn k8s_raises_the_driver_floor_where_only_real_curand_ptx_runs() {
+    let channel = tempfile::tempdir().unwrap();
+    write_curand_channel(channel.path()).unwrap();
+    let project = Project::new();
+    project.write_recipe(
+        &(tiny_recipe(channel.path(), "curand", &["libcurand"])
+            + "\n[cuda]\nversion = \"12.0\"\nmin-driver = \"525.60.13\"\n"),
+    );
+    project.run(&["build", "recipes/image.toml"]).success();
+    let run = project
+        .run(&[
+            "k8s",
+            "images/curand",
+            "--repository",
+            "registry.example/ml/c",
+        ])
+        .success();
+    let mut docs = crate::k8s::validated(&project, &run.stdout);
+    let terms = docs.remove(0)["spec"]["template"]["spec"]["affinity"]["nodeAffinity"]
+        ["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+        .as_array()
+        .unwrap()
+        .clone();
+    // (compute capability requirement, driver major requirement) of each term.
+    let pairs: std::collections::BTreeSet<(String, String)> = terms
+        .iter()
+        .map(|term| {
+            let find = |key: &str| {
+                let r = term["matchExpressions"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .find(|r| r["key"] == key)
+                    .unwrap();
+                let values: Vec<&str> = r["values"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|v| v.as_str().unwrap())
+                    .collect();
+                format!("{} {}", r["operator"].as_str().unwrap(), values.join(","))
+            };
+            (
+                find("nvidia.com/gpu.compute.major"),
+                find("nvidia.com/cuda.driver.major"),
+            )
+        })
+        .collect();
+    let pair = |compute: &str, driver: &str| (compute.to_string(), driver.to_string());
+    assert_eq!(
+        pairs,
+        [
+            pair("In 5,6,7,8,9", "Gt 525"),
+            pair("In 5,6,7,8,9", "In 525"),
+            pair("In 10,11,12", "Gt 530"),
+            pair("In 10,11,12", "In 530"),
+            pair("Gt 12", "Gt 530"),
+            pair("Gt 12", "In 530"),
+        ]
+        .into_iter()
+        .collect()
+    );
+    // Three driver terms per GPU class: 525.60.13 (or 530.30.02) by major, minor, rev.
+    assert_eq!(terms.len(), 9, "{terms:#?}");
+}
