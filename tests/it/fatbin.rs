@@ -108,9 +108,9 @@ fn curand_of_cuda_11_8_carries_sm_35_to_sm_90_and_compute_90() -> anyhow::Result
 }
 
 /// The PTX ISA of every PTX entry of the real cuRAND of `wheel`: the header's, and the
-/// `.version` of the entry's LZ4-decompressed text agrees. Returns the library's PTX ISAs as
-/// the annotation writes them.
-fn curand_ptx(wheel: &PinnedWheel, isa: &str) -> anyhow::Result<String> {
+/// `.version` of the entry's LZ4-decompressed text agrees. Returns the library's architectures
+/// and PTX ISAs as the annotations write them.
+fn curand_ptx(wheel: &PinnedWheel, isa: &str) -> anyhow::Result<(String, String)> {
     let wheel = fetch_wheel(&test_cache_dir(), wheel)?;
     let dir = tempfile::tempdir()?;
     let lib = extract(&wheel, CURAND_LIB, dir.path())?;
@@ -128,17 +128,26 @@ fn curand_ptx(wheel: &PinnedWheel, isa: &str) -> anyhow::Result<String> {
     // SASS entries have no ISA and no text.
     let sass = entries.iter().find(|e| e.ptx_isa.is_none()).unwrap();
     assert_eq!(fatbin::read_ptx_text(&mut file, sass)?, None);
-    Ok(fatbin::format_ptx_isas(&fatbin::entry_ptx_isas(&entries)))
+    Ok((
+        fatbin::format_list(&fatbin::entry_architectures(&entries)),
+        fatbin::format_ptx_isas(&fatbin::entry_ptx_isas(&entries)),
+    ))
 }
 
 /// CUDA 11.8's cuRAND carries PTX ISA 7.8, 12.1's 8.1 and 12.9's 8.8: the ISA of the toolkit
 /// that built it, so the driver of that release (`compat::PTX_ISA_RELEASE`).
 #[test]
 fn the_ptx_isa_of_real_curand_is_its_toolkits() -> anyhow::Result<()> {
-    assert_eq!(curand_ptx(&CURAND_11_8, "7.8")?, "compute_90:7.8");
-    assert_eq!(curand_ptx(&CURAND_12_1, "8.1")?, "compute_90:8.1");
-    // 12.9 builds its PTX for Blackwell's sm_121.
-    assert_eq!(curand_ptx(&CURAND_12_9, "8.8")?, "compute_121:8.8");
+    assert_eq!(curand_ptx(&CURAND_11_8, "7.8")?.1, "compute_90:7.8");
+    assert_eq!(curand_ptx(&CURAND_12_1, "8.1")?.1, "compute_90:8.1");
+    // 12.9 adds Blackwell SASS and builds its PTX for the newest, sm_121.
+    assert_eq!(
+        curand_ptx(&CURAND_12_9, "8.8")?,
+        (
+            "sm_50,sm_60,sm_70,sm_75,sm_80,sm_86,sm_89,sm_90,sm_100,sm_101,sm_103,sm_120,sm_121,compute_121".to_string(),
+            "compute_121:8.8".to_string()
+        )
+    );
     use imgbuild::cuda::compat::{PtxDriver, ptx_minimum_driver};
     let driver = |isa: &str| match ptx_minimum_driver(isa.parse().unwrap()) {
         PtxDriver::Needs { driver, .. } => driver.to_string(),
