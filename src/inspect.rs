@@ -120,13 +120,31 @@ pub(crate) struct GpuArchitectures {
 pub(crate) struct PackageGpuArchitectures {
     pub package: String,
     pub architectures: Vec<String>,
+    /// `dev.imgbuild.cuda.ptx-isa`: the PTX ISA of each of its PTX architectures
+    /// (`compute_90:8.1`); absent for a package without PTX and images of older versions.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub ptx_isa: Vec<String>,
 }
 
 /// The GPU architectures the manifest's annotations record, if any.
 fn gpu_architectures(
     union: Option<&String>,
     per_package: Option<&String>,
+    ptx_isa: Option<&String>,
 ) -> Option<GpuArchitectures> {
+    let ptx = ptx_isa
+        .map(|value| crate::cuda::fatbin::parse_ptx_annotation(value))
+        .unwrap_or_default();
+    let ptx_of = |package: &str| -> Vec<String> {
+        ptx.iter()
+            .find(|(name, _)| name == package)
+            .map(|(_, isas)| {
+                isas.iter()
+                    .map(|(sm, isa)| format!("compute_{sm}:{isa}"))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
     let names = |archs: &crate::cuda::fatbin::Architectures| {
         archs.iter().map(ToString::to_string).collect::<Vec<_>>()
     };
@@ -143,6 +161,7 @@ fn gpu_architectures(
         .map(|(package, archs)| PackageGpuArchitectures {
             package: package.clone(),
             architectures: names(archs),
+            ptx_isa: ptx_of(package),
         })
         .collect();
     Some(GpuArchitectures {
@@ -369,6 +388,7 @@ fn summarize(image: &str, opened: &LayoutImage) -> ImageSummary {
         gpu: gpu_architectures(
             manifest_annotations.get(annotations::CUDA_ARCHITECTURES),
             manifest_annotations.get(annotations::CUDA_PACKAGE_ARCHITECTURES),
+            manifest_annotations.get(annotations::CUDA_PTX_ISA),
         ),
         smoke: annotation(annotations::SMOKE),
         total_size: layers.iter().map(|l| l.size).sum(),

@@ -81,6 +81,9 @@ pub(crate) enum BuildError {
     /// A library runs on none of `[cuda] architectures`.
     #[error(transparent)]
     GpuArchitectures(#[from] Box<crate::cuda::fatbin::NotCovered>),
+    /// A PTX-only library needs a newer driver than `[cuda] min-driver`.
+    #[error(transparent)]
+    PtxDriver(#[from] Box<crate::cuda::jit::PtxTooNew>),
 }
 
 impl From<crate::pypi::PypiError> for BuildError {

@@ -205,6 +205,22 @@ impl<'a> Stager<'a> {
             (None, Some(runtime)) => Some(crate::cuda::intent::derived_target(runtime)),
             _ => None,
         };
+        // Which GPUs the kernels run on, read from the libraries' fatbins (issue 16), and the
+        // driver their PTX needs where it is all a GPU of `[cuda] architectures` runs (issue 30).
+        let (architectures, warnings) = scan_architectures(staged, wheels);
+        for warning in &warnings {
+            self.cx.reporter.on_warning(warning);
+        }
+        let mut ptx = None;
+        if let Some(cuda) = recipe.cuda.as_ref().filter(|c| !c.architectures.is_empty()) {
+            crate::cuda::fatbin::check_architectures(&architectures, &cuda.architectures)?;
+            let only = crate::cuda::jit::check_ptx_drivers(
+                &architectures,
+                &cuda.architectures,
+                &cuda.min_driver,
+            )?;
+            ptx = crate::cuda::jit::newest_need(&only).map(|(_, release, _)| release);
+        }
         if let Some(cuda) = recipe.cuda.as_ref().or(derived.as_ref()) {
             // Said once, not once per platform.
             if cuda.support == Support::MinorVersion && first {
@@ -213,19 +229,11 @@ impl<'a> Stager<'a> {
                     cuda.version, cuda.min_driver
                 ));
             }
-            let settings = crate::cuda::image_settings(cuda, runtime.as_ref());
+            let settings = crate::cuda::image_settings(cuda, runtime.as_ref(), ptx);
             activation.variables.extend(settings.env);
             annotations = settings.annotations;
         }
-        // Which GPUs the kernels run on, read from the libraries' fatbins (issue 16).
-        let (architectures, warnings) = scan_architectures(staged, wheels);
-        for warning in &warnings {
-            self.cx.reporter.on_warning(warning);
-        }
         annotations.extend(crate::cuda::fatbin::annotations(&architectures));
-        if let Some(cuda) = recipe.cuda.as_ref().filter(|c| !c.architectures.is_empty()) {
-            crate::cuda::fatbin::check_architectures(&architectures, &cuda.architectures)?;
-        }
         Ok(annotations)
     }
 

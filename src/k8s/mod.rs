@@ -375,7 +375,10 @@ pub(crate) fn smoke_policy(
     if gpus == 0 {
         return Err(K8sError::SmokePolicyWithoutGpu);
     }
-    let class = targeted_compute_terms(image, options, gpus)?.map(|t| GpuClass::of_terms(&t));
+    let class = targeted_compute_terms(image, options, gpus)?.map(|terms| {
+        let terms: Vec<_> = terms.into_iter().map(|(term, _)| term).collect();
+        GpuClass::of_terms(&terms)
+    });
     let mut warnings = Vec::new();
     if class.is_none() {
         let why = if !options.gpu_feature_discovery {

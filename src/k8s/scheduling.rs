@@ -35,10 +35,16 @@ pub(super) fn affinity(
     };
     // Without GPU feature discovery no node carries its labels: only the kubelet's remain.
     let gfd = gpus > 0 && options.gpu_feature_discovery;
-    let mut terms = node_terms(&architectures(image), min_driver.as_ref().filter(|_| gfd));
-    if let Some(compute) = targeted_compute_terms(image, options, gpus)? {
-        terms = and_terms(terms, &compute);
-    }
+    let arches = architectures(image);
+    let terms = match targeted_compute_terms(image, options, gpus)? {
+        None => node_terms(&arches, min_driver.as_ref().filter(|_| gfd)),
+        // Each GPU class with its own driver floor: the image's, raised where the kernels
+        // run only by PTX whose ISA needs a newer driver (issue 30).
+        Some(compute) => floor_groups(&compute, min_driver.as_ref())
+            .into_iter()
+            .flat_map(|(floor, group)| and_terms(node_terms(&arches, floor.as_ref()), &group))
+            .collect(),
+    };
     Ok(Affinity {
         node_affinity: Some(NodeAffinity {
             required_during_scheduling_ignored_during_execution: Some(NodeSelector {
@@ -48,6 +54,23 @@ pub(super) fn affinity(
         }),
         ..Default::default()
     })
+}
+
+/// Runs of `compute` terms of one driver floor (the larger of `min_driver` and a term's PTX
+/// need), in order: terms of one floor share its driver terms.
+fn floor_groups(
+    compute: &[ComputeTerm],
+    min_driver: Option<&DriverVersion>,
+) -> Vec<(Option<DriverVersion>, Vec<Vec<NodeSelectorRequirement>>)> {
+    let mut groups: Vec<(Option<DriverVersion>, Vec<Vec<NodeSelectorRequirement>>)> = Vec::new();
+    for (term, ptx) in compute {
+        let floor = min_driver.cloned().max(ptx.clone());
+        match groups.last_mut() {
+            Some((last, terms)) if *last == floor => terms.push(term.clone()),
+            _ => groups.push((floor, vec![term.clone()])),
+        }
+    }
+    groups
 }
 
 /// The OCI architectures of the image: each platform's of a multi-platform image (a node of
@@ -110,33 +133,50 @@ pub(super) fn targeted_compute_terms(
     image: &ImageSummary,
     options: &WorkloadOptions,
     gpus: u32,
-) -> Result<Option<Vec<Vec<NodeSelectorRequirement>>>, K8sError> {
+) -> Result<Option<Vec<ComputeTerm>>, K8sError> {
     if gpus == 0 || !options.gpu_feature_discovery || options.any_gpu_architecture {
         return Ok(None);
     }
     image_compute_terms(image)
 }
 
-/// [`compute_terms`] of the architectures `image` records; none when it records none, an
-/// error when no GPU runs every package.
-fn image_compute_terms(
-    image: &ImageSummary,
-) -> Result<Option<Vec<Vec<NodeSelectorRequirement>>>, K8sError> {
-    use crate::cuda::fatbin::{Architectures, format_list, parse_list};
+/// A compute capability requirement list and the driver its GPUs' PTX needs, if any.
+pub(crate) type ComputeTerm = (Vec<NodeSelectorRequirement>, Option<DriverVersion>);
+
+/// A package's architectures and the ISAs of its PTX.
+pub(crate) type PackageKernels = (
+    crate::cuda::fatbin::Architectures,
+    crate::cuda::fatbin::PtxIsas,
+);
+
+/// [`compute_terms`] of the architectures `image` records; none when it records
+/// none, an error when no GPU runs every package.
+fn image_compute_terms(image: &ImageSummary) -> Result<Option<Vec<ComputeTerm>>, K8sError> {
+    use crate::cuda::fatbin::{PtxIsas, format_list, parse_list};
     let Some(gpu) = &image.gpu else {
         return Ok(None);
     };
     let parse = |names: &[String]| parse_list(&names.join(",")).unwrap_or_default();
-    let mut packages: Vec<Architectures> = gpu
+    let isas = |names: &[String]| -> PtxIsas {
+        names
+            .iter()
+            .filter_map(|n| {
+                let (arch, isa) = n.split_once(':')?;
+                let arch: crate::cuda::fatbin::Arch = arch.parse().ok()?;
+                Some((arch.sm, isa.parse().ok()?))
+            })
+            .collect()
+    };
+    let mut packages: Vec<PackageKernels> = gpu
         .packages
         .iter()
-        .map(|p| parse(&p.architectures))
-        .filter(|a| !a.is_empty())
+        .map(|p| (parse(&p.architectures), isas(&p.ptx_isa)))
+        .filter(|(a, _)| !a.is_empty())
         .collect();
     if packages.is_empty() {
-        packages.push(parse(&gpu.architectures));
+        packages.push((parse(&gpu.architectures), PtxIsas::new()));
     }
-    if packages.iter().all(Architectures::is_empty) {
+    if packages.iter().all(|(a, _)| a.is_empty()) {
         return Ok(None);
     }
     let compute = compute_terms(&packages);
@@ -145,12 +185,35 @@ fn image_compute_terms(
             image: image.image.clone(),
             packages: packages
                 .iter()
-                .map(format_list)
+                .map(|(a, _)| format_list(a))
                 .collect::<Vec<_>>()
                 .join("; "),
         });
     }
     Ok(Some(compute))
+}
+
+/// The driver the PTX-only packages need on a GPU of compute capability `sm`: the newest
+/// their ISAs need (for an ISA newer than imgbuild knows, the newest known ISA's, a floor).
+fn ptx_need(packages: &[PackageKernels], sm: u32) -> Option<DriverVersion> {
+    use crate::cuda::{
+        compat::{PtxDriver, ptx_minimum_driver},
+        fatbin::{Coverage, coverage},
+    };
+    packages
+        .iter()
+        .filter_map(|(archs, isas)| match coverage(archs, sm) {
+            Coverage::PtxOnly(ptx) => isas.get(&ptx.sm).copied(),
+            _ => None,
+        })
+        .filter_map(|isa| match ptx_minimum_driver(isa) {
+            PtxDriver::Needs { driver, .. } => Some(driver),
+            PtxDriver::NewerThanKnown { newest } => match ptx_minimum_driver(newest) {
+                PtxDriver::Needs { driver, .. } => Some(driver),
+                PtxDriver::NewerThanKnown { .. } => None,
+            },
+        })
+        .max()
 }
 
 /// `terms` ANDed with `compute`: (a or b) and (c or d) is every pair, each requirement list
@@ -178,20 +241,25 @@ fn and_terms(
 /// the minor, or PTX at or below the capability). Empty when no GPU does.
 ///
 /// Within a major, what runs is every minor from some minor up (SASS and PTX alike), so each
-/// major needs one `minor > m - 1`; majors that run from minor 0 share one `In`, and past
-/// [`NEWEST_KNOWN_MAJOR`] only PTX runs, the same for every major there.
-pub(crate) fn compute_terms(
-    packages: &[crate::cuda::fatbin::Architectures],
-) -> Vec<Vec<NodeSelectorRequirement>> {
+/// major needs one `minor > m - 1`; majors that run from minor 0 share one `In` (one per
+/// driver need), and past [`NEWEST_KNOWN_MAJOR`] only PTX runs, the same for every major
+/// there. Each list comes with the driver its GPUs' PTX needs ([`ptx_need`], the newest over
+/// its capabilities), `None` where every package runs SASS.
+pub(crate) fn compute_terms(packages: &[PackageKernels]) -> Vec<ComputeTerm> {
     use crate::cuda::fatbin::{Coverage, coverage};
     let runs = |sm: u32| {
         packages
             .iter()
-            .all(|archs| coverage(archs, sm) != Coverage::None)
+            .all(|(archs, _)| coverage(archs, sm) != Coverage::None)
+    };
+    let need_from = |major: u32, minor: u32| {
+        (minor..=9)
+            .filter_map(|m| ptx_need(packages, major * 10 + m))
+            .max()
     };
     let newest = packages
         .iter()
-        .flatten()
+        .flat_map(|(archs, _)| archs)
         .map(|a| a.sm / 10)
         .max()
         .unwrap_or(0)
@@ -201,30 +269,43 @@ pub(crate) fn compute_terms(
         operator: operator.to_string(),
         values: Some(values),
     };
-    let mut whole_majors = Vec::new();
+    // Whole majors by the driver their PTX needs, no need first.
+    let mut whole_majors: Vec<(Option<DriverVersion>, Vec<String>)> = Vec::new();
     let mut terms = Vec::new();
     for major in 1..=newest {
         match (0..=9).find(|minor| runs(major * 10 + minor)) {
-            Some(0) => whole_majors.push(major.to_string()),
-            Some(minor) => terms.push(vec![
-                requirement(COMPUTE_MAJOR_LABEL, "In", vec![major.to_string()]),
-                requirement(COMPUTE_MINOR_LABEL, "Gt", vec![(minor - 1).to_string()]),
-            ]),
+            Some(0) => {
+                let need = need_from(major, 0);
+                match whole_majors.iter_mut().find(|(n, _)| *n == need) {
+                    Some((_, majors)) => majors.push(major.to_string()),
+                    None => whole_majors.push((need, vec![major.to_string()])),
+                }
+            }
+            Some(minor) => terms.push((
+                vec![
+                    requirement(COMPUTE_MAJOR_LABEL, "In", vec![major.to_string()]),
+                    requirement(COMPUTE_MINOR_LABEL, "Gt", vec![(minor - 1).to_string()]),
+                ],
+                need_from(major, minor),
+            )),
             None => {}
         }
     }
-    if !whole_majors.is_empty() {
-        terms.insert(
-            0,
-            vec![requirement(COMPUTE_MAJOR_LABEL, "In", whole_majors)],
-        );
-    }
-    if runs((newest + 1) * 10) {
-        terms.push(vec![requirement(
-            COMPUTE_MAJOR_LABEL,
-            "Gt",
-            vec![newest.to_string()],
-        )]);
+    whole_majors.sort_by(|a, b| a.0.cmp(&b.0));
+    let whole = whole_majors
+        .into_iter()
+        .map(|(need, majors)| (vec![requirement(COMPUTE_MAJOR_LABEL, "In", majors)], need));
+    let mut terms: Vec<ComputeTerm> = whole.chain(terms).collect();
+    let beyond = (newest + 1) * 10;
+    if runs(beyond) {
+        terms.push((
+            vec![requirement(
+                COMPUTE_MAJOR_LABEL,
+                "Gt",
+                vec![newest.to_string()],
+            )],
+            ptx_need(packages, beyond),
+        ));
     }
     terms
 }
@@ -319,11 +400,16 @@ mod tests {
     fn compute(packages: &[&str]) -> Vec<String> {
         let packages: Vec<_> = packages
             .iter()
-            .map(|p| crate::cuda::fatbin::parse_list(p).unwrap())
+            .map(|p| {
+                (
+                    crate::cuda::fatbin::parse_list(p).unwrap(),
+                    Default::default(),
+                )
+            })
             .collect();
         compute_terms(&packages)
             .into_iter()
-            .map(|term| {
+            .map(|(term, _)| {
                 term.iter()
                     .map(|r| {
                         let key = r.key.trim_start_matches("nvidia.com/gpu.compute.");
@@ -361,6 +447,47 @@ mod tests {
         );
         // Hopper-only and Ampere-only packages: no GPU runs both.
         assert!(compute(&["sm_90", "sm_80"]).is_empty());
+    }
+
+    #[test]
+    fn a_gpu_class_that_runs_only_ptx_gets_the_driver_its_isa_needs() {
+        use crate::cuda::fatbin::parse_list;
+        // CUDA 12.1's cuRAND: PTX compute_90 of ISA 8.1 for anything past 9.0.
+        let curand = (
+            parse_list("sm_50,sm_60,sm_70,sm_75,sm_80,sm_86,sm_89,sm_90,compute_90").unwrap(),
+            crate::cuda::fatbin::PtxIsas::from([(90, "8.1".parse().unwrap())]),
+        );
+        let terms: Vec<(String, Option<String>)> = compute_terms(&[curand])
+            .into_iter()
+            .map(|(term, need)| {
+                let values = term[0].values.as_ref().unwrap().join(",");
+                (
+                    format!("{} {values}", term[0].operator),
+                    need.map(|d| d.to_string()),
+                )
+            })
+            .collect();
+        assert_eq!(
+            terms,
+            [
+                ("In 5,6,7,8,9".to_string(), None),
+                ("In 10,11,12".to_string(), Some("530.30.02".to_string())),
+                ("Gt 12".to_string(), Some("530.30.02".to_string())),
+            ]
+        );
+        // The floor is the larger of the image's and the PTX need, one run per floor.
+        let compute = compute_terms(&[(
+            parse_list("sm_80,compute_80").unwrap(),
+            crate::cuda::fatbin::PtxIsas::from([(80, "8.1".parse().unwrap())]),
+        )]);
+        let groups = floor_groups(&compute, Some(&"525.60.13".parse().unwrap()));
+        let floors: Vec<String> = groups
+            .iter()
+            .map(|(f, t)| format!("{} x{}", f.as_ref().unwrap(), t.len()))
+            .collect();
+        assert_eq!(floors, ["525.60.13 x1", "530.30.02 x2"]);
+        let above = floor_groups(&compute, Some(&"535.54.03".parse().unwrap()));
+        assert_eq!(above.len(), 1, "{above:?}");
     }
 
     #[test]

@@ -137,7 +137,7 @@ pub async fn smoke(
         .compat_dir
         .as_deref()
         .and_then(imgbuild_smoke::forward_compat::decide_here);
-    let recorded = recorded_architectures(&opened);
+    let recorded = recorded_kernels(&opened);
     // The child runs while `cuda.dir`, which holds the libraries it loads, still exists.
     let child = |source| SmokeError::Child {
         image: image.to_string(),
@@ -152,7 +152,7 @@ pub async fn smoke(
     .map_err(|e| child(std::io::Error::other(e)))?
     .map_err(child);
     drop(cuda);
-    let report = with_kernel_images(run?, recorded.as_deref());
+    let report = with_kernel_images(run?, recorded.as_ref());
     let compat_first = report.forward_compat.as_ref().is_some_and(|d| d.used);
     let checks = if frameworks.wants(&opened) {
         let exe = std::env::current_exe().map_err(child)?;
@@ -185,34 +185,127 @@ pub struct SmokeRun {
     pub manifest_digest: String,
 }
 
-/// Adds whether the image's kernels run on the device the run found (issue 16).
-fn with_kernel_images(mut report: SmokeReport, recorded: Option<&str>) -> SmokeReport {
-    report.kernel_images = recorded.zip(report.gpu.as_ref()).and_then(|(list, gpu)| {
-        imgbuild_smoke::architectures::classify(list, &gpu.compute_capability)
+/// What the image's manifest records of its kernels: the architectures
+/// ([`crate::oci::annotations::CUDA_ARCHITECTURES`]) and each package's PTX ISAs
+/// ([`crate::oci::annotations::CUDA_PTX_ISA`], absent from images of older versions).
+struct RecordedKernels {
+    architectures: String,
+    ptx_isa: Option<String>,
+}
+
+/// Adds whether the image's kernels run on the device the run found (issue 16) and, where
+/// only their PTX does, whether this driver JIT-compiles its ISA (issue 30): a run that
+/// passed on a driver too old for it is `incompatible`, naming the driver it needs.
+fn with_kernel_images(mut report: SmokeReport, recorded: Option<&RecordedKernels>) -> SmokeReport {
+    let Some((recorded, gpu)) = recorded.zip(report.gpu.as_ref()) else {
+        return report;
+    };
+    let coverage =
+        imgbuild_smoke::architectures::classify(&recorded.architectures, &gpu.compute_capability);
+    let coverage = coverage.map(|c| match newest_isa(recorded, c.arch.as_deref()) {
+        Some(isa) => c.with_ptx_isa(isa),
+        None => c,
     });
+    let driver = report
+        .driver_version
+        .as_deref()
+        .and_then(|d| d.parse().ok());
+    let why = coverage.as_ref().zip(driver.as_ref());
+    if let Some(why) = why.and_then(|(c, driver)| c.ptx_incompatibility(driver))
+        && report.verdict == Verdict::Pass
+    {
+        report.verdict = Verdict::Incompatible;
+        report.message = why;
+    }
+    report.kernel_images = coverage;
     report
 }
 
-/// The architectures `image`'s manifest records ([`crate::oci::annotations::CUDA_ARCHITECTURES`]), for
-/// the smoke run to classify the device. `None` when the manifest cannot be read back or
-/// records none: the run then says nothing about kernel images.
-fn recorded_architectures(image: &crate::oci::base::BaseImage) -> Option<String> {
+/// The newest ISA any package records for the PTX architecture `arch` (`compute_90`).
+fn newest_isa(
+    recorded: &RecordedKernels,
+    arch: Option<&str>,
+) -> Option<crate::cuda::compat::PtxIsa> {
+    let arch: crate::cuda::fatbin::Arch = arch?.parse().ok()?;
+    crate::cuda::fatbin::parse_ptx_annotation(recorded.ptx_isa.as_deref()?)
+        .iter()
+        .filter_map(|(_, isas)| isas.get(&arch.sm).copied())
+        .max()
+}
+
+/// What `image`'s manifest records of its kernels, for the smoke run to classify the
+/// device. `None` when the manifest cannot be read back or records no architectures: the
+/// run then says nothing about kernel images.
+fn recorded_kernels(image: &crate::oci::base::BaseImage) -> Option<RecordedKernels> {
     // Read as any blob of the layout: beneath it, a regular file, bounded, checked.
     let bytes = image
         .blobs
         .read_named(&image.manifest_digest, crate::oci::blobs::MAX_JSON_BLOB)
         .ok()?;
     let manifest: oci_spec::image::ImageManifest = serde_json::from_slice(&bytes).ok()?;
-    manifest
-        .annotations()
-        .as_ref()?
-        .get(crate::oci::annotations::CUDA_ARCHITECTURES)
-        .cloned()
+    let annotations = manifest.annotations().as_ref()?;
+    Some(RecordedKernels {
+        architectures: annotations
+            .get(crate::oci::annotations::CUDA_ARCHITECTURES)?
+            .clone(),
+        ptx_isa: annotations
+            .get(crate::oci::annotations::CUDA_PTX_ISA)
+            .cloned(),
+    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A report of a run that passed on `driver` with a GPU of compute capability 10.0.
+    fn passed_on(driver: &str) -> SmokeReport {
+        let mut report = SmokeReport::new("img".into(), Some("12.1".into()), Vec::new());
+        report.driver_version = Some(driver.into());
+        report.gpu = Some(imgbuild_smoke::report::GpuInfo {
+            compute_capability: "10.0".into(),
+            ..Default::default()
+        });
+        report.verdict = Verdict::Pass;
+        report.message = "the kernel ran".into();
+        report
+    }
+
+    #[test]
+    fn ptx_too_new_for_the_driver_is_incompatible_naming_the_driver_it_needs() {
+        // CUDA 12.1's cuRAND: PTX compute_90 of ISA 8.1 is all a 10.0 GPU runs.
+        let recorded = RecordedKernels {
+            architectures: "sm_80,sm_90,compute_90".into(),
+            ptx_isa: Some("libcurand-10.3.2.106-0=compute_90:8.1;other-1-0=compute_80:8.5".into()),
+        };
+        let old = with_kernel_images(passed_on("525.60.13"), Some(&recorded));
+        assert_eq!(old.verdict, Verdict::Incompatible);
+        assert!(
+            old.message
+                .contains("compute_90 PTX of ISA 8.1, which needs driver ≥ 530.30.02"),
+            "{}",
+            old.message
+        );
+        let kernels = old.kernel_images.unwrap();
+        assert_eq!(kernels.ptx_isa.as_deref(), Some("8.1"));
+        let new = with_kernel_images(passed_on("530.30.02"), Some(&recorded));
+        assert_eq!(new.verdict, Verdict::Pass);
+        assert!(
+            new.render(false).contains(
+                "kernel images    PTX-only: covered only by compute_90 (ISA 8.1), needs driver ≥ 530.30.02"
+            ),
+            "{}",
+            new.render(false)
+        );
+        // An image of an older version records no ISA: the case alone, no verdict change.
+        let older = RecordedKernels {
+            ptx_isa: None,
+            ..recorded
+        };
+        let run = with_kernel_images(passed_on("525.60.13"), Some(&older));
+        assert_eq!(run.verdict, Verdict::Pass);
+        assert_eq!(run.kernel_images.unwrap().ptx_isa, None);
+    }
 
     #[test]
     fn image_references() {

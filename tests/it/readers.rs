@@ -132,7 +132,7 @@ const EXCEPTIONS: &[(&str, &str, usize, &str)] = &[
         "crates/imgbuild-model/src/cuda/fatbin.rs",
         "File::open(",
         1,
-        "ELF headers of a library in the staged prefix, which the install plan has checked; only header ranges are read",
+        "ELF headers of a library in the staged prefix, which the install plan has checked; only header ranges are read, and the payload of a PTX entry whose header holds no ISA, bounded (cuda::ptx::MAX_PTX)",
     ),
     (
         "crates/imgbuild-install/src/install/confine.rs",

@@ -10,6 +10,10 @@ pub const CUDA_MIN_DRIVER: &str = "dev.imgbuild.cuda.min-driver";
 pub const CUDA_ARCHITECTURES: &str = "dev.imgbuild.cuda.architectures";
 /// The same per package: `package=sm_80,compute_90;…`, by package name.
 pub const CUDA_PACKAGE_ARCHITECTURES: &str = "dev.imgbuild.cuda.package-architectures";
+/// The PTX ISA version of each package's PTX, per PTX architecture, the newest of its
+/// libraries: `package=compute_90:8.1,compute_121:8.8;…`, by package name; absent when no
+/// library carries PTX. What driver JIT-compiles it: `crate::cuda::compat::ptx_minimum_driver`.
+pub const CUDA_PTX_ISA: &str = "dev.imgbuild.cuda.ptx-isa";
 pub const PACKAGES: &str = "dev.imgbuild.layer.packages";
 /// What a layer of the recipe's own holds: `accounts` (`[accounts]`, home directories, the
 /// workdir) or `files` (one `[[files]]` entry, named by the layer's history line).

@@ -131,7 +131,43 @@ pub struct KernelCoverage {
     pub arch: Option<String>,
     /// What the image's libraries carry, as recorded.
     pub architectures: String,
+    /// For `ptx-only`: the PTX ISA of that PTX (the newest the image records for it), absent
+    /// from reports of older versions and images that record none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ptx_isa: Option<String>,
     pub message: String,
+}
+
+impl KernelCoverage {
+    /// Adds the PTX-only case's ISA and the driver it needs ([`crate::compat::ptx_minimum_driver`])
+    /// to the message. Other cases are as they were.
+    pub fn with_ptx_isa(mut self, isa: crate::compat::PtxIsa) -> Self {
+        if self.case != "ptx-only" {
+            return self;
+        }
+        let arch = self.arch.clone().unwrap_or_default();
+        self.message = format!(
+            "PTX-only: covered only by {arch} (ISA {isa}), {}; {}",
+            crate::compat::describe_ptx_need(isa),
+            self.message
+                .trim_start_matches(&format!("covered only by PTX {arch}: "))
+        );
+        self.ptx_isa = Some(isa.to_string());
+        self
+    }
+
+    /// Why the device cannot run the libraries' PTX on `driver`, when it cannot (or may not:
+    /// an ISA newer than imgbuild knows, on a driver no newer than the newest ISA needs).
+    pub fn ptx_incompatibility(&self, driver: &crate::compat::DriverVersion) -> Option<String> {
+        let isa: crate::compat::PtxIsa = self.ptx_isa.as_deref()?.parse().ok()?;
+        (crate::compat::ptx_runs_on(isa, driver) == Some(false)).then(|| {
+            format!(
+                "the image's libraries run on this GPU only by {} PTX of ISA {isa}, which {}; driver {driver} fails them with CUDA_ERROR_UNSUPPORTED_PTX_VERSION at first use",
+                self.arch.as_deref().unwrap_or("their"),
+                crate::compat::describe_ptx_need(isa)
+            )
+        })
+    }
 }
 
 /// The case of a device of `compute_capability` (`8.6`, as the report has it) for the
@@ -172,6 +208,7 @@ pub fn classify(recorded: &str, compute_capability: &str) -> Option<KernelCovera
         case: case.to_string(),
         arch: arch.map(|a| a.to_string()),
         architectures: format_list(&archs),
+        ptx_isa: None,
         message,
     })
 }
@@ -253,6 +290,44 @@ mod tests {
         assert_eq!(classify(recorded, "eight"), None);
         assert_eq!(classify("gfx90a", "8.0"), None);
         assert_eq!(classify("", "8.0"), None);
+    }
+
+    #[test]
+    fn a_ptx_only_device_names_the_isa_and_the_driver_it_needs() {
+        let recorded = "sm_80,compute_90";
+        let isa = |s: &str| s.parse::<crate::compat::PtxIsa>().unwrap();
+        let driver = |s: &str| s.parse::<crate::compat::DriverVersion>().unwrap();
+        let ptx = classify(recorded, "10.0").unwrap().with_ptx_isa(isa("8.5"));
+        assert_eq!(ptx.ptx_isa.as_deref(), Some("8.5"));
+        assert!(
+            ptx.message.starts_with(
+                "PTX-only: covered only by compute_90 (ISA 8.5), needs driver ≥ 555.42.02 (CUDA 12.5); the driver JIT-compiles"
+            ),
+            "{}",
+            ptx.message
+        );
+        assert_eq!(ptx.ptx_incompatibility(&driver("555.42.02")), None);
+        let why = ptx.ptx_incompatibility(&driver("550.54.14")).unwrap();
+        assert!(
+            why.contains("only by compute_90 PTX of ISA 8.5, which needs driver ≥ 555.42.02")
+                && why.contains(
+                    "driver 550.54.14 fails them with CUDA_ERROR_UNSUPPORTED_PTX_VERSION"
+                ),
+            "{why}"
+        );
+        // SASS needs no JIT: the ISA changes nothing.
+        let sass = classify(recorded, "8.6").unwrap();
+        assert_eq!(sass.clone().with_ptx_isa(isa("8.5")), sass);
+        assert_eq!(sass.ptx_incompatibility(&driver("450.36.06")), None);
+        // Newer than the table: not passed on a driver the newest known ISA needs.
+        let newer = classify(recorded, "10.0").unwrap().with_ptx_isa(isa("9.9"));
+        assert!(
+            newer
+                .message
+                .contains("newer than the newest imgbuild knows")
+        );
+        assert!(newer.ptx_incompatibility(&driver("590.44.01")).is_some());
+        assert_eq!(newer.ptx_incompatibility(&driver("610.43.02")), None);
     }
 
     #[test]

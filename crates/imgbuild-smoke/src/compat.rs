@@ -8,6 +8,9 @@
 //!   compatibility: any 11.x runtime runs on ≥ 450.80.02, 12.x on ≥ 525.60.13, 13.x on
 //!   ≥ 580, with limits (no JIT of PTX newer than the driver; use SASS or the same-major
 //!   NVRTC output compiled for the device).
+//! - "PTX Release History", Table 57 of the PTX ISA document's release notes
+//!   (docs.nvidia.com/cuda/parallel-thread-execution): the CUDA release that introduced each
+//!   PTX ISA version, so the driver PTX of that ISA needs ([`ptx_minimum_driver`]).
 
 use std::{cmp::Ordering, fmt, str::FromStr};
 
@@ -215,6 +218,144 @@ pub fn driver_cuda_version(installed: &DriverVersion) -> Option<CudaVersion> {
         .max()
 }
 
+/// A PTX ISA version, as a PTX module's `.version 8.5` directive and its fatbin entry header
+/// give it. Not a CUDA version: ISA 8.5 came with CUDA 12.5 (and stayed for 12.6).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct PtxIsa {
+    pub major: u32,
+    pub minor: u32,
+}
+
+impl PtxIsa {
+    pub const fn new(major: u32, minor: u32) -> Self {
+        Self { major, minor }
+    }
+}
+
+impl fmt::Display for PtxIsa {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}.{}", self.major, self.minor)
+    }
+}
+
+impl FromStr for PtxIsa {
+    type Err = String;
+
+    /// `8.5`: two numbers of at most two digits each, as `.version` writes them.
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let err = || format!("`{s}` is not a PTX ISA version like `8.5`");
+        let (major, minor) = s.split_once('.').ok_or_else(err)?;
+        let number = |p: &str| {
+            (!p.is_empty() && p.len() <= 2 && p.bytes().all(|b| b.is_ascii_digit()))
+                .then(|| p.parse::<u32>().ok())
+                .flatten()
+        };
+        match (number(major), number(minor)) {
+            (Some(major), Some(minor)) => Ok(Self::new(major, minor)),
+            _ => Err(err()),
+        }
+    }
+}
+
+/// The CUDA release that introduced each PTX ISA version: "PTX Release History", Table 57 of
+/// the PTX ISA document's release notes (docs.nvidia.com/cuda/parallel-thread-execution,
+/// `#release-notes-ptx-release-history`), which NVIDIA's cuda-python also encodes
+/// (`cuda.bindings.utils.get_minimal_required_cuda_ver_from_ptx_ver`). CUDA 12.6 kept ISA
+/// 8.5; ISA 8.6 came with CUDA 12.7, a release with a driver (r565) and no public toolkit.
+pub const PTX_ISA_RELEASE: &[(PtxIsa, CudaVersion)] = &[
+    (PtxIsa::new(7, 0), CudaVersion::new(11, 0)),
+    (PtxIsa::new(7, 1), CudaVersion::new(11, 1)),
+    (PtxIsa::new(7, 2), CudaVersion::new(11, 2)),
+    (PtxIsa::new(7, 3), CudaVersion::new(11, 3)),
+    (PtxIsa::new(7, 4), CudaVersion::new(11, 4)),
+    (PtxIsa::new(7, 5), CudaVersion::new(11, 5)),
+    (PtxIsa::new(7, 6), CudaVersion::new(11, 6)),
+    (PtxIsa::new(7, 7), CudaVersion::new(11, 7)),
+    (PtxIsa::new(7, 8), CudaVersion::new(11, 8)),
+    (PtxIsa::new(8, 0), CudaVersion::new(12, 0)),
+    (PtxIsa::new(8, 1), CudaVersion::new(12, 1)),
+    (PtxIsa::new(8, 2), CudaVersion::new(12, 2)),
+    (PtxIsa::new(8, 3), CudaVersion::new(12, 3)),
+    (PtxIsa::new(8, 4), CudaVersion::new(12, 4)),
+    (PtxIsa::new(8, 5), CudaVersion::new(12, 5)),
+    (PtxIsa::new(8, 6), CudaVersion::new(12, 7)),
+    (PtxIsa::new(8, 7), CudaVersion::new(12, 8)),
+    (PtxIsa::new(8, 8), CudaVersion::new(12, 9)),
+    (PtxIsa::new(9, 0), CudaVersion::new(13, 0)),
+    (PtxIsa::new(9, 1), CudaVersion::new(13, 1)),
+];
+
+/// Releases of the PTX table that [`RELEASE_MINIMUM_DRIVER`] lacks, with the driver branch
+/// the PTX table gives them: CUDA 12.7 shipped as driver r565 only.
+const PTX_ONLY_RELEASE_DRIVER: &[(CudaVersion, &str)] = &[(CudaVersion::new(12, 7), "565")];
+
+/// The driver a PTX ISA needs, see [`ptx_minimum_driver`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PtxDriver {
+    /// The driver must be at least `driver`, the GA driver of `cuda`, the release that
+    /// introduced the ISA.
+    Needs {
+        cuda: CudaVersion,
+        driver: DriverVersion,
+    },
+    /// An ISA newer than [`PTX_ISA_RELEASE`] knows: the driver it needs is not guessed; it is
+    /// newer than `newest`'s.
+    NewerThanKnown { newest: PtxIsa },
+}
+
+/// The oldest driver that JIT-compiles PTX of `isa`. The driver compiles PTX itself, so
+/// minor-version compatibility does not apply (the CUDA Compatibility guide: PTX newer than the
+/// driver fails with `CUDA_ERROR_UNSUPPORTED_PTX_VERSION`): it must be at least the GA driver
+/// of the release that introduced the ISA. ISAs older than 7.0 run on any driver of CUDA 11.0
+/// or newer, the oldest imgbuild targets, and are held to 11.0's.
+pub fn ptx_minimum_driver(isa: PtxIsa) -> PtxDriver {
+    let (newest, _) = PTX_ISA_RELEASE[PTX_ISA_RELEASE.len() - 1];
+    if isa > newest {
+        return PtxDriver::NewerThanKnown { newest };
+    }
+    let cuda = PTX_ISA_RELEASE
+        .iter()
+        .find(|(known, _)| *known >= isa)
+        .map_or(CudaVersion::new(11, 0), |(_, cuda)| *cuda);
+    let driver = release_minimum(cuda).unwrap_or_else(|| {
+        PTX_ONLY_RELEASE_DRIVER
+            .iter()
+            .find(|(v, _)| *v == cuda)
+            .map(|(_, d)| driver(d))
+            .expect("every release of the PTX table has a driver")
+    });
+    PtxDriver::Needs { cuda, driver }
+}
+
+/// Whether `driver` JIT-compiles PTX of `isa`. `None` when the ISA is newer than the table
+/// knows and the driver newer than the newest known ISA needs: it may, or may not.
+pub fn ptx_runs_on(isa: PtxIsa, driver: &DriverVersion) -> Option<bool> {
+    match ptx_minimum_driver(isa) {
+        PtxDriver::Needs { driver: needs, .. } => Some(*driver >= needs),
+        PtxDriver::NewerThanKnown { newest } => match ptx_minimum_driver(newest) {
+            PtxDriver::Needs { driver: known, .. } => (*driver <= known).then_some(false),
+            PtxDriver::NewerThanKnown { .. } => None,
+        },
+    }
+}
+
+/// What PTX of `isa` needs, in words: "needs driver ≥ 555.42.02 (CUDA 12.5)", or what is known
+/// of an ISA newer than the table.
+pub fn describe_ptx_need(isa: PtxIsa) -> String {
+    match ptx_minimum_driver(isa) {
+        PtxDriver::Needs { driver, cuda } => format!("needs driver ≥ {driver} (CUDA {cuda})"),
+        PtxDriver::NewerThanKnown { newest } => {
+            let known = match ptx_minimum_driver(newest) {
+                PtxDriver::Needs { driver, .. } => format!(", whose driver is {driver}"),
+                PtxDriver::NewerThanKnown { .. } => String::new(),
+            };
+            format!(
+                "the ISA is newer than the newest imgbuild knows ({newest}{known}): it needs a newer driver"
+            )
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -307,5 +448,64 @@ mod tests {
         assert_eq!(driver_cuda_version(&d("440.33")), None);
         assert_eq!(CudaVersion::from_driver_api(13000), CudaVersion::new(13, 0));
         assert_eq!(CudaVersion::from_driver_api(12080), CudaVersion::new(12, 8));
+    }
+
+    #[test]
+    fn ptx_isa_versions_parse_strictly_and_order_numerically() {
+        let isa = |s: &str| s.parse::<PtxIsa>();
+        assert_eq!(isa("8.5").unwrap(), PtxIsa::new(8, 5));
+        assert!(isa("10.0").unwrap() > isa("9.1").unwrap());
+        assert_eq!(isa("7.8").unwrap().to_string(), "7.8");
+        for bad in ["8", "8.", ".5", "8.5.1", "x.y", "+8.5", "123.0", "8.-1"] {
+            assert!(isa(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn the_ptx_table_is_ordered_and_every_release_has_a_driver() {
+        for pair in PTX_ISA_RELEASE.windows(2) {
+            assert!(pair[0].0 < pair[1].0 && pair[0].1 < pair[1].1, "{pair:?}");
+        }
+        for (isa, _) in PTX_ISA_RELEASE {
+            assert!(matches!(ptx_minimum_driver(*isa), PtxDriver::Needs { .. }));
+        }
+    }
+
+    #[test]
+    fn ptx_needs_the_ga_driver_of_its_release_without_minor_version_compatibility() {
+        let needs = |isa: &str| match ptx_minimum_driver(isa.parse().unwrap()) {
+            PtxDriver::Needs { cuda, driver } => (cuda.to_string(), driver.to_string()),
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(needs("7.8"), ("11.8".into(), "520.61.05".into()));
+        assert_eq!(needs("8.1"), ("12.1".into(), "530.30.02".into()));
+        // Not 12.x's minor-version floor (525.60.13): the driver itself compiles the PTX.
+        assert_eq!(needs("8.5"), ("12.5".into(), "555.42.02".into()));
+        // 8.6 came with 12.7, a driver branch without a toolkit.
+        assert_eq!(needs("8.6"), ("12.7".into(), "565".into()));
+        assert_eq!(needs("8.8"), ("12.9".into(), "575.51.03".into()));
+        assert_eq!(needs("9.0"), ("13.0".into(), "580.65.06".into()));
+        // Older than the table: any driver imgbuild targets.
+        assert_eq!(needs("6.3"), ("11.0".into(), "450.36.06".into()));
+        let runs = |isa: &str, driver: &str| ptx_runs_on(isa.parse().unwrap(), &d(driver));
+        assert_eq!(runs("8.5", "550.54.14"), Some(false));
+        assert_eq!(runs("8.5", "555.42.02"), Some(true));
+        assert_eq!(runs("9.9", "590.44.01"), Some(false));
+        assert_eq!(runs("9.9", "610.43.02"), None);
+        assert_eq!(
+            describe_ptx_need("9.0".parse().unwrap()),
+            "needs driver ≥ 580.65.06 (CUDA 13.0)"
+        );
+        assert_eq!(
+            describe_ptx_need("9.9".parse().unwrap()),
+            "the ISA is newer than the newest imgbuild knows (9.1, whose driver is 590.44.01): it needs a newer driver"
+        );
+        // Newer than the table: said, not guessed.
+        assert_eq!(
+            ptx_minimum_driver(PtxIsa::new(9, 2)),
+            PtxDriver::NewerThanKnown {
+                newest: PtxIsa::new(9, 1)
+            }
+        );
     }
 }

@@ -10,11 +10,15 @@
 //! cuRAND 10.3.2.106 of CUDA 12.1, see the README): the section is a run of blobs, each a
 //! 16-byte header (u32 magic `0xBA55ED50`, u16 version, u16 header size, u64 payload size)
 //! and a payload of entries, each an entry header (u16 kind: 1 PTX, 2 SASS; u16; u32 header
-//! size; u64 payload size; …; u32 arch at offset 28, `80` for `sm_80`) and its payload.
-//! Only the headers are read: payloads may be compressed and are never needed.
+//! size; u64 payload size; u32 compressed length at 16; u16 PTX ISA minor and major at 24
+//! and 26; u32 arch at offset 28, `80` for `sm_80`; u64 flags at 40, `0x2000` for an
+//! LZ4-compressed payload; u64 decompressed size at 56) and its payload. The headers are
+//! read; a payload only where a PTX entry's header holds no ISA version, to read the
+//! `.version` of its text ([`super::ptx`]).
 //!
 //! A library is a stranger's file: every size read is checked against what holds it, the
-//! number of entries is bounded, and nothing is allocated from a size the file gives.
+//! number of entries is bounded, and nothing is allocated from a size the file gives beyond
+//! a bound ([`super::ptx::MAX_PTX`]).
 
 use std::{
     collections::BTreeMap,
@@ -27,6 +31,10 @@ pub use imgbuild_smoke::architectures::{
     Arch, ArchKind, ArchParseError, Architectures, Coverage, coverage, format_list, parse_list,
 };
 
+use super::{
+    compat::PtxIsa,
+    ptx::{self, PtxError},
+};
 use crate::annotations;
 use object::{
     Endianness, FileKind, ReadCache,
@@ -39,6 +47,8 @@ const MAGIC: u32 = 0xBA55_ED50;
 const BLOB_HEADER: u64 = 16;
 /// The entry header up to and including `arch`.
 const ENTRY_FIELDS: u64 = 32;
+/// The entry header up to and including the decompressed size, as every real one has it.
+const ENTRY_FULL: u64 = 64;
 /// Headers are 64 or 72 bytes in real libraries; a larger one is not a fatbin we know.
 const MAX_HEADER: u64 = 4096;
 /// Zero padding allowed between blobs (they are aligned, a few bytes apart at most).
@@ -60,6 +70,56 @@ pub enum FatbinError {
     TooManyEntries,
     #[error("reading the ELF headers")]
     Elf(#[from] object::read::Error),
+    #[error("the PTX entry at offset {offset} cannot be read")]
+    Ptx {
+        offset: u64,
+        #[source]
+        source: PtxError,
+    },
+}
+
+/// One entry of a fatbin: SASS for a real architecture or PTX for a virtual one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FatbinEntry {
+    pub arch: Arch,
+    /// What the payload takes in the library (compressed, when it is).
+    pub payload_size: u64,
+    /// PTX's ISA version (`7.8`); `None` for SASS.
+    pub ptx_isa: Option<PtxIsa>,
+    /// Where the PTX text is, for a PTX entry.
+    text: Option<PtxText>,
+}
+
+/// Where a PTX entry's text is and how it is stored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct PtxText {
+    /// File offset of the entry's header, what errors name.
+    entry: u64,
+    /// File offset and length of the payload.
+    offset: u64,
+    payload: u64,
+    /// `(compressed length, decompressed size)` of an LZ4 payload.
+    lz4: Option<(u64, u64)>,
+}
+
+/// The newest PTX ISA of each PTX architecture (by its number, `90` for `compute_90`).
+pub type PtxIsas = BTreeMap<u32, PtxIsa>;
+
+/// The architectures of `entries`.
+pub fn entry_architectures(entries: &[FatbinEntry]) -> Architectures {
+    entries.iter().map(|e| e.arch).collect()
+}
+
+/// The newest ISA of each PTX architecture of `entries`.
+pub fn entry_ptx_isas(entries: &[FatbinEntry]) -> PtxIsas {
+    let mut isas = PtxIsas::new();
+    for entry in entries {
+        if let Some(isa) = entry.ptx_isa {
+            let newest = isas.entry(entry.arch.sm).or_insert(isa);
+            *newest = (*newest).max(isa);
+        }
+    }
+    isas
 }
 
 fn malformed(offset: u64, reason: &'static str) -> FatbinError {
@@ -104,16 +164,87 @@ fn u64_at(buf: &[u8], at: usize) -> u64 {
     u64::from_le_bytes(buf[at..at + 8].try_into().expect("8 bytes"))
 }
 
-/// The architectures of the fatbin section at `offset`, `size` bytes long, in `reader`.
+/// Reads `len` bytes at `offset`, `len` bounded by the caller.
+fn read_vec_at<R: Read + Seek>(
+    reader: &mut R,
+    offset: u64,
+    len: u64,
+) -> Result<Vec<u8>, FatbinError> {
+    let mut buf = vec![0u8; usize::try_from(len).expect("a bounded length")];
+    reader.seek(SeekFrom::Start(offset))?;
+    reader
+        .read_exact(&mut buf)
+        .map_err(|err| match err.kind() {
+            std::io::ErrorKind::UnexpectedEof => malformed(offset, "it ends before the file does"),
+            _ => FatbinError::Io(err),
+        })?;
+    Ok(buf)
+}
+
+/// A PTX entry's text: decompressed whole when it is LZ4, else its first
+/// [`ptx::VERSION_WINDOW`] bytes (all the `.version` directive needs).
+fn read_text<R: Read + Seek>(reader: &mut R, at: &PtxText) -> Result<Vec<u8>, FatbinError> {
+    let ptx_err = |source| FatbinError::Ptx {
+        offset: at.entry,
+        source,
+    };
+    let Some((compressed, size)) = at.lz4 else {
+        return read_vec_at(
+            reader,
+            at.offset,
+            at.payload.min(ptx::VERSION_WINDOW as u64),
+        );
+    };
+    if compressed > at.payload {
+        return Err(ptx_err(PtxError::CompressedLength {
+            compressed,
+            payload: at.payload,
+        }));
+    }
+    // Checked before the compressed bytes are read, so a forged size reads nothing.
+    ptx::check_decompressed_size(size, compressed).map_err(ptx_err)?;
+    let block = read_vec_at(reader, at.offset, compressed)?;
+    ptx::decompress(&block, size).map_err(ptx_err)
+}
+
+/// The ISA of a PTX entry: its header's, else its text's `.version`.
+fn entry_isa<R: Read + Seek>(
+    reader: &mut R,
+    header: &[u8],
+    at: &PtxText,
+) -> Result<PtxIsa, FatbinError> {
+    if let Some(isa) = ptx::header_isa(u16_at(header, 24), u16_at(header, 26)) {
+        return Ok(isa);
+    }
+    let text = read_text(reader, at)?;
+    ptx::version_directive(&text).map_err(|source| FatbinError::Ptx {
+        offset: at.entry,
+        source,
+    })
+}
+
+/// The text of the PTX `entry` of the library `reader` reads, as [`read_entries`] listed it
+/// (its first [`ptx::VERSION_WINDOW`] bytes when stored uncompressed); `None` for SASS.
+pub fn read_ptx_text<R: Read + Seek>(
+    reader: &mut R,
+    entry: &FatbinEntry,
+) -> Result<Option<Vec<u8>>, FatbinError> {
+    let Some(at) = &entry.text else {
+        return Ok(None);
+    };
+    read_text(reader, at).map(Some)
+}
+
+/// The entries of the fatbin section at `offset`, `size` bytes long, in `reader`.
 pub(crate) fn parse_section<R: Read + Seek>(
     reader: &mut R,
     offset: u64,
     size: u64,
-) -> Result<Architectures, FatbinError> {
+) -> Result<Vec<FatbinEntry>, FatbinError> {
     let end = offset
         .checked_add(size)
         .ok_or_else(|| malformed(offset, "its size overflows"))?;
-    let mut archs = Architectures::new();
+    let mut archs = Vec::new();
     let mut entries = 0usize;
     let mut pos = offset;
     let mut padding = 0u64;
@@ -153,12 +284,12 @@ pub(crate) fn parse_section<R: Read + Seek>(
     Ok(archs)
 }
 
-/// Adds the architectures of the entries between `pos` and `end` (one blob's payload).
+/// Adds the entries between `pos` and `end` (one blob's payload).
 fn parse_entries<R: Read + Seek>(
     reader: &mut R,
     mut pos: u64,
     end: u64,
-    archs: &mut Architectures,
+    archs: &mut Vec<FatbinEntry>,
     entries: &mut usize,
 ) -> Result<(), FatbinError> {
     while pos < end {
@@ -180,26 +311,75 @@ fn parse_entries<R: Read + Seek>(
             .filter(|&n| n <= end)
             .ok_or_else(|| malformed(pos, "an entry larger than its blob"))?;
         // Other kinds (none known) carry no architecture a device runs.
-        let kind = match kind {
-            KIND_SASS => Some(ArchKind::Sass),
-            KIND_PTX => Some(ArchKind::Ptx),
+        let entry = match kind {
+            KIND_SASS => Some(FatbinEntry {
+                arch: Arch {
+                    kind: ArchKind::Sass,
+                    sm,
+                },
+                payload_size: payload,
+                ptx_isa: None,
+                text: None,
+            }),
+            KIND_PTX => Some(ptx_entry(reader, pos, header_size, payload, sm)?),
             _ => None,
         };
-        if let Some(kind) = kind {
-            archs.insert(Arch { kind, sm });
-        }
+        archs.extend(entry);
         pos = next;
     }
     Ok(())
 }
 
+/// The PTX entry whose header of `header_size` bytes is at `pos`, its ISA read.
+fn ptx_entry<R: Read + Seek>(
+    reader: &mut R,
+    pos: u64,
+    header_size: u64,
+    payload: u64,
+    sm: u32,
+) -> Result<FatbinEntry, FatbinError> {
+    // A header shorter than real ones has no flags: its payload is read as plain text.
+    let header: [u8; ENTRY_FULL as usize] = if header_size >= ENTRY_FULL {
+        read_at(reader, pos)?
+    } else {
+        let short: [u8; ENTRY_FIELDS as usize] = read_at(reader, pos)?;
+        let mut header = [0u8; ENTRY_FULL as usize];
+        header[..short.len()].copy_from_slice(&short);
+        header
+    };
+    let lz4 = (u64_at(&header, 40) & ptx::FLAG_COMPRESSED != 0)
+        .then(|| (u64::from(u32_at(&header, 16)), u64_at(&header, 56)));
+    let text = PtxText {
+        entry: pos,
+        offset: pos + header_size,
+        payload,
+        lz4,
+    };
+    Ok(FatbinEntry {
+        arch: Arch {
+            kind: ArchKind::Ptx,
+            sm,
+        },
+        payload_size: payload,
+        ptx_isa: Some(entry_isa(reader, &header, &text)?),
+        text: Some(text),
+    })
+}
+
 /// The architectures of the library at `path`, or `None` when it is not an ELF file or has
-/// no fatbin (most libraries). Reads the ELF section headers and the fatbin's headers only.
+/// no fatbin (most libraries). See [`read_entries`].
+pub fn read_library(path: &Path) -> Result<Option<Architectures>, FatbinError> {
+    Ok(read_entries(path)?.map(|entries| entry_architectures(&entries)))
+}
+
+/// The fatbin entries of the library at `path`, in their order, or `None` when it is not an
+/// ELF file or has no fatbin. Reads the ELF section headers, the fatbin's headers and only
+/// the text of PTX entries whose header gives no ISA.
 #[allow(
     clippy::disallowed_methods,
     reason = "the caller names the library in its error"
 )]
-pub fn read_library(path: &Path) -> Result<Option<Architectures>, FatbinError> {
+pub fn read_entries(path: &Path) -> Result<Option<Vec<FatbinEntry>>, FatbinError> {
     let cache = ReadCache::new(File::open(path)?);
     let range = match FileKind::parse(&cache) {
         Ok(FileKind::Elf64) => fatbin_range::<FileHeader64<Endianness>>(&cache)?,
@@ -237,12 +417,25 @@ pub struct PackageArchitectures {
     pub package: String,
     /// Prefix-relative library path → its architectures; libraries without a fatbin left out.
     pub libraries: BTreeMap<String, Architectures>,
+    /// Prefix-relative library path → the newest ISA of each of its PTX architectures;
+    /// libraries without PTX left out.
+    pub ptx_isas: BTreeMap<String, PtxIsas>,
 }
 
 impl PackageArchitectures {
     /// What all its libraries carry together.
     pub fn union(&self) -> Architectures {
         self.libraries.values().flatten().copied().collect()
+    }
+
+    /// The newest ISA of each PTX architecture over all its libraries.
+    pub fn ptx_union(&self) -> PtxIsas {
+        let mut isas = PtxIsas::new();
+        for (&sm, &isa) in self.ptx_isas.values().flatten() {
+            let newest = isas.entry(sm).or_insert(isa);
+            *newest = (*newest).max(isa);
+        }
+        isas
     }
 }
 
@@ -263,15 +456,20 @@ pub fn scan_packages<'a>(
     let mut warnings = Vec::new();
     for (package, files) in packages {
         let mut libraries = BTreeMap::new();
+        let mut ptx_isas = BTreeMap::new();
         for rel in files.iter().filter(|f| is_shared_library(f)) {
             let path = prefix_dir.join(rel);
             // Symlinks (`libx.so` → `libx.so.12`) would count a library twice.
             if !fs_err::symlink_metadata(&path).is_ok_and(|m| m.is_file()) {
                 continue;
             }
-            match read_library(&path) {
-                Ok(Some(archs)) if !archs.is_empty() => {
-                    libraries.insert(rel.clone(), archs);
+            match read_entries(&path) {
+                Ok(Some(entries)) if !entries.is_empty() => {
+                    libraries.insert(rel.clone(), entry_architectures(&entries));
+                    let isas = entry_ptx_isas(&entries);
+                    if !isas.is_empty() {
+                        ptx_isas.insert(rel.clone(), isas);
+                    }
                 }
                 Ok(_) => {}
                 Err(err) => warnings.push(format!(
@@ -281,7 +479,11 @@ pub fn scan_packages<'a>(
             }
         }
         if !libraries.is_empty() {
-            found.push(PackageArchitectures { package, libraries });
+            found.push(PackageArchitectures {
+                package,
+                libraries,
+                ptx_isas,
+            });
         }
     }
     (found, warnings)
@@ -305,7 +507,7 @@ pub fn annotations(found: &[PackageArchitectures]) -> Vec<(String, String)> {
         .map(|(name, archs)| format!("{name}={}", format_list(archs)))
         .collect::<Vec<_>>()
         .join(";");
-    vec![
+    let mut pairs = vec![
         (
             annotations::CUDA_ARCHITECTURES.to_string(),
             format_list(&union),
@@ -314,7 +516,51 @@ pub fn annotations(found: &[PackageArchitectures]) -> Vec<(String, String)> {
             annotations::CUDA_PACKAGE_ARCHITECTURES.to_string(),
             per_package,
         ),
-    ]
+    ];
+    let ptx: BTreeMap<&str, PtxIsas> = found
+        .iter()
+        .map(|p| (p.package.as_str(), p.ptx_union()))
+        .filter(|(_, isas)| !isas.is_empty())
+        .collect();
+    if !ptx.is_empty() {
+        let value = ptx
+            .iter()
+            .map(|(name, isas)| format!("{name}={}", format_ptx_isas(isas)))
+            .collect::<Vec<_>>()
+            .join(";");
+        pairs.push((annotations::CUDA_PTX_ISA.to_string(), value));
+    }
+    pairs
+}
+
+/// `compute_90:8.1,compute_121:8.8`: each PTX architecture with its newest ISA.
+pub fn format_ptx_isas(isas: &PtxIsas) -> String {
+    isas.iter()
+        .map(|(sm, isa)| format!("compute_{sm}:{isa}"))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// Reads [`annotations::CUDA_PTX_ISA`] back: (package, its PTX ISAs), by name. An item that
+/// does not parse is left out, as in [`parse_package_annotation`].
+pub fn parse_ptx_annotation(value: &str) -> Vec<(String, PtxIsas)> {
+    let isas = |list: &str| -> Option<PtxIsas> {
+        list.split(',')
+            .map(|item| {
+                let (arch, isa) = item.split_once(':')?;
+                let arch: Arch = arch.parse().ok()?;
+                (arch.kind == ArchKind::Ptx).then_some(())?;
+                Some((arch.sm, isa.parse().ok()?))
+            })
+            .collect()
+    };
+    value
+        .split(';')
+        .filter_map(|item| {
+            let (name, list) = item.split_once('=')?;
+            Some((name.to_string(), isas(list)?))
+        })
+        .collect()
 }
 
 /// Reads [`annotations::CUDA_PACKAGE_ARCHITECTURES`] back: (package, architectures), by
@@ -406,6 +652,11 @@ mod tests {
         e[4..8].copy_from_slice(&64u32.to_le_bytes());
         e[8..16].copy_from_slice(&(payload.len() as u64).to_le_bytes());
         e[28..32].copy_from_slice(&sm.to_le_bytes());
+        if kind == KIND_PTX {
+            // ISA 8.1, as CUDA 12.1 writes it.
+            e[24..26].copy_from_slice(&1u16.to_le_bytes());
+            e[26..28].copy_from_slice(&8u16.to_le_bytes());
+        }
         e.extend_from_slice(payload);
         e
     }
@@ -422,6 +673,10 @@ mod tests {
     }
 
     fn parse(section: &[u8]) -> Result<Architectures, FatbinError> {
+        entries(section).map(|e| entry_architectures(&e))
+    }
+
+    fn entries(section: &[u8]) -> Result<Vec<FatbinEntry>, FatbinError> {
         parse_section(&mut Cursor::new(section), 0, section.len() as u64)
     }
 
@@ -476,6 +731,98 @@ mod tests {
         assert!(matches!(parse(&many), Err(FatbinError::TooManyEntries)));
     }
 
+    /// A PTX entry whose header holds no ISA (zero at 24 and 26), its text `payload`, LZ4
+    /// when `lz4` gives (compressed length, decompressed size).
+    fn bare_ptx(payload: &[u8], lz4: Option<(u32, u64)>) -> Vec<u8> {
+        let mut e = entry(KIND_PTX, 90, payload);
+        e[24..28].copy_from_slice(&[0; 4]);
+        if let Some((compressed, size)) = lz4 {
+            e[16..20].copy_from_slice(&compressed.to_le_bytes());
+            e[40..48].copy_from_slice(&(0x2011u64).to_le_bytes());
+            e[56..64].copy_from_slice(&size.to_le_bytes());
+        }
+        e
+    }
+
+    fn isas(section: &[u8]) -> Result<Vec<Option<String>>, FatbinError> {
+        Ok(entries(section)?
+            .iter()
+            .map(|e| e.ptx_isa.map(|i| i.to_string()))
+            .collect())
+    }
+
+    #[test]
+    fn the_ptx_isa_from_the_header_else_from_the_text() {
+        let text =
+            b"//\n// Generated by NVIDIA NVVM Compiler\n.version 7.8\n.target sm_90\n".repeat(40);
+        let block = lz4_flex::block::compress(&text);
+        let section = blob(&[
+            entry(KIND_SASS, 80, b"cubin"),
+            entry(KIND_PTX, 90, b"ignored: the header says 8.1"),
+            bare_ptx(b".version 8.5\n.target sm_90\n", None),
+            bare_ptx(&block, Some((block.len() as u32, text.len() as u64))),
+        ]);
+        assert_eq!(
+            isas(&section).unwrap(),
+            [
+                None,
+                Some("8.1".into()),
+                Some("8.5".into()),
+                Some("7.8".into())
+            ]
+        );
+        let found = entries(&section).unwrap();
+        assert_eq!(
+            format_ptx_isas(&entry_ptx_isas(&found)),
+            "compute_90:8.5",
+            "the newest ISA of each architecture"
+        );
+        let text_back = read_text(&mut Cursor::new(&section), found[3].text.as_ref().unwrap());
+        assert_eq!(text_back.unwrap(), text);
+    }
+
+    #[test]
+    fn hostile_ptx_entries_are_errors_naming_the_entry() {
+        let text = b".version 7.8\n.target sm_90\n".repeat(40);
+        let block = lz4_flex::block::compress(&text);
+        let n = block.len() as u32;
+        let cases: [(&str, Vec<u8>); 5] = [
+            ("no .version", bare_ptx(b".target sm_90\n", None)),
+            (
+                "a compressed length past the payload",
+                bare_ptx(&block, Some((n + 1, text.len() as u64))),
+            ),
+            (
+                "an exabyte decompressed",
+                bare_ptx(&block, Some((n, 1 << 60))),
+            ),
+            (
+                "a truncated block",
+                bare_ptx(&block[..block.len() / 2], Some((n / 2, text.len() as u64))),
+            ),
+            (
+                "a size too small for the text",
+                bare_ptx(&block, Some((n, 16))),
+            ),
+        ];
+        for (case, ptx) in cases {
+            let err = entries(&blob(&[ptx])).unwrap_err();
+            assert!(
+                matches!(err, FatbinError::Ptx { offset: 16, .. }),
+                "{case}: {err}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_ptx_annotation_reads_back() {
+        let isas = PtxIsas::from([(90, PtxIsa::new(8, 1)), (121, PtxIsa::new(8, 8))]);
+        assert_eq!(format_ptx_isas(&isas), "compute_90:8.1,compute_121:8.8");
+        let back =
+            parse_ptx_annotation("a=compute_90:8.1,compute_121:8.8;b=sm_90:8.1;c=compute_90:x;d");
+        assert_eq!(back, [("a".to_string(), isas)]);
+    }
+
     #[test]
     fn the_annotations_hold_the_union_and_each_package_in_order() {
         let package = |name: &str, libs: &[(&str, &str)]| PackageArchitectures {
@@ -484,6 +831,7 @@ mod tests {
                 .iter()
                 .map(|(l, a)| (l.to_string(), parse_list(a).unwrap()))
                 .collect(),
+            ptx_isas: BTreeMap::new(),
         };
         let found = [
             package("pypi:b-1", &[("l/b.so", "sm_90,compute_90")]),
@@ -525,6 +873,7 @@ mod tests {
                 ),
                 ("lib/new.so".to_string(), parse_list("sm_90").unwrap()),
             ]),
+            ptx_isas: BTreeMap::new(),
         }];
         // 9.0 runs `new.so` by SASS, `old.so` by PTX.
         assert!(check_architectures(&found, &parse_list("sm_90").unwrap()).is_ok());

@@ -5,6 +5,8 @@ pub use imgbuild_smoke::compat;
 
 pub mod fatbin;
 pub mod intent;
+pub mod jit;
+pub mod ptx;
 
 use indexmap::IndexMap;
 use rattler_conda_types::RepoDataRecord;
@@ -188,13 +190,21 @@ pub struct CudaImage {
     pub annotations: IndexMap<String, String>,
 }
 
-/// The image settings for `target` with the runtime the environment solved to.
-pub fn image_settings(target: &CudaTarget, solved: Option<&SolvedCuda>) -> CudaImage {
+/// The image settings for `target` with the runtime the environment solved to. `ptx` is the
+/// release whose driver the PTX-only libraries need ([`jit::newest_need`]), at most what
+/// `min-driver` runs (a build checks that first, [`jit::check_ptx_drivers`]).
+pub fn image_settings(
+    target: &CudaTarget,
+    solved: Option<&SolvedCuda>,
+    ptx: Option<CudaVersion>,
+) -> CudaImage {
     let runtime = solved.map_or(target.version, |s| s.version);
     // The toolkit refuses to start the container on a driver older than this. The image
     // needs no more than its runtime, and promises no more than its `min-driver` supports
-    // (lower with minor-version compatibility).
-    let required = runtime.min(target.virtual_cuda());
+    // (lower with minor-version compatibility); but PTX that the driver must JIT-compile
+    // needs its own release's driver, which minor-version compatibility does not lower.
+    let promised = runtime.min(target.virtual_cuda());
+    let required = ptx.map_or(promised, |ptx| promised.max(ptx));
     // `compat = true` does not put `PREFIX/cuda-compat` on the path: loaded on a host whose
     // driver is of the same or a newer branch, those libraries fail with error 803. The
     // build links them to `/usr/local/cuda/compat`, where NVIDIA's container toolkit finds
@@ -276,7 +286,7 @@ mod tests {
             full_version: "11.8.89".into(),
             version: "11.8".parse().unwrap(),
         };
-        let image = image_settings(&target("11.8", "520.61.05", false), Some(&solved));
+        let image = image_settings(&target("11.8", "520.61.05", false), Some(&solved), None);
         let env: Vec<String> = image.env.iter().map(|(k, v)| format!("{k}={v}")).collect();
         assert_eq!(
             env,
@@ -374,8 +384,11 @@ mod tests {
     fn minor_version_compatibility_lowers_the_requirement_and_compat_stays_off_the_path() {
         let t = target("12.4", "525.60.13", true);
         assert_eq!(t.support, Support::MinorVersion);
-        let image = image_settings(&t, None);
+        let image = image_settings(&t, None, None);
         assert_eq!(image.env["NVIDIA_REQUIRE_CUDA"], "cuda>=12.0");
+        // PTX-only libraries of ISA 8.1 need 12.1's driver: no minor-version compatibility.
+        let ptx = image_settings(&t, None, Some(CudaVersion::new(12, 1)));
+        assert_eq!(ptx.env["NVIDIA_REQUIRE_CUDA"], "cuda>=12.1");
         assert_eq!(image.env["CUDA_VERSION"], "12.4");
         // The container toolkit decides for the compat libraries at start, not the path.
         assert_eq!(

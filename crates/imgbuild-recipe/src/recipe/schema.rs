@@ -120,7 +120,8 @@ pub(crate) struct CudaSection {
     #[serde(default)]
     pub compat: bool,
     /// GPUs the image must run kernels on (`sm_80`): a library that runs on none fails the
-    /// build.
+    /// build, and so does one that runs on one only by PTX whose ISA needs a newer driver
+    /// than `min-driver`.
     #[serde(default)]
     pub architectures: Vec<Spanned<String>>,
 }
