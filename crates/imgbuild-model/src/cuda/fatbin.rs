@@ -812,6 +812,22 @@ mod tests {
                 "{case}: {err}"
             );
         }
+        // A 4 GiB block in a section (and blob, and entry) that claims a terabyte: refused
+        // before anything is read or allocated.
+        let mut huge = blob(&[bare_ptx(&block, Some((u32::MAX, 1 << 20)))]);
+        huge[8..16].copy_from_slice(&(1u64 << 40).to_le_bytes());
+        huge[16 + 8..16 + 16].copy_from_slice(&(1u64 << 39).to_le_bytes());
+        let err = parse_section(&mut Cursor::new(&huge), 0, 1 << 41).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                FatbinError::Ptx {
+                    source: PtxError::TooLarge { .. },
+                    ..
+                }
+            ),
+            "{err}"
+        );
     }
 
     #[test]

@@ -22,6 +22,10 @@ pub(crate) const MAX_PTX: u64 = 64 << 20;
 /// What LZ4 can at most expand to: every sequence of a block is at least one byte and yields
 /// at most 255 bytes per length byte, so no honest block grows more than this.
 const LZ4_MAX_RATIO: u64 = 255;
+/// The most an LZ4 block of [`MAX_PTX`] bytes of text takes: incompressible input grows by a
+/// length byte per 255 literals and a token. A larger block is not read (its length is a u32
+/// of the header: up to 4 GiB).
+const MAX_BLOCK: u64 = MAX_PTX + MAX_PTX / 255 + 16;
 /// How much of the text the `.version` directive is looked for in: it is the first
 /// statement, behind a few comment lines at most.
 pub(crate) const VERSION_WINDOW: usize = 64 << 10;
@@ -48,11 +52,11 @@ pub(crate) fn header_isa(minor: u16, major: u16) -> Option<PtxIsa> {
         .then(|| PtxIsa::new(u32::from(major), u32::from(minor)))
 }
 
-/// Checks that `size` bytes may honestly come out of `compressed` bytes of LZ4, before
-/// anything that size is allocated.
+/// Checks that `size` bytes may honestly come out of `compressed` bytes of LZ4, and that
+/// neither is beyond the bounds, before anything of either size is allocated.
 pub(crate) fn check_decompressed_size(size: u64, compressed: u64) -> Result<(), PtxError> {
     let most = compressed.saturating_mul(LZ4_MAX_RATIO).min(MAX_PTX);
-    if size > most {
+    if size > most || compressed > MAX_BLOCK {
         return Err(PtxError::TooLarge { size, compressed });
     }
     Ok(())
@@ -207,6 +211,9 @@ mod tests {
         ));
         assert!(check_decompressed_size(MAX_PTX + 1, MAX_PTX).is_err());
         assert!(check_decompressed_size(MAX_PTX, MAX_PTX).is_ok());
+        // A block of 4 GiB (the header's u32) is not read, whatever size it claims.
+        assert!(check_decompressed_size(16, u64::from(u32::MAX)).is_err());
+        assert!(check_decompressed_size(MAX_PTX, MAX_BLOCK).is_ok());
         // Random bytes: an error or some output, within the bound, never a panic.
         let mut state = 0x9e37_79b9_7f4a_7c15u64;
         for _ in 0..2000 {
