@@ -26,6 +26,7 @@ use sha2::{Digest, Sha256};
 
 use crate::{
     compression::bounded::{Bound, read_to_end_bounded},
+    cuda::fatbin::{ArchKind, Architectures, format_list},
     layers::LayerKind,
     oci::{
         annotations,
@@ -37,6 +38,15 @@ use crate::{
 /// The most bytes of one `conda-meta/*.json` or `RECORD` read for attribution; torch's
 /// conda record, the largest seen, is about 12 MB.
 pub(crate) const MAX_RECORD_BYTES: u64 = 64 << 20;
+
+/// What the report is asked for.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct SizeOptions {
+    /// How many of the largest files to list.
+    pub top: usize,
+    /// The GPUs the image is for: SASS no one of them runs is counted.
+    pub architectures: Option<Architectures>,
+}
 
 /// What the report says about an image.
 #[derive(Debug, Clone, Serialize)]
@@ -53,6 +63,28 @@ pub(crate) struct SizeReport {
     pub largest_files: Vec<FileSize>,
     /// Most bytes wasted first.
     pub duplicate_libraries: Vec<DuplicateLibrary>,
+    /// With `--architectures`: the SASS none of those GPUs runs.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sass_outside: Option<SassOutside>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct SassOutside {
+    /// The GPUs asked about, `sm_80,sm_90`.
+    pub architectures: String,
+    pub bytes: u64,
+    /// Most bytes first.
+    pub libraries: Vec<SassLibrary>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct SassLibrary {
+    pub path: String,
+    pub package: String,
+    /// Bytes of fatbin payload (as stored, compressed where it is) for other GPUs.
+    pub bytes: u64,
+    /// Those GPUs' SASS, `sm_50,sm_60`.
+    pub architectures: String,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -107,6 +139,11 @@ pub(crate) enum SizesError {
         #[source]
         source: crate::oci::read::ReadError,
     },
+    #[error("Cannot make a temporary directory to read libraries' fatbins in")]
+    Scratch {
+        #[source]
+        source: std::io::Error,
+    },
     #[error("Failed to read layer `{digest}` of `{image}`")]
     Layer {
         image: String,
@@ -123,7 +160,13 @@ struct Stored {
     bytes: u64,
     /// Of a shared library: its bytes' digest.
     sha256: Option<String>,
+    /// Of a library with a fatbin, when architectures were asked about: the SASS for
+    /// none of them, bytes and architectures.
+    sass_outside: Option<SassBytes>,
 }
+
+/// Bytes of SASS, and for which architectures.
+type SassBytes = (u64, Architectures);
 
 /// What one pass over the layers gathers.
 #[derive(Debug, Default)]
@@ -135,14 +178,16 @@ struct Walked {
     owners: BTreeMap<String, String>,
     /// Paths a later layer removed (whiteouts), with the layer that removed them.
     removed: Vec<(String, usize)>,
+    /// The GPUs asked about, and where a library is copied to have its fatbin read.
+    architectures: Option<(Architectures, tempfile::TempDir)>,
 }
 
 /// The size report of `image`, a local layout `DIR[:TAG]` (its `platform`, as `inspect`
-/// picks it), listing the `top` largest files.
+/// picks it).
 pub(crate) fn sizes_of(
     image: &str,
     platform: Option<rattler_conda_types::Subdir>,
-    top: usize,
+    options: &SizeOptions,
 ) -> Result<SizeReport, SizesError> {
     if let crate::smoke::ImageSource::Registry(_) = crate::smoke::ImageSource::of(image) {
         return Err(SizesError::Registry {
@@ -156,7 +201,7 @@ pub(crate) fn sizes_of(
             image: image.to_string(),
             source,
         })?;
-    size_report(image, &reference.dir, opened, top)
+    size_report(image, &reference.dir, opened, options)
 }
 
 /// The size report of `opened`, a local layout's image, read from `layout`.
@@ -164,7 +209,7 @@ fn size_report(
     image: &str,
     layout: &Path,
     opened: LayoutImage,
-    top: usize,
+    options: &SizeOptions,
 ) -> Result<SizeReport, SizesError> {
     let prefix = opened
         .manifest
@@ -174,7 +219,7 @@ fn size_report(
         .map(|p| p.trim_matches('/').to_string());
     let descriptors = opened.layers.clone();
     let base = BaseImage::from_layout(&crate::oci::layout::Layout::new(layout), opened);
-    let walked = walk(image, &base, prefix.as_deref())?;
+    let walked = walk(image, &base, prefix.as_deref(), options)?;
     let labels = layer_labels(&descriptors);
     let owner_of = |path: &str, layer: usize| owner(&walked.owners, &labels[layer], path);
     let layers = layer_sizes(&descriptors, &labels, &walked);
@@ -184,16 +229,33 @@ fn size_report(
         image: image.to_string(),
         compressed: layers.iter().map(|l| l.compressed).sum(),
         uncompressed: layers.iter().map(|l| l.uncompressed).sum(),
-        largest_files: largest(&visible, top, &owner_of),
+        largest_files: largest(&visible, options.top, &owner_of),
         duplicate_libraries: duplicates(&visible, &owner_of),
+        sass_outside: options
+            .architectures
+            .as_ref()
+            .map(|archs| sass_outside(archs, &visible, &owner_of)),
         packages,
         layers,
     })
 }
 
 /// Reads every layer once, bottom first.
-fn walk(image: &str, base: &BaseImage, prefix: Option<&str>) -> Result<Walked, SizesError> {
-    let mut walked = Walked::default();
+fn walk(
+    image: &str,
+    base: &BaseImage,
+    prefix: Option<&str>,
+    options: &SizeOptions,
+) -> Result<Walked, SizesError> {
+    let scratch = |source| SizesError::Scratch { source };
+    let architectures = match &options.architectures {
+        Some(archs) => Some((archs.clone(), tempfile::tempdir().map_err(scratch)?)),
+        None => None,
+    };
+    let mut walked = Walked {
+        architectures,
+        ..Walked::default()
+    };
     let mut index_of: BTreeMap<String, usize> = BTreeMap::new();
     for (i, layer) in base.layers.iter().enumerate() {
         index_of.entry(layer.digest().to_string()).or_insert(i);
@@ -276,11 +338,13 @@ fn record_file(
         layer,
         bytes: 0,
         sha256: None,
+        sass_outside: None,
     };
     if is_library(name) {
-        let (bytes, digest) = hash(entry)?;
+        let (bytes, digest, sass) = read_library(walked, entry)?;
         stored.bytes = bytes;
         stored.sha256 = Some(digest);
+        stored.sass_outside = sass;
     } else if let Some(kind) = record_kind(path, prefix) {
         let bound = Bound::new(
             MAX_RECORD_BYTES,
@@ -314,8 +378,76 @@ fn soname(name: &str) -> String {
     }
 }
 
-/// sha256 of what `entry` holds, and how many bytes.
-fn hash(entry: &mut impl Read) -> std::io::Result<(u64, String)> {
+/// A library's bytes, digest and, when architectures were asked about, the SASS of its
+/// fatbin that none of them runs (read from a copy beneath the scratch directory; a
+/// library whose fatbin cannot be read counts none).
+fn read_library(
+    walked: &Walked,
+    entry: &mut impl Read,
+) -> std::io::Result<(u64, String, Option<SassBytes>)> {
+    let Some((archs, scratch)) = &walked.architectures else {
+        let (bytes, digest) = hash_into(entry, &mut std::io::sink())?;
+        return Ok((bytes, digest, None));
+    };
+    let copy = scratch.path().join("library");
+    let mut file = fs_err::File::create(&copy)?;
+    let (bytes, digest) = hash_into(entry, &mut file)?;
+    drop(file);
+    let entries = crate::cuda::fatbin::read_entries(&copy).ok().flatten();
+    fs_err::remove_file(&copy)?;
+    let sass = entries
+        .map(|entries| sass_for_others(&entries, archs))
+        .filter(|(bytes, _)| *bytes > 0);
+    Ok((bytes, digest, sass))
+}
+
+/// The bytes and architectures of SASS in `entries` that no GPU of `archs` runs: SASS
+/// `sm_XY` runs on the same major at minor Y or above.
+fn sass_for_others(
+    entries: &[crate::cuda::fatbin::FatbinEntry],
+    archs: &Architectures,
+) -> SassBytes {
+    let runs = |sm: u32| archs.iter().any(|d| d.sm / 10 == sm / 10 && sm <= d.sm);
+    entries
+        .iter()
+        .filter(|e| e.arch.kind == ArchKind::Sass && !runs(e.arch.sm))
+        .fold((0, Architectures::new()), |(bytes, mut set), e| {
+            set.insert(e.arch);
+            (bytes + e.payload_size, set)
+        })
+}
+
+/// The SASS for other GPUs than `archs` in the files the container sees.
+fn sass_outside(
+    archs: &Architectures,
+    visible: &BTreeMap<&str, &Stored>,
+    owner_of: &impl Fn(&str, usize) -> String,
+) -> SassOutside {
+    let mut libraries: Vec<SassLibrary> = visible
+        .iter()
+        .filter_map(|(path, stored)| {
+            let (bytes, set) = stored.sass_outside.as_ref()?;
+            Some(SassLibrary {
+                path: format!("/{path}"),
+                package: owner_of(path, stored.layer),
+                bytes: *bytes,
+                architectures: format_list(set),
+            })
+        })
+        .collect();
+    libraries.sort_by(|a, b| b.bytes.cmp(&a.bytes).then(a.path.cmp(&b.path)));
+    SassOutside {
+        architectures: format_list(archs),
+        bytes: libraries.iter().map(|l| l.bytes).sum(),
+        libraries,
+    }
+}
+
+/// sha256 of what `entry` holds, and how many bytes, copied to `out` as it goes.
+fn hash_into(
+    entry: &mut impl Read,
+    out: &mut impl std::io::Write,
+) -> std::io::Result<(u64, String)> {
     let mut hasher = Sha256::new();
     let mut buf = vec![0u8; 1 << 16];
     let mut total = 0u64;
@@ -325,6 +457,7 @@ fn hash(entry: &mut impl Read) -> std::io::Result<(u64, String)> {
             break;
         }
         hasher.update(&buf[..n]);
+        out.write_all(&buf[..n])?;
         total += n as u64;
     }
     Ok((total, format!("sha256:{}", hex::encode(hasher.finalize()))))
@@ -657,6 +790,7 @@ mod tests {
             layer,
             bytes,
             sha256: Some(sha.to_string()),
+            sass_outside: None,
         };
         let (a, b, c) = (
             lib(0, 100, "sha256:1"),

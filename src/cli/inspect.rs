@@ -20,7 +20,8 @@ Examples:
   imgbuild inspect images/multi --platform linux/arm64   # one platform of a multi-platform image
   imgbuild inspect images/py39-torch21:cuda11.8 --json | jq '.layers[].packages'
   imgbuild inspect registry.example/ml/py39-torch21:v1    # its manifest and config only
-  imgbuild inspect images/py39-torch21 --sizes --top 10  # where the bytes are";
+  imgbuild inspect images/py39-torch21 --sizes --top 10  # where the bytes are
+  imgbuild inspect images/py39-torch21 --sizes --architectures sm_80,sm_90";
 
 pub(super) const DIFF_EXAMPLES: &str = "\
 Examples:
@@ -49,6 +50,14 @@ pub(crate) struct InspectArgs {
     /// With `--sizes`, how many of the largest files to list
     #[arg(long, value_name = "N", default_value_t = 20, requires = "sizes")]
     pub top: usize,
+    /// With `--sizes`, the GPUs the image is for (`sm_80,sm_90`, as `[cuda] architectures`):
+    /// the bytes of SASS that none of them runs, per library
+    #[arg(long, value_name = "LIST", value_parser = parse_architectures, requires = "sizes")]
+    pub architectures: Option<crate::cuda::fatbin::Architectures>,
+}
+
+fn parse_architectures(text: &str) -> Result<crate::cuda::fatbin::Architectures, String> {
+    crate::cuda::fatbin::parse_list(text).map_err(|e| e.to_string())
 }
 
 #[derive(Debug, Args)]
@@ -73,10 +82,14 @@ pub(super) async fn run_inspect(
     printer: &Printer,
 ) -> Result<ExitCode, CommandFailure> {
     if args.sizes {
+        let options = crate::sizes::SizeOptions {
+            top: args.top,
+            architectures: args.architectures.clone(),
+        };
         return super::inspect_sizes::run_sizes(
             &args.image,
             args.platform,
-            args.top,
+            &options,
             args.json,
             printer,
         );

@@ -3,20 +3,20 @@
 use std::{fmt::Write, process::ExitCode};
 
 use super::printer::{CommandFailure, Printer, human_bytes};
-use crate::sizes::{SizeReport, sizes_of};
+use crate::sizes::{SizeOptions, SizeReport, sizes_of};
 
 /// How many packages the text lists; `--json` has them all.
 const TEXT_PACKAGES: usize = 25;
 
-/// `inspect IMAGE --sizes [--top N] [--json]`, the image's `platform` as `inspect` picks it.
+/// `inspect IMAGE --sizes [--top N] [--architectures LIST] [--json]`, the image's `platform` as `inspect` picks it.
 pub(super) fn run_sizes(
     image: &str,
     platform: Option<rattler_conda_types::Subdir>,
-    top: usize,
+    options: &SizeOptions,
     json: bool,
     printer: &Printer,
 ) -> Result<ExitCode, CommandFailure> {
-    let report = sizes_of(image, platform, top).map_err(|e| CommandFailure::new(e, 1))?;
+    let report = sizes_of(image, platform, options).map_err(|e| CommandFailure::new(e, 1))?;
     if json {
         printer.result(serde_json::to_string_pretty(&report).expect("the report serializes"));
     } else {
@@ -38,7 +38,31 @@ fn render(report: &SizeReport) -> String {
     render_packages(&mut out, report);
     render_files(&mut out, report);
     render_duplicates(&mut out, report);
+    render_sass(&mut out, report);
     out
+}
+
+fn render_sass(out: &mut String, report: &SizeReport) {
+    let Some(sass) = &report.sass_outside else {
+        return;
+    };
+    let _ = writeln!(
+        out,
+        "\nSASS for GPUs other than {}: {} in {} libraries",
+        sass.architectures,
+        human_bytes(sass.bytes),
+        sass.libraries.len()
+    );
+    for library in &sass.libraries {
+        let _ = writeln!(
+            out,
+            "  {:>10}  {}  ({}; {})",
+            human_bytes(library.bytes),
+            library.path,
+            library.package,
+            library.architectures
+        );
+    }
 }
 
 fn render_layers(out: &mut String, report: &SizeReport) {

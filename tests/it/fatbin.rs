@@ -646,3 +646,49 @@ fn k8s_raises_the_driver_floor_where_only_real_curand_ptx_runs() {
     // Three driver terms per GPU class: 525.60.13 (or 530.30.02) by major, minor, rev.
     assert_eq!(terms.len(), 9, "{terms:#?}");
 }
+
+/// `inspect --sizes --architectures sm_90` counts the SASS of the real cuRAND 12.1 that an
+/// sm_90 GPU never runs: every SASS but sm_90's, read from the fatbin's entry headers.
+#[test]
+fn sizes_count_the_real_curand_sass_for_other_gpus() {
+    let channel = tempfile::tempdir().unwrap();
+    write_curand_channel(channel.path()).unwrap();
+    let project = Project::new();
+    project.write_recipe(&tiny_recipe(channel.path(), "curand", &["libcurand"]));
+    project.run(&["build", "recipes/image.toml"]).success();
+    let sizes = |archs: &str| -> serde_json::Value {
+        let run = project
+            .run(&[
+                "inspect",
+                "images/curand",
+                "--sizes",
+                "--json",
+                "--architectures",
+                archs,
+            ])
+            .success();
+        serde_json::from_str(&run.stdout).unwrap()
+    };
+    let hopper = sizes("sm_90");
+    let outside = &hopper["sass_outside"];
+    assert_eq!(outside["architectures"], "sm_90");
+    let library = &outside["libraries"][0];
+    assert_eq!(library["path"], "/opt/conda/lib/libcurand.so.10");
+    assert_eq!(library["package"], "libcurand-10.3.2.106-h0_0");
+    let others = library["architectures"].as_str().unwrap();
+    assert!(
+        others.starts_with("sm_50,") && !others.contains("sm_90"),
+        "{others}"
+    );
+    let bytes = library["bytes"].as_u64().unwrap();
+    let file = hopper["largest_files"][0]["bytes"].as_u64().unwrap();
+    assert!(bytes > 0 && bytes < file, "{bytes} of {file}");
+    // Asked about every GPU it has SASS for, nothing is for others.
+    let all = sizes("sm_50,sm_52,sm_60,sm_61,sm_70,sm_75,sm_80,sm_86,sm_89,sm_90");
+    assert_eq!(
+        all["sass_outside"]["bytes"].as_u64(),
+        Some(0),
+        "{}",
+        all["sass_outside"]
+    );
+}
