@@ -44,6 +44,7 @@ mod hostile_pypi;
 mod hostile_registry;
 mod hostile_runtime;
 mod hostile_silence;
+mod hostile_unpack;
 mod image_config;
 mod import_locks;
 mod init;
