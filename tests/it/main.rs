@@ -80,6 +80,7 @@ mod slurm;
 mod slurm_jupyter;
 mod smoke;
 mod smoke_embed;
+mod smoke_framework;
 mod standalone;
 mod torch_solve;
 mod trust;
