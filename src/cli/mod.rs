@@ -310,10 +310,11 @@ pub fn main() -> ExitCode {
 
 /// The limits read from the environment as positive integers wherever they apply; a value
 /// that is not one is ignored there, and warned of once, here.
-const LIMIT_SETTINGS: [&str; 5] = [
+const LIMIT_SETTINGS: [&str; 6] = [
     crate::compression::bounded::RATIO_ENV,
     crate::http::repodata::MAX_REPODATA_ENV,
     crate::smoke::extract::MAX_LIBRARY_ENV,
+    crate::smoke::unpack::MAX_ROOTFS_ENV,
     crate::download::MAX_UNSIZED_ENV,
     crate::registry::push::CHUNK_ENV,
 ];

@@ -4,10 +4,13 @@
 //! The layers are strangers' archives and imgbuild often runs as root, so every write is
 //! confined by construction: the root is opened once as a `cap-std` directory and every
 //! path is resolved beneath it, so no `..`, absolute link or link planted by an earlier
-//! entry can lead a write outside. What a container could use against the host is left out:
-//! device nodes and fifos are not made, set-user-ID and set-group-ID bits are dropped, and
-//! `dev`, `proc` and `sys` stay empty for the sandbox to mount. Whiteouts and opaque
-//! directories apply as a container runtime applies them. Bytes and entries are bounded.
+//! entry can lead a write outside; links themselves are kept as written, absolute ones
+//! included, for the sandbox's `chroot` to resolve, and an entry that would need one
+//! followed out of the root is refused, naming it. What a container could use against the
+//! host is left out: device nodes and fifos are not made, set-user-ID and set-group-ID bits
+//! are dropped, and `dev`, `proc` and `sys` stay empty for the sandbox to mount. Whiteouts
+//! and opaque directories apply as a container runtime applies them (one that names no file
+//! is refused). Bytes and entries are bounded.
 
 use std::{
     io::Read,
@@ -43,6 +46,23 @@ pub enum UnpackError {
     TooManyEntries { layer: String },
     #[error("`{path}` in layer `{layer}` leads outside the image's root (`..` above it)")]
     Outside { layer: String, path: String },
+    #[error("`{path}` in layer `{layer}` is a hard link to `{target}`, outside the image's root")]
+    LinkOutside {
+        layer: String,
+        path: String,
+        target: String,
+    },
+    #[error(
+        "`{path}` in layer `{layer}` lies beneath `{link}`, a link to `{target}` that leads to no directory inside the image's root"
+    )]
+    BeneathLink {
+        layer: String,
+        path: String,
+        link: String,
+        target: String,
+    },
+    #[error("`{path}` in layer `{layer}` is a whiteout that names no file")]
+    BadWhiteout { layer: String, path: String },
     #[error("cannot unpack `{path}` of layer `{layer}`")]
     Entry {
         layer: String,
@@ -91,9 +111,11 @@ pub fn unpack(image: &BaseImage) -> Result<UnpackedRoot, UnpackError> {
         .map_err(root_error)?;
     let root =
         Dir::open_ambient_dir(dir.path(), cap_std::ambient_authority()).map_err(root_error)?;
+    let max = bounded::env_u64(MAX_ROOTFS_ENV).unwrap_or(MAX_ROOTFS);
     let mut writer = RootWriter {
         root,
-        left: bounded::env_u64(MAX_ROOTFS_ENV).unwrap_or(MAX_ROOTFS),
+        max,
+        left: max,
         entries: 0,
     };
     let layer_error = |digest, source| UnpackError::Layer { digest, source };
@@ -111,6 +133,8 @@ pub fn unpack(image: &BaseImage) -> Result<UnpackedRoot, UnpackError> {
 
 struct RootWriter {
     root: Dir,
+    /// The most the files may hold, all layers together.
+    max: u64,
     left: u64,
     entries: usize,
 }
@@ -151,10 +175,27 @@ impl RootWriter {
             return self.clear(parent).map_err(io);
         }
         if let Some(hidden) = name.strip_prefix(WHITEOUT) {
+            // `.wh.`, `.wh..` and `.wh...` would remove their own directory or its parent.
+            if matches!(hidden, "" | "." | "..") {
+                return Err(UnpackError::BadWhiteout {
+                    layer: layer.into(),
+                    path: path.into(),
+                });
+            }
             return self.remove(&parent.join(hidden)).map_err(io);
         }
         if !parent.as_os_str().is_empty() {
-            self.root.create_dir_all(parent).map_err(io)?;
+            self.root
+                .create_dir_all(parent)
+                .map_err(|source| match self.planted_link(parent) {
+                    Some((link, target)) => UnpackError::BeneathLink {
+                        layer: layer.into(),
+                        path: path.into(),
+                        link: link.display().to_string(),
+                        target: target.display().to_string(),
+                    },
+                    None => io(source),
+                })?;
         }
         let mode = entry.header().mode().unwrap_or(0o644) & 0o1777;
         match entry.header().entry_type() {
@@ -166,13 +207,18 @@ impl RootWriter {
             EntryType::Symlink => {
                 let target = entry.link_name().map_err(io)?.unwrap_or_default();
                 self.remove(&rel).map_err(io)?;
-                self.root.symlink(&target, &rel).map_err(io)
+                // Kept as written, absolute (`/etc/alternatives/…`) or not: it is resolved in
+                // the sandbox's chroot, and never followed here, where every path is
+                // resolved beneath the root.
+                self.root.symlink_contents(&target, &rel).map_err(io)
             }
             EntryType::Link => {
                 let target = entry.link_name().map_err(io)?.unwrap_or_default();
-                let target = plain(&target.to_string_lossy()).ok_or(UnpackError::Outside {
+                let target = target.to_string_lossy();
+                let target = plain(&target).ok_or_else(|| UnpackError::LinkOutside {
                     layer: layer.into(),
                     path: path.into(),
+                    target: target.to_string(),
                 })?;
                 self.remove(&rel).map_err(io)?;
                 self.root.hard_link(&target, &self.root, &rel).map_err(io)
@@ -216,7 +262,8 @@ impl RootWriter {
             self.left,
             format!("`{path}` in layer `{layer}`"),
             format!(
-                "what is left of the most an unpacked image may hold; {MAX_ROOTFS_ENV} sets it"
+                "what is left of the {} bytes an unpacked image may hold; {MAX_ROOTFS_ENV} sets it",
+                self.max
             ),
         );
         let written = std::io::copy(&mut Bounded::new(entry, bound), &mut out).map_err(|err| {
@@ -228,6 +275,27 @@ impl RootWriter {
         self.left = self.left.saturating_sub(written);
         out.set_permissions(Permissions::from_std(mode_bits(mode)))
             .map_err(io)
+    }
+
+    /// The first link among `dir` and its ancestors that leads to no directory beneath the
+    /// root (out of it, as `usr/local -> /`, or nowhere), and its target: why `dir` cannot
+    /// be made. Links are never followed out of the root, so an entry beneath one is refused.
+    fn planted_link(&self, dir: &Path) -> Option<(PathBuf, PathBuf)> {
+        let mut ancestors: Vec<&Path> = dir.ancestors().collect();
+        ancestors.reverse();
+        ancestors
+            .into_iter()
+            .filter(|a| !a.as_os_str().is_empty())
+            .find(|a| {
+                self.root
+                    .symlink_metadata(a)
+                    .is_ok_and(|m| m.file_type().is_symlink())
+                    && !self.root.metadata(a).is_ok_and(|m| m.is_dir())
+            })
+            .map(|a| {
+                let target = self.root.read_link_contents(a).unwrap_or_default();
+                (a.to_path_buf(), target)
+            })
     }
 
     /// Removes whatever is at `rel`, if anything.

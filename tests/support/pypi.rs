@@ -82,6 +82,28 @@ MarkupSafe-2.1.5-cp39-cp39-manylinux_2_17_aarch64.manylinux2014_aarch64.whl",
     sha256: "3e53af139f8579a6d5f7b76549125f0d94d7e630761a2111bc431fd820e163b8",
 };
 
+/// PyTorch 1.12.1 for CPython 3.9, PyPI's default build: CUDA 10.2 (`torch.version.cuda`),
+/// its cudart, cuBLAS and NVRTC bundled in `torch/lib`; 776 MB. `Requires-Dist:
+/// typing-extensions`. Its `RECORD` gives `torch-1.12.1.dist-info/METADATA` 22814 bytes and
+/// a sha256 that the 22808 bytes it holds do not have (every other row is right): pip
+/// installs it without checking, imgbuild refuses it (see [`wheel_with_record_fixed`]).
+pub(crate) const TORCH_1_12_1_CP39: PinnedWheel = PinnedWheel {
+    file_name: "torch-1.12.1-cp39-cp39-manylinux1_x86_64.whl",
+    url: "https://files.pythonhosted.org/packages/1e/2f/\
+06d30fbc76707f14641fe737f0715f601243e039d676be487d0340559c86/\
+torch-1.12.1-cp39-cp39-manylinux1_x86_64.whl",
+    sha256: "9b356aea223772cd754edb4d9ecf2a025909b8615a7668ac7d5130f86e7ec421",
+};
+
+/// `typing_extensions` 4.12.2, pure Python: what [`TORCH_1_12_1_CP39`] needs.
+pub(crate) const TYPING_EXTENSIONS_4_12_2: PinnedWheel = PinnedWheel {
+    file_name: "typing_extensions-4.12.2-py3-none-any.whl",
+    url: "https://files.pythonhosted.org/packages/26/9f/\
+ad63fc0248c5379346306f8668cda6e2e2e9c95e01216d2b8ffd9ff037d0/\
+typing_extensions-4.12.2-py3-none-any.whl",
+    sha256: "04e5ca0351e0f3f85c6853954072df659d0d13fac324d0072316b67d7794700d",
+};
+
 /// Each of `wheels` (fetched into the test cache, see [`fetch_wheel`]) with its project, the
 /// pairs an index is built from: `SimpleIndex::serve(&pinned_dists(&[SIX_1_16_0])?)`.
 pub(crate) fn pinned_dists(wheels: &[PinnedWheel]) -> anyhow::Result<Vec<(PathBuf, String)>> {
@@ -105,6 +127,69 @@ fn wheel_project(file_name: &str) -> anyhow::Result<String> {
     let name = stem.split('-').next().unwrap_or_default();
     ensure!(!name.is_empty(), "{file_name} names no project");
     Ok(name.replace('_', "-"))
+}
+
+/// A copy of `wheel` (fetched, see [`fetch_wheel`]) whose `RECORD` row for `member` is
+/// corrected to the member's real sha256 and size, every other member copied raw (not
+/// recompressed); kept in the test cache under `record-fixed/`, with the wheel's file name.
+/// For a real wheel whose `RECORD` is wrong about one file (see [`TORCH_1_12_1_CP39`]), which
+/// imgbuild's installer refuses as it refuses any file its `RECORD` does not vouch for.
+pub(crate) fn wheel_with_record_fixed(
+    wheel: &PinnedWheel,
+    member: &str,
+) -> anyhow::Result<PathBuf> {
+    let cache = test_cache_dir();
+    let original = fetch_wheel(&cache, wheel)?;
+    let dir = cache.join("record-fixed");
+    let out = dir.join(wheel.file_name);
+    if out.is_file() {
+        return Ok(out);
+    }
+    fs_err::create_dir_all(&dir)?;
+    let mut archive = zip::ZipArchive::new(BufReader::new(fs_err::File::open(&original)?))?;
+    let record_name = archive
+        .file_names()
+        .filter_map(Result::ok)
+        .find(|n| n.ends_with(".dist-info/RECORD"))
+        .map(|n| n.into_owned())
+        .with_context(|| format!("{} has no RECORD", wheel.file_name))?;
+    let mut bytes = Vec::new();
+    archive.by_name(member)?.read_to_end(&mut bytes)?;
+    let hash = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(Sha256::digest(&bytes));
+    let mut record = String::new();
+    archive.by_name(&record_name)?.read_to_string(&mut record)?;
+    let row = format!("{member},");
+    ensure!(
+        record.lines().any(|line| line.starts_with(&row)),
+        "the RECORD of {} has no row for {member}",
+        wheel.file_name
+    );
+    let fixed: String = record
+        .lines()
+        .map(|line| match line.starts_with(&row) {
+            true => format!("{member},sha256={hash},{}\n", bytes.len()),
+            false => format!("{line}\n"),
+        })
+        .collect();
+    let mut writer = zip::ZipWriter::new(
+        tempfile::Builder::new()
+            .prefix(".record-fixed-")
+            .tempfile_in(&dir)?,
+    );
+    for i in 0..archive.len() {
+        let file = archive.by_index_raw(i)?;
+        if file.name()? == record_name {
+            drop(file);
+            let options = zip::write::SimpleFileOptions::default()
+                .compression_method(zip::CompressionMethod::Deflated);
+            writer.start_file(record_name.as_str(), options)?;
+            writer.write_all(fixed.as_bytes())?;
+        } else {
+            writer.raw_copy_file(file)?;
+        }
+    }
+    writer.finish()?.persist(&out)?;
+    Ok(out)
 }
 
 /// PEP 503 normalization: runs of `-`, `_` and `.` become one `-`, lowercase.
