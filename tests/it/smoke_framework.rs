@@ -6,7 +6,8 @@
 //! - PyPI's `torch` 1.12.1 wheel (CUDA 10.2) on a Python 3.9 sees no driver: `no-device`,
 //!   with torch's own reason.
 //!
-//! Without a driver the CUDA part's verdict, `no-device` (exit 3), stands; the framework
+//! Without a driver the CUDA part's verdict, `no-device` (exit 3), stands unless the framework
+//! fails on any machine (a CPU build: `framework-failure`, exit 6); the framework
 //! part still runs (it needs no GPU to tell a CPU build) and is in the report beside it.
 //! With a GPU these verdicts would differ; that path is proven on the device machine.
 
@@ -38,14 +39,15 @@ fn skipped_with_a_driver() -> bool {
     driver
 }
 
-/// The `--json` report of a smoke run without a driver: exit 3, `no-device` for the CUDA
-/// part, and the one framework check, PyTorch's.
+/// The `--json` report of a smoke run without a driver, with exit `code` and `verdict`
+/// (`no-device` from the CUDA part, or `framework-failure` when the framework fails on any
+/// machine), and the one framework check, PyTorch's.
 #[track_caller]
-fn pytorch_check(run: &Run) -> Value {
-    assert_eq!(run.code, 3, "{}{}", run.stdout, run.stderr);
+fn pytorch_check(run: &Run, code: i32, verdict: &str) -> Value {
+    assert_eq!(run.code, code, "{}{}", run.stdout, run.stderr);
     assert!(!run.stderr.contains("panicked"), "{}", run.stderr);
     let report: Value = serde_json::from_str(&run.stdout).unwrap();
-    assert_eq!(report["verdict"], "no-device", "{report}");
+    assert_eq!(report["verdict"], verdict, "{report}");
     assert_eq!(report["gpu"], Value::Null, "{report}");
     let checks = report["framework"].as_array().expect("a framework section");
     assert_eq!(checks.len(), 1, "{report}");
@@ -76,7 +78,11 @@ fn debians_pytorch_is_a_cpu_build() {
     project.write_recipe(&recipe);
     project.build(&[]).success();
     // No layer of a base imgbuild did not build names its packages: `--framework` asks.
-    let check = pytorch_check(&project.run(&["smoke", "images/debtorch", "--framework", "--json"]));
+    let check = pytorch_check(
+        &project.run(&["smoke", "images/debtorch", "--framework", "--json"]),
+        6,
+        "framework-failure",
+    );
     assert_eq!(check["verdict"], "cpu-build", "{check}");
     assert_eq!(check["python"], "/usr/bin/python3", "{check}");
     assert_eq!(check["python_version"], "3.11.2", "{check}");
@@ -124,7 +130,11 @@ fn pypis_cuda_wheel_of_pytorch_sees_no_device_without_a_driver() {
     project.write_recipe(&recipe);
     project.build(&[]).success();
     // No `--framework`: the layer of the torch wheel says it is there.
-    let check = pytorch_check(&project.run(&["smoke", "images/cudatorch", "--json"]));
+    let check = pytorch_check(
+        &project.run(&["smoke", "images/cudatorch", "--json"]),
+        3,
+        "no-device",
+    );
     assert_eq!(check["verdict"], "no-device", "{check}");
     assert_eq!(check["python"], "/opt/conda/bin/python3", "{check}");
     assert_eq!(check["python_version"], "3.9.2", "{check}");

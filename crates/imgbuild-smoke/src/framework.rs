@@ -87,6 +87,16 @@ pub enum FrameworkVerdict {
 }
 
 impl FrameworkVerdict {
+    /// Whether the verdict holds whatever GPU and driver the machine has.
+    pub fn fails_anywhere(self) -> bool {
+        matches!(
+            self,
+            FrameworkVerdict::CpuBuild
+                | FrameworkVerdict::MissingLibrary
+                | FrameworkVerdict::Broken
+        )
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             FrameworkVerdict::Pass => "pass",

@@ -245,11 +245,24 @@ impl SmokeReport {
             .filter(|c| c.verdict != FrameworkVerdict::Pass)
             .map(|c| format!("{} {}", c.framework, c.verdict.as_str()))
             .collect();
+        // A CPU build, a missing library or a framework that does not import fails on any
+        // machine: found without a GPU, it is the verdict, not `no-device`.
+        let anywhere: Vec<String> = checks
+            .iter()
+            .filter(|c| c.verdict.fails_anywhere())
+            .map(|c| format!("{} {}", c.framework, c.verdict.as_str()))
+            .collect();
         if self.verdict == Verdict::Pass && !failed.is_empty() {
             self.verdict = Verdict::FrameworkFailure;
             self.message = format!(
                 "the CUDA stack passed, but not the framework: {}",
                 failed.join(", ")
+            );
+        } else if self.verdict == Verdict::NoDevice && !anywhere.is_empty() {
+            self.verdict = Verdict::FrameworkFailure;
+            self.message = format!(
+                "no GPU here, but the framework fails on any machine: {}",
+                anywhere.join(", ")
             );
         }
         self.framework = checks;
@@ -384,6 +397,23 @@ fn write_ping_pong(out: &mut String, run: &PingPongTiming) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_framework_broken_anywhere_is_the_verdict_without_a_gpu() {
+        use crate::framework::{FrameworkCheck, FrameworkVerdict};
+        let check = |verdict| {
+            let mut c = FrameworkCheck::broken("pytorch", "/usr/bin/python3", String::new());
+            c.verdict = verdict;
+            c
+        };
+        let none = || SmokeReport::new("i".into(), None, Vec::new());
+        let cpu = none().with_frameworks(vec![check(FrameworkVerdict::CpuBuild)]);
+        assert_eq!(cpu.verdict, Verdict::FrameworkFailure);
+        assert!(cpu.message.contains("pytorch cpu-build"), "{}", cpu.message);
+        // Without a GPU, no device is what a framework says too: not a failure of its own.
+        let no_device = none().with_frameworks(vec![check(FrameworkVerdict::NoDevice)]);
+        assert_eq!(no_device.verdict, Verdict::NoDevice);
+    }
 
     fn round(cpu_ms: f64, gpu_ms: f64) -> PingPongRound {
         PingPongRound { cpu_ms, gpu_ms }
