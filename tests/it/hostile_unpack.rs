@@ -246,16 +246,16 @@ fn stand_in_python(paths: &[&str], read: &[&str]) -> Vec<Entry> {
 }
 
 /// The one framework check of a run that got as far as the sandbox: its `message`. The run's
-/// exit code is its verdict's: no GPU here is `no-device` (3), the framework's result beside
-/// it.
+/// exit code is its verdict's: without a GPU a broken framework turns `no-device` into
+/// `framework-failure` (6), since a broken framework fails on any machine.
 #[track_caller]
 fn framework_message(run: &Run) -> String {
     assert!(!run.stderr.contains("panicked"), "{}", run.stderr);
     let report: serde_json::Value = serde_json::from_str(&run.stdout)
         .unwrap_or_else(|e| panic!("{e}: {}{}", run.stdout, run.stderr));
     if !Path::new("/proc/driver/nvidia/version").exists() {
-        assert_eq!(report["verdict"], "no-device", "{report}");
-        assert_eq!(run.code, 3, "{report}");
+        assert_eq!(report["verdict"], "framework-failure", "{report}");
+        assert_eq!(run.code, 6, "{report}");
     }
     let checks = report["framework"].as_array().expect("a framework section");
     assert_eq!(checks.len(), 1, "{report}");
