@@ -1,5 +1,6 @@
 //! What can stop a build, and the exit code each failure gives.
 
+use rattler_conda_types::Subdir;
 use std::path::PathBuf;
 
 use crate::{
@@ -78,6 +79,16 @@ pub(crate) enum BuildError {
     CudaRuntime(#[from] Box<RuntimeMismatch>),
     #[error(transparent)]
     Runnable(#[from] super::runnable::RunnableError),
+    #[error("`lock --update` keeps the pins of a lock, and `{}` does not exist: run `imgbuild lock` first", path.display())]
+    UpdateWithoutLock { path: PathBuf },
+    #[error("`--update {name}`: `{}` pins no package or wheel `{name}`", path.display())]
+    UpdateUnknown { path: PathBuf, name: String },
+    #[error("`--platform {platform}`: `{}` builds {platforms}, not {platform}", path.display())]
+    PlatformNotInRecipe {
+        path: PathBuf,
+        platform: Subdir,
+        platforms: crate::recipe::Platforms,
+    },
     /// A library runs on none of `[cuda] architectures`.
     #[error(transparent)]
     GpuArchitectures(#[from] Box<crate::cuda::fatbin::NotCovered>),

@@ -30,6 +30,7 @@ mod accounts_layer;
 mod compat_layer;
 mod error;
 mod files_layer;
+mod lock_update;
 mod model;
 mod obtain_lock;
 mod plan;
@@ -118,6 +119,7 @@ pub(crate) async fn build(
     let started = Instant::now();
     let prepared = prepare(settings, reporter).await?;
     let (lock, lock_report) = obtain_lock(&prepared, settings, reporter).await?;
+    let (prepared, lock) = prepared.keep_platforms(lock, &settings.platforms);
     timings.push((Stage::Solve, started.elapsed()));
     let cx = Context::new(settings, &prepared.recipe, &lock, reporter);
     let output = Output::new(&cx, &prepared);

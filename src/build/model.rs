@@ -48,6 +48,13 @@ pub(crate) struct BuildSettings {
     /// The `imgbuild-smoke` executables for `[smoke] embed = true`, one per architecture;
     /// default: those beside imgbuild.
     pub smoke_exe: Vec<PathBuf>,
+    /// `build -t`: tags that replace the recipe's `[image] tags`; none keeps the recipe's.
+    pub tags: Vec<String>,
+    /// `build --platform`: the recipe's platforms to build, in the recipe's order; none
+    /// builds them all. The lock still holds every platform of the recipe.
+    pub platforms: Vec<Subdir>,
+    /// `lock --update`: the packages to solve again, every other pin of the lock kept.
+    pub update: Vec<String>,
 }
 
 /// How the lock was obtained.
@@ -61,6 +68,12 @@ pub(crate) enum LockOutcome {
     /// The packages kept, the `[[files]]` sources pinned again because `reason`.
     Repinned {
         reason: String,
+    },
+    /// Solved again with every pin kept but the named packages'; `changes`, one line per pin
+    /// that moved (see `lock_update::changes`).
+    Updated {
+        names: Vec<String>,
+        changes: Vec<String>,
     },
 }
 

@@ -83,6 +83,19 @@ pub(super) async fn obtain_lock(
         }
         None => None,
     };
+    if !settings.update.is_empty() {
+        let old = existing.ok_or_else(|| BuildError::UpdateWithoutLock {
+            path: lock_path.clone(),
+        })?;
+        super::lock_update::check_names(&old, &settings.update, &lock_path)?;
+        let lock = solve(prepared, settings, Some(&old), &lock_path, reporter).await?;
+        let lock = write_and_read_back(&lock, recipe, &sources, &lock_path)?;
+        let outcome = LockOutcome::Updated {
+            names: settings.update.clone(),
+            changes: super::lock_update::changes(&old, &lock),
+        };
+        return Ok(reported(lock, lock_path, outcome));
+    }
     match (
         LockStep::decide(settings.lock_mode, existing.is_some(), staleness),
         existing,
@@ -107,7 +120,7 @@ pub(super) async fn obtain_lock(
             Ok(reported(lock, lock_path, LockOutcome::Repinned { reason }))
         }
         (LockStep::Solve { reason }, _) => {
-            let lock = solve(prepared, settings, &lock_path, reporter).await?;
+            let lock = solve(prepared, settings, None, &lock_path, reporter).await?;
             let lock = write_and_read_back(&lock, recipe, &sources, &lock_path)?;
             Ok(reported(lock, lock_path, LockOutcome::Written { reason }))
         }
@@ -124,10 +137,12 @@ fn reported(lock: Lock, lock_path: PathBuf, outcome: LockOutcome) -> (Lock, Lock
     (lock, report)
 }
 
-/// Solves every platform of the recipe into a lock (not yet written).
+/// Solves every platform of the recipe into a lock (not yet written); with `old`, keeping
+/// its pins but those of `settings.update`.
 async fn solve(
     prepared: &Prepared,
     settings: &BuildSettings,
+    old: Option<&Lock>,
     lock_path: &Path,
     reporter: &dyn Reporter,
 ) -> Result<Lock, BuildError> {
@@ -156,7 +171,13 @@ async fn solve(
     // Each platform is solved on its own, for its own virtual packages.
     let mut platforms = Vec::with_capacity(prepared.platforms.len());
     for platform in &prepared.platforms {
-        platforms.push(solve_platform(recipe, platform, settings, reporter).await?);
+        let old = old.and_then(|lock| {
+            lock.platforms
+                .iter()
+                .find(|p| p.target.platform == platform.platform)
+        });
+        let kept = super::lock_update::kept(old, &settings.update);
+        platforms.push(solve_platform(recipe, platform, &kept, settings, reporter).await?);
     }
     // Before the lock is written: a runtime the image cannot run leaves no lock.
     check_cuda_runtimes(recipe, &platforms, reporter)?;
@@ -167,11 +188,15 @@ async fn solve(
 async fn solve_platform(
     recipe: &Recipe,
     platform: &PreparedPlatform,
+    kept: &[RepoDataRecord],
     settings: &BuildSettings,
     reporter: &dyn Reporter,
 ) -> Result<PlatformLock, BuildError> {
     let mut records: Vec<RepoDataRecord> = resolve_environment(
-        &Environment::of(recipe),
+        &Environment {
+            locked: kept,
+            ..Environment::of(recipe)
+        },
         &platform.target,
         &ResolveOptions {
             cache_dir: &settings.cache_dir,

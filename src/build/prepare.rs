@@ -62,6 +62,24 @@ impl Prepared {
     }
 }
 
+impl Prepared {
+    /// `build --platform`: only the platforms in `wanted` (all when it is empty), here and
+    /// in `lock`. Applied after the lock is obtained, so that the lock keeps every platform
+    /// of the recipe and a build of one never drops the pins of the others.
+    pub(super) fn keep_platforms(mut self, mut lock: Lock, wanted: &[Subdir]) -> (Self, Lock) {
+        if wanted.is_empty() {
+            return (self, lock);
+        }
+        self.platforms.retain(|p| wanted.contains(&p.platform));
+        lock.platforms
+            .retain(|p| wanted.contains(&p.target.platform));
+        let kept = self.platforms.iter().map(|p| p.platform).collect();
+        self.recipe.platforms =
+            crate::recipe::Platforms::new(kept).expect("a non-empty subset of valid platforms");
+        (self, lock)
+    }
+}
+
 impl PreparedPlatform {
     /// The number of the base's layers, which come first in this platform's image.
     pub(super) fn base_layers(&self) -> usize {
@@ -78,7 +96,22 @@ pub(super) async fn prepare(
         channel_alias: settings.channel_alias.clone(),
         variant: settings.variant.clone(),
     };
-    let recipe = Recipe::load(&settings.recipe_path, &options)?;
+    let mut recipe = Recipe::load(&settings.recipe_path, &options)?;
+    if !settings.tags.is_empty() {
+        recipe.tags = settings.tags.clone();
+    }
+    // Before any base is pulled: a platform the recipe does not build is a typing slip.
+    if let Some(platform) = settings
+        .platforms
+        .iter()
+        .find(|p| !recipe.platforms.contains(**p))
+    {
+        return Err(BuildError::PlatformNotInRecipe {
+            path: settings.recipe_path.clone(),
+            platform: *platform,
+            platforms: recipe.platforms.clone(),
+        });
+    }
     if let Some(warning) = crate::http::missing_certificates() {
         reporter.on_warning(&warning);
     }

@@ -28,9 +28,26 @@ Examples:
   SOURCE_DATE_EPOCH=1700000000 imgbuild build recipes/demo.toml";
 
 #[derive(Debug, Args)]
+#[command(group(clap::ArgGroup::new("the_recipe").args(["recipe", "file"]).required(true)))]
 pub(crate) struct BuildArgs {
     /// The recipe, e.g. recipes/py39-torch21.toml
-    pub recipe: PathBuf,
+    recipe: Option<PathBuf>,
+    /// The recipe, given as `docker build -f` gives a Dockerfile (instead of RECIPE)
+    #[arg(
+        short = 'f',
+        long = "file",
+        value_name = "RECIPE",
+        conflicts_with = "recipe"
+    )]
+    file: Option<PathBuf>,
+    /// Tag the image TAG instead of the recipe's `[image] tags` (repeatable). A tag only:
+    /// the layout is `-o DIR` (default images/NAME), a registry's is `--push REF`
+    #[arg(short = 't', long = "tag", value_name = "TAG", value_parser = parse_tag)]
+    pub tags: Vec<String>,
+    /// Build only these of the recipe's platforms (repeatable or comma-separated:
+    /// `linux/amd64`, `arm64`, `linux-aarch64`). The lock still holds them all
+    #[arg(long = "platform", value_name = "PLATFORM", value_delimiter = ',', value_parser = super::inspect::parse_platform)]
+    pub platforms: Vec<rattler_conda_types::Subdir>,
     /// Fail instead of re-solving when the lock is missing or no longer satisfies the recipe
     #[arg(long)]
     pub locked: bool,
@@ -69,6 +86,33 @@ pub(crate) struct BuildArgs {
     pub variant: Option<String>,
 }
 
+impl BuildArgs {
+    /// The recipe, given as the argument or by `-f`.
+    pub(crate) fn recipe(&self) -> &Path {
+        self.recipe
+            .as_deref()
+            .or(self.file.as_deref())
+            .expect("clap requires the recipe or -f")
+    }
+}
+
+/// `-t`: a tag as `index.json` holds one. `name:tag` and `registry/name` are told where
+/// those go instead.
+fn parse_tag(text: &str) -> Result<String, String> {
+    if text.contains(['/', ':', '@']) {
+        return Err(format!(
+            "`{text}` is more than a tag: the layout's directory is `-o DIR` (default \
+             images/NAME), and a registry reference is `--push REGISTRY/REPO:TAG`"
+        ));
+    }
+    if !crate::names::is_valid_tag(text) {
+        return Err(format!(
+            "invalid tag `{text}`: expected up to 128 of `A-Za-z0-9_.-`, not starting with `.` or `-`"
+        ));
+    }
+    Ok(text.to_string())
+}
+
 pub(super) async fn run_build(
     args: &BuildArgs,
     env: &Env<'_>,
@@ -83,7 +127,9 @@ pub(super) async fn run_build(
         output: args.output.clone(),
         offline: args.offline,
         jobs: compression_threads(args.jobs, printer),
-        ..env.build_settings(args.recipe.clone(), lock_mode)
+        tags: dedup(&args.tags),
+        platforms: args.platforms.clone(),
+        ..env.build_settings(args.recipe().to_path_buf(), lock_mode)
     };
     match variants_to_build(args)? {
         Variants::One(variant) => settings.variant = variant,
@@ -115,14 +161,14 @@ enum Variants {
 /// Reads the recipe's `[matrix]` and picks `--variant` from it. A file that cannot be read
 /// builds one image: its errors are left to the build, which reports them with their place.
 fn variants_to_build(args: &BuildArgs) -> Result<Variants, CommandFailure> {
-    let Ok(text) = crate::recipe::read_recipe_text(&args.recipe) else {
+    let Ok(text) = crate::recipe::read_recipe_text(args.recipe()) else {
         return Ok(Variants::One(None));
     };
     // These checks come before the build: text only, even with `--json`.
-    let variants = crate::recipe::matrix::variants(&text, &args.recipe)
+    let variants = crate::recipe::matrix::variants(&text, args.recipe())
         .map_err(|err| CommandFailure::new(err, 1))?;
     let refuse = |message: String| Err(CommandFailure::new(message, 1));
-    let recipe = args.recipe.display();
+    let recipe = args.recipe().display();
     if let Some(wanted) = args.variant.as_deref() {
         return match crate::recipe::matrix::select(&variants, wanted) {
             Some(variant) => Ok(Variants::One(Some(variant.clone()))),
@@ -143,9 +189,10 @@ fn variants_to_build(args: &BuildArgs) -> Result<Variants, CommandFailure> {
     if variants.is_empty() {
         return Ok(Variants::One(None));
     }
-    if args.output.is_some() || args.push.is_some() || args.format.archive_suffix().is_some() {
+    let one_image = args.output.is_some() || args.push.is_some() || !args.tags.is_empty();
+    if one_image || args.format.archive_suffix().is_some() {
         return refuse(format!(
-            "`-o`, `--push` and `--format` name one image; a matrix builds {} (images/NAME-VARIANT): push them one by one",
+            "`-o`, `-t`, `--push` and `--format` name one image; a matrix builds {} (images/NAME-VARIANT): push them one by one",
             variants.len()
         ));
     }
@@ -176,10 +223,23 @@ fn multi_platforms(settings: &BuildSettings) -> Option<crate::recipe::Platforms>
         channel_alias: settings.channel_alias.clone(),
         variant: settings.variant.clone(),
     };
-    crate::recipe::Recipe::load(&settings.recipe_path, &options)
-        .ok()
-        .map(|recipe| recipe.platforms)
-        .filter(|platforms| platforms.is_multi())
+    let recipe = crate::recipe::Recipe::load(&settings.recipe_path, &options).ok()?;
+    let chosen = (!settings.platforms.is_empty()).then(|| {
+        crate::recipe::Platforms::new(settings.platforms.clone())
+            .unwrap_or(recipe.platforms.clone())
+    });
+    Some(chosen.unwrap_or(recipe.platforms)).filter(|platforms| platforms.is_multi())
+}
+
+/// `-t a -t a` tags the image `a` once, as the recipe's list would be refused for it.
+fn dedup(tags: &[String]) -> Vec<String> {
+    let mut kept: Vec<String> = Vec::with_capacity(tags.len());
+    for tag in tags {
+        if !kept.contains(tag) {
+            kept.push(tag.clone());
+        }
+    }
+    kept
 }
 
 /// The lock and result events with `--json`; else the status lines, then the result on

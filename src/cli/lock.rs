@@ -14,7 +14,8 @@ use crate::build::{self, BuildSettings, LockMode, LockOutcome, LockReport, count
 pub(super) const LOCK_EXAMPLES: &str = "\
 Examples:
   imgbuild lock recipes/py39-torch21.toml         # writes recipes/py39-torch21.lock
-  imgbuild lock recipes/x.toml --channel-alias https://mirror.example/conda";
+  imgbuild lock recipes/x.toml --channel-alias https://mirror.example/conda
+  imgbuild lock recipes/py39-torch21.toml --update numpy   # only numpy moves (and what it needs)";
 
 #[derive(Debug, Args)]
 pub(crate) struct LockArgs {
@@ -26,6 +27,11 @@ pub(crate) struct LockArgs {
     /// Print one JSON event per line on stdout (stages, lock, result)
     #[arg(long)]
     pub json: bool,
+    /// Solve again for these packages only (repeatable or comma-separated, conda or PyPI
+    /// names), keeping every other pin of the lock where it still fits, as `pixi update`
+    /// does; the pins that moved are listed
+    #[arg(long = "update", value_name = "NAME", value_delimiter = ',')]
+    pub update: Vec<String>,
 }
 
 pub(super) async fn run_lock(
@@ -35,6 +41,7 @@ pub(super) async fn run_lock(
 ) -> Result<ExitCode, CommandFailure> {
     let settings = BuildSettings {
         offline: args.offline,
+        update: args.update.clone(),
         ..env.build_settings(args.recipe.clone(), LockMode::Refresh)
     };
     let reporter = BuildProgress::new(printer);
@@ -69,5 +76,18 @@ pub(super) fn describe_lock(report: &LockReport, printer: &Printer) {
             "Locked",
             format_args!("{path} ({packages} kept; files pinned again because {reason})"),
         ),
+        LockOutcome::Updated { names, changes } => {
+            let moved = counted(changes.len(), "pin");
+            printer.status(
+                "Locked",
+                format_args!(
+                    "{path} ({packages}; updated {}: {moved} moved)",
+                    names.join(", ")
+                ),
+            );
+            for change in changes {
+                printer.status("Updated", change);
+            }
+        }
     }
 }

@@ -55,7 +55,8 @@ const HABITS: &[(&str, &str)] = &[
     ),
 ];
 
-/// Flags of other tools that imgbuild has no use for, each with what does it here.
+/// Flags of other tools that imgbuild has no use for, or that belong to another of its
+/// commands, each with what does it here.
 const HABIT_FLAGS: &[(&[&str], &str)] = &[
     (
         &["--no-cache"],
@@ -65,19 +66,21 @@ const HABIT_FLAGS: &[(&[&str], &str)] = &[
     ),
     (
         &["-f", "--file"],
-        "the recipe is the argument: `imgbuild build FILE.toml` (or `imgbuild FILE.toml`)",
+        "`-f RECIPE` belongs to `build`: `imgbuild build -f FILE.toml` (or `imgbuild FILE.toml`)",
     ),
     (
         &["-t", "--tag"],
-        "an image's tags are the recipe's [image] `tags`; `push --tag TAG` tags a push",
+        "`-t TAG` belongs to `build` (it replaces the recipe's [image] `tags`); `push --tag \
+         TAG` tags a push",
     ),
     (
         &["--platform"],
-        "the recipe's [image] `platforms` are built, one image index for all of them",
+        "`--platform` picks platforms for `build`, `inspect` and `diff`; the recipe's \
+         [image] `platforms` are what can be built",
     ),
     (
         &["--creds"],
-        "`imgbuild login REGISTRY -u USER --password-stdin` stores credentials for push, \
+        "credentials come from `imgbuild login REGISTRY -u USER --password-stdin`, for push, \
          which also reads REGISTRY_AUTH_FILE and DOCKER_CONFIG as podman and docker write them",
     ),
     (
@@ -86,8 +89,8 @@ const HABIT_FLAGS: &[(&[&str], &str)] = &[
     ),
     (
         &["--update"],
-        "`imgbuild lock RECIPE` solves the recipe again and writes its lock; `build` \
-         re-solves by itself when the recipe changed",
+        "`imgbuild lock RECIPE --update NAME` solves again with every other pin kept; \
+         `build` re-solves by itself when the recipe changed",
     ),
 ];
 
@@ -98,7 +101,11 @@ pub(super) fn unknown_flag(flag: &str) -> Option<String> {
     HABIT_FLAGS
         .iter()
         .find(|(names, _)| names.contains(&name))
-        .map(|(_, instead)| format!("imgbuild has no `{name}`: {instead}"))
+        .map(|(_, instead)| match instead.starts_with('`') {
+            // The entry names the command the flag belongs to.
+            true => format!("no `{name}` here: {instead}"),
+            false => format!("imgbuild has no `{name}`: {instead}"),
+        })
 }
 
 /// How alike a slip and a subcommand must be (Jaro-Winkler) to be suggested: clap's own
@@ -204,6 +211,11 @@ mod tests {
         assert!(unknown_flag("--creds=u:p").unwrap().contains("login"));
         assert!(unknown_flag("-p").unwrap().contains("--password-stdin"));
         assert_eq!(unknown_flag("--frobnicate"), None);
+        let told = unknown_flag("-f").unwrap();
+        assert!(
+            told.starts_with("no `-f` here: `-f RECIPE` belongs to `build`"),
+            "{told}"
+        );
     }
 
     #[test]

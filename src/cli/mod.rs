@@ -274,6 +274,9 @@ impl<'a> Env<'a> {
             registry: self.global.registry_options(),
             variant: None,
             smoke_exe: self.global.smoke_exe.clone(),
+            tags: Vec::new(),
+            platforms: Vec::new(),
+            update: Vec::new(),
         }
     }
 }
@@ -380,7 +383,7 @@ mod tests {
         let cli = parse(&["imgbuild", "-q", "--cache-dir", "/c", "r.toml", "--locked"]).unwrap();
         match cli.command {
             Command::Build(args) => {
-                assert_eq!(args.recipe, PathBuf::from("r.toml"));
+                assert_eq!(args.recipe(), std::path::Path::new("r.toml"));
                 assert!(args.locked);
             }
             other => panic!("expected build, got {other:?}"),

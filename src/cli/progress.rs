@@ -583,6 +583,13 @@ pub(crate) fn lock_event(report: &LockReport) -> Value {
         LockOutcome::Written { reason } => ("written", reason.clone()),
         // Written too: only its `[[files]]` pins changed.
         LockOutcome::Repinned { reason } => ("written", Some(reason.clone())),
+        LockOutcome::Updated { names, .. } => {
+            ("written", Some(format!("--update {}", names.join(","))))
+        }
+    };
+    let changes = match &report.outcome {
+        LockOutcome::Updated { changes, .. } => json!(changes),
+        _ => Value::Null,
     };
     json!({
         "event": "lock",
@@ -590,6 +597,7 @@ pub(crate) fn lock_event(report: &LockReport) -> Value {
         "outcome": outcome,
         "reason": reason,
         "packages": report.packages,
+        "changes": changes,
     })
 }
 

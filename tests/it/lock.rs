@@ -286,3 +286,82 @@ fn a_record_without_sha256_is_locked_and_built_from_the_lock() {
         run.assert_failure_naming(1, &["oldpkg-1.0-h0_0", needle]);
     }
 }
+
+/// A local channel of `(name, version, depends)` packages, indexed; written again with
+/// more versions as the channel gets new releases.
+fn release(channel: &std::path::Path, packages: &[(&str, &str, &[&str])]) {
+    use crate::support::channel::{file, index_channel, linux64_index, write_package};
+    let linux64 = channel.join("linux-64");
+    fs_err::create_dir_all(&linux64).unwrap();
+    for (name, version, depends) in packages {
+        write_package(
+            &linux64.join(format!("{name}-{version}-h0_0.tar.bz2")),
+            linux64_index(name, version, depends),
+            &[file(format!("share/{name}"), version.as_bytes())],
+            None,
+        )
+        .unwrap();
+    }
+    index_channel(channel).unwrap();
+}
+
+#[test]
+fn lock_update_moves_the_named_package_and_keeps_every_other_pin() {
+    let project = Project::new();
+    let channel = project.path().join("channel");
+    release(&channel, &[("alpha", "1.0", &[]), ("beta", "1.0", &[])]);
+    project.write_recipe(&tiny_recipe(&channel, "upd", &["alpha", "beta"]));
+    project.run(&["lock", "recipes/image.toml"]).success();
+    let read = || fs_err::read_to_string(project.lock_path()).unwrap();
+    assert!(read().contains("alpha-1.0-h0_0") && read().contains("beta-1.0-h0_0"));
+
+    // Both get a release; only alpha is asked for.
+    release(&channel, &[("alpha", "2.0", &[]), ("beta", "2.0", &[])]);
+    let run = project
+        .run(&["lock", "recipes/image.toml", "--update", "alpha"])
+        .success();
+    let lock = read();
+    assert!(lock.contains("alpha-2.0-h0_0"), "{lock}");
+    assert!(lock.contains("beta-1.0-h0_0"), "beta kept:\n{lock}");
+    assert!(
+        run.stderr.contains("updated alpha: 1 pin moved")
+            && run.stderr.contains("linux-64: alpha 1.0-h0_0 -> 2.0-h0_0"),
+        "{}",
+        run.stderr
+    );
+
+    // A kept pin gives way when the update needs it to: alpha 3.0 needs beta 2.0.
+    release(&channel, &[("alpha", "3.0", &["beta >=2.0"])]);
+    let run = project
+        .run(&["lock", "recipes/image.toml", "--update", "alpha", "--json"])
+        .success();
+    let event: serde_json::Value = run
+        .stdout
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .find(|e| e["event"] == "lock")
+        .expect("a lock event");
+    assert_eq!(event["reason"], "--update alpha", "{event}");
+    assert_eq!(
+        event["changes"],
+        serde_json::json!([
+            "linux-64: alpha 2.0-h0_0 -> 3.0-h0_0",
+            "linux-64: beta 1.0-h0_0 -> 2.0-h0_0"
+        ])
+    );
+    // A plain `lock` solves from scratch, as before.
+    release(&channel, &[("beta", "2.5", &[])]);
+    project.run(&["lock", "recipes/image.toml"]).success();
+    assert!(read().contains("beta-2.5-h0_0"), "{}", read());
+
+    // A name the lock does not pin, and no lock at all, are refused naming them.
+    let before = read();
+    project
+        .run(&["lock", "recipes/image.toml", "--update", "gamma"])
+        .assert_failure_naming(1, &["`--update gamma`", "pins no package or wheel `gamma`"]);
+    assert_eq!(read(), before, "a refused update leaves the lock as it was");
+    fs_err::remove_file(project.lock_path()).unwrap();
+    project
+        .run(&["lock", "recipes/image.toml", "--update", "alpha"])
+        .assert_failure_naming(1, &["does not exist: run `imgbuild lock` first"]);
+}

@@ -101,11 +101,15 @@ fn flags_of_other_tools_are_told_what_to_use() {
             &["build", "--no-cache", "r.toml"][..],
             "imgbuild has no `--no-cache`",
         ),
-        (&["build", "-f", "r.toml"], "the recipe is the argument"),
-        (&["build", "-t", "app:v1", "r.toml"], "[image] `tags`"),
+        // Flags that belong to another command say which.
+        (&["lock", "-f", "r.toml"], "`-f RECIPE` belongs to `build`"),
         (
-            &["build", "--platform", "linux/arm64", "r.toml"],
-            "[image] `platforms`",
+            &["push", "images/app", "-t", "v1"],
+            "`-t TAG` belongs to `build`",
+        ),
+        (
+            &["smoke", "images/app", "--platform", "linux/arm64"],
+            "`--platform` picks platforms for `build`",
         ),
         (
             &["push", "images/app", "r.example/app", "--creds", "u:p"],
@@ -116,8 +120,8 @@ fn flags_of_other_tools_are_told_what_to_use() {
             "--password-stdin",
         ),
         (
-            &["lock", "--update", "numpy", "r.toml"],
-            "solves the recipe again",
+            &["build", "r.toml", "--update", "numpy"],
+            "`imgbuild lock RECIPE --update NAME`",
         ),
     ] {
         let run = project.run(args);

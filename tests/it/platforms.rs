@@ -931,3 +931,80 @@ fn a_matrix_of_two_platform_images_counts_the_layers_of_every_platform() {
             &["no manifest for linux/ppc64le; it has linux/amd64, linux/arm64/v8"],
         );
 }
+
+#[test]
+fn build_platform_builds_one_of_the_recipes_platforms_and_keeps_the_whole_lock() {
+    let multi = project(&["linux-64", "linux-aarch64"]);
+    // `-f` names the recipe as `docker build -f` does; `-t` replaces the recipe's tags.
+    let built = multi
+        .run(&[
+            "build",
+            "-f",
+            "recipes/image.toml",
+            "--platform",
+            "linux/arm64",
+            "-t",
+            "arm",
+        ])
+        .success();
+    let layout = LayoutView::new(multi.path().join("images/multi"));
+    let entries = layout.index()["manifests"].as_array().unwrap().clone();
+    assert_eq!(entries.len(), 1, "{entries:?}");
+    // One platform of two: a plain manifest, as a recipe of that platform alone writes.
+    assert_eq!(entries[0]["mediaType"], MANIFEST);
+    assert_eq!(entries[0]["platform"]["architecture"], "arm64");
+    assert_eq!(
+        entries[0]["annotations"]["org.opencontainers.image.ref.name"],
+        "arm"
+    );
+    assert!(
+        built.stdout.starts_with("images/multi:arm@sha256:"),
+        "{}",
+        built.stdout
+    );
+    // The lock still holds both platforms: a build of one never drops the other's pins.
+    let lock = fs_err::read_to_string(multi.lock_path()).unwrap();
+    assert!(lock.contains("linux-aarch64/speedups-2.1.5-h0_0.conda"));
+    assert!(
+        lock.contains("linux-64/speedups-2.1.5-h0_0.conda"),
+        "{lock}"
+    );
+    // It is the image a recipe of arm64 alone gives, digest for digest.
+    let alone = project(&["linux-aarch64"]);
+    let alone_digest = alone.build(&[]).success().digest();
+    assert_eq!(built.digest(), alone_digest);
+    // The full build afterwards reuses that lock as it is.
+    let full = multi.build(&["--locked"]).success();
+    let top = LayoutView::new(multi.path().join("images/multi")).index();
+    assert_eq!(top["manifests"][0]["mediaType"], INDEX, "{}", full.stderr);
+}
+
+#[test]
+fn build_platform_tag_and_file_are_refused_with_what_is_wrong() {
+    let project = project(&["linux-64"]);
+    project
+        .build(&["--platform", "linux/arm64"])
+        .assert_failure_naming(
+            1,
+            &[
+                "`--platform linux-aarch64`",
+                "builds linux-64, not linux-aarch64",
+            ],
+        );
+    project
+        .build(&["--platform", "windows/amd64"])
+        .assert_failure_naming(2, &["`windows/amd64` is not a Linux platform"]);
+    project
+        .build(&["-t", "ghcr.io/me/app:v1"])
+        .assert_failure_naming(2, &["is more than a tag", "--push REGISTRY/REPO:TAG"]);
+    project
+        .build(&["-t", ".bad"])
+        .assert_failure_naming(2, &["invalid tag `.bad`"]);
+    project
+        .run(&["build", "recipes/image.toml", "-f", "recipes/image.toml"])
+        .assert_failure_naming(2, &["cannot be used with"]);
+    project
+        .run(&["build"])
+        .assert_failure_naming(2, &["required"]);
+    project.assert_no_image();
+}

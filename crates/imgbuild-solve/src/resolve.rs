@@ -35,6 +35,9 @@ pub struct Environment<'a> {
     pub priority: ChannelPriority,
     /// `[cuda] version`, when the recipe has `[cuda]`.
     pub cuda: Option<CudaVersion>,
+    /// Pins the solver keeps where they still fit (`lock --update NAME`: every record of
+    /// the lock but NAME's); empty for a solve from scratch.
+    pub locked: &'a [RepoDataRecord],
 }
 
 impl<'a> Environment<'a> {
@@ -45,6 +48,7 @@ impl<'a> Environment<'a> {
             specs: &recipe.specs,
             priority: recipe.channel_priority,
             cuda: recipe.cuda.as_ref().map(|cuda| cuda.version),
+            locked: &[],
         }
     }
 }
@@ -246,11 +250,30 @@ pub async fn resolve(
     target: &Target,
     options: &ResolveOptions<'_>,
 ) -> Result<Vec<RepoDataRecord>, ResolveError> {
+    let environment = Environment {
+        channels,
+        specs,
+        priority,
+        cuda: None,
+        locked: &[],
+    };
+    resolve_plain(&environment, target, options).await
+}
+
+/// Solves `environment` with no `[cuda]` to hold it to.
+async fn resolve_plain(
+    environment: &Environment<'_>,
+    target: &Target,
+    options: &ResolveOptions<'_>,
+) -> Result<Vec<RepoDataRecord>, ResolveError> {
+    let Environment {
+        channels, specs, ..
+    } = *environment;
     if specs.is_empty() {
         return Ok(Vec::new());
     }
     let repodata = query(channels, specs, target, options).await?;
-    match solve(&repodata, specs, &[], priority, target)? {
+    match solve(&repodata, environment, &[], target)? {
         Ok(records) => Ok(records),
         Err(explanation) => Err(unsolvable(channels, target, options, explanation).await),
     }
@@ -267,11 +290,11 @@ pub async fn resolve_environment(
     let Environment {
         channels,
         specs,
-        priority,
         cuda,
+        ..
     } = *environment;
     let Some(wanted) = cuda.filter(|_| !specs.is_empty()) else {
-        return resolve(channels, specs, priority, target, options).await;
+        return resolve_plain(environment, target, options).await;
     };
     let repodata = query(channels, specs, target, options).await?;
     let mut constraints = crate::cuda::intent::runtime_constraints(wanted);
@@ -279,7 +302,7 @@ pub async fn resolve_environment(
     // set of names, so this ends.
     let mut excluded: Vec<CpuBuild> = Vec::new();
     loop {
-        let explanation = match solve(&repodata, specs, &constraints, priority, target)? {
+        let explanation = match solve(&repodata, environment, &constraints, target)? {
             Ok(records) => {
                 let cpu: Vec<CpuBuild> = crate::cuda::intent::cpu_builds(&records)
                     .into_iter()
@@ -351,13 +374,7 @@ async fn no_cuda_solution(
     options: &ResolveOptions<'_>,
     explanation: String,
 ) -> ResolveError {
-    let unpinned = match solve(
-        repodata,
-        environment.specs,
-        &[],
-        environment.priority,
-        target,
-    ) {
+    let unpinned = match solve(repodata, environment, &[], target) {
         Ok(Ok(records)) => records,
         Ok(Err(other)) => return unsolvable(environment.channels, target, options, other).await,
         Err(err) => return err,
@@ -394,19 +411,20 @@ async fn query(
 }
 
 /// One solve: the records sorted by name, or the solver's explanation of why there are none.
-/// `repodata` is in the channels' order, which is what `priority` ranks.
+/// `repodata` is in the channels' order, which is what the environment's priority ranks.
 fn solve(
     repodata: &[RepoData],
-    specs: &[MatchSpec],
+    environment: &Environment<'_>,
     constraints: &[MatchSpec],
-    priority: ChannelPriority,
     target: &Target,
 ) -> Result<Result<Vec<RepoDataRecord>, String>, ResolveError> {
     let task = SolverTask {
         virtual_packages: target.virtual_packages.clone(),
-        specs: specs.to_vec(),
+        specs: environment.specs.to_vec(),
         constraints: constraints.to_vec(),
-        channel_priority: priority,
+        channel_priority: environment.priority,
+        // Preferred, not required: a kept pin that no longer fits gives way.
+        locked_packages: environment.locked.iter().collect(),
         ..SolverTask::from_iter(repodata.iter())
     };
     // resolvo is CPU-bound; keep it off the async workers.
