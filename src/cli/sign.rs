@@ -12,6 +12,7 @@ use crate::registry::ClientOptions;
 pub(super) const SIGN_EXAMPLES: &str = "\
 Examples:
   imgbuild sign registry.example/ml/torch:2.1 --sign-by release-key.asc
+  imgbuild sign registry.example/ml/torch:2.1 --sign-by 3A1F…C0DE   # a key of ~/.gnupg
   imgbuild sign 127.0.0.1:5000/demo:v1 --sign-by key.asc --registries.d ./registries.d --insecure
   imgbuild push images/demo registry.example/ml/demo:v1 --sign-by key.asc   # push, then sign
 
@@ -27,9 +28,10 @@ URL readers use.";
 #[derive(Debug, Clone, Args)]
 pub(crate) struct SigningArgs {
     /// Sign with this OpenPGP secret key file (armored or binary, from `gpg
-    /// --export-secret-keys`): a simple-signing signature in the lookaside area registries.d
-    /// configures
-    #[arg(long = "sign-by", value_name = "KEY")]
+    /// --export-secret-keys`), or, naming no file, the key of your GnuPG keyring with this
+    /// fingerprint, key ID or e-mail address (as podman's `--sign-by`): a simple-signing
+    /// signature in the lookaside area registries.d configures
+    #[arg(long = "sign-by", value_name = "KEY|FINGERPRINT")]
     pub sign_by: Option<PathBuf>,
     /// A file whose first line is the key's passphrase (never an argument, which other users
     /// of the machine could see)

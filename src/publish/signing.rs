@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use crate::{
     fs::InputError,
     reference::Reference,
-    sign::{LookasideError, RegistriesD, SignError, Signer, payload},
+    sign::{KeyringSigner, LookasideError, RegistriesD, SignError, Signer, payload},
 };
 
 /// Passphrase files larger than this are refused unread: a passphrase is a line.
@@ -51,8 +51,44 @@ pub(crate) struct Signed {
 /// A key loaded and registries.d read, before anything is pushed: a wrong passphrase or a bad
 /// configuration fails the command before the registry changes.
 pub(crate) struct Signing {
-    signer: Signer,
+    signer: Key,
     registries: RegistriesD,
+}
+
+/// What `--sign-by` names: a secret key file, or a key of the GnuPG keyring.
+enum Key {
+    // Boxed: a loaded secret key is a kilobyte, the keyring's a fingerprint.
+    File(Box<Signer>),
+    Keyring(KeyringSigner),
+}
+
+impl Key {
+    /// A file that is there is a key file; otherwise a fingerprint, key ID or e-mail
+    /// address is looked up in the keyring, as podman's `--sign-by` does.
+    fn load(key: &Path, passphrase_file: Option<&Path>) -> Result<Key, SigningError> {
+        let name = key.to_string_lossy();
+        if !key.exists() && KeyringSigner::names_a_key(&name) {
+            // Read here as any passphrase file is (bounded, a regular file), then given to gpg.
+            passphrase_file.map(read_passphrase).transpose()?;
+            return Ok(Key::Keyring(KeyringSigner::find(&name, passphrase_file)?));
+        }
+        let passphrase = passphrase_file.map(read_passphrase).transpose()?;
+        Ok(Key::File(Box::new(Signer::load(key, passphrase.as_deref())?)))
+    }
+
+    fn sign(&self, payload: &[u8]) -> Result<Vec<u8>, SignError> {
+        match self {
+            Key::File(signer) => signer.sign(payload),
+            Key::Keyring(signer) => signer.sign(payload),
+        }
+    }
+
+    fn fingerprint(&self) -> String {
+        match self {
+            Key::File(signer) => signer.fingerprint(),
+            Key::Keyring(signer) => signer.fingerprint(),
+        }
+    }
 }
 
 impl Signing {
@@ -63,8 +99,7 @@ impl Signing {
         passphrase_file: Option<&Path>,
         registries_d: Option<&Path>,
     ) -> Result<Signing, SigningError> {
-        let passphrase = passphrase_file.map(read_passphrase).transpose()?;
-        let signer = Signer::load(key, passphrase.as_deref())?;
+        let signer = Key::load(key, passphrase_file)?;
         // The key must unlock now, not after the push.
         signer.sign(b"")?;
         let registries = RegistriesD::load(registries_d)?;

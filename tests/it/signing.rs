@@ -115,6 +115,7 @@ fn consumer(mut command: Command) -> (bool, String) {
     (status.success(), text)
 }
 
+#[derive(Clone)]
 struct Consumers {
     policy: PathBuf,
     registries_d: PathBuf,
@@ -595,4 +596,125 @@ fn a_smoke_attestation_of_a_registry_image_is_attached_and_its_signature_verifie
     // Under another identity it does not verify.
     let (ok, said) = verify(&format!("{host}/ml/other"), &gpg.fingerprint());
     assert!(!ok, "{said}");
+}
+
+#[test]
+fn a_key_of_the_gnupg_keyring_signs_by_fingerprint_as_podman_does() {
+    if !(have("gpg") && have("skopeo")) {
+        panic!("gpg and skopeo are required: run tests/install-deps.sh");
+    }
+    let registry = Registry::start(Auth::None);
+    let host = &registry.host;
+    let app = built("app", &["hello 1.0"]);
+    let work = tempfile::tempdir().unwrap();
+    let work = work.path();
+    let trusted = Gpg::new(work, "trusted");
+    let registries_d = registries_d_staging_in(work, work);
+    let policy = work.join("policy.json");
+    let policy_json = serde_json::json!({
+        "default": [{"type": "reject"}],
+        "transports": {"docker": {host.as_str(): [{
+            "type": "signedBy",
+            "keyType": "GPGKeys",
+            "keyPath": trusted.public_key(&work.join("trusted.gpg")),
+        }]}},
+    });
+    fs_err::write(&policy, serde_json::to_vec_pretty(&policy_json).unwrap()).unwrap();
+    let consumers = Consumers {
+        policy,
+        registries_d: registries_d.clone(),
+        home: work.join("home"),
+        work: work.to_path_buf(),
+    };
+    // `push` of the image to `repo`, signed by `by` of the keyring in `home`.
+    let push = |home: &Path, repo: &str, by: &str, extra: &[&str]| {
+        let reference = format!("{host}/ml/{repo}:v1");
+        let mut args = vec![
+            "push",
+            "images/app",
+            &reference,
+            "--insecure",
+            "--sign-by",
+            by,
+        ];
+        args.extend_from_slice(&["--registries.d", registries_d.to_str().unwrap(), "--json"]);
+        args.extend_from_slice(extra);
+        app.run_with(&args, &[("GNUPGHOME", home.to_str().unwrap())], None)
+    };
+
+    // By fingerprint: gpg signs with the keyring's key, and skopeo's signedBy policy takes it.
+    let fingerprint = trusted.fingerprint();
+    let run = push(&trusted.home, "byfpr", &fingerprint, &[]).success();
+    let report: serde_json::Value = serde_json::from_str(run.stdout.trim()).unwrap();
+    assert_eq!(
+        report["signatures"][0]["fingerprint"],
+        fingerprint.as_str(),
+        "{report}"
+    );
+    // The lookaside staging is what readers are pointed at here (`default-docker`).
+    let (ok, said) = Consumers {
+        registries_d: published_registries_d(work),
+        ..consumers.clone()
+    }
+    .skopeo_copy(&format!("{host}/ml/byfpr:v1"));
+    assert!(ok, "skopeo refused the keyring's signature:\n{said}");
+    // By e-mail address, as gpg finds keys.
+    push(&trusted.home, "bymail", "trusted@imgbuild.invalid", &[]).success();
+
+    // A name the keyring has no secret key of, and one naming two keys: nothing is pushed.
+    let before = registry.count("PUT", "/manifests/");
+    push(&trusted.home, "none", "0xDEADBEEFDEADBEEF", &[]).assert_failure_naming(
+        1,
+        &["`0xDEADBEEFDEADBEEF` of the GnuPG keyring", "no secret key"],
+    );
+    trusted.run(&[
+        "--quick-gen-key",
+        "again <trusted@imgbuild.invalid>",
+        "ed25519",
+        "sign",
+        "never",
+    ]);
+    push(&trusted.home, "two", "trusted@imgbuild.invalid", &[])
+        .assert_failure_naming(1, &["names 2 secret keys", &fingerprint]);
+    assert_eq!(
+        registry.count("PUT", "/manifests/"),
+        before,
+        "nothing pushed"
+    );
+
+    // A protected key: its passphrase from a file, through gpg's loopback pinentry.
+    let locked = Gpg::with_passphrase(work, "locked", "s3cret");
+    let passphrase = work.join("passphrase");
+    fs_err::write(&passphrase, "wrong\n").unwrap();
+    let locked_fpr = locked.fingerprint();
+    let file = ["--sign-passphrase-file", passphrase.to_str().unwrap()];
+    push(&locked.home, "locked", &locked_fpr, &file).assert_failure_naming(
+        1,
+        &[
+            &format!("`{locked_fpr}` of the GnuPG keyring"),
+            "gpg exited",
+        ],
+    );
+    assert_eq!(
+        registry.count("PUT", "/manifests/"),
+        before,
+        "nothing pushed"
+    );
+    fs_err::write(&passphrase, "s3cret\n").unwrap();
+    push(&locked.home, "locked", &locked_fpr, &file).success();
+}
+
+/// A `registries.d` whose readers' `lookaside` is where [`registries_d_staging_in`] stages.
+fn published_registries_d(work: &Path) -> PathBuf {
+    let dir = work.join("registries.d-published");
+    fs_err::create_dir_all(&dir).unwrap();
+    fs_err::write(
+        dir.join("a.yaml"),
+        format!(
+            "default-docker:\n  lookaside: file://{}/sigs\n",
+            work.display()
+        ),
+    )
+    .unwrap();
+    dir
 }

@@ -31,6 +31,9 @@ pub enum SignError {
     NotAKey { path: PathBuf, reason: String },
     #[error("The signing key `{}` cannot sign (wrong passphrase, or a key without a signing part?): {reason}", path.display())]
     Sign { path: PathBuf, reason: String },
+    /// `--sign-by` naming a key of the GnuPG keyring.
+    #[error("Cannot sign with `{id}` of the GnuPG keyring: {reason}")]
+    Keyring { id: String, reason: String },
 }
 
 /// A secret key ready to sign, with its passphrase.
