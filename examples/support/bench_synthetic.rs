@@ -8,7 +8,7 @@
 //!
 //! ```text
 //! cargo run --release --example bench -- --synthetic [--jobs 2,4,8,16,64] [--size-gb N]
-//!     [--seed S] [--imgbuild PATH] [--label TEXT] [--out FILE]
+//!     [--seed S] [--compressions zstd,gzip] [--imgbuild PATH] [--label TEXT] [--out FILE]
 //! ```
 
 use std::{
@@ -36,6 +36,8 @@ struct Args {
     seed: u64,
     label: String,
     out: Option<PathBuf>,
+    /// zstd and gzip unless `--compressions` names others (estargz, zstd:chunked).
+    compressions: Vec<String>,
 }
 
 fn parse_args(args: impl Iterator<Item = String>) -> anyhow::Result<Args> {
@@ -46,6 +48,7 @@ fn parse_args(args: impl Iterator<Item = String>) -> anyhow::Result<Args> {
         seed: 1,
         label: "synthetic (this checkout)".to_string(),
         out: None,
+        compressions: vec!["zstd".to_string(), "gzip".to_string()],
     };
     let mut args = args;
     while let Some(arg) = args.next() {
@@ -58,9 +61,12 @@ fn parse_args(args: impl Iterator<Item = String>) -> anyhow::Result<Args> {
             "--seed" => parsed.seed = value("S")?.parse()?,
             "--size-gb" => parsed.size_gb = value("N")?.parse()?,
             "--jobs" => parsed.jobs = parse_jobs(&value("LIST")?)?,
+            "--compressions" => {
+                parsed.compressions = value("LIST")?.split(',').map(str::to_string).collect();
+            }
             other => bail!(
                 "unknown argument `{other}` (--synthetic [--jobs LIST] [--size-gb N] [--seed S] \
-                 [--imgbuild PATH] [--label TEXT] [--out FILE])"
+                 [--compressions LIST] [--imgbuild PATH] [--label TEXT] [--out FILE])"
             ),
         }
     }
@@ -106,7 +112,7 @@ pub(super) fn run(args: impl Iterator<Item = String>) -> anyhow::Result<()> {
         cores,
         super::machine()?
     );
-    for compression in ["zstd", "gzip"] {
+    for compression in &args.compressions {
         let rows = measure(&args, &channel, &run_dir, compression, cores)?;
         report += &render(compression, &rows);
     }
