@@ -27,7 +27,7 @@ const PACKAGES: usize = 20;
 /// Bytes are generated in pieces of this size, each of one kind.
 const PIECE: usize = 256 << 10;
 /// Bump when the generated packages change, so old ones are not reused.
-const SYNTHETIC_VERSION: &str = "s1";
+const SYNTHETIC_VERSION: &str = "s2";
 
 struct Args {
     imgbuild: PathBuf,
@@ -187,15 +187,17 @@ fn package_bytes(total: u64, index: usize) -> u64 {
     (total as f64 * weight(index) / sum) as u64
 }
 
-/// Writes `bytes` of generated data into `dir` as a few files of the package.
-fn write_files(dir: &Path, rng: &mut Rng, bytes: u64) -> anyhow::Result<()> {
+/// Writes `bytes` of generated data into `dir` as a few files of package `name` (paths of
+/// its own: packages may not share a file).
+fn write_files(dir: &Path, name: &str, rng: &mut Rng, bytes: u64) -> anyhow::Result<()> {
     let lib = dir.join("lib");
     fs_err::create_dir_all(&lib)?;
     let files = 1 + bytes / (64 << 20);
     for file in 0..files {
         let size = bytes / files;
-        let mut out =
-            std::io::BufWriter::new(fs_err::File::create(lib.join(format!("libpart{file}.so")))?);
+        let mut out = std::io::BufWriter::new(fs_err::File::create(
+            lib.join(format!("lib{name}_part{file}.so")),
+        )?);
         let mut left = size as usize;
         while left > 0 {
             let len = left.min(PIECE);
@@ -228,7 +230,7 @@ fn prepare_channel(work: &Path, size_gb: f64, seed: u64) -> anyhow::Result<PathB
         let name = format!("synth{index:02}");
         eprintln!("generating {name}");
         let staging = tempfile::tempdir_in(work)?;
-        write_files(staging.path(), &mut rng, package_bytes(total, index))?;
+        write_files(staging.path(), &name, &mut rng, package_bytes(total, index))?;
         super::write_conda(staging.path(), &linux64, &name, "1.0", &[])?;
     }
     super::channel::index_channel(&channel)?;
