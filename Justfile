@@ -60,6 +60,10 @@ demo:
 # measure another build. `just bench --trust-against OLD_BINARY` measures only what the trust
 # checks cost (cold, warm, cache-hit, restored-cache, one-package and `[[files]]` builds,
 # taking turns with OLD; a few minutes once the channel is made).
+# `just bench --synthetic [--jobs 2,4,8,16,64] [--size-gb N] [--seed S]` needs no network nor
+# tools: a deterministic ~2.6 GB, 20-package environment from a seeded PRNG (incompressible,
+# text-like and binary-like bytes) as a local channel, then a warm zstd and gzip build per -j,
+# each pinned to that many CPUs: wall time, peak RSS, speedup and wall ÷ CPU floor (issue 32).
 bench *ARGS:
     cargo build --release --bin imgbuild --example bench
     cargo run --release --quiet --example bench -- --out docs/benchmarks.md {{ARGS}}

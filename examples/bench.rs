@@ -38,6 +38,8 @@ mod node;
 mod podman;
 #[path = "../tests/support/registry_log.rs"]
 mod registry_log;
+#[path = "support/bench_synthetic.rs"]
+mod synthetic;
 #[path = "support/bench_trust.rs"]
 mod trust;
 
@@ -221,11 +223,25 @@ struct Args {
     trust_against: Option<PathBuf>,
 }
 
-fn parse_args() -> anyhow::Result<Args> {
-    let mut imgbuild = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/release/imgbuild");
-    if let Some(dir) = std::env::var_os("CARGO_TARGET_DIR") {
-        imgbuild = Path::new(&dir).join("release/imgbuild");
+/// The release binary of this checkout (in `$CARGO_TARGET_DIR` when that is set).
+fn default_imgbuild() -> PathBuf {
+    match std::env::var_os("CARGO_TARGET_DIR") {
+        Some(dir) => Path::new(&dir).join("release/imgbuild"),
+        None => Path::new(env!("CARGO_MANIFEST_DIR")).join("target/release/imgbuild"),
     }
+}
+
+/// Where the bench keeps its work files: `$IMGBUILD_BENCH_DIR` or `~/.cache/imgbuild/bench`.
+fn work_dir() -> anyhow::Result<PathBuf> {
+    let work = std::env::var_os("IMGBUILD_BENCH_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| home().join(".cache/imgbuild/bench"));
+    fs_err::create_dir_all(&work)?;
+    Ok(work)
+}
+
+fn parse_args() -> anyhow::Result<Args> {
+    let mut imgbuild = default_imgbuild();
     let mut out = None;
     let mut label = "imgbuild (this checkout)".to_string();
     let mut trust_against = None;
@@ -258,6 +274,10 @@ fn parse_args() -> anyhow::Result<Args> {
 }
 
 fn main() -> anyhow::Result<()> {
+    // The offline mode needs none of the tools or wheels below.
+    if std::env::args().any(|arg| arg == "--synthetic") {
+        return synthetic::run(std::env::args().skip(1));
+    }
     let args = parse_args()?;
     for tool in [
         "pigz",
@@ -278,10 +298,7 @@ fn main() -> anyhow::Result<()> {
             "`{tool}` is needed: apt-get install pigz zstd umoci docker-registry time"
         );
     }
-    let work = std::env::var_os("IMGBUILD_BENCH_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| home().join(".cache/imgbuild/bench"));
-    fs_err::create_dir_all(&work)?;
+    let work = work_dir()?;
     let channel = prepare_channel(&work)?;
     if let Some(old) = &args.trust_against {
         let section = trust::compare(&work, &channel, old, &args.imgbuild)?;

@@ -12,7 +12,10 @@ use super::{
     stage::StagedPlatform,
 };
 use crate::{
-    layers::{BuiltLayer, cache::LayerCache, compress::CompressPool, write::LayerWriter},
+    layers::{
+        BuiltLayer, budget::layer_memory_from_env, cache::LayerCache, compress::CompressPool,
+        write::LayerWriter,
+    },
     oci::{
         base::BaseError,
         image::{ImageInputs, WrittenImage, index_of, tag_entries, write_image},
@@ -130,10 +133,15 @@ impl<'a> Writer<'a> {
                 });
             }
         };
-        let pool = CompressPool::new(settings.jobs).map_err(|source| BuildError::Staging {
+        let staging = |source| BuildError::Staging {
             path: settings.cache_dir.clone(),
             source,
-        })?;
+        };
+        let memory = layer_memory_from_env()
+            .map_err(|e| staging(std::io::Error::new(std::io::ErrorKind::InvalidInput, e)))?;
+        let pool = CompressPool::new(settings.jobs)
+            .map_err(staging)?
+            .with_memory(memory);
         let mut platform_layers = Vec::with_capacity(platforms.len());
         for platform in platforms {
             let writer = LayerWriter {

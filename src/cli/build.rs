@@ -123,6 +123,8 @@ pub(super) async fn run_build(
     } else {
         LockMode::Reuse
     };
+    // Checked before anything is solved or fetched, as `--jobs` is.
+    crate::layers::budget::layer_memory_from_env().map_err(|e| CommandFailure::new(e, 2))?;
     let mut settings = BuildSettings {
         output: args.output.clone(),
         offline: args.offline,

@@ -31,7 +31,7 @@ fn big_library() -> Vec<u8> {
 }
 
 /// A channel with `biglib` (a 9 MiB library, a small file, a script) and `tiny`.
-fn channel() -> &'static Path {
+pub(crate) fn channel() -> &'static Path {
     static CHANNEL: OnceLock<PathBuf> = OnceLock::new();
     CHANNEL.get_or_init(|| {
         kept_channel_dir("estargz channel", |dir| {

@@ -220,3 +220,53 @@ fn clobbering_packages_give_sorted_records() {
     }
     assert!(digests.windows(2).all(|w| w[0] == w[1]), "{digests:?}");
 }
+
+/// The layer memory budget changes what is in flight, never the bytes: a 9 MiB library (more
+/// than one block of every compression) and a small package, built at `-j 1` with the
+/// default budget and at `-j 8` with the smallest one, give the same image.
+#[test]
+fn the_layer_memory_budget_and_jobs_leave_the_digest_alone() {
+    let url = url::Url::from_file_path(crate::estargz::channel()).unwrap();
+    for compression in ["gzip", "zstd", "estargz", "zstd:chunked"] {
+        let project = Project::new();
+        project.write_recipe(&format!(
+            "[image]\nname = \"budget\"\nbase = \"scratch\"\nplatforms = [\"linux-64\"]\n\n\
+             [conda]\nchannels = [\"{url}\"]\ndependencies = [\"biglib\", \"tiny\"]\n\n\
+             [layers]\ncompression = \"{compression}\"\n"
+        ));
+        let one = project.build(&["--jobs", "1"]).success();
+        let eight = project
+            .run_with(
+                &[
+                    "build",
+                    "recipes/image.toml",
+                    "--locked",
+                    "--jobs",
+                    "8",
+                    "-o",
+                    "out/j8",
+                ],
+                &[("IMGBUILD_LAYER_MEMORY", "33554432")],
+                None,
+            )
+            .success();
+        assert_eq!(one.digest(), eight.digest(), "{compression}");
+    }
+}
+
+/// A budget below the minimum is refused before anything is built, naming the variable.
+#[test]
+fn a_layer_memory_budget_below_32_mib_is_refused() {
+    let project = Project::new();
+    project.write_recipe(&tiny_recipe(shared_channel(), "small", &["hello 1.0"]));
+    for value in ["1000", "lots"] {
+        project
+            .run_with(
+                &["build", "recipes/image.toml"],
+                &[("IMGBUILD_LAYER_MEMORY", value)],
+                None,
+            )
+            .assert_failure_naming(2, &["IMGBUILD_LAYER_MEMORY"]);
+    }
+    project.assert_no_image();
+}

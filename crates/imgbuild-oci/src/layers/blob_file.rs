@@ -16,8 +16,9 @@ use std::{
     path::Path,
 };
 
-/// Direct writes go out in pieces of this size (a multiple of any block size).
-const DIRECT_CHUNK: usize = 4 << 20;
+/// Direct writes go out in pieces of this size (a multiple of any block size): small, as
+/// every layer written at once holds [`DIRECT_BUFFERS`] of them outside the memory budget.
+const DIRECT_CHUNK: usize = 1 << 20;
 /// `O_DIRECT` buffers, offsets and lengths are aligned to this (4 KiB covers 512-byte and
 /// 4 KiB logical blocks).
 const ALIGN: usize = 4096;
@@ -122,7 +123,7 @@ fn buffered(file: File) -> BufWriter<Writeback> {
 
 /// Aligned buffers in flight per blob: one being filled while the writer thread writes the
 /// others, so a slow disk holds the compressor back only after this many chunks.
-const DIRECT_BUFFERS: usize = 3;
+const DIRECT_BUFFERS: usize = 4;
 
 /// A page-aligned buffer of [`DIRECT_CHUNK`] bytes.
 struct Aligned {

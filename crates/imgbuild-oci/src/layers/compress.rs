@@ -12,13 +12,18 @@
 //! zstd: 4 MiB blocks, each a complete zstd frame at level 3 (single-threaded libzstd per
 //! frame); the blob is the frames in order, which the zstd format defines as one stream.
 //! Larger blocks than gzip's because zstd's window is larger and a frame starts it afresh.
+//!
+//! Memory: every block in flight holds bytes of the build's [`MemoryBudget`], acquired
+//! before the block is filled and released once it is written, so the blocks in flight are
+//! bounded by bytes whatever `-j` is; the compressor contexts are shared the same way.
 
 use std::{
-    cell::RefCell,
     collections::BTreeMap,
     io::Write,
-    sync::{Arc, mpsc},
+    sync::{Arc, Mutex, mpsc},
 };
+
+use super::budget::{DEFAULT_LAYER_MEMORY, MemoryBudget, Reservation};
 
 pub use crate::compression::{Compression, GZIP_BLOCK, GZIP_LEVEL, ZSTD_BLOCK, ZSTD_LEVEL};
 
@@ -29,6 +34,7 @@ pub use crate::compression::{Compression, GZIP_BLOCK, GZIP_LEVEL, ZSTD_BLOCK, ZS
 pub struct CompressPool {
     pool: Arc<rayon::ThreadPool>,
     threads: usize,
+    budget: MemoryBudget,
 }
 
 /// The most compression threads a build starts per CPU. More only wait for a CPU, each
@@ -89,11 +95,23 @@ impl CompressPool {
         Ok(Self {
             pool: Arc::new(pool),
             threads,
+            budget: MemoryBudget::new(DEFAULT_LAYER_MEMORY),
         })
+    }
+
+    /// The pool with a budget of `bytes` for the blocks in flight of all its layers.
+    pub fn with_memory(mut self, bytes: u64) -> Self {
+        self.budget = MemoryBudget::new(bytes);
+        self
     }
 
     pub fn threads(&self) -> usize {
         self.threads
+    }
+
+    /// The budget shared by every layer written on this pool.
+    pub fn budget(&self) -> &MemoryBudget {
+        &self.budget
     }
 
     /// Runs `job` on the pool.
@@ -111,23 +129,26 @@ impl CompressPool {
     }
 }
 
-/// A compressed block coming back from the pool: its sequence number and bytes.
-type Done = (u64, Vec<u8>);
+/// A compressed block coming back from the pool: its sequence number, bytes, and the budget
+/// it holds until written.
+type Done = (u64, Vec<u8>, Reservation);
 
 /// The parallel block writer; [`Compressor::finish`] ends the stream and returns the inner
 /// writer. The writing thread cuts blocks and hands each to the pool; finished blocks come
 /// back out of order and are written in order. At most `2 × threads + 2` blocks are in
-/// flight, so memory stays bounded whatever the layer size.
+/// flight, and no more than the pool's budget holds.
 pub struct Compressor<W> {
     inner: W,
     pool: CompressPool,
     compression: Compression,
     block: Vec<u8>,
+    /// The budget held for `block`, taken before its first byte.
+    reserved: Option<Reservation>,
     next_seq: u64,
     next_out: u64,
     done_tx: mpsc::Sender<std::io::Result<Done>>,
     done_rx: mpsc::Receiver<std::io::Result<Done>>,
-    waiting: BTreeMap<u64, Vec<u8>>,
+    waiting: BTreeMap<u64, (Vec<u8>, Reservation)>,
 }
 
 impl<W: Write> Compressor<W> {
@@ -137,7 +158,8 @@ impl<W: Write> Compressor<W> {
             inner,
             pool,
             compression,
-            block: Vec::with_capacity(block_size(compression)),
+            block: Vec::new(),
+            reserved: None,
             next_seq: 0,
             next_out: 0,
             done_tx,
@@ -150,13 +172,29 @@ impl<W: Write> Compressor<W> {
         2 * self.pool.threads as u64 + 2
     }
 
+    /// The budget for one more block: a block's input and its compressed output.
+    fn reserve(&mut self) -> std::io::Result<Reservation> {
+        let bytes = 2 * block_size(self.compression) as u64;
+        let in_flight = |me: &Self| me.next_seq > me.next_out;
+        acquire_draining(
+            &self.pool.budget.clone(),
+            bytes,
+            self,
+            in_flight,
+            Self::receive_one,
+        )
+    }
+
     /// Hands the current block to the pool.
     fn submit(&mut self) -> std::io::Result<()> {
+        let reserved = match self.reserved.take() {
+            Some(reserved) => reserved,
+            None => self.reserve()?,
+        };
         while self.next_seq - self.next_out >= self.max_in_flight() {
             self.receive_one()?;
         }
-        let size = block_size(self.compression);
-        let block = std::mem::replace(&mut self.block, Vec::with_capacity(size));
+        let block = std::mem::take(&mut self.block);
         let seq = self.next_seq;
         self.next_seq += 1;
         let done = self.done_tx.clone();
@@ -168,22 +206,24 @@ impl<W: Write> Compressor<W> {
                 Compression::Gzip | Compression::Estargz => gzip_member(&block),
                 Compression::Zstd | Compression::ZstdChunked => zstd_frame(&block),
             };
+            drop(block);
             // The receiver only goes away when the writer is dropped after an error.
-            let _ = done.send(compressed.map(|bytes| (seq, bytes)));
+            let _ = done.send(compressed.map(|bytes| (seq, bytes, reserved)));
         });
         Ok(())
     }
 
     /// Waits for one finished block and writes out every member that is now in order.
     fn receive_one(&mut self) -> std::io::Result<()> {
-        let (seq, member) = self
+        let (seq, member, reserved) = self
             .done_rx
             .recv()
             .map_err(|_| std::io::Error::other("a compression thread stopped"))??;
-        self.waiting.insert(seq, member);
-        while let Some(member) = self.waiting.remove(&self.next_out) {
+        self.waiting.insert(seq, (member, reserved));
+        while let Some((member, reserved)) = self.waiting.remove(&self.next_out) {
             self.inner.write_all(&member)?;
             self.next_out += 1;
+            drop(reserved);
         }
         Ok(())
     }
@@ -203,7 +243,13 @@ impl<W: Write> Compressor<W> {
 
 impl<W: Write> Write for Compressor<W> {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        if self.reserved.is_none() {
+            self.reserved = Some(self.reserve()?);
+        }
         let size = block_size(self.compression);
+        if self.block.capacity() == 0 {
+            self.block.reserve_exact(size);
+        }
         let take = (size - self.block.len()).min(buf.len());
         self.block.extend_from_slice(&buf[..take]);
         if self.block.len() == size {
@@ -225,37 +271,73 @@ fn block_size(compression: Compression) -> usize {
     }
 }
 
-thread_local! {
-    // One compressor context per pool thread, made once: a zstd context allocates its tables
-    // and libdeflate its match finder on creation, which per block costs time for nothing.
-    // A context is reset for every frame or member, so the bytes are those of a fresh one.
-    static ZSTD: RefCell<Option<zstd::bulk::Compressor<'static>>> = const { RefCell::new(None) };
-    static DEFLATE: RefCell<Option<libdeflater::Compressor>> = const { RefCell::new(None) };
+/// Takes `bytes` of `budget` for `writer`, which has blocks of its own in flight while
+/// `in_flight` says so: those are received (written and released) while the budget is
+/// short, and only a writer with none in flight waits. Every byte held is then held by a
+/// block that the pool finishes without waiting for the budget, so the build never
+/// deadlocks, and a block larger than the whole budget waits until it runs alone.
+pub(super) fn acquire_draining<T>(
+    budget: &MemoryBudget,
+    bytes: u64,
+    writer: &mut T,
+    in_flight: impl Fn(&T) -> bool,
+    receive_one: impl Fn(&mut T) -> std::io::Result<()>,
+) -> std::io::Result<Reservation> {
+    loop {
+        if let Some(reserved) = budget.try_acquire(bytes) {
+            return Ok(reserved);
+        }
+        if !in_flight(writer) {
+            return Ok(budget.acquire(bytes));
+        }
+        receive_one(writer)?;
+    }
+}
+
+/// Compressor contexts shared by every pool thread, taken for one block and put back: a zstd
+/// context allocates its tables and libdeflate its match finder on creation, which per block
+/// costs time for nothing, and one per thread costs memory at a high `-j`. There are never
+/// more than the blocks compressing at once, which the budget bounds. A context is reset for
+/// every frame or member, so the bytes are those of a fresh one.
+static ZSTD: Mutex<Vec<zstd::bulk::Compressor<'static>>> = Mutex::new(Vec::new());
+static DEFLATE: Mutex<Vec<libdeflater::Compressor>> = Mutex::new(Vec::new());
+
+/// Runs `work` with a context from `shelf` (or a new one from `make`), then puts it back.
+fn with_context<C, T>(
+    shelf: &Mutex<Vec<C>>,
+    make: impl FnOnce() -> std::io::Result<C>,
+    work: impl FnOnce(&mut C) -> std::io::Result<T>,
+) -> std::io::Result<T> {
+    let taken = shelf.lock().unwrap_or_else(|e| e.into_inner()).pop();
+    let mut context = match taken {
+        Some(context) => context,
+        None => make()?,
+    };
+    let result = work(&mut context);
+    shelf
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .push(context);
+    result
 }
 
 /// One block as a complete zstd frame (with its content size, so readers can size buffers).
 pub(super) fn zstd_frame(block: &[u8]) -> std::io::Result<Vec<u8>> {
-    ZSTD.with_borrow_mut(|context| {
-        let compressor = match context {
-            Some(compressor) => compressor,
-            None => context.insert(zstd::bulk::Compressor::new(ZSTD_LEVEL)?),
-        };
-        compressor.compress(block)
-    })
+    with_context(
+        &ZSTD,
+        || zstd::bulk::Compressor::new(ZSTD_LEVEL),
+        |compressor| compressor.compress(block),
+    )
 }
 
 /// One block as a complete gzip member.
 pub(super) fn gzip_member(block: &[u8]) -> std::io::Result<Vec<u8>> {
-    DEFLATE.with_borrow_mut(|context| {
-        let compressor = match context {
-            Some(compressor) => compressor,
-            None => {
-                let level = libdeflater::CompressionLvl::new(GZIP_LEVEL).map_err(|e| {
-                    std::io::Error::other(format!("gzip level {GZIP_LEVEL}: {e:?}"))
-                })?;
-                context.insert(libdeflater::Compressor::new(level))
-            }
-        };
+    let make = || {
+        let level = libdeflater::CompressionLvl::new(GZIP_LEVEL)
+            .map_err(|e| std::io::Error::other(format!("gzip level {GZIP_LEVEL}: {e:?}")))?;
+        Ok(libdeflater::Compressor::new(level))
+    };
+    with_context(&DEFLATE, make, |compressor| {
         let mut out = vec![0; compressor.gzip_compress_bound(block.len())];
         let written = compressor
             .gzip_compress(block, &mut out)
@@ -337,7 +419,7 @@ mod tests {
         }
     }
 
-    /// The per-thread contexts are reused from block to block: each block must still come
+    /// The shared contexts are reused from block to block: each block must still come
     /// out as a fresh context would make it.
     #[test]
     fn a_reused_context_gives_the_bytes_of_a_fresh_one() {

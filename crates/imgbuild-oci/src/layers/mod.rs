@@ -4,6 +4,7 @@
 //! The recipe's accounts and files are layers of entries with their own owners ([`owned`]).
 
 mod blob_file;
+pub mod budget;
 pub mod built;
 pub mod cache;
 pub mod compress;

@@ -24,7 +24,10 @@ use std::{collections::BTreeMap, io::Write, sync::mpsc};
 
 use sha2::{Digest, Sha256};
 
-use super::compress::{CompressPool, gzip_member, zstd_frame};
+use super::{
+    budget::Reservation,
+    compress::{CompressPool, acquire_draining, gzip_member, zstd_frame},
+};
 
 /// The eStargz TOC's name in the tar.
 pub(crate) const TOC_TAR_NAME: &str = "stargz.index.json";
@@ -64,6 +67,9 @@ fn compress(format: Format, bytes: &[u8]) -> std::io::Result<Vec<u8>> {
 pub(crate) const CHUNK: u64 = 4 << 20;
 /// Small members are compressed together in jobs of about this many input bytes.
 const JOB_BYTES: usize = 1 << 20;
+/// The budget a job holds: its input is under [`JOB_BYTES`] plus one member of at most a
+/// [`CHUNK`] and a few headers, and its output about as much again.
+const JOB_BUDGET: u64 = 2 * (JOB_BYTES as u64 + CHUNK + (64 << 10));
 
 /// What a finished seekable blob is, besides its bytes.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -153,7 +159,7 @@ struct Segment {
 
 /// A compressed member and the sha256 of its chunk, if it holds one.
 type CompressedMember = (Vec<u8>, Option<String>);
-type JobResult = std::io::Result<(usize, Vec<CompressedMember>)>;
+type JobResult = std::io::Result<(usize, Vec<CompressedMember>, Reservation)>;
 
 /// The seekable writer: tar bytes in, the blob out to `inner`.
 pub(crate) struct SeekableWriter<W> {
@@ -167,13 +173,15 @@ pub(crate) struct SeekableWriter<W> {
     current: Segment,
     batch: Vec<Segment>,
     batch_bytes: usize,
+    /// The budget held for the job being gathered, taken before its first byte.
+    reserved: Option<Reservation>,
     /// Members submitted so far (the next member's index).
     members: usize,
     jobs_sent: usize,
     jobs_written: usize,
     /// The first member of each job, by job.
     job_first: Vec<usize>,
-    waiting: BTreeMap<usize, Vec<CompressedMember>>,
+    waiting: BTreeMap<usize, (Vec<CompressedMember>, Reservation)>,
     done_tx: mpsc::Sender<JobResult>,
     done_rx: mpsc::Receiver<JobResult>,
     /// Compressed offset of each member written.
@@ -211,6 +219,7 @@ impl<W: Write> SeekableWriter<W> {
             },
             batch: Vec::new(),
             batch_bytes: 0,
+            reserved: None,
             members: 0,
             jobs_sent: 0,
             jobs_written: 0,
@@ -265,6 +274,10 @@ impl<W: Write> SeekableWriter<W> {
         if self.batch.is_empty() {
             return Ok(());
         }
+        let reserved = match self.reserved.take() {
+            Some(reserved) => reserved,
+            None => self.reserve()?,
+        };
         // Bounded work in flight: jobs hold about a MiB each, chunks up to 4.
         while self.jobs_sent - self.jobs_written >= 2 * self.pool.threads() + 2 {
             self.receive_one()?;
@@ -291,19 +304,27 @@ impl<W: Write> SeekableWriter<W> {
                 })
                 .collect();
             // The receiver only goes away when the writer is dropped after an error.
-            let _ = done.send(compressed.map(|members| (job, members)));
+            drop(segments);
+            let _ = done.send(compressed.map(|members| (job, members, reserved)));
         });
         Ok(())
     }
 
+    /// The budget for one more job (see `compress::acquire_draining`).
+    fn reserve(&mut self) -> std::io::Result<Reservation> {
+        let budget = self.pool.budget().clone();
+        let in_flight = |me: &Self| me.jobs_sent > me.jobs_written;
+        acquire_draining(&budget, JOB_BUDGET, self, in_flight, Self::receive_one)
+    }
+
     /// Waits for one job and writes out every job that is now in order.
     fn receive_one(&mut self) -> std::io::Result<()> {
-        let (job, members) = self
+        let (job, members, reserved) = self
             .done_rx
             .recv()
             .map_err(|_| std::io::Error::other("a compression thread stopped"))??;
-        self.waiting.insert(job, members);
-        while let Some(members) = self.waiting.remove(&self.jobs_written) {
+        self.waiting.insert(job, (members, reserved));
+        while let Some((members, _reserved)) = self.waiting.remove(&self.jobs_written) {
             debug_assert_eq!(self.offsets.len(), self.job_first[self.jobs_written]);
             for (member, digest) in members {
                 self.offsets.push(self.written);
@@ -697,6 +718,11 @@ impl<W: Write> SeekableWriter<W> {
 
 impl<W: Write> Write for SeekableWriter<W> {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        // The bytes of a job are held before its first byte is read; those a write adds
+        // after a job is handed on in the same call are counted by the next write's.
+        if self.reserved.is_none() {
+            self.reserved = Some(self.reserve()?);
+        }
         let taken = match &mut self.state {
             State::Header => {
                 let take = (512 - self.header.len()).min(buf.len());

@@ -294,8 +294,13 @@ impl LayerWriter<'_> {
         queue.sort_by(|a, b| plan.layers[*b].size.cmp(&plan.layers[*a].size));
 
         // One producer (tar + digests) per pool thread: producers mostly wait for the pool,
-        // and more layers in flight keep the pool busy when a layer ends.
-        let producers = self.pool.threads().clamp(1, plan.layers.len().max(1));
+        // and more layers in flight keep the pool busy when a layer ends. Each costs memory
+        // outside the budget (buffers, hashes), so the budget caps them too.
+        let producers = self
+            .pool
+            .threads()
+            .min(self.pool.budget().layers_at_once())
+            .clamp(1, plan.layers.len().max(1));
         std::thread::scope(|scope| {
             for _ in 0..producers {
                 scope.spawn(|| {
