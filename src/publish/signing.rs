@@ -73,7 +73,10 @@ impl Key {
             return Ok(Key::Keyring(KeyringSigner::find(&name, passphrase_file)?));
         }
         let passphrase = passphrase_file.map(read_passphrase).transpose()?;
-        Ok(Key::File(Box::new(Signer::load(key, passphrase.as_deref())?)))
+        Ok(Key::File(Box::new(Signer::load(
+            key,
+            passphrase.as_deref(),
+        )?)))
     }
 
     fn sign(&self, payload: &[u8]) -> Result<Vec<u8>, SignError> {
