@@ -629,6 +629,18 @@ fn home() -> PathBuf {
 
 // --- the channel --------------------------------------------------------------------------
 
+/// `channel` emptied of what an earlier, unfinished run left, with its `noarch` subdir;
+/// returns its `linux-64` subdir.
+fn empty_channel(channel: &Path) -> anyhow::Result<PathBuf> {
+    if channel.exists() {
+        fs_err::remove_dir_all(channel)?;
+    }
+    let linux64 = channel.join("linux-64");
+    fs_err::create_dir_all(&linux64)?;
+    fs_err::create_dir_all(channel.join("noarch"))?;
+    Ok(linux64)
+}
+
 /// Makes (once) the local channel of packages made from the pinned wheels.
 fn prepare_channel(work: &Path) -> anyhow::Result<PathBuf> {
     let channel = work.join(format!("channel-{CHANNEL_VERSION}"));
@@ -636,12 +648,7 @@ fn prepare_channel(work: &Path) -> anyhow::Result<PathBuf> {
     if done.exists() {
         return Ok(channel);
     }
-    if channel.exists() {
-        fs_err::remove_dir_all(&channel)?;
-    }
-    let linux64 = channel.join("linux-64");
-    fs_err::create_dir_all(&linux64)?;
-    fs_err::create_dir_all(channel.join("noarch"))?;
+    let linux64 = empty_channel(&channel)?;
     let wheels = work.join("wheels");
     for spec in PACKAGES {
         eprintln!(

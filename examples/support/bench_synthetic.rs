@@ -218,12 +218,7 @@ fn prepare_channel(work: &Path, size_gb: f64, seed: u64) -> anyhow::Result<PathB
     if done.exists() {
         return Ok(channel);
     }
-    if channel.exists() {
-        fs_err::remove_dir_all(&channel)?;
-    }
-    let linux64 = channel.join("linux-64");
-    fs_err::create_dir_all(&linux64)?;
-    fs_err::create_dir_all(channel.join("noarch"))?;
+    let linux64 = super::empty_channel(&channel)?;
     let total = (size_gb * 1e9) as u64;
     let mut rng = Rng(seed);
     for index in 0..PACKAGES {

@@ -100,6 +100,21 @@ pub(crate) fn imgbuild(project: &Project, args: &[&str], home: &Path) -> crate::
     )
 }
 
+/// A containers-policy.json that takes images of `host` only when signed by `trusted`.
+fn signed_by_policy(work: &Path, host: &str, trusted: &Gpg) -> PathBuf {
+    let policy = work.join("policy.json");
+    let policy_json = serde_json::json!({
+        "default": [{"type": "reject"}],
+        "transports": {"docker": {host: [{
+            "type": "signedBy",
+            "keyType": "GPGKeys",
+            "keyPath": trusted.public_key(&work.join("trusted.gpg")),
+        }]}},
+    });
+    fs_err::write(&policy, serde_json::to_vec_pretty(&policy_json).unwrap()).unwrap();
+    policy
+}
+
 /// What a consumer said: whether it accepted the image, and its messages.
 fn consumer(mut command: Command) -> (bool, String) {
     let Output {
@@ -190,16 +205,7 @@ fn signed_images_pass_skopeo_and_podman_signed_by_policies_and_others_are_refuse
         ),
     )
     .unwrap();
-    let policy = work.join("policy.json");
-    let policy_json = serde_json::json!({
-        "default": [{"type": "reject"}],
-        "transports": {"docker": {host.as_str(): [{
-            "type": "signedBy",
-            "keyType": "GPGKeys",
-            "keyPath": trusted.public_key(&work.join("trusted.gpg")),
-        }]}},
-    });
-    fs_err::write(&policy, serde_json::to_vec_pretty(&policy_json).unwrap()).unwrap();
+    let policy = signed_by_policy(work, host, &trusted);
     let consumers = Consumers {
         policy,
         registries_d: registries_d.clone(),
@@ -610,16 +616,7 @@ fn a_key_of_the_gnupg_keyring_signs_by_fingerprint_as_podman_does() {
     let work = work.path();
     let trusted = Gpg::new(work, "trusted");
     let registries_d = registries_d_staging_in(work, work);
-    let policy = work.join("policy.json");
-    let policy_json = serde_json::json!({
-        "default": [{"type": "reject"}],
-        "transports": {"docker": {host.as_str(): [{
-            "type": "signedBy",
-            "keyType": "GPGKeys",
-            "keyPath": trusted.public_key(&work.join("trusted.gpg")),
-        }]}},
-    });
-    fs_err::write(&policy, serde_json::to_vec_pretty(&policy_json).unwrap()).unwrap();
+    let policy = signed_by_policy(work, host, &trusted);
     let consumers = Consumers {
         policy,
         registries_d: registries_d.clone(),
