@@ -60,9 +60,7 @@ impl Prepared {
             .map(|p| (p.target.clone(), p.locked_base.clone()))
             .collect()
     }
-}
 
-impl Prepared {
     /// `build --platform`: only the platforms in `wanted` (all when it is empty), here and
     /// in `lock`. Applied after the lock is obtained, so that the lock keeps every platform
     /// of the recipe and a build of one never drops the pins of the others.

@@ -107,7 +107,8 @@ fn parse_tag(text: &str) -> Result<String, String> {
     }
     if !crate::names::is_valid_tag(text) {
         return Err(format!(
-            "invalid tag `{text}`: expected up to 128 of `A-Za-z0-9_.-`, not starting with `.` or `-`"
+            "invalid tag `{text}`: expected {}",
+            crate::names::TAG_RULE
         ));
     }
     Ok(text.to_string())
@@ -130,7 +131,7 @@ pub(super) async fn run_build(
         offline: args.offline,
         jobs: compression_threads(args.jobs, printer),
         tags: dedup(&args.tags),
-        platforms: args.platforms.clone(),
+        platforms: dedup(&args.platforms),
         ..env.build_settings(args.recipe().to_path_buf(), lock_mode)
     };
     match variants_to_build(args)? {
@@ -226,19 +227,20 @@ fn multi_platforms(settings: &BuildSettings) -> Option<crate::recipe::Platforms>
         variant: settings.variant.clone(),
     };
     let recipe = crate::recipe::Recipe::load(&settings.recipe_path, &options).ok()?;
-    let chosen = (!settings.platforms.is_empty()).then(|| {
-        crate::recipe::Platforms::new(settings.platforms.clone())
-            .unwrap_or(recipe.platforms.clone())
-    });
-    Some(chosen.unwrap_or(recipe.platforms)).filter(|platforms| platforms.is_multi())
+    let platforms = match settings.platforms.as_slice() {
+        [] => recipe.platforms,
+        chosen => crate::recipe::Platforms::new(chosen.to_vec())?,
+    };
+    platforms.is_multi().then_some(platforms)
 }
 
-/// `-t a -t a` tags the image `a` once, as the recipe's list would be refused for it.
-fn dedup(tags: &[String]) -> Vec<String> {
-    let mut kept: Vec<String> = Vec::with_capacity(tags.len());
-    for tag in tags {
-        if !kept.contains(tag) {
-            kept.push(tag.clone());
+/// `-t a -t a` tags the image `a` once, as the recipe's list would be refused for it, and
+/// `--platform linux/amd64,linux-64` names one platform.
+fn dedup<T: PartialEq + Clone>(values: &[T]) -> Vec<T> {
+    let mut kept: Vec<T> = Vec::with_capacity(values.len());
+    for value in values {
+        if !kept.contains(value) {
+            kept.push(value.clone());
         }
     }
     kept

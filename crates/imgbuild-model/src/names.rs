@@ -8,6 +8,9 @@ use std::fmt;
 
 use rattler_conda_types::{RepoDataRecord, Subdir};
 
+/// [`is_valid_tag`]'s grammar as an error message says it.
+pub const TAG_RULE: &str = "up to 128 of `A-Za-z0-9_.-`, not starting with `.` or `-`";
+
 /// The OCI distribution spec's tag grammar: `[A-Za-z0-9_][A-Za-z0-9._-]{0,127}`.
 pub fn is_valid_tag(tag: &str) -> bool {
     let mut chars = tag.chars();

@@ -65,9 +65,7 @@ impl KeyringSigner {
             }),
             [] => Err(SignError::Keyring {
                 id: id.to_string(),
-                reason:
-                    "the GnuPG keyring (GNUPGHOME, else ~/.gnupg) has no secret key of that name"
-                        .into(),
+                reason: NO_KEY.into(),
             }),
             many => Err(SignError::Keyring {
                 id: id.to_string(),

@@ -570,8 +570,9 @@ impl Checker {
                 return Err(self.error(
                     tag,
                     format!(
-                        "invalid tag `{}`: expected up to 128 of `A-Za-z0-9_.-`, not starting with `.` or `-`",
-                        visible(raw)
+                        "invalid tag `{}`: expected {}",
+                        visible(raw),
+                        crate::names::TAG_RULE
                     ),
                 ));
             }
