@@ -7,7 +7,7 @@
 // The lower crates of the workspace, bottom first. Their modules keep the paths they had
 // before the split (`crate::fs`, `imgbuild::recipe`), so callers read the same.
 pub use imgbuild_install::{install, pypi};
-use imgbuild_model::{attest, compression, fs, names, reference, report, staging};
+use imgbuild_model::{attest, compression, fs, names, python, reference, report, staging};
 pub use imgbuild_model::{cuda, download, http};
 pub use imgbuild_oci::layers;
 use imgbuild_oci::{oci, registry, sign};

@@ -14,6 +14,10 @@ use crate::lock::ResolvedWheel;
 
 /// Parses `text`, read from `path`. Paths in the lock are relative to its directory.
 pub(super) fn parse(text: &str, path: &Path) -> Result<LockFile, InitError> {
+    crate::python::requirement::check_lock(text).map_err(|reason| InitError::Import {
+        path: path.to_path_buf(),
+        reason: format!("a PyPI requirement {reason}"),
+    })?;
     LockFile::from_str_with_base_directory(text, path.parent()).map_err(|source| {
         InitError::LockParse {
             path: path.to_path_buf(),

@@ -36,8 +36,7 @@ pub(super) fn pip_section(lines: &[String]) -> (PipSection, Vec<String>) {
         } else if let Some(location) = option(&["--find-links", "-f"]) {
             section.find_links.push(location);
         } else if !line.starts_with('-')
-            && line
-                .parse::<pep508_rs::Requirement>()
+            && crate::python::requirement::parse(line)
                 .is_ok_and(|r| !matches!(r.version_or_url, Some(pep508_rs::VersionOrUrl::Url(_))))
         {
             section.dependencies.push(line.to_string());

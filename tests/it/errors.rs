@@ -102,6 +102,38 @@ fn invalid_match_spec_points_at_it() {
     );
 }
 
+/// Names and extras ending in `-` (pep508_rs panics on them) and `${…}` (which it would fill
+/// in from the builder's environment) are refused, pointing into the recipe.
+#[test]
+fn pypi_requirements_pep508_rs_mishandles_are_refused() {
+    let conda = format!(
+        "[image]\nname = \"x\"\n[conda]\nchannels = [\"{}\"]\ndependencies = [\"hello\"]\n",
+        channel_url()
+    );
+    for (requirement, reason) in [
+        (
+            "torch-- >=1",
+            "the name `torch--` must end with a letter or a digit",
+        ),
+        (
+            "torch[cuda-]",
+            "the extra `cuda-` must end with a letter or a digit",
+        ),
+        (
+            "six @ https://example.org/${HOME}/six.whl",
+            "`${…}` is not expanded",
+        ),
+    ] {
+        fails_with(
+            &format!("{conda}[pypi]\ndependencies = [{requirement:?}]\n"),
+            &[
+                &format!("invalid PyPI requirement `{requirement}`: {reason}"),
+                "recipes/image.toml:7:",
+            ],
+        );
+    }
+}
+
 #[test]
 fn missing_base_layout_is_named() {
     fails_with(

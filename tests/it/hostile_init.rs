@@ -160,6 +160,38 @@ fn a_newline_in_a_pip_line_stays_in_the_comment_block() {
     assert!(!text.contains("evil.example/simple'\n"), "{text}");
 }
 
+/// pip lines pep508_rs 0.9.2 panics on (found by the `init_from` fuzz target) or would fill
+/// in from the environment: converted, each kept only as a comment, not as a dependency.
+#[test]
+fn pip_lines_pep508_rs_mishandles_stay_comments() {
+    let lines = [
+        "torch-- >=1",
+        "six[x-]",
+        "six @ https://example.org/${HOME}/six.whl",
+    ];
+    let pip: String = lines
+        .iter()
+        .map(|l| format!("    - {}\n", yaml_str(l)))
+        .collect();
+    let text = convert(
+        &environment(
+            "app",
+            &format!("dependencies:\n  - hello=1.0\n  - pip:\n{pip}"),
+        ),
+        "environment.yml",
+        false,
+    )
+    .expect("converted");
+    for line in lines {
+        let written: Vec<&str> = text.lines().filter(|l| l.contains(line)).collect();
+        assert!(!written.is_empty(), "`{line}` is not kept:\n{text}");
+        assert!(
+            written.iter().all(|l| l.trim_start().starts_with('#')),
+            "{text}"
+        );
+    }
+}
+
 #[test]
 fn a_newline_in_a_cuda_spec_stays_in_the_cuda_comment() {
     for spec in [

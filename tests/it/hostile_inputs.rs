@@ -257,16 +257,22 @@ fn a_lock_outside_the_channel_the_alias_resolves_to_is_refused() {
     );
 }
 
+/// The recipe of `chan/` with python, and `demo` from the `wheels/` find-links directory.
+pub(crate) fn pypi_recipe() -> String {
+    let s = sources();
+    format!(
+        "{}\n[pypi]\nno-index = true\nfind-links = [{}]\ndependencies = [\"demo\"]\n",
+        recipe(&s.url("chan")).replace("[\"good\"]", "[\"good\", \"python\"]"),
+        serde_json::to_string(s.root.join("wheels").to_str().unwrap()).unwrap()
+    )
+}
+
 #[test]
 fn a_lock_pinning_a_wheel_outside_the_find_links_is_refused() {
     let s = sources();
     let project = Project::new();
     let wheels = s.root.join("wheels");
-    project.write_recipe(&format!(
-        "{}\n[pypi]\nno-index = true\nfind-links = [{}]\ndependencies = [\"demo\"]\n",
-        recipe(&s.url("chan")).replace("[\"good\"]", "[\"good\", \"python\"]"),
-        serde_json::to_string(wheels.to_str().unwrap()).unwrap()
-    ));
+    project.write_recipe(&pypi_recipe());
     project.build(&[]).success();
     // The untampered lock is taken as it is.
     project.build(&["--locked", "-o", "images/again"]).success();

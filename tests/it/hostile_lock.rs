@@ -12,7 +12,7 @@ use std::path::Path;
 
 use crate::{
     common::{Project, Run, run_with_deadline},
-    hostile_inputs::{recipe, sources},
+    hostile_inputs::{pypi_recipe, recipe, sources},
     trust::{Canary, Tree},
 };
 
@@ -236,4 +236,40 @@ fn control_characters_in_a_locked_name_are_refused() {
         assert!(!run.stderr.contains('\u{202e}'), "{:?}", run.stderr);
     }
     assert_eq!(Tree::of(&project.path().join("images")), images);
+}
+
+/// A `requires_dist` entry that pep508_rs 0.9.2 panics on, inside rattler_lock's reading of
+/// the lock: refused before rattler_lock reads it, by `build` and by `init --from` (which
+/// takes the same lock as a pixi.lock).
+#[test]
+fn a_locked_requirement_pep508_rs_panics_on_is_refused() {
+    let project = Project::new();
+    project.write_recipe(&pypi_recipe());
+    project.build(&[]).success();
+    let images = Tree::of(&project.path().join("images"));
+    let text = fs_err::read_to_string(project.lock_path()).unwrap();
+    let entry = text
+        .lines()
+        .find(|line| line.trim_start().starts_with("- pypi: "))
+        .unwrap_or_else(|| panic!("no PyPI package in the lock:\n{text}"));
+    let indent = " ".repeat(entry.len() - entry.trim_start().len() + 2);
+    edit_lock(
+        &project,
+        entry,
+        &format!("{entry}\n{indent}requires_dist:\n{indent}- torch-- >=1"),
+    );
+    let needles = [
+        "recipes/image.lock",
+        "`torch-- >=1`",
+        "must end with a letter",
+    ];
+    for run in builds(&project) {
+        run.assert_failure_naming(1, &needles);
+        assert!(!run.stderr.contains("panicked"), "{}", run.stderr);
+    }
+    assert_eq!(Tree::of(&project.path().join("images")), images);
+    fs_err::copy(project.lock_path(), project.path().join("pixi.lock")).unwrap();
+    let run = project.run(&["init", "--from", "pixi.lock", "-o", "recipes/imported.toml"]);
+    run.assert_failure_naming(1, &["pixi.lock", "`torch-- >=1`", "must end with a letter"]);
+    assert!(!project.path().join("recipes/imported.toml").exists());
 }

@@ -194,6 +194,32 @@ fn an_endless_metadata_file_is_cut_off() {
     );
 }
 
+/// A `Requires-Dist` pep508_rs 0.9.2 panics on (a name ending in `-` before more text) and
+/// one with `${…}` it would fill in from the builder's environment: refused, naming the
+/// wheel and the requirement.
+#[test]
+fn requires_dist_that_pep508_rs_mishandles_is_refused() {
+    for (requires, reason) in [
+        ("torch-- >=1", "must end with a letter or a digit"),
+        ("evil @ https://127.0.0.1/${HOME}/e.whl", "is not expanded"),
+    ] {
+        let metadata =
+            format!("Metadata-Version: 2.1\nName: demo\nVersion: 1.0\nRequires-Dist: {requires}\n");
+        let index = Index::start(move |r, page| {
+            if page_path(r) {
+                let page = page.replace("<a ", "<a data-dist-info-metadata=\"true\" ");
+                return Some(ok("text/html", page));
+            }
+            r.path()
+                .ends_with(".metadata")
+                .then(|| ok("text/plain", metadata.clone()))
+        });
+        let (project, images) = built(&index, Source::Index);
+        let run = refused(&project, &images, &[], &[WHEEL, requires, reason]);
+        assert!(!run.stderr.contains("panicked"), "{}", run.stderr);
+    }
+}
+
 /// A wheel pinned by its sha256 alone has no size to hold the download to: the bound on
 /// downloads of unknown size stops it (lowered here from 16 GiB).
 #[test]

@@ -83,7 +83,7 @@ impl CoreMetadata {
             .iter()
             .filter(|(k, _)| k == "requires-dist")
             .map(|(_, v)| {
-                Requirement::from_str(v).map_err(|e| invalid("Requires-Dist", v, e.to_string()))
+                crate::python::requirement::parse(v).map_err(|e| invalid("Requires-Dist", v, e))
             })
             .collect::<Result<Vec<_>, _>>()?;
         Ok(CoreMetadata {

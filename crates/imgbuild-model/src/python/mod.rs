@@ -13,6 +13,7 @@ use pep508_rs::{ExtraName, MarkerEnvironment, MarkerEnvironmentBuilder, PackageN
 use rattler_conda_types::{GenericVirtualPackage, RepoDataRecord, Subdir};
 
 pub mod ranges;
+pub mod requirement;
 pub mod tags;
 
 use tags::{PythonVersion, WheelTarget};

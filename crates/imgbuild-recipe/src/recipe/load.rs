@@ -655,17 +655,13 @@ impl Checker {
             .dependencies
             .iter()
             .map(|dep| {
+                // The error is one line: pep508_rs draws its own caret on further
+                // lines, ours points into the recipe.
                 let requirement =
-                    pep508_rs::Requirement::from_str(dep.get_ref()).map_err(|err| {
+                    crate::python::requirement::parse(dep.get_ref()).map_err(|reason| {
                         self.error(
                             dep,
-                            // pep508_rs draws its own caret on further lines; ours
-                            // points into the recipe.
-                            format!(
-                                "invalid PyPI requirement `{}`: {}",
-                                dep.get_ref(),
-                                err.to_string().lines().next().unwrap_or_default()
-                            ),
+                            format!("invalid PyPI requirement `{}`: {reason}", dep.get_ref()),
                         )
                     })?;
                 if matches!(

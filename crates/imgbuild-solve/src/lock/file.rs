@@ -85,12 +85,14 @@ impl Lock {
     /// Reads lock text as if from `path` (local wheels and find-links directories resolve
     /// against its directory). What rattler_lock reads but imgbuild cannot use is a
     /// [`LockError::Shape`], with the reason.
-    pub(super) fn parse(text: &str, path: &Path) -> Result<Lock, LockError> {
+    pub fn parse(text: &str, path: &Path) -> Result<Lock, LockError> {
         let shape = |reason: String| LockError::Shape {
             path: path.to_path_buf(),
             reason,
         };
         let bases = bases_of(text).map_err(shape)?;
+        crate::python::requirement::check_lock(text)
+            .map_err(|reason| shape(format!("a PyPI requirement {reason}")))?;
         let lock_dir = path.parent().unwrap_or(Path::new("."));
         let lock =
             LockFile::from_str_with_base_directory(text, path.parent()).map_err(|source| {
