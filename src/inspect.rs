@@ -15,7 +15,7 @@ use serde::Serialize;
 use rattler_conda_types::Subdir;
 
 use crate::{
-    layers::LayerKind,
+    layers::{LayerKind, LayerPart},
     oci::{
         annotations,
         read::{LayoutImage, LayoutRef, ReadError},
@@ -199,6 +199,9 @@ pub(crate) struct LayerSummary {
     pub role: LayerRole,
     /// `name-version-build` of each package in the layer.
     pub packages: Vec<String>,
+    /// Which part of its one package the layer is (`2/3`), when `[layers] split` split it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub part: Option<String>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -485,9 +488,16 @@ fn classify_layers(layers: &[Descriptor], built_by_imgbuild: bool) -> Vec<LayerS
                 media_type: layer.media_type().to_string(),
                 role,
                 packages,
+                part: layer_part(layer),
             }
         })
         .collect()
+}
+
+/// The part of its package a layer is, from its annotation, as `2/3`.
+fn layer_part(layer: &Descriptor) -> Option<String> {
+    let text = layer.annotations().as_ref()?.get(annotations::LAYER_PART)?;
+    LayerPart::parse(text).map(|part| part.to_string())
 }
 
 /// A package as a layer annotation names it: `name-version-build`.
@@ -727,7 +737,10 @@ pub(crate) fn diff(from: &ImageSummary, to: &ImageSummary) -> ImageDiff {
 /// What a layer holds, in words: its packages, `base`, `image files` or `smoke test`.
 pub(crate) fn describe_layer(layer: &LayerSummary) -> String {
     match layer.role {
-        LayerRole::Packages => layer.packages.join(", "),
+        LayerRole::Packages => match &layer.part {
+            Some(part) => format!("{} (part {part})", layer.packages.join(", ")),
+            None => layer.packages.join(", "),
+        },
         LayerRole::Base => "base".to_string(),
         LayerRole::ImageFiles => "image files".to_string(),
         LayerRole::Smoke => "smoke test executable".to_string(),
@@ -763,6 +776,7 @@ mod tests {
             media_type: "application/vnd.oci.image.layer.v1.tar+gzip".into(),
             role,
             packages: packages.iter().map(|p| p.to_string()).collect(),
+            part: None,
         }
     }
 

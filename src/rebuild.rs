@@ -19,7 +19,7 @@ use sha2::{Digest, Sha256};
 use serde::{Deserialize, Serialize};
 
 use crate::{
-    layers::{BuiltLayer, Compression, LayerBlob, LayerKind},
+    layers::{BuiltLayer, Compression, LayerBlob, LayerKind, LayerPart},
     report::Reporter,
 };
 
@@ -72,6 +72,8 @@ struct RecordedLayer {
     kind: LayerKind,
     name: String,
     packages: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    part: Option<LayerPart>,
     digest: String,
     diff_id: String,
     size: u64,
@@ -95,6 +97,7 @@ impl BuildRecord {
                     kind: layer.kind,
                     name: layer.name.clone(),
                     packages: layer.packages.clone(),
+                    part: layer.part,
                     digest: layer.blob.digest.clone(),
                     diff_id: layer.blob.diff_id.clone(),
                     size: layer.blob.size,
@@ -122,6 +125,7 @@ impl BuildRecord {
                 kind: recorded.kind,
                 name: recorded.name.clone(),
                 packages: recorded.packages.clone(),
+                part: recorded.part,
                 blob: LayerBlob {
                     diff_id: recorded.diff_id.clone(),
                     digest: recorded.digest.clone(),

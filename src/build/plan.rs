@@ -235,6 +235,7 @@ mod tests {
             kind: LayerKind::Conda,
             name: name.to_string(),
             packages: vec![format!("{name}-1.0-0")],
+            part: None,
             blob: LayerBlob {
                 diff_id: digest(&format!("d{name}")),
                 digest: digest(name),

@@ -20,7 +20,7 @@ use super::{
 use crate::{
     cuda::compat::Support,
     install::{InstallOptions, StagedPackage, StagedPrefix, install_reporting, ownership},
-    layers::{LayerPlan, OwnedLayer, StagedTree, StagedUnit, plan_layers},
+    layers::{LayerLimits, LayerPlan, OwnedLayer, StagedTree, StagedUnit, plan_layers},
     lock::Lock,
     oci::image::Activation,
     pypi::StagedWheel,
@@ -269,10 +269,14 @@ impl<'a> Stager<'a> {
         let prepared = work.prepared;
         // The smoke executable's layer and the recipe's own are planned like more base
         // layers, then added on top.
+        let limits = LayerLimits {
+            budget: self.cx.recipe.layer_budget,
+            base_layers: prepared.base_layers() + usize::from(prepared.smoke.is_some()) + owned,
+            split: self.cx.recipe.split,
+        };
         let mut plan = plan_layers(
             &planned_tree(staged, wheels),
-            self.cx.recipe.layer_budget,
-            prepared.base_layers() + usize::from(prepared.smoke.is_some()) + owned,
+            limits,
             self.cx.created_seconds as u64,
         )?;
         if let Some(smoke) = &prepared.smoke {

@@ -269,6 +269,7 @@ impl SmokeExecutable {
             paths: vec![IN_IMAGE_PATH.to_string()],
             mtime: LAYER_MTIME,
             size: self.size,
+            part: None,
         })
     }
 }

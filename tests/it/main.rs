@@ -55,6 +55,7 @@ mod jupyter;
 mod k8s;
 mod k8s_jupyter;
 mod layer_cache;
+mod layer_split;
 mod layering;
 mod lazy_pull;
 mod lock;

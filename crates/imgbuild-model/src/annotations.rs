@@ -15,6 +15,9 @@ pub const CUDA_PACKAGE_ARCHITECTURES: &str = "dev.imgbuild.cuda.package-architec
 /// library carries PTX. What driver JIT-compiles it: `crate::cuda::compat::ptx_minimum_driver`.
 pub const CUDA_PTX_ISA: &str = "dev.imgbuild.cuda.ptx-isa";
 pub const PACKAGES: &str = "dev.imgbuild.layer.packages";
+/// Which part of its one package a layer is, when `[layers] split` split the package by
+/// file into several layers: `2/3`.
+pub const LAYER_PART: &str = "dev.imgbuild.layer.part";
 /// What a layer of the recipe's own holds: `accounts` (`[accounts]`, home directories, the
 /// workdir) or `files` (one `[[files]]` entry, named by the layer's history line).
 pub const LAYER_CONTENT: &str = "dev.imgbuild.layer.content";

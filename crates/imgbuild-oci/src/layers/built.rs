@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use super::plan::LayerKind;
+use super::{plan::LayerKind, split::LayerPart};
 
 /// A layer written to the blob store.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -30,6 +30,8 @@ pub struct BuiltLayer {
     pub name: String,
     /// The packages in the layer, named as [`LayerKind`] says, empty for the image layer.
     pub packages: Vec<String>,
+    /// Which part of its package the layer is, when the package was split.
+    pub part: Option<LayerPart>,
     pub blob: LayerBlob,
     /// Taken from the layer cache (or an unchanged image) instead of compressed.
     pub reused: bool,

@@ -555,8 +555,10 @@ fn link_verified(
 }
 
 /// The cache key of a layer with these `entries`, or `None` when the layer is not one to
-/// cache (no package records in it).
+/// cache (no package records in it). A part of a split package is keyed by its package's
+/// record too, read from beneath `root` when another part holds it.
 pub(crate) fn layer_key(
+    root: &Path,
     layer: &PlannedLayer,
     entries: &[Entry],
     compression: Compression,
@@ -622,9 +624,27 @@ pub(crate) fn layer_key(
             }
         });
     }
+    if let Some(planned) = layer.part.as_ref().filter(|_| found == 0) {
+        let Some(digest) = record_digest(&root.join(&planned.record))? else {
+            return Ok(None);
+        };
+        line(serde_json::json!(["part-of", planned.record, digest]));
+        found = records.len();
+    }
     // Without every package's record the files' contents are not pinned: no key.
     if found != records.len() {
         return Ok(None);
     }
     Ok(Some(hex::encode(hasher.finalize())))
+}
+
+/// The sha256 of a split package's record in the staging tree, or `None` when it is not a
+/// regular file there (the installer writes it, so that would be a broken staging tree).
+fn record_digest(path: &Path) -> std::io::Result<Option<String>> {
+    if !fs_err::symlink_metadata(path)?.is_file() {
+        return Ok(None);
+    }
+    Ok(Some(hex::encode(rattler_digest::compute_file_digest::<
+        rattler_digest::Sha256,
+    >(path)?)))
 }

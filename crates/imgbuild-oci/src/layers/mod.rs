@@ -1,7 +1,8 @@
 //! Layers: a staged prefix → a plan of layers ([`plan`]) → compressed, content-addressed
 //! blobs ([`write`]), each a deterministic tar ([`tar`]) through a deterministic parallel
 //! compressor ([`compress`]), reused across builds through the layer cache ([`cache`]).
-//! The recipe's accounts and files are layers of entries with their own owners ([`owned`]).
+//! The recipe's accounts and files are layers of entries with their own owners ([`owned`]);
+//! a large package may be split by file into several layers ([`split`]).
 
 mod blob_file;
 pub mod budget;
@@ -11,13 +12,18 @@ pub mod compress;
 pub mod owned;
 pub mod plan;
 pub mod seekable;
+pub mod split;
 pub mod tar;
 pub mod write;
 
 pub use crate::compression::Compression;
 pub use built::{BuiltLayer, LayerBlob};
 pub use owned::{OwnedEntry, OwnedLayer};
-pub use plan::{LayerKind, LayerPlan, PlannedLayer, StagedTree, StagedUnit, plan_layers};
+pub use plan::{
+    LayerKind, LayerLimits, LayerPlan, PlannedLayer, PlannedPart, StagedTree, StagedUnit,
+    plan_layers,
+};
+pub use split::LayerPart;
 
 /// The layer `[smoke] embed = true` adds (`crate::smoke::embed`): the image's history and
 /// its smoke settings name it.

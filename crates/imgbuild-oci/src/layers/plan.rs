@@ -14,6 +14,7 @@ use std::{
     path::{Path, PathBuf},
 };
 
+use super::split::{LayerPart, split_files};
 use crate::annotations;
 
 /// A staged prefix as the planner sees it: plain data that the build's staging step makes
@@ -149,6 +150,19 @@ pub struct PlannedLayer {
     pub mtime: u64,
     /// Bytes of file data, for ordering and reports.
     pub size: u64,
+    /// For one part of a package split by `[layers] split`: which part, and its package's
+    /// record.
+    pub part: Option<PlannedPart>,
+}
+
+/// One part of a split package's layers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PlannedPart {
+    pub part: LayerPart,
+    /// The package's record (`conda-meta/*.json` or a wheel's `RECORD`), relative to the
+    /// staging root. It pins the bytes of every file of the package, and lies in one part
+    /// only, so the layer cache keys every part by it.
+    pub record: String,
 }
 
 /// The layers of an image, bottom first.
@@ -189,14 +203,29 @@ fn is_cuda_runtime(name: &str) -> bool {
     PREFIXES.iter().any(|p| name.starts_with(p))
 }
 
-/// Plans the layers of `tree` within `budget` layers in all, `base_layers` of which the
-/// base already uses. `image_mtime` stamps the image's own layer.
+/// How many layers an image may have and how large a package's layer may be.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LayerLimits {
+    /// Most layers in all, base layers included (`[layers] max`).
+    pub budget: u32,
+    /// Layers below the planned ones: the base's, and those added on top planned apart.
+    pub base_layers: usize,
+    /// `[layers] split`: a package of more bytes is split into parts of at most this many,
+    /// while the budget has room for them; `None` keeps every package whole.
+    pub split: Option<u64>,
+}
+
+/// Plans the layers of `tree` within `limits`. `image_mtime` stamps the image's own layer.
 pub fn plan_layers(
     tree: &StagedTree,
-    budget: u32,
-    base_layers: usize,
+    limits: LayerLimits,
     image_mtime: u64,
 ) -> Result<LayerPlan, PlanError> {
+    let LayerLimits {
+        budget,
+        base_layers,
+        split,
+    } = limits;
     // Conda packages and wheels each need a shared layer when they do not all fit alone.
     let kinds = usize::from(!tree.packages.is_empty()) + usize::from(!tree.wheels.is_empty());
     let slots = (budget as usize)
@@ -206,8 +235,8 @@ pub fn plan_layers(
             budget,
             base_layers,
         })?;
-    let mut units = package_units(tree);
-    units.extend(wheel_units(tree));
+    let mut units = package_units(tree, split);
+    units.extend(wheel_units(tree, split));
     let mut layers = fit_budget(&units, slots, kinds);
     layers.push(image_layer(tree, image_mtime)?);
     Ok(LayerPlan { layers })
@@ -221,9 +250,60 @@ struct Unit {
     paths: Vec<String>,
     size: u64,
     mtime: u64,
+    /// Its layers when split (`[layers] split`), each part's paths with their bytes, and
+    /// its record; empty when it stays whole.
+    parts: Vec<(Vec<String>, u64)>,
+    record: Option<String>,
 }
 
 impl Unit {
+    /// The unit of `package`'s `paths`, split into parts of at most `split` bytes when it
+    /// is larger and has a record to key its parts by.
+    fn new(
+        tree: &StagedTree,
+        kind: LayerKind,
+        package: &StagedUnit,
+        paths: Vec<String>,
+        split: Option<u64>,
+    ) -> Unit {
+        let sized: Vec<(String, u64)> = paths
+            .iter()
+            .map(|p| (p.clone(), file_size(&tree.root.join(p))))
+            .collect();
+        let record = record_path(kind, package, &paths);
+        Unit {
+            kind,
+            package: package.label.clone(),
+            size: sized.iter().map(|(_, size)| size).sum(),
+            paths,
+            mtime: package.mtime,
+            parts: Vec::new(),
+            record,
+        }
+        .split(&sized, split)
+    }
+
+    fn split(mut self, sized: &[(String, u64)], bound: Option<u64>) -> Unit {
+        let Some(bound) = bound.filter(|&bound| self.size > bound) else {
+            return self;
+        };
+        if self.record.is_none() {
+            return self;
+        }
+        let bytes: HashMap<&str, u64> = sized.iter().map(|(p, s)| (p.as_str(), *s)).collect();
+        let parts = split_files(sized, bound);
+        if parts.len() > 1 {
+            self.parts = parts
+                .into_iter()
+                .map(|paths| {
+                    let size = paths.iter().map(|p| bytes[p.as_str()]).sum();
+                    (paths, size)
+                })
+                .collect();
+        }
+        self
+    }
+
     fn layer(&self) -> PlannedLayer {
         PlannedLayer {
             kind: self.kind,
@@ -232,8 +312,43 @@ impl Unit {
             paths: self.paths.clone(),
             mtime: self.mtime,
             size: self.size,
+            part: None,
         }
     }
+
+    /// Its layers as parts, or its one layer when it stays whole.
+    fn part_layers(&self) -> Vec<PlannedLayer> {
+        let (Some(record), false) = (&self.record, self.parts.is_empty()) else {
+            return vec![self.layer()];
+        };
+        let count = self.parts.len() as u32;
+        (1..)
+            .zip(&self.parts)
+            .map(|(index, (paths, size))| {
+                let part = LayerPart { index, count };
+                PlannedLayer {
+                    name: format!("{} (part {part})", self.kind.package_label(&self.package)),
+                    paths: paths.clone(),
+                    size: *size,
+                    part: Some(PlannedPart {
+                        part,
+                        record: record.clone(),
+                    }),
+                    ..self.layer()
+                }
+            })
+            .collect()
+    }
+}
+
+/// Where `package`'s record lies among its `paths` (relative to the staging root): a conda
+/// package's `conda-meta/<label>.json`, a wheel's `<label>.dist-info/RECORD`.
+fn record_path(kind: LayerKind, package: &StagedUnit, paths: &[String]) -> Option<String> {
+    let suffix = match kind {
+        LayerKind::Wheels => format!("/{}.dist-info/RECORD", package.label),
+        _ => format!("/conda-meta/{}.json", package.label),
+    };
+    paths.iter().find(|p| p.ends_with(&suffix)).cloned()
 }
 
 /// `rel` (under the prefix) relative to the staging root.
@@ -241,12 +356,8 @@ fn in_prefix(tree: &StagedTree, rel: &str) -> String {
     format!("{}/{rel}", tree.prefix.trim_start_matches('/'))
 }
 
-fn size_of(tree: &StagedTree, paths: &[String]) -> u64 {
-    paths.iter().map(|p| file_size(&tree.root.join(p))).sum()
-}
-
 /// The conda packages from most shared to most specific, each with its files in path order.
-fn package_units(tree: &StagedTree) -> Vec<Unit> {
+fn package_units(tree: &StagedTree, split: Option<u64>) -> Vec<Unit> {
     dependency_order(&tree.packages)
         .into_iter()
         .map(|index| {
@@ -254,20 +365,14 @@ fn package_units(tree: &StagedTree) -> Vec<Unit> {
             let mut files: Vec<&String> = package.files.iter().collect();
             files.sort();
             let paths: Vec<String> = files.iter().map(|f| in_prefix(tree, f)).collect();
-            Unit {
-                kind: LayerKind::Conda,
-                package: package.label.clone(),
-                size: size_of(tree, &paths),
-                paths,
-                mtime: package.mtime,
-            }
+            Unit::new(tree, LayerKind::Conda, package, paths, split)
         })
         .collect()
 }
 
 /// The wheels, above the conda packages (they depend on the conda environment, never the
 /// other way round), CUDA runtime wheels first.
-fn wheel_units(tree: &StagedTree) -> Vec<Unit> {
+fn wheel_units(tree: &StagedTree, split: Option<u64>) -> Vec<Unit> {
     let mut wheels: Vec<&StagedUnit> = tree.wheels.iter().collect();
     wheels.sort_by(|a, b| {
         (!is_cuda_runtime(&a.name), &a.name).cmp(&(!is_cuda_runtime(&b.name), &b.name))
@@ -276,25 +381,25 @@ fn wheel_units(tree: &StagedTree) -> Vec<Unit> {
         .into_iter()
         .map(|wheel| {
             let paths: Vec<String> = wheel.files.iter().map(|f| in_prefix(tree, f)).collect();
-            Unit {
-                kind: LayerKind::Wheels,
-                package: wheel.label.clone(),
-                size: size_of(tree, &paths),
-                paths,
-                mtime: wheel.mtime,
-            }
+            Unit::new(tree, LayerKind::Wheels, wheel, paths, split)
         })
         .collect()
 }
 
-/// A layer per unit when they fit in `slots`; else the largest keep a layer each and the
-/// rest of each of the `kinds` share one.
+/// A layer per unit when they fit in `slots`, the largest split into their parts while the
+/// `slots` left over hold them; else the largest keep a layer each and the rest of each of
+/// the `kinds` share one, and none is split.
 fn fit_budget(units: &[Unit], slots: usize, kinds: usize) -> Vec<PlannedLayer> {
+    let by_size = by_size(units);
     if units.len() <= slots {
-        return units.iter().map(Unit::layer).collect();
+        let split = split_within(units, &by_size, slots - units.len());
+        return (0..units.len())
+            .flat_map(|i| match split.contains(&i) {
+                true => units[i].part_layers(),
+                false => vec![units[i].layer()],
+            })
+            .collect();
     }
-    let mut by_size: Vec<usize> = (0..units.len()).collect();
-    by_size.sort_by(|a, b| units[*b].size.cmp(&units[*a].size).then(a.cmp(b)));
     let alone: BTreeSet<usize> = by_size.iter().take(slots - kinds).copied().collect();
     let mut layers = Vec::new();
     for kind in [LayerKind::Conda, LayerKind::Wheels] {
@@ -319,6 +424,28 @@ fn fit_budget(units: &[Unit], slots: usize, kinds: usize) -> Vec<PlannedLayer> {
     layers
 }
 
+/// Unit indices from the largest to the smallest, ties in plan order.
+fn by_size(units: &[Unit]) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..units.len()).collect();
+    order.sort_by(|a, b| units[*b].size.cmp(&units[*a].size).then(a.cmp(b)));
+    order
+}
+
+/// The units split into their parts: from the largest down, each whose extra layers fit in
+/// the `spare` slots still left. A package too large for what is left stays whole, so a
+/// tight budget changes how many packages are split, never how one is.
+fn split_within(units: &[Unit], by_size: &[usize], mut spare: usize) -> BTreeSet<usize> {
+    let mut split = BTreeSet::new();
+    for &i in by_size {
+        let extra = units[i].parts.len().saturating_sub(1);
+        if extra > 0 && extra <= spare {
+            spare -= extra;
+            split.insert(i);
+        }
+    }
+    split
+}
+
 /// One layer for the small packages of one kind.
 fn shared_layer(kind: LayerKind, grouped: &[&Unit]) -> PlannedLayer {
     let mut paths: Vec<String> = grouped
@@ -338,6 +465,7 @@ fn shared_layer(kind: LayerKind, grouped: &[&Unit]) -> PlannedLayer {
         size: grouped.iter().map(|u| u.size).sum(),
         packages: grouped.iter().map(|u| u.package.clone()).collect(),
         paths,
+        part: None,
     }
 }
 
@@ -387,6 +515,7 @@ fn image_layer(tree: &StagedTree, image_mtime: u64) -> Result<PlannedLayer, Plan
         paths: own,
         mtime: image_mtime,
         size: own_size,
+        part: None,
     })
 }
 
@@ -552,6 +681,14 @@ mod tests {
         ("tiny", &[], &[("share/tiny", 1)]),
     ];
 
+    pub(super) fn limits(budget: u32, base_layers: usize) -> LayerLimits {
+        LayerLimits {
+            budget,
+            base_layers,
+            split: None,
+        }
+    }
+
     fn names(plan: &LayerPlan) -> Vec<&str> {
         plan.layers.iter().map(|l| l.name.as_str()).collect()
     }
@@ -559,7 +696,7 @@ mod tests {
     #[test]
     fn one_layer_per_package_cuda_first_libraries_before_users() {
         let dir = tempfile::tempdir().unwrap();
-        let plan = plan_layers(&staged(dir.path(), PACKAGES), 60, 0, 7).unwrap();
+        let plan = plan_layers(&staged(dir.path(), PACKAGES), limits(60, 0), 7).unwrap();
         assert_eq!(
             names(&plan),
             [
@@ -593,7 +730,7 @@ mod tests {
     fn over_budget_the_largest_stay_alone_and_the_rest_share_a_layer() {
         let dir = tempfile::tempdir().unwrap();
         // 6 layers in all, 2 from the base, 1 for the image: 3 for 5 packages.
-        let plan = plan_layers(&staged(dir.path(), PACKAGES), 6, 2, 0).unwrap();
+        let plan = plan_layers(&staged(dir.path(), PACKAGES), limits(6, 2), 0).unwrap();
         assert_eq!(
             names(&plan),
             ["cuda-cudart-1-0", "numpy-1-0", "3 small packages", "image"]
@@ -610,10 +747,77 @@ mod tests {
         );
     }
 
+    /// A package of 6 files of 100 bytes (its record of 2), beside the small ones.
+    const WITH_LARGE: &[MadeUpPackage<'static>] = &[
+        ("python", &[], &[("bin/python", 200)]),
+        (
+            "torch",
+            &["python"],
+            &[
+                ("lib/a.so", 100),
+                ("lib/b.so", 100),
+                ("lib/c.so", 100),
+                ("lib/d.so", 100),
+                ("lib/e.so", 100),
+                ("lib/f.so", 100),
+            ],
+        ),
+    ];
+
+    fn split_at(budget: u32, bound: u64) -> LayerLimits {
+        LayerLimits {
+            split: Some(bound),
+            ..limits(budget, 0)
+        }
+    }
+
+    #[test]
+    fn a_package_over_the_split_bound_becomes_parts_that_cover_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let tree = staged(dir.path(), WITH_LARGE);
+        let plan = plan_layers(&tree, split_at(60, 250), 0).unwrap();
+        assert_eq!(
+            names(&plan),
+            [
+                "python-1-0",
+                "torch-1-0 (part 1/3)",
+                "torch-1-0 (part 2/3)",
+                "torch-1-0 (part 3/3)",
+                "image"
+            ]
+        );
+        let parts = &plan.layers[1..4];
+        let mut paths: Vec<&String> = parts.iter().flat_map(|l| &l.paths).collect();
+        paths.sort();
+        let whole = plan_layers(&tree, limits(60, 0), 0).unwrap();
+        assert_eq!(paths, whole.layers[1].paths.iter().collect::<Vec<_>>());
+        for layer in parts {
+            assert!(layer.size <= 250, "{}: {}", layer.name, layer.size);
+            assert_eq!(layer.packages, ["torch-1-0"]);
+            assert_eq!(layer.mtime, whole.layers[1].mtime);
+            let planned = layer.part.as_ref().unwrap();
+            assert_eq!(planned.record, "opt/conda/conda-meta/torch-1-0.json");
+        }
+        // Within the bound, or with split off, the package stays whole.
+        let plan = plan_layers(&tree, split_at(60, 1000), 0).unwrap();
+        assert_eq!(plan, whole);
+    }
+
+    #[test]
+    fn a_split_takes_only_the_slots_the_budget_leaves() {
+        let dir = tempfile::tempdir().unwrap();
+        let tree = staged(dir.path(), WITH_LARGE);
+        // 3 slots for 2 packages: torch's 3 parts need 2 more, so it stays whole.
+        let plan = plan_layers(&tree, split_at(4, 250), 0).unwrap();
+        assert_eq!(names(&plan), ["python-1-0", "torch-1-0", "image"]);
+        let plan = plan_layers(&tree, split_at(5, 250), 0).unwrap();
+        assert_eq!(plan.layers.len(), 5);
+    }
+
     #[test]
     fn a_budget_the_base_already_fills_is_an_error() {
         let dir = tempfile::tempdir().unwrap();
-        let err = plan_layers(&staged(dir.path(), PACKAGES), 10, 9, 0).unwrap_err();
+        let err = plan_layers(&staged(dir.path(), PACKAGES), limits(10, 9), 0).unwrap_err();
         assert!(err.to_string().contains("the base has 9 layers"), "{err}");
     }
 }
@@ -622,7 +826,7 @@ mod tests {
 mod wheel_tests {
     use std::path::Path;
 
-    use super::*;
+    use super::{tests::limits, *};
 
     /// A tree of one conda-less environment's wheels of the given sizes.
     fn with_wheels(root: &Path, wheels: &[(&str, usize)]) -> StagedTree {
@@ -668,7 +872,7 @@ mod wheel_tests {
         let names = |plan: &LayerPlan| -> Vec<String> {
             plan.layers.iter().map(|l| l.name.clone()).collect()
         };
-        let plan = plan_layers(&staged, 60, 0, 0).unwrap();
+        let plan = plan_layers(&staged, limits(60, 0), 0).unwrap();
         assert_eq!(
             names(&plan),
             [
@@ -682,7 +886,7 @@ mod wheel_tests {
         );
         assert_eq!(plan.layers[4].mtime, 1_700_000_000);
         // 5 layers in all, 1 for the image: torch, cuDNN and numpy alone, the rest share.
-        let plan = plan_layers(&staged, 5, 0, 0).unwrap();
+        let plan = plan_layers(&staged, limits(5, 0), 0).unwrap();
         assert_eq!(
             names(&plan),
             [

@@ -112,7 +112,7 @@ impl LayerWriter<'_> {
             (ordered, Some(first))
         };
         let key = match self.cache {
-            Some(_) => layer_key(layer, &entries, self.compression, landmark)
+            Some(_) => layer_key(self.root, layer, &entries, self.compression, landmark)
                 .map_err(|e| self.blob_err(&layer.name, self.root, e))?,
             None => None,
         };
@@ -123,6 +123,7 @@ impl LayerWriter<'_> {
             kind: layer.kind,
             name: layer.name.clone(),
             packages: layer.packages.clone(),
+            part: layer.part.as_ref().map(|planned| planned.part),
             blob,
             reused,
         })
@@ -139,6 +140,7 @@ impl LayerWriter<'_> {
             kind: layer.kind,
             name: layer.name.clone(),
             packages: Vec::new(),
+            part: None,
             blob,
             reused,
         })

@@ -252,7 +252,7 @@ fn layer_descriptor(layer: &BuiltLayer) -> Descriptor {
             .parse::<oci_spec::image::Digest>()
             .expect("sha256 digest"),
     );
-    let mut annotations: HashMap<String, String> = layer_annotation(layer).into_iter().collect();
+    let mut annotations: HashMap<String, String> = layer_annotations(layer).collect();
     // Where a lazy or partial pull finds the layer's TOC (eStargz, zstd:chunked).
     annotations.extend(blob.annotations.clone());
     if !annotations.is_empty() {
@@ -388,16 +388,32 @@ fn history_line(layer: &BuiltLayer) -> String {
     match layer.kind {
         LayerKind::Smoke => "imgbuild: smoke test executable".to_string(),
         LayerKind::Image => "imgbuild: image files".to_string(),
-        LayerKind::Conda => format!("imgbuild: conda {}", layer.packages.join(" ")),
-        LayerKind::Wheels => format!("imgbuild: pypi {}", layer.packages.join(" ")),
+        LayerKind::Conda => format!(
+            "imgbuild: conda {}{}",
+            layer.packages.join(" "),
+            part(layer)
+        ),
+        LayerKind::Wheels => format!("imgbuild: pypi {}{}", layer.packages.join(" "), part(layer)),
         LayerKind::Accounts | LayerKind::Files => format!("imgbuild: {}", layer.name),
     }
 }
 
-/// The annotation a layer carries ([`LayerKind::annotation`]).
-fn layer_annotation(layer: &BuiltLayer) -> Option<(String, String)> {
-    let (key, value) = layer.kind.annotation(&layer.packages)?;
-    Some((key.to_string(), value))
+/// ` (part 2/3)` for a part of a split package, else nothing.
+fn part(layer: &BuiltLayer) -> String {
+    layer
+        .part
+        .map(|part| format!(" (part {part})"))
+        .unwrap_or_default()
+}
+
+/// The annotations a layer carries: its kind's ([`LayerKind::annotation`]), and which part
+/// of its package it is when the package was split.
+fn layer_annotations(layer: &BuiltLayer) -> impl Iterator<Item = (String, String)> {
+    let kind = layer.kind.annotation(&layer.packages);
+    let part = layer.part.map(|part| part.to_string());
+    kind.map(|(key, value)| (key.to_string(), value))
+        .into_iter()
+        .chain(part.map(|part| (annotations::LAYER_PART.to_string(), part)))
 }
 
 #[cfg(test)]

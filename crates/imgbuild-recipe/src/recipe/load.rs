@@ -26,10 +26,11 @@ use crate::{
 use super::{Platforms, matrix::Variant};
 
 use super::{
-    DEFAULT_CHANNEL_ALIAS, DEFAULT_LAYER_BUDGET, DEFAULT_PREFIX, MAX_RECIPE_BYTES,
+    DEFAULT_CHANNEL_ALIAS, DEFAULT_LAYER_BUDGET, DEFAULT_PREFIX, DEFAULT_SPLIT_BYTES,
+    MAX_RECIPE_BYTES, MIN_SPLIT_BYTES,
     checker::{Checker, MAX_ID, UserPart, lexical_path, user_part, visible},
     error::RecipeError,
-    schema::{CondaSection, ImageSection, LayersSection, RecipeFile},
+    schema::{CondaSection, ImageSection, LayersSection, RecipeFile, SplitSetting},
 };
 
 /// Settings that change how a recipe is read but are not part of it.
@@ -90,6 +91,9 @@ pub struct Recipe {
     pub files: Vec<super::files::FileCopy>,
     /// Most layers the image may have, base layers included.
     pub layer_budget: u32,
+    /// `[layers] split`: a package of more bytes is split by file into layers of at most
+    /// this many; `None` keeps every package whole.
+    pub split: Option<u64>,
     /// How new layers are compressed.
     pub compression: Compression,
     /// `[layers] prefetch` (eStargz): globs of image paths (no leading `/`) put first in each
@@ -244,6 +248,7 @@ impl Checker {
             accounts,
             files,
             layer_budget: layers.budget,
+            split: layers.split,
             compression: layers.compression,
             prefetch: layers.prefetch,
             variant: None,
@@ -536,9 +541,34 @@ impl Checker {
         };
         Ok(LayerSettings {
             budget,
+            split: self.split(layers.split.as_ref())?,
             compression,
             prefetch,
         })
+    }
+
+    /// `[layers] split`: a size of at least [`MIN_SPLIT_BYTES`], `false`, or
+    /// [`DEFAULT_SPLIT_BYTES`] when unset.
+    fn split(&self, raw: Option<&Spanned<SplitSetting>>) -> Result<Option<u64>, RecipeError> {
+        let Some(raw) = raw else {
+            return Ok(Some(DEFAULT_SPLIT_BYTES));
+        };
+        let text = match raw.get_ref() {
+            SplitSetting::Enabled(false) => return Ok(None),
+            SplitSetting::Enabled(true) => return Ok(Some(DEFAULT_SPLIT_BYTES)),
+            SplitSetting::Size(text) => text,
+        };
+        match text.parse::<bytesize::ByteSize>() {
+            Ok(size) if size.as_u64() >= MIN_SPLIT_BYTES => Ok(Some(size.as_u64())),
+            Ok(_) => Err(self.error(
+                raw,
+                format!("`layers.split` must be at least 16MiB, not `{text}`: smaller layers slow pulls down"),
+            )),
+            Err(_) => Err(self.error(
+                raw,
+                format!("`layers.split` must be a size such as `512MiB` or `1GB`, or `false`, not `{text}`"),
+            )),
+        }
     }
 
     /// `[conda] channel-priority`: `strict` or `disabled`, with the closer one suggested for
@@ -978,6 +1008,7 @@ struct CondaEnvironment {
 /// `[layers]`, checked.
 struct LayerSettings {
     budget: u32,
+    split: Option<u64>,
     compression: Compression,
     prefetch: Vec<glob::Pattern>,
 }
@@ -1114,6 +1145,32 @@ dependencies = ["python=3.9", "numpy >=1.20"]
             "https://mirror.example/conda/conda-forge/"
         );
         assert_eq!(recipe.specs[1].subdir.as_deref(), Some("linux-64"));
+    }
+
+    #[test]
+    fn layers_split_is_a_size_false_or_the_default() {
+        let split = |tables: &str| crate::recipe::parse_with(tables).map(|r| r.split);
+        assert_eq!(split(""), Ok(Some(DEFAULT_SPLIT_BYTES)));
+        assert_eq!(
+            split("[layers]\nsplit = true"),
+            Ok(Some(DEFAULT_SPLIT_BYTES))
+        );
+        assert_eq!(split("[layers]\nsplit = false"), Ok(None));
+        assert_eq!(split("[layers]\nsplit = \"1GiB\""), Ok(Some(1 << 30)));
+        assert_eq!(split("[layers]\nsplit = \"300 MB\""), Ok(Some(300_000_000)));
+        assert_eq!(
+            split("[layers]\nsplit = \"16MiB\""),
+            Ok(Some(MIN_SPLIT_BYTES))
+        );
+        for (bad, needle) in [
+            ("\"15MiB\"", "at least 16MiB"),
+            ("\"lots\"", "must be a size such as"),
+            ("\"-5MB\"", "must be a size such as"),
+            ("512", "a size such as \"512MiB\", or false"),
+        ] {
+            let err = split(&format!("[layers]\nsplit = {bad}")).unwrap_err();
+            assert!(err.contains(needle), "{bad}: {err}");
+        }
     }
 
     #[test]

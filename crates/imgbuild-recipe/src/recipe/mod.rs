@@ -38,6 +38,15 @@ pub const MAX_RECIPE_BYTES: u64 = 1 << 20;
 /// The default layer budget, base layers included. containerd and overlay2 stop near 127.
 pub(crate) const DEFAULT_LAYER_BUDGET: u32 = 60;
 
+/// `[layers] split` when the recipe does not set it: a package of more bytes is split
+/// into layers of at most this size (see `docs/benchmarks.md` for the pulls it was
+/// measured on).
+pub const DEFAULT_SPLIT_BYTES: u64 = 512 << 20;
+
+/// The smallest `[layers] split`: below it, packages of ordinary size would take several
+/// layers of the budget each for no pull they speed up.
+pub const MIN_SPLIT_BYTES: u64 = 16 << 20;
+
 /// The recipe `[image] name = "x"` followed by `tables`, as if read from
 /// `/p/recipes/x.toml`; its error as text. For the tests of the sections' checks.
 #[cfg(test)]

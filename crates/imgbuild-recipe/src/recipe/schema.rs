@@ -145,6 +145,35 @@ pub(crate) struct LayersSection {
     /// eStargz: globs of image paths the stargz snapshotter fetches first.
     #[serde(default)]
     pub prefetch: Option<Spanned<Vec<String>>>,
+    /// A package larger than this (`"512MiB"`) is split by file into layers of at most
+    /// this size; `false` keeps every package in one layer.
+    pub split: Option<Spanned<SplitSetting>>,
+}
+
+/// `[layers] split`: a size, or `false`.
+#[derive(Debug)]
+pub(crate) enum SplitSetting {
+    Enabled(bool),
+    Size(String),
+}
+
+impl<'de> Deserialize<'de> for SplitSetting {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct SplitVisitor;
+        impl serde::de::Visitor<'_> for SplitVisitor {
+            type Value = SplitSetting;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a size such as \"512MiB\", or false")
+            }
+            fn visit_bool<E: serde::de::Error>(self, value: bool) -> Result<SplitSetting, E> {
+                Ok(SplitSetting::Enabled(value))
+            }
+            fn visit_str<E: serde::de::Error>(self, value: &str) -> Result<SplitSetting, E> {
+                Ok(SplitSetting::Size(value.to_string()))
+            }
+        }
+        deserializer.deserialize_any(SplitVisitor)
+    }
 }
 
 #[derive(Debug, Default, Deserialize)]
