@@ -38,6 +38,8 @@ mod node;
 mod podman;
 #[path = "../tests/support/registry_log.rs"]
 mod registry_log;
+#[path = "support/bench_split.rs"]
+mod split;
 #[path = "support/bench_synthetic.rs"]
 mod synthetic;
 #[path = "support/bench_trust.rs"]
@@ -221,6 +223,8 @@ struct Args {
     label: String,
     /// An older binary: measure only what the trust checks cost against it.
     trust_against: Option<PathBuf>,
+    /// Measure only `[layers] split` against whole packages.
+    split: bool,
 }
 
 /// The release binary of this checkout (in `$CARGO_TARGET_DIR` when that is set).
@@ -245,6 +249,7 @@ fn parse_args() -> anyhow::Result<Args> {
     let mut out = None;
     let mut label = "imgbuild (this checkout)".to_string();
     let mut trust_against = None;
+    let mut split = false;
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         match arg.as_str() {
@@ -255,8 +260,9 @@ fn parse_args() -> anyhow::Result<Args> {
                 let old = args.next().context("--trust-against OLD_BINARY")?;
                 trust_against = Some(trust::old_binary(&old)?);
             }
+            "--split" => split = true,
             other => bail!(
-                "unknown argument `{other}` (--imgbuild PATH, --out FILE, --label TEXT, --trust-against OLD_BINARY)"
+                "unknown argument `{other}` (--imgbuild PATH, --out FILE, --label TEXT, --trust-against OLD_BINARY, --split)"
             ),
         }
     }
@@ -270,6 +276,7 @@ fn parse_args() -> anyhow::Result<Args> {
         out,
         label,
         trust_against,
+        split,
     })
 }
 
@@ -320,6 +327,15 @@ fn main() -> anyhow::Result<()> {
         dir: run_dir.clone(),
         cache: run_dir.join("cache"),
     };
+    if args.split {
+        let section = split::compare(&bench, &channel, &run_dir)?;
+        let section = format!("{}\n{section}", machine()?);
+        println!("{section}");
+        if let Some(out) = &args.out {
+            replace_section(out, "layer split", &section)?;
+        }
+        return Ok(());
+    }
     let mut rows: Vec<Row> = Vec::new();
 
     // --- imgbuild, gzip ---------------------------------------------------------------

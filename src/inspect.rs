@@ -495,7 +495,7 @@ fn classify_layers(layers: &[Descriptor], built_by_imgbuild: bool) -> Vec<LayerS
 }
 
 /// The part of its package a layer is, from its annotation, as `2/3`.
-fn layer_part(layer: &Descriptor) -> Option<String> {
+pub(crate) fn layer_part(layer: &Descriptor) -> Option<String> {
     let text = layer.annotations().as_ref()?.get(annotations::LAYER_PART)?;
     LayerPart::parse(text).map(|part| part.to_string())
 }

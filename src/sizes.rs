@@ -93,6 +93,9 @@ pub(crate) struct LayerSize {
     pub digest: String,
     /// The layer's packages, or what else it is (`(base)`, `(image)`, `accounts`, …).
     pub holds: Vec<String>,
+    /// Which part of its one package the layer is (`2/3`), when `[layers] split` split it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub part: Option<String>,
     pub compressed: u64,
     pub uncompressed: u64,
     pub files: u64,
@@ -589,6 +592,7 @@ fn layer_sizes(layers: &[Descriptor], labels: &[Vec<String>], walked: &Walked) -
             index,
             digest: layer.digest().to_string(),
             holds: labels[index].clone(),
+            part: crate::inspect::layer_part(layer),
             compressed: layer.size(),
             uncompressed: 0,
             files: 0,

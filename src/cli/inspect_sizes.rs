@@ -70,11 +70,16 @@ fn render_layers(out: &mut String, report: &SizeReport) {
     for layer in &report.layers {
         let _ = writeln!(
             out,
-            "  {:>3}  {:>10}  {:>10}  {}",
+            "  {:>3}  {:>10}  {:>10}  {}{}",
             layer.index,
             human_bytes(layer.compressed),
             human_bytes(layer.uncompressed),
-            layer.holds.join(", ")
+            layer.holds.join(", "),
+            layer
+                .part
+                .as_ref()
+                .map(|part| format!(" (part {part})"))
+                .unwrap_or_default()
         );
     }
 }

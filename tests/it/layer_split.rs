@@ -165,6 +165,29 @@ fn inspect_and_diff_name_the_parts_of_a_package() {
     assert_eq!(json["packages"], serde_json::json!(["bigpkg-1.0-h0_0"]));
     let text = project.run(&["inspect", "images/split"]).success().stdout;
     assert!(text.contains("bigpkg-1.0-h0_0 (part 2/3)"), "{text}");
+    // --sizes: each part's layer says which it is, and the package's bytes are all of them.
+    let sizes = project
+        .run(&["inspect", "images/split", "--sizes"])
+        .success()
+        .stdout;
+    assert!(sizes.contains("bigpkg-1.0-h0_0 (part 3/3)"), "{sizes}");
+    let report: Value = serde_json::from_str(
+        &project
+            .run(&["inspect", "images/split", "--sizes", "--json"])
+            .success()
+            .stdout,
+    )
+    .unwrap();
+    let bigpkg = report["packages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["package"] == "bigpkg-1.0-h0_0")
+        .unwrap_or_else(|| panic!("{report}"));
+    assert!(
+        bigpkg["uncompressed"].as_u64().unwrap() >= LIBRARIES * LIBRARY_BYTES as u64,
+        "{bigpkg}"
+    );
 
     // The same lock unsplit: diff sees the same package in other layers, and names them.
     let whole = project.path().join("images/whole");
