@@ -329,6 +329,7 @@ dependencies = [                # conda match specs
 # [layers]
 # max = 60                      # layer budget, base layers included
 # compression = "gzip"          # or "zstd", "estargz", "zstd:chunked" (lazy pulls)
+# split = "512MiB"              # a larger package becomes layers of at most this; or false
 # prefetch = []                 # estargz: globs of image paths fetched before the start
 
 # [smoke]
