@@ -23,7 +23,10 @@ use std::{
     sync::{Arc, Mutex, mpsc},
 };
 
-use super::budget::{DEFAULT_LAYER_MEMORY, MemoryBudget, Reservation};
+use super::{
+    budget::{DEFAULT_LAYER_MEMORY, MemoryBudget, Reservation},
+    buffers,
+};
 
 pub use crate::compression::{Compression, GZIP_BLOCK, GZIP_LEVEL, ZSTD_BLOCK, ZSTD_LEVEL};
 
@@ -206,7 +209,7 @@ impl<W: Write> Compressor<W> {
                 Compression::Gzip | Compression::Estargz => gzip_member(&block),
                 Compression::Zstd | Compression::ZstdChunked => zstd_frame(&block),
             };
-            drop(block);
+            buffers::give(block);
             // The receiver only goes away when the writer is dropped after an error.
             let _ = done.send(compressed.map(|bytes| (seq, bytes, reserved)));
         });
@@ -222,6 +225,7 @@ impl<W: Write> Compressor<W> {
         self.waiting.insert(seq, (member, reserved));
         while let Some((member, reserved)) = self.waiting.remove(&self.next_out) {
             self.inner.write_all(&member)?;
+            buffers::give(member);
             self.next_out += 1;
             drop(reserved);
         }
@@ -248,7 +252,7 @@ impl<W: Write> Write for Compressor<W> {
         }
         let size = block_size(self.compression);
         if self.block.capacity() == 0 {
-            self.block.reserve_exact(size);
+            self.block = buffers::take(size);
         }
         let take = (size - self.block.len()).min(buf.len());
         self.block.extend_from_slice(&buf[..take]);
@@ -326,7 +330,11 @@ pub(super) fn zstd_frame(block: &[u8]) -> std::io::Result<Vec<u8>> {
     with_context(
         &ZSTD,
         || zstd::bulk::Compressor::new(ZSTD_LEVEL),
-        |compressor| compressor.compress(block),
+        |compressor| {
+            let mut out = buffers::take(zstd::zstd_safe::compress_bound(block.len()));
+            compressor.compress_to_buffer(block, &mut out)?;
+            Ok(out)
+        },
     )
 }
 
@@ -338,7 +346,8 @@ pub(super) fn gzip_member(block: &[u8]) -> std::io::Result<Vec<u8>> {
         Ok(libdeflater::Compressor::new(level))
     };
     with_context(&DEFLATE, make, |compressor| {
-        let mut out = vec![0; compressor.gzip_compress_bound(block.len())];
+        let mut out = buffers::take(compressor.gzip_compress_bound(block.len()));
+        out.resize(compressor.gzip_compress_bound(block.len()), 0);
         let written = compressor
             .gzip_compress(block, &mut out)
             .map_err(|e| std::io::Error::other(format!("gzip compression failed: {e}")))?;

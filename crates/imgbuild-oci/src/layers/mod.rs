@@ -6,6 +6,7 @@
 
 mod blob_file;
 pub mod budget;
+mod buffers;
 pub mod built;
 pub mod cache;
 pub mod compress;

@@ -331,6 +331,7 @@ impl<W: Write> SeekableWriter<W> {
                 self.chunk_digests.push(digest);
                 self.inner.write_all(&member)?;
                 self.written += member.len() as u64;
+                super::buffers::give(member);
             }
             self.jobs_written += 1;
         }
