@@ -1183,17 +1183,24 @@ fn lazy_image(
     Ok(reference)
 }
 
+/// The manifest of the first image of the OCI layout `layout`.
+fn layout_manifest(layout: &Path) -> anyhow::Result<serde_json::Value> {
+    let index: serde_json::Value =
+        serde_json::from_slice(&fs_err::read(layout.join("index.json"))?)?;
+    let digest = index["manifests"][0]["digest"]
+        .as_str()
+        .context("index without a manifest")?;
+    Ok(serde_json::from_slice(&fs_err::read(
+        layout
+            .join("blobs/sha256")
+            .join(digest.trim_start_matches("sha256:")),
+    )?)?)
+}
+
 /// The compressed size of the layers of `after` that `before` does not have.
 fn changed_layer_size(before: &Path, after: &Path) -> anyhow::Result<u64> {
     let layers = |layout: &Path| -> anyhow::Result<Vec<(String, u64)>> {
-        let index: serde_json::Value =
-            serde_json::from_slice(&fs_err::read(layout.join("index.json"))?)?;
-        let digest = index["manifests"][0]["digest"]
-            .as_str()
-            .context("manifest")?;
-        let manifest: serde_json::Value = serde_json::from_slice(&fs_err::read(
-            layout.join("blobs/sha256").join(&digest[7..]),
-        )?)?;
+        let manifest = layout_manifest(layout)?;
         Ok(manifest["layers"]
             .as_array()
             .context("layers")?

@@ -164,16 +164,7 @@ fn containerd_first_command(reference: &str) -> anyhow::Result<f64> {
 
 /// The compressed sizes of the layout's layers, largest first.
 fn layer_sizes(layout: &Path) -> anyhow::Result<Vec<u64>> {
-    let index: serde_json::Value =
-        serde_json::from_slice(&fs_err::read(layout.join("index.json"))?)?;
-    let digest = index["manifests"][0]["digest"]
-        .as_str()
-        .context("index without a manifest")?;
-    let manifest: serde_json::Value = serde_json::from_slice(&fs_err::read(
-        layout
-            .join("blobs/sha256")
-            .join(digest.trim_start_matches("sha256:")),
-    )?)?;
+    let manifest = super::layout_manifest(layout)?;
     let mut sizes: Vec<u64> = manifest["layers"]
         .as_array()
         .context("manifest without layers")?

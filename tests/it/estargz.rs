@@ -15,7 +15,7 @@ use std::{
 use crate::{
     common::{LayoutView, Project, run_tool, validate_layout},
     support::{
-        channel::{executable, file, index_channel, linux64_index, write_package},
+        channel::{executable, file, index_channel, linux64_index, write_package, write_tiny},
         kept_channel_dir,
     },
 };
@@ -48,12 +48,7 @@ pub(crate) fn channel() -> &'static Path {
                 ],
                 None,
             )?;
-            write_package(
-                &linux64.join("tiny-1.0-h0_0.conda"),
-                linux64_index("tiny", "1.0", &[]),
-                &[file("share/tiny/hello", "hello\n")],
-                None,
-            )?;
+            write_tiny(&linux64)?;
             index_channel(dir)
         })
     })

@@ -13,7 +13,7 @@ use serde_json::Value;
 use crate::{
     common::{LayoutView, Project, noise, unpack, validate_layout},
     support::{
-        channel::{executable, file, index_channel, linux64_index, write_package},
+        channel::{executable, index_channel, linux64_index, write_package, write_tiny},
         kept_channel_dir,
     },
 };
@@ -45,12 +45,7 @@ fn channel() -> &'static Path {
                 &files,
                 None,
             )?;
-            write_package(
-                &linux64.join("tiny-1.0-h0_0.conda"),
-                linux64_index("tiny", "1.0", &[]),
-                &[file("share/tiny/hello", "hello\n")],
-                None,
-            )?;
+            write_tiny(&linux64)?;
             index_channel(dir)
         })
     })

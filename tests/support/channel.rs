@@ -781,6 +781,16 @@ fn contains(haystack: &[u8], needle: &[u8]) -> bool {
     haystack.windows(needle.len()).any(|w| w == needle)
 }
 
+/// `tiny-1.0-h0_0.conda` in `linux64`: one small file, `share/tiny/hello`.
+pub(crate) fn write_tiny(linux64: &Path) -> anyhow::Result<()> {
+    write_package(
+        &linux64.join("tiny-1.0-h0_0.conda"),
+        linux64_index("tiny", "1.0", &[]),
+        &[file("share/tiny/hello", "hello\n")],
+        None,
+    )
+}
+
 /// The `index.json` of a linux-64 package, build `h0_0`, built at [`TIMESTAMP`].
 pub(crate) fn linux64_index(name: &str, version: &str, depends: &[&str]) -> serde_json::Value {
     serde_json::json!({
