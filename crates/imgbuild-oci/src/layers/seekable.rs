@@ -26,6 +26,7 @@ use sha2::{Digest, Sha256};
 
 use super::{
     budget::Reservation,
+    buffers,
     compress::{CompressPool, acquire_draining, gzip_member, zstd_frame},
 };
 
@@ -65,6 +66,10 @@ fn compress(format: Format, bytes: &[u8]) -> std::io::Result<Vec<u8>> {
 }
 /// The largest piece of a file in one member: the snapshotter fetches at least this much.
 pub(crate) const CHUNK: u64 = 4 << 20;
+/// Room kept after a chunk in its member for the tar padding and headers that follow it.
+const MEMBER_SLACK: usize = 64 << 10;
+/// Members' input buffers of at least this many bytes come from and go back to the shelf.
+const SHELVED: usize = 1 << 20;
 /// Small members are compressed together in jobs of about this many input bytes.
 const JOB_BYTES: usize = 1 << 20;
 /// The budget a job holds: its input is under [`JOB_BYTES`] plus one member of at most a
@@ -303,8 +308,12 @@ impl<W: Write> SeekableWriter<W> {
                     compress(format, &segment.bytes).map(|member| (member, digest))
                 })
                 .collect();
+            // Large inputs go back to the shelf; small ones would only crowd it.
+            segments
+                .into_iter()
+                .filter(|segment| segment.bytes.capacity() >= SHELVED)
+                .for_each(|segment| buffers::give(segment.bytes));
             // The receiver only goes away when the writer is dropped after an error.
-            drop(segments);
             let _ = done.send(compressed.map(|members| (job, members, reserved)));
         });
         Ok(())
@@ -331,7 +340,7 @@ impl<W: Write> SeekableWriter<W> {
                 self.chunk_digests.push(digest);
                 self.inner.write_all(&member)?;
                 self.written += member.len() as u64;
-                super::buffers::give(member);
+                buffers::give(member);
             }
             self.jobs_written += 1;
         }
@@ -529,10 +538,14 @@ impl<W: Write> SeekableWriter<W> {
         } else {
             0
         };
-        // The chunk's bytes are known: one allocation instead of doubling up to 4 MiB.
-        self.current
-            .bytes
-            .reserve(CHUNK.min(size - chunk_offset) as usize);
+        // The chunk's bytes are known: one allocation instead of doubling up to 4 MiB, with
+        // room for the padding and headers that ride after it; a large one from the shelf.
+        let room = CHUNK.min(size - chunk_offset) as usize + MEMBER_SLACK;
+        if room >= SHELVED && self.current.bytes.is_empty() {
+            self.current.bytes = buffers::take(room);
+        } else {
+            self.current.bytes.reserve(room);
+        }
         if chunk_offset == 0 {
             let entry = &mut self.entries[index];
             entry.member = Some(member);
