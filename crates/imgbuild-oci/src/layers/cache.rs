@@ -44,7 +44,7 @@ use crate::report::Reporter;
 use super::{
     built::LayerBlob,
     compress::Compression,
-    plan::{LayerKind, PlannedLayer},
+    plan::{PlannedLayer, record_suffix},
     tar::{Entry, TarError},
 };
 
@@ -567,17 +567,12 @@ pub(crate) fn layer_key(
     if layer.packages.is_empty() {
         return Ok(None);
     }
+    // A wheel's RECORD lists every installed file with its sha256, as a conda-meta record
+    // does.
     let records: Vec<String> = layer
         .packages
         .iter()
-        .map(|package| {
-            // A wheel's RECORD lists every installed file with its sha256, as a conda-meta
-            // record does.
-            match layer.kind {
-                LayerKind::Wheels => format!("/{package}.dist-info/RECORD"),
-                _ => format!("/conda-meta/{package}.json"),
-            }
-        })
+        .map(|package| record_suffix(layer.kind, package))
         .collect();
     let mut found = 0;
     let mut hasher = Sha256::new();

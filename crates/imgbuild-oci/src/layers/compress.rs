@@ -346,8 +346,9 @@ pub(super) fn gzip_member(block: &[u8]) -> std::io::Result<Vec<u8>> {
         Ok(libdeflater::Compressor::new(level))
     };
     with_context(&DEFLATE, make, |compressor| {
-        let mut out = buffers::take(compressor.gzip_compress_bound(block.len()));
-        out.resize(compressor.gzip_compress_bound(block.len()), 0);
+        let bound = compressor.gzip_compress_bound(block.len());
+        let mut out = buffers::take(bound);
+        out.resize(bound, 0);
         let written = compressor
             .gzip_compress(block, &mut out)
             .map_err(|e| std::io::Error::other(format!("gzip compression failed: {e}")))?;

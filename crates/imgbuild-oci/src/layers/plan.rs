@@ -250,10 +250,15 @@ struct Unit {
     paths: Vec<String>,
     size: u64,
     mtime: u64,
-    /// Its layers when split (`[layers] split`), each part's paths with their bytes, and
-    /// its record; empty when it stays whole.
+    /// Its parts when `[layers] split` splits it.
+    split: Option<Split>,
+}
+
+/// A unit's layers when it is split: each part's paths with their bytes, and the record
+/// that keys them all.
+struct Split {
+    record: String,
     parts: Vec<(Vec<String>, u64)>,
-    record: Option<String>,
 }
 
 impl Unit {
@@ -266,42 +271,27 @@ impl Unit {
         paths: Vec<String>,
         split: Option<u64>,
     ) -> Unit {
-        let sized: Vec<(String, u64)> = paths
+        let sizes: Vec<u64> = paths
             .iter()
-            .map(|p| (p.clone(), file_size(&tree.root.join(p))))
+            .map(|p| file_size(&tree.root.join(p)))
             .collect();
-        let record = record_path(kind, package, &paths);
+        let size = sizes.iter().sum();
+        let split = split
+            .filter(|&bound| size > bound)
+            .and_then(|bound| split_unit(kind, package, &paths, &sizes, bound));
         Unit {
             kind,
             package: package.label.clone(),
-            size: sized.iter().map(|(_, size)| size).sum(),
+            size,
             paths,
             mtime: package.mtime,
-            parts: Vec::new(),
-            record,
+            split,
         }
-        .split(&sized, split)
     }
 
-    fn split(mut self, sized: &[(String, u64)], bound: Option<u64>) -> Unit {
-        let Some(bound) = bound.filter(|&bound| self.size > bound) else {
-            return self;
-        };
-        if self.record.is_none() {
-            return self;
-        }
-        let bytes: HashMap<&str, u64> = sized.iter().map(|(p, s)| (p.as_str(), *s)).collect();
-        let parts = split_files(sized, bound);
-        if parts.len() > 1 {
-            self.parts = parts
-                .into_iter()
-                .map(|paths| {
-                    let size = paths.iter().map(|p| bytes[p.as_str()]).sum();
-                    (paths, size)
-                })
-                .collect();
-        }
-        self
+    /// The layers it adds beyond one when it is split.
+    fn extra_layers(&self) -> usize {
+        self.split.as_ref().map_or(0, |split| split.parts.len() - 1)
     }
 
     fn layer(&self) -> PlannedLayer {
@@ -318,12 +308,12 @@ impl Unit {
 
     /// Its layers as parts, or its one layer when it stays whole.
     fn part_layers(&self) -> Vec<PlannedLayer> {
-        let (Some(record), false) = (&self.record, self.parts.is_empty()) else {
+        let Some(split) = &self.split else {
             return vec![self.layer()];
         };
-        let count = self.parts.len() as u32;
+        let count = split.parts.len() as u32;
         (1..)
-            .zip(&self.parts)
+            .zip(&split.parts)
             .map(|(index, (paths, size))| {
                 let part = LayerPart { index, count };
                 PlannedLayer {
@@ -332,7 +322,7 @@ impl Unit {
                     size: *size,
                     part: Some(PlannedPart {
                         part,
-                        record: record.clone(),
+                        record: split.record.clone(),
                     }),
                     ..self.layer()
                 }
@@ -341,14 +331,34 @@ impl Unit {
     }
 }
 
-/// Where `package`'s record lies among its `paths` (relative to the staging root): a conda
-/// package's `conda-meta/<label>.json`, a wheel's `<label>.dist-info/RECORD`.
-fn record_path(kind: LayerKind, package: &StagedUnit, paths: &[String]) -> Option<String> {
-    let suffix = match kind {
-        LayerKind::Wheels => format!("/{}.dist-info/RECORD", package.label),
-        _ => format!("/conda-meta/{}.json", package.label),
-    };
-    paths.iter().find(|p| p.ends_with(&suffix)).cloned()
+/// `package`'s `paths` (with their `sizes`) in parts of at most `bound` bytes, keyed by its
+/// record; `None` when they fit in one part or the package has no record among them.
+fn split_unit(
+    kind: LayerKind,
+    package: &StagedUnit,
+    paths: &[String],
+    sizes: &[u64],
+    bound: u64,
+) -> Option<Split> {
+    let suffix = record_suffix(kind, &package.label);
+    let record = paths.iter().find(|p| p.ends_with(&suffix))?.clone();
+    let files: Vec<(&str, u64)> = paths
+        .iter()
+        .map(String::as_str)
+        .zip(sizes.iter().copied())
+        .collect();
+    let parts = split_files(&files, bound);
+    (parts.len() > 1).then_some(Split { record, parts })
+}
+
+/// How the path of the record of a package labelled `label` ends: a conda package's
+/// `conda-meta/<label>.json`, a wheel's `<label>.dist-info/RECORD`. A record names the
+/// package and each file's sha256, so the layer cache keys a package's layers by it.
+pub(crate) fn record_suffix(kind: LayerKind, label: &str) -> String {
+    match kind {
+        LayerKind::Wheels => format!("/{label}.dist-info/RECORD"),
+        _ => format!("/conda-meta/{label}.json"),
+    }
 }
 
 /// `rel` (under the prefix) relative to the staging root.
@@ -437,7 +447,7 @@ fn by_size(units: &[Unit]) -> Vec<usize> {
 fn split_within(units: &[Unit], by_size: &[usize], mut spare: usize) -> BTreeSet<usize> {
     let mut split = BTreeSet::new();
     for &i in by_size {
-        let extra = units[i].parts.len().saturating_sub(1);
+        let extra = units[i].extra_layers();
         if extra > 0 && extra <= spare {
             spare -= extra;
             split.insert(i);

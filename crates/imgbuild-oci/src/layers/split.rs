@@ -40,16 +40,17 @@ impl std::fmt::Display for LayerPart {
 
 /// `files` (`(path, size)`, any order) split into parts of at most `bound` bytes each, a
 /// file larger than that in a part of its own; one part when they fit in `bound`. Each
-/// part's files are in path order, and the parts in the order of their first path.
-pub fn split_files(files: &[(String, u64)], bound: u64) -> Vec<Vec<String>> {
+/// part is its files in path order and their bytes, and the parts are in the order of their
+/// first path.
+pub fn split_files(files: &[(&str, u64)], bound: u64) -> Vec<(Vec<String>, u64)> {
     let total: u64 = files.iter().map(|(_, size)| size).sum();
     if total <= bound || files.len() < 2 {
-        return vec![sorted_paths(files.iter().collect())];
+        return vec![part_of(files.iter().collect(), total)];
     }
     let count = total.div_ceil(bound.max(1)) as usize;
-    let mut by_size: Vec<&(String, u64)> = files.iter().collect();
-    by_size.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
-    let mut parts: Vec<(u64, Vec<&(String, u64)>)> = vec![(0, Vec::new()); count];
+    let mut by_size: Vec<&(&str, u64)> = files.iter().collect();
+    by_size.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(b.0)));
+    let mut parts: Vec<(u64, Vec<&(&str, u64)>)> = vec![(0, Vec::new()); count];
     for file in by_size {
         let (least, _) = parts
             .iter()
@@ -64,33 +65,39 @@ pub fn split_files(files: &[(String, u64)], bound: u64) -> Vec<Vec<String>> {
             parts.push((file.1, vec![file]));
         }
     }
-    let mut parts: Vec<Vec<String>> = parts
+    let mut parts: Vec<(Vec<String>, u64)> = parts
         .into_iter()
         .filter(|(_, members)| !members.is_empty())
-        .map(|(_, members)| sorted_paths(members))
+        .map(|(used, members)| part_of(members, used))
         .collect();
     parts.sort();
     parts
 }
 
-fn sorted_paths(files: Vec<&(String, u64)>) -> Vec<String> {
-    let mut paths: Vec<String> = files.into_iter().map(|(path, _)| path.clone()).collect();
+/// A part of `files`, which hold `bytes`: their paths in order, and the bytes.
+fn part_of(files: Vec<&(&str, u64)>, bytes: u64) -> (Vec<String>, u64) {
+    let mut paths: Vec<String> = files
+        .into_iter()
+        .map(|(path, _)| path.to_string())
+        .collect();
     paths.sort();
-    paths
+    (paths, bytes)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn files(sizes: &[(&str, u64)]) -> Vec<(String, u64)> {
-        sizes.iter().map(|(p, s)| (p.to_string(), *s)).collect()
+    /// The paths of each part.
+    fn paths(parts: &[(Vec<String>, u64)]) -> Vec<Vec<String>> {
+        parts.iter().map(|(paths, _)| paths.clone()).collect()
     }
 
-    fn bytes(parts: &[Vec<String>], of: &[(String, u64)]) -> Vec<u64> {
+    /// The bytes of each part, from the sizes of its files in `of`.
+    fn bytes(parts: &[(Vec<String>, u64)], of: &[(&str, u64)]) -> Vec<u64> {
         parts
             .iter()
-            .map(|part| {
+            .map(|(part, _)| {
                 part.iter()
                     .map(|p| of.iter().find(|(q, _)| q == p).unwrap().1)
                     .sum()
@@ -100,47 +107,54 @@ mod tests {
 
     #[test]
     fn a_package_within_the_bound_stays_whole() {
-        let of = files(&[("b", 40), ("a", 50)]);
-        assert_eq!(split_files(&of, 100), [vec!["a", "b"]]);
+        let of = [("b", 40), ("a", 50)];
+        assert_eq!(
+            split_files(&of, 100),
+            [(vec!["a".to_string(), "b".into()], 90)]
+        );
     }
 
     #[test]
     fn parts_are_balanced_bounded_and_cover_every_file_once() {
-        let of = files(&[
+        let of = [
             ("lib/big.so", 90),
             ("lib/mid.so", 60),
             ("lib/c.so", 30),
             ("lib/d.so", 30),
             ("share/e", 20),
             ("share/f", 10),
-        ]);
+        ];
         let parts = split_files(&of, 100);
         // 240 bytes, bound 100: 3 parts, the 90-byte file alone.
         assert_eq!(parts.len(), 3);
         let sizes = bytes(&parts, &of);
         assert!(sizes.iter().all(|&s| s <= 100), "{sizes:?}");
         assert_eq!(sizes.iter().sum::<u64>(), 240);
-        let mut all: Vec<&String> = parts.iter().flatten().collect();
+        // Each part says its own bytes.
+        let said: Vec<u64> = parts.iter().map(|(_, bytes)| *bytes).collect();
+        assert_eq!(said, sizes);
+        let paths = paths(&parts);
+        let mut all: Vec<&String> = paths.iter().flatten().collect();
         all.sort();
         all.dedup();
         assert_eq!(all.len(), of.len());
-        for part in &parts {
+        for part in &paths {
             assert!(part.windows(2).all(|w| w[0] < w[1]), "{part:?}");
         }
     }
 
     #[test]
     fn the_split_ignores_the_order_files_come_in() {
-        let of = files(&[("x", 70), ("y", 70), ("z", 70), ("w", 5)]);
-        let mut reversed = of.clone();
+        let of = [("x", 70), ("y", 70), ("z", 70), ("w", 5)];
+        let mut reversed = of;
         reversed.reverse();
         assert_eq!(split_files(&of, 100), split_files(&reversed, 100));
     }
 
     #[test]
     fn a_file_over_the_bound_gets_a_part_of_its_own() {
-        let of = files(&[("huge", 500), ("small", 1)]);
-        assert_eq!(split_files(&of, 100), [vec!["huge"], vec!["small"]]);
+        let of = [("huge", 500), ("small", 1)];
+        assert_eq!(paths(&split_files(&of, 100)), [vec!["huge"], vec!["small"]]);
     }
 
     #[test]
