@@ -27,6 +27,7 @@
 //! `model`; this module is only the driver, and no step names it.
 
 mod accounts_layer;
+mod cache_repo;
 mod compat_layer;
 mod error;
 mod files_layer;
@@ -47,7 +48,9 @@ use std::{
 pub(crate) use error::BuildError;
 pub(crate) use files_layer::source_digests;
 pub(crate) use model::counted;
-pub(crate) use model::{BuildReport, BuildSettings, LockMode, LockOutcome, LockReport};
+pub(crate) use model::{
+    BuildReport, BuildSettings, CacheRepoSettings, LockMode, LockOutcome, LockReport,
+};
 
 use crate::{
     install::InstallOptions,
@@ -158,9 +161,19 @@ pub(crate) async fn build(
     check_runnable(&cx, &staged)?;
 
     let _lock = layout.lock()?;
-    let image = Writer::new(&cx, &layout).write(&staged, &mut timings)?;
+    let shared = cache_repo::open(settings, reporter);
+    let image = Writer::new(&cx, &layout)
+        .sharing(shared.as_ref())
+        .write(&staged, &mut timings)?;
     records.put(&image, cx.recipe.compression, reporter);
-    output.report(image, &lock, lock_report, timings, false)
+    // Stored while the layout is locked: no other build collects the blobs meanwhile.
+    let shared = match &shared {
+        Some(shared) => Some(shared.store_offered(reporter).await),
+        None => None,
+    };
+    let mut report = output.report(image, &lock, lock_report, timings, false)?;
+    report.cache_repo = shared;
+    Ok(report)
 }
 
 /// Step 4½ ([`runnable`]): each staged platform must start the program the recipe's
@@ -407,6 +420,7 @@ impl Output {
             sboms,
             provenance,
             unchanged,
+            cache_repo: None,
         })
     }
 }

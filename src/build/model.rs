@@ -55,6 +55,17 @@ pub(crate) struct BuildSettings {
     pub platforms: Vec<Subdir>,
     /// `lock --update`: the packages to solve again, every other pin of the lock kept.
     pub update: Vec<String>,
+    /// `--cache-repo`: the registry repository layers are shared through.
+    pub cache_repo: Option<CacheRepoSettings>,
+}
+
+/// `--cache-repo`: the registry repository layers are shared through (`cache_repo`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct CacheRepoSettings {
+    /// `REGISTRY/REPO`, neither tag nor digest.
+    pub repository: crate::registry::Reference,
+    /// `--cache-repo-readonly`: entries are read, never written.
+    pub readonly: bool,
 }
 
 /// How the lock was obtained.
@@ -104,6 +115,8 @@ pub(crate) struct BuildReport {
     pub provenance: PathBuf,
     /// The inputs were those of the image already in the layout: nothing was rebuilt.
     pub unchanged: bool,
+    /// What the layer cache repository did, when one was used.
+    pub cache_repo: Option<crate::registry::cache_repo::CacheRepoSummary>,
 }
 
 /// The image a build leaves in the layout (written, or found unchanged), as it reports it.

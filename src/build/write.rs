@@ -14,13 +14,14 @@ use super::{
 use crate::{
     layers::{
         BuiltLayer, budget::layer_memory_from_env, cache::LayerCache, compress::CompressPool,
-        write::LayerWriter,
+        remote::SharedCache, write::LayerWriter,
     },
     oci::{
         base::BaseError,
         image::{ImageInputs, WrittenImage, index_of, tag_entries, write_image},
         layout::Layout,
     },
+    registry::cache_repo::CacheRepo,
     report::Stage,
 };
 
@@ -28,11 +29,22 @@ use crate::{
 pub(super) struct Writer<'a> {
     cx: &'a Context<'a>,
     layout: &'a Layout,
+    shared: Option<&'a dyn SharedCache>,
 }
 
 impl<'a> Writer<'a> {
     pub(super) fn new(cx: &'a Context<'a>, layout: &'a Layout) -> Self {
-        Writer { cx, layout }
+        Writer {
+            cx,
+            layout,
+            shared: None,
+        }
+    }
+
+    /// Looks layers up in, and offers them to, `shared` too.
+    pub(super) fn sharing(mut self, shared: Option<&'a CacheRepo>) -> Self {
+        self.shared = shared.map(|s| s as &dyn SharedCache);
+        self
     }
 
     /// Writes every platform's layers and image, then switches `index.json` to them. A
@@ -150,6 +162,7 @@ impl<'a> Writer<'a> {
                 blobs_dir: &blobs_dir,
                 pool: pool.clone(),
                 cache: cache.as_ref(),
+                shared: self.shared.filter(|_| cache.is_some()),
                 prefetch: &self.cx.recipe.prefetch,
                 reporter,
             };

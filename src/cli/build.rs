@@ -18,6 +18,7 @@ use crate::{
     build::{self, BuildReport, BuildSettings, LockMode, counted},
     oci::archive::OutputFormat,
     recipe::matrix::Variant,
+    registry::cache_repo::CacheRepoSummary,
 };
 
 pub(super) const BUILD_EXAMPLES: &str = "\
@@ -71,6 +72,22 @@ pub(crate) struct BuildArgs {
     /// After building, push the image to this reference (`registry/repository[:tag]`)
     #[arg(long, value_name = "REF")]
     pub push: Option<String>,
+    /// Share package layers with other builders through this registry repository
+    /// (`registry/repository`, no tag): a layer that is not in the local layer cache is
+    /// taken from there, checked against its tar, instead of compressed; the layers this
+    /// build compresses are stored there. A cache that fails is a warning, never a failed
+    /// build. Credentials as for `push`
+    #[arg(
+        long,
+        env = "IMGBUILD_CACHE_REPO",
+        value_name = "REGISTRY/REPO",
+        value_parser = parse_cache_repo
+    )]
+    pub cache_repo: Option<crate::registry::Reference>,
+    /// Read the `--cache-repo`, never write it (for untrusted branches, or runners without
+    /// push rights)
+    #[arg(long, requires = "cache_repo")]
+    pub cache_repo_readonly: bool,
     /// Also write the image as one file next to the layout: `oci-archive`
     /// (`NAME.oci.tar`) or `docker-archive` (`NAME.docker.tar`, for `docker load` and
     /// `podman load`)
@@ -114,6 +131,17 @@ fn parse_tag(text: &str) -> Result<String, String> {
     Ok(text.to_string())
 }
 
+/// `--cache-repo`: a repository, not an image in it.
+fn parse_cache_repo(text: &str) -> Result<crate::registry::Reference, String> {
+    let reference = crate::registry::Reference::parse(text).map_err(|e| e.to_string())?;
+    if reference.tag.is_some() || reference.digest.is_some() {
+        return Err(format!(
+            "`{text}` names an image; the layer cache is a repository: `REGISTRY/REPO`"
+        ));
+    }
+    Ok(reference)
+}
+
 pub(super) async fn run_build(
     args: &BuildArgs,
     env: &Env<'_>,
@@ -132,6 +160,13 @@ pub(super) async fn run_build(
         jobs: compression_threads(args.jobs, printer),
         tags: dedup(&args.tags),
         platforms: dedup(&args.platforms),
+        cache_repo: args
+            .cache_repo
+            .clone()
+            .map(|repository| build::CacheRepoSettings {
+                repository,
+                readonly: args.cache_repo_readonly,
+            }),
         ..env.build_settings(args.recipe().to_path_buf(), lock_mode)
     };
     match variants_to_build(args)? {
@@ -248,6 +283,38 @@ fn dedup<T: PartialEq + Clone>(values: &[T]) -> Vec<T> {
 
 /// The lock and result events with `--json`; else the status lines, then the result on
 /// stdout: one `layout:tag@digest` line per tag.
+/// What the layer cache repository gave and took: the hits and misses of the layers looked
+/// up there, and what was stored.
+fn print_cache_repo(shared: &CacheRepoSummary, printer: &Printer) {
+    let misses = shared.looked_up - shared.hits;
+    let stored = if shared.readonly {
+        "read-only".to_string()
+    } else {
+        format!(
+            "{} stored ({} sent), {} already there",
+            shared.stored,
+            human_bytes(shared.bytes_uploaded),
+            shared.present
+        )
+    };
+    let rejected = match shared.rejected {
+        0 => String::new(),
+        n => format!(", {n} refused by their check"),
+    };
+    printer.status(
+        "Layer cache",
+        format_args!(
+            "{}: {} hit ({}), {misses} missed{rejected}; {stored}",
+            shared.repository,
+            shared.hits,
+            human_bytes(shared.bytes_downloaded),
+        ),
+    );
+    if let Some(why) = &shared.unusable {
+        printer.status("Layer cache", format_args!("not used after: {why}"));
+    }
+}
+
 fn print_build(report: &BuildReport, printer: &Printer) {
     if printer.json() {
         printer.event(&lock_event(&report.lock));
@@ -280,6 +347,9 @@ fn print_build(report: &BuildReport, printer: &Printer) {
             human_bytes(uncompressed),
         ),
     );
+    if let Some(shared) = &report.cache_repo {
+        print_cache_repo(shared, printer);
+    }
     for path in &report.sboms {
         printer.status("SBOM", path.display());
     }

@@ -277,6 +277,7 @@ impl<'a> Env<'a> {
             tags: Vec::new(),
             platforms: Vec::new(),
             update: Vec::new(),
+            cache_repo: None,
         }
     }
 }

@@ -648,5 +648,6 @@ pub(crate) fn result_event(report: &BuildReport) -> Value {
         "sboms": report.sboms,
         "provenance": report.provenance,
         "timings": timings,
+        "cache_repo": report.cache_repo,
     })
 }

@@ -71,6 +71,14 @@ const SKIPS: &[(&str, &str)] = &[
     ),
     ("--push ", "needs a registry"),
     (
+        "IMGBUILD_CACHE_REPO=",
+        "needs a registry (tests/it/cache_repo.rs builds against docker-registry on 127.0.0.1)",
+    ),
+    (
+        "--cache-repo",
+        "needs a registry (tests/it/cache_repo.rs builds against docker-registry on 127.0.0.1)",
+    ),
+    (
         "py39-torch21",
         "solved against the public conda channels (its lock and image come from that build)",
     ),

@@ -136,6 +136,11 @@ impl Registry {
         }
     }
 
+    /// Where the registry keeps blobs and manifests: its filesystem storage.
+    pub(crate) fn storage(&self) -> PathBuf {
+        self._dir.path().join("data/docker/registry/v2")
+    }
+
     /// The registry's access log so far.
     pub(crate) fn log(&self) -> String {
         fs_err::read_to_string(&self.log).unwrap_or_default()

@@ -45,6 +45,7 @@ use super::{
     built::LayerBlob,
     compress::Compression,
     plan::{PlannedLayer, record_suffix},
+    remote::SharedEntry,
     tar::{Entry, TarError},
 };
 
@@ -358,6 +359,31 @@ impl LayerCache {
         }
         file.lock()?;
         Ok(file)
+    }
+
+    /// Where a shared cache's blobs are downloaded to, so [`Self::adopt`] moves them in
+    /// with one rename.
+    pub fn incoming_dir(&self) -> &Path {
+        &self.blobs
+    }
+
+    /// Takes `entry`, downloaded from a shared cache, as the entry under `key`, not sealed:
+    /// the next [`Self::fetch`] verifies it in full, as any entry this machine did not check.
+    pub fn adopt(&self, key: &str, entry: &SharedEntry) -> std::io::Result<()> {
+        if !is_sha256(&entry.blob.digest) || !is_sha256(&entry.blob.diff_id) {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                "a digest is not `sha256:<hex>`",
+            ));
+        }
+        let target = self.blob_path(&entry.blob.digest);
+        if fs_err::symlink_metadata(&target).is_ok_and(|m| !m.is_file()) {
+            fs_err::remove_file(&target)?;
+        }
+        fs_err::rename(&entry.path, &target)?;
+        let json =
+            serde_json::to_vec(&CachedBlob::of(&entry.blob)).map_err(std::io::Error::other)?;
+        crate::fs::write_atomic(&self.key_path(key), &json)
     }
 
     /// Records `blob`, written by this build at `blob_path`, under `key`, sealed; a key file

@@ -12,6 +12,7 @@ pub mod cache;
 pub mod compress;
 pub mod owned;
 pub mod plan;
+pub mod remote;
 pub mod seekable;
 pub mod split;
 pub mod tar;

@@ -24,7 +24,8 @@ use super::{
     cache::{Fetched, LayerCache, layer_key},
     compress::{CompressPool, Compression},
     owned::{OwnedLayer, write_owned_tar},
-    plan::{LayerPlan, PlannedLayer},
+    plan::{LayerKind, LayerPlan, PlannedLayer},
+    remote::SharedCache,
     seekable::SeekableWriter,
     tar::{TarError, entries, prefetch_first, write_entries},
 };
@@ -84,6 +85,13 @@ impl<W: Write> Write for HashingWriter<W> {
     }
 }
 
+/// How a layer is found in the caches: its key (none: not cached) and whether it may be
+/// shared with other builders.
+struct Cached {
+    key: Option<String>,
+    shared: bool,
+}
+
 /// Where and how layers are written.
 pub struct LayerWriter<'a> {
     pub root: &'a Path,
@@ -91,6 +99,9 @@ pub struct LayerWriter<'a> {
     pub blobs_dir: &'a Path,
     pub pool: CompressPool,
     pub cache: Option<&'a LayerCache>,
+    /// The cache shared with other builders (`--cache-repo`), asked after a local miss and
+    /// offered every package layer; only used with a local cache.
+    pub shared: Option<&'a dyn SharedCache>,
     /// `[layers] prefetch` (eStargz): the paths each package layer puts first.
     pub prefetch: &'a [glob::Pattern],
     /// Hears of each layer done (its compressed size), and of the layer cache's warnings.
@@ -116,7 +127,11 @@ impl LayerWriter<'_> {
                 .map_err(|e| self.blob_err(&layer.name, self.root, e))?,
             None => None,
         };
-        let (blob, reused) = self.cached_or_written(&layer.name, key, landmark, |out| {
+        // Only package layers are shared: the others are the build's own, small, and made
+        // from what this build read.
+        let shared = matches!(layer.kind, LayerKind::Conda | LayerKind::Wheels);
+        let cached = Cached { key, shared };
+        let (blob, reused) = self.cached_or_written(&layer.name, cached, landmark, |out| {
             write_entries(&entries, layer.mtime, out).map(drop)
         })?;
         Ok(BuiltLayer {
@@ -133,7 +148,8 @@ impl LayerWriter<'_> {
     /// every entry whole.
     pub fn write_owned(&self, layer: &OwnedLayer) -> Result<BuiltLayer, WriteError> {
         let key = self.cache.map(|_| layer.key(self.compression));
-        let (blob, reused) = self.cached_or_written(&layer.name, key, None, |out| {
+        let cached = Cached { key, shared: false };
+        let (blob, reused) = self.cached_or_written(&layer.name, cached, None, |out| {
             write_owned_tar(layer, out).map(drop)
         })?;
         Ok(BuiltLayer {
@@ -156,17 +172,16 @@ impl LayerWriter<'_> {
 
     /// The blob cached under `key` (held while it is written, so a second build wanting it
     /// waits and takes it from the cache) once the cache shows it is the tar `write_tar`
-    /// makes, else that tar, compressed, written and stored under `key`. Says whether it was
-    /// reused.
+    /// makes, else that tar, compressed, written and stored under `key`; a shared layer is
+    /// also looked up in, and offered to, the shared cache. Says whether it was reused.
     fn cached_or_written(
         &self,
         name: &str,
-        key: Option<String>,
+        cached: Cached,
         landmark: Option<usize>,
         write_tar: impl Fn(&mut dyn Write) -> Result<(), TarError>,
     ) -> Result<(LayerBlob, bool), WriteError> {
-        let blob_err = |path: &Path, source| self.blob_err(name, path, source);
-        let (cache, key) = match (self.cache, key) {
+        let (cache, key) = match (self.cache, cached.key) {
             (Some(cache), Some(key)) => (cache, key),
             _ => return Ok((self.write_blob(name, landmark, &write_tar)?.0, false)),
         };
@@ -179,43 +194,109 @@ impl LayerWriter<'_> {
                 return Ok((self.write_blob(name, landmark, &write_tar)?.0, false));
             }
         };
-        let fetched = cache
-            .fetch(
-                name,
-                &key,
-                self.compression,
-                self.blobs_dir,
-                &write_tar,
-                self.reporter,
-            )
-            .map_err(|e| blob_err(self.blobs_dir, e))?;
-        let claimed = match fetched {
+        let shared = self.shared.filter(|_| cached.shared);
+        let (blob, target, reused) = match self.look_up(cache, shared, name, &key, &write_tar)? {
             Fetched::Hit(blob, check) => {
                 tracing::debug!("layer `{name}`: from the layer cache ({check:?})");
-                return Ok((blob, true));
+                let target = self
+                    .blobs_dir
+                    .join(blob.digest.trim_start_matches("sha256:"));
+                (blob, target, true)
             }
-            Fetched::Miss => None,
-            Fetched::Rebuild { claimed } => Some(claimed),
+            Fetched::Miss => {
+                let (blob, target) =
+                    self.written_and_stored(cache, name, &key, None, landmark, &write_tar)?;
+                (blob, target, false)
+            }
+            Fetched::Rebuild { claimed } => {
+                let claimed = Some(claimed.as_str());
+                let (blob, target) =
+                    self.written_and_stored(cache, name, &key, claimed, landmark, &write_tar)?;
+                (blob, target, false)
+            }
         };
-        let (blob, target) = self.write_blob(name, landmark, &write_tar)?;
+        if let Some(shared) = shared {
+            shared.offer(&key, &blob, &target, self.compression);
+        }
+        Ok((blob, reused))
+    }
+
+    /// What the local cache holds under `key`, or after a local miss, what the shared cache
+    /// does, taken into the local cache and checked there.
+    fn look_up(
+        &self,
+        cache: &LayerCache,
+        shared: Option<&dyn SharedCache>,
+        name: &str,
+        key: &str,
+        write_tar: &dyn Fn(&mut dyn Write) -> Result<(), TarError>,
+    ) -> Result<Fetched, WriteError> {
+        let fetch = || {
+            cache
+                .fetch(
+                    name,
+                    key,
+                    self.compression,
+                    self.blobs_dir,
+                    write_tar,
+                    self.reporter,
+                )
+                .map_err(|e| self.blob_err(name, self.blobs_dir, e))
+        };
+        let local = fetch()?;
+        let shared = shared.filter(|s| s.serves(self.compression));
+        let (Fetched::Miss, Some(shared)) = (&local, shared) else {
+            return Ok(local);
+        };
+        let incoming = cache.incoming_dir();
+        let Some(entry) = shared.fetch(name, key, self.compression, incoming, self.reporter) else {
+            return Ok(Fetched::Miss);
+        };
+        if let Err(err) = cache.adopt(key, &entry) {
+            self.reporter.on_warning(&format!(
+                "layer `{name}`: the shared cache's entry cannot be taken into the layer cache ({err}); building the layer"
+            ));
+            // The download is already gone when the rename took it.
+            let _ = fs_err::remove_file(&entry.path);
+            shared.rejected(key);
+            return Ok(Fetched::Miss);
+        }
+        let fetched = fetch()?;
+        if !matches!(fetched, Fetched::Hit(..)) {
+            shared.rejected(key);
+        }
+        Ok(fetched)
+    }
+
+    /// The layer compressed and written, then stored under `key`; a seekable entry the cache
+    /// `claimed` is checked against it (its TOC holds offsets into the compressed bytes, so
+    /// building it again is its check) and evicted.
+    fn written_and_stored(
+        &self,
+        cache: &LayerCache,
+        name: &str,
+        key: &str,
+        claimed: Option<&str>,
+        landmark: Option<usize>,
+        write_tar: &dyn Fn(&mut dyn Write) -> Result<(), TarError>,
+    ) -> Result<(LayerBlob, PathBuf), WriteError> {
+        let (blob, target) = self.write_blob(name, landmark, write_tar)?;
         if let Some(claimed) = claimed {
-            // A seekable entry is verified by building it again: its TOC holds offsets
-            // into the compressed bytes.
             if claimed != blob.digest {
                 self.reporter.on_warning(&format!(
                     "layer `{name}`: the layer cache's entry {key} fails its check (its blob is not what the layer builds to); evicted"
                 ));
             }
-            cache.evict(&key, Some(&claimed));
+            cache.evict(key, Some(claimed));
         }
         // A cache that cannot be written costs the next build time, not this build.
-        let stored = cache.store(&key, &blob, &target, self.compression, self.reporter);
+        let stored = cache.store(key, &blob, &target, self.compression, self.reporter);
         if let Err(err) = stored {
             self.reporter.on_warning(&format!(
                 "could not store layer `{name}` in the layer cache: {err}"
             ));
         }
-        Ok((blob, false))
+        Ok((blob, target))
     }
 
     /// Compresses the tar `write_tar` makes into a blob named by its digest; returns the

@@ -1,6 +1,7 @@
 //! Registries: references, credentials, an OCI distribution client, push and pull.
 
 pub mod auth;
+pub mod cache_repo;
 pub mod client;
 pub mod pull;
 pub mod push;

@@ -319,6 +319,23 @@ fn location(
         })
 }
 
+/// Makes the file at `path`, blob `digest` of `size` bytes, present in the repository;
+/// says whether its bytes were sent.
+pub(crate) async fn push_file(
+    client: &RepositoryClient,
+    digest: &str,
+    size: u64,
+    path: &Path,
+) -> Result<bool, PushError> {
+    let blob = BlobToPush {
+        digest: digest.to_string(),
+        size,
+        path: path.to_path_buf(),
+    };
+    let outcome = ensure_blob(client, &blob, None).await?;
+    Ok(matches!(outcome, BlobOutcome::Uploaded))
+}
+
 /// Whether the repository already has blob `digest` (HEAD).
 pub(crate) async fn blob_exists(
     client: &RepositoryClient,
@@ -475,7 +492,7 @@ fn read_full(file: &mut impl std::io::Read, buffer: &mut [u8]) -> std::io::Resul
 }
 
 /// PUTs a manifest or index as its exact bytes and checks the digest the registry returns.
-pub(super) async fn put_manifest(
+pub(crate) async fn put_manifest(
     client: &RepositoryClient,
     reference: &str,
     bytes: &[u8],

@@ -54,7 +54,10 @@ fn sha256(bytes: &[u8]) -> String {
 }
 
 /// Makes `bytes` a blob of the repository (unless it is there already); returns its digest.
-async fn put_blob(client: &RepositoryClient, bytes: &[u8]) -> Result<String, RegistryError> {
+pub(crate) async fn put_blob(
+    client: &RepositoryClient,
+    bytes: &[u8],
+) -> Result<String, RegistryError> {
     let digest = sha256(bytes);
     if !blob_exists(client, &digest).await?
         && let Some(upload) = start_upload(client, &digest, None).await?

@@ -1,0 +1,617 @@
+//! A registry repository as a layer cache shared by builders (`--cache-repo REGISTRY/REPO`):
+//! CI runners and build pods that start empty take the layers another builder compressed.
+//!
+//! **The stored form.** The entry under layer key `K` (the local layer cache's key, see
+//! [`crate::layers::cache`]) is an OCI image manifest tagged `layer-K` in the cache
+//! repository. Its config, of media type [`ENTRY_MEDIA_TYPE`], is a small JSON document
+//! ([`EntryConfig`]: the key, the compression, the layer's diff_id and tar size); its one
+//! layer is the layer blob itself, with the layer's own annotations (an eStargz or
+//! zstd:chunked TOC). A tagged manifest keeps its blobs from the registry's garbage
+//! collector, and the form needs no referrers API, so distribution 2.8 stores it as an OCI
+//! 1.1 registry does. The same layer gives the same manifest bytes on every builder, so two
+//! builders writing one key write the same thing.
+//!
+//! **Trust.** The repository is the operator's choice (a flag or `IMGBUILD_CACHE_REPO`, never
+//! the recipe or the lock), and still no entry is believed: the config and the blob are
+//! checked against their digests as they arrive, and the layer cache then checks the blob
+//! in full against the layer's tar before it enters an image ([`crate::layers::remote`]).
+//!
+//! **Failure.** A cache is an optimisation: an unreachable repository, a 401 or 403, or a
+//! malformed entry is a warning and a cold build of the layer, never a failed build. The
+//! first failure of the repository itself (not of one entry) stops its use for the build.
+
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    path::Path,
+    sync::{
+        Mutex,
+        atomic::{AtomicU64, AtomicUsize, Ordering},
+    },
+};
+
+use futures::StreamExt;
+use reqwest::{Method, StatusCode, header};
+use serde::{Deserialize, Serialize};
+
+use super::{
+    client::{Body, Limit, MANIFEST_LIMIT, RegistryError, RepositoryClient},
+    push::{PushError, push_file, put_manifest},
+    referrers::put_blob,
+};
+use crate::{
+    layers::{
+        Compression, LayerBlob,
+        remote::{SharedCache, SharedEntry},
+    },
+    report::Reporter,
+};
+
+/// The media type of an entry's config.
+pub const ENTRY_MEDIA_TYPE: &str = "application/vnd.imgbuild.layer-cache.entry.v1+json";
+/// What an entry's config says it is; bumped when the entry's meaning changes.
+const ENTRY_FORMAT: &str = "imgbuild-layer-cache-entry/1";
+/// An entry is tagged this and the layer key.
+pub const TAG_PREFIX: &str = "layer-";
+const MANIFEST_MEDIA_TYPE: &str = "application/vnd.oci.image.manifest.v1+json";
+/// An entry's config: a key, a compression and two numbers; 64 KiB leaves room.
+const ENTRY_LIMIT: Limit = Limit {
+    bytes: 64 << 10,
+    what: "a layer cache entry",
+};
+/// Entries written at once when the build is done.
+const PARALLEL_STORES: usize = 4;
+
+/// An entry's config: what the blob holds, beside what the manifest's descriptor says.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct EntryConfig {
+    format: String,
+    key: String,
+    compression: String,
+    diff_id: String,
+    tar_size: u64,
+}
+
+/// The manifest of an entry, as far as it is read and written.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct EntryManifest {
+    schema_version: u32,
+    media_type: String,
+    config: EntryDescriptor,
+    layers: Vec<EntryDescriptor>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct EntryDescriptor {
+    media_type: String,
+    digest: String,
+    size: u64,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    annotations: BTreeMap<String, String>,
+}
+
+/// A layer offered to the cache, stored once the build is done.
+#[derive(Debug, Clone)]
+struct Offer {
+    key: String,
+    blob: LayerBlob,
+    path: std::path::PathBuf,
+    compression: Compression,
+}
+
+/// What the cache did for one build, for its summary.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct CacheRepoSummary {
+    /// `REGISTRY/REPO`.
+    pub repository: String,
+    /// Layers looked up after a local miss.
+    pub looked_up: usize,
+    /// Looked-up layers taken from the repository and checked here.
+    pub hits: usize,
+    /// Entries downloaded that failed their check here.
+    pub rejected: usize,
+    /// Layers written to the repository.
+    pub stored: usize,
+    /// Offered layers the repository already held.
+    pub present: usize,
+    pub bytes_downloaded: u64,
+    pub bytes_uploaded: u64,
+    pub readonly: bool,
+    /// Why the repository stopped being used, when it did.
+    pub unusable: Option<String>,
+}
+
+/// Why a request to the cache did not give what it asked for.
+enum Problem {
+    /// The repository cannot be used at all: unreachable, refusing us.
+    Repository(String),
+    /// This entry cannot be used.
+    Entry(String),
+}
+
+impl Problem {
+    fn of(err: &RegistryError) -> Problem {
+        let repository_wide = match err {
+            RegistryError::Status { status, .. } => {
+                *status == StatusCode::UNAUTHORIZED || *status == StatusCode::FORBIDDEN
+            }
+            RegistryError::Unreachable { .. }
+            | RegistryError::TimedOut { .. }
+            | RegistryError::PlainHttp { .. }
+            | RegistryError::Unauthorized { .. }
+            | RegistryError::Challenge { .. }
+            | RegistryError::InsecureRealm { .. }
+            | RegistryError::CredentialsWithheld { .. } => true,
+            _ => false,
+        };
+        let text = error_text(err);
+        if repository_wide {
+            Problem::Repository(text)
+        } else {
+            Problem::Entry(text)
+        }
+    }
+}
+
+/// An error with its causes, on one line.
+fn error_text(err: &dyn std::error::Error) -> String {
+    let mut text = err.to_string();
+    let mut source = err.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}
+
+/// The shared layer cache in one registry repository.
+pub struct CacheRepo {
+    client: RepositoryClient,
+    readonly: bool,
+    /// The build's runtime: the layer writer's threads are not its own, and block on it.
+    runtime: tokio::runtime::Handle,
+    /// Set, with its reason, once the repository cannot be used.
+    unusable: Mutex<Option<String>>,
+    offers: Mutex<Vec<Offer>>,
+    looked_up: AtomicUsize,
+    hits: AtomicUsize,
+    rejected: AtomicUsize,
+    bytes_downloaded: AtomicU64,
+}
+
+impl CacheRepo {
+    /// The cache in `client`'s repository; `readonly` never writes it. Must be made on the
+    /// build's runtime.
+    pub fn new(client: RepositoryClient, readonly: bool) -> Self {
+        CacheRepo {
+            client,
+            readonly,
+            runtime: tokio::runtime::Handle::current(),
+            unusable: Mutex::default(),
+            offers: Mutex::default(),
+            looked_up: AtomicUsize::new(0),
+            hits: AtomicUsize::new(0),
+            rejected: AtomicUsize::new(0),
+            bytes_downloaded: AtomicU64::new(0),
+        }
+    }
+
+    fn repository(&self) -> String {
+        format!(
+            "{}/{}",
+            self.client.reference.registry, self.client.reference.repository
+        )
+    }
+
+    fn is_usable(&self) -> bool {
+        self.unusable.lock().expect("not poisoned").is_none()
+    }
+
+    /// Records `problem`; the first problem of the repository itself is warned of and ends
+    /// its use, a problem of one entry is warned of with the layer's `name`.
+    fn note(&self, problem: Problem, name: &str, reporter: &dyn Reporter) {
+        match problem {
+            Problem::Repository(why) => {
+                let mut unusable = self.unusable.lock().expect("not poisoned");
+                if unusable.is_none() {
+                    reporter.on_warning(&format!(
+                        "layer cache repository `{}` cannot be used ({why}); building without it",
+                        self.repository()
+                    ));
+                    *unusable = Some(why);
+                }
+            }
+            Problem::Entry(why) => reporter.on_warning(&format!(
+                "layer `{name}`: the entry in layer cache repository `{}` cannot be used ({why}); building the layer",
+                self.repository()
+            )),
+        }
+    }
+
+    /// The entry under `key`, its blob downloaded into `dir`.
+    async fn lookup(
+        &self,
+        key: &str,
+        compression: Compression,
+        dir: &Path,
+    ) -> Result<Option<SharedEntry>, Problem> {
+        let tag = format!("{TAG_PREFIX}{key}");
+        let answer = self
+            .client
+            .send_reading(
+                Method::GET,
+                &self.client.url(&format!("/manifests/{tag}")),
+                &[(header::ACCEPT, MANIFEST_MEDIA_TYPE.to_string())],
+                Body::Empty,
+                &[StatusCode::OK, StatusCode::NOT_FOUND],
+                MANIFEST_LIMIT,
+            )
+            .await
+            .map_err(|e| Problem::of(&e))?;
+        if answer.status == StatusCode::NOT_FOUND {
+            return Ok(None);
+        }
+        let (config_descriptor, layer) = entry_descriptors(&answer.body, compression)
+            .map_err(|why| Problem::Entry(format!("its manifest {why}")))?;
+        let config = self.config(&config_descriptor).await?;
+        check_config(&config, key, compression)
+            .map_err(|why| Problem::Entry(format!("its config {why}")))?;
+        let path = self.download(&layer, dir).await?;
+        self.bytes_downloaded
+            .fetch_add(layer.size, Ordering::Relaxed);
+        let blob = LayerBlob {
+            diff_id: config.diff_id,
+            digest: layer.digest,
+            size: layer.size,
+            tar_size: config.tar_size,
+            media_type: compression.media_type(),
+            annotations: layer.annotations,
+        };
+        Ok(Some(SharedEntry { blob, path }))
+    }
+
+    /// The entry's config, read to at most [`ENTRY_LIMIT`] and checked against its digest.
+    async fn config(&self, descriptor: &EntryDescriptor) -> Result<EntryConfig, Problem> {
+        let answer = self
+            .client
+            .send_reading(
+                Method::GET,
+                &self.client.url(&format!("/blobs/{}", descriptor.digest)),
+                &[],
+                Body::Empty,
+                &[StatusCode::OK],
+                ENTRY_LIMIT,
+            )
+            .await
+            .map_err(|e| Problem::of(&e))?;
+        let actual = crate::oci::sha256_digest(&answer.body);
+        if actual != descriptor.digest {
+            return Err(Problem::Entry(format!(
+                "its config is {actual}, not {} as its manifest says",
+                descriptor.digest
+            )));
+        }
+        serde_json::from_slice(&answer.body)
+            .map_err(|e| Problem::Entry(format!("its config is not an entry: {e}")))
+    }
+
+    /// The blob `layer` names, streamed into a new file in `dir`, its size and digest
+    /// checked as it arrives.
+    async fn download(
+        &self,
+        layer: &EntryDescriptor,
+        dir: &Path,
+    ) -> Result<std::path::PathBuf, Problem> {
+        let temp = tempfile::Builder::new()
+            .prefix(".shared-")
+            .tempfile_in(dir)
+            .map_err(|e| Problem::Entry(format!("cannot make a file in `{}`: {e}", dir.display())))?
+            .into_temp_path();
+        let url = self.client.url(&format!("/blobs/{}", layer.digest));
+        self.client
+            .download(&url, &layer.digest, layer.size, &temp)
+            .await
+            .map_err(|e| Problem::of(&e))?;
+        temp.keep()
+            .map_err(|e| Problem::Entry(format!("cannot keep the download: {e}")))
+    }
+
+    /// Writes every layer offered and not yet in the repository: the blob, the config, then
+    /// the tagged manifest, so a tag only ever names blobs that are there. Warns instead of
+    /// failing; does nothing when read-only or unusable.
+    pub async fn store_offered(&self, reporter: &dyn Reporter) -> CacheRepoSummary {
+        let offers = std::mem::take(&mut *self.offers.lock().expect("not poisoned"));
+        let mut seen = BTreeSet::new();
+        let offers: Vec<Offer> = offers
+            .into_iter()
+            .filter(|offer| seen.insert(offer.key.clone()))
+            .collect();
+        let stored = AtomicUsize::new(0);
+        let present = AtomicUsize::new(0);
+        let uploaded = AtomicU64::new(0);
+        if !self.readonly {
+            futures::stream::iter(&offers)
+                .for_each_concurrent(PARALLEL_STORES, |offer| async {
+                    if !self.is_usable() {
+                        return;
+                    }
+                    match self.store(offer).await {
+                        Ok(None) => {
+                            present.fetch_add(1, Ordering::Relaxed);
+                        }
+                        Ok(Some(bytes)) => {
+                            stored.fetch_add(1, Ordering::Relaxed);
+                            uploaded.fetch_add(bytes, Ordering::Relaxed);
+                        }
+                        Err(problem) => self.note(problem, &offer.blob.digest, reporter),
+                    }
+                })
+                .await;
+        }
+        CacheRepoSummary {
+            repository: self.repository(),
+            looked_up: self.looked_up.load(Ordering::Relaxed),
+            hits: self.hits.load(Ordering::Relaxed),
+            rejected: self.rejected.load(Ordering::Relaxed),
+            stored: stored.into_inner(),
+            present: present.into_inner(),
+            bytes_downloaded: self.bytes_downloaded.load(Ordering::Relaxed),
+            bytes_uploaded: uploaded.into_inner(),
+            readonly: self.readonly,
+            unusable: self.unusable.lock().expect("not poisoned").clone(),
+        }
+    }
+
+    /// Writes one entry unless its tag names the same manifest already; the bytes of the
+    /// blob sent, or `None` when it was there.
+    async fn store(&self, offer: &Offer) -> Result<Option<u64>, Problem> {
+        let (manifest, config) = entry_documents(offer);
+        let digest = crate::oci::sha256_digest(&manifest);
+        let tag = format!("{TAG_PREFIX}{}", offer.key);
+        if self.has_manifest(&tag, &digest).await? {
+            return Ok(None);
+        }
+        let sent = push_file(
+            &self.client,
+            &offer.blob.digest,
+            offer.blob.size,
+            &offer.path,
+        )
+        .await
+        .map_err(|e| match e {
+            PushError::Registry { source, .. } => Problem::of(&source),
+            other => Problem::Entry(error_text(&other)),
+        })?;
+        put_blob(&self.client, &config)
+            .await
+            .map_err(|e| Problem::of(&e))?;
+        put_manifest(&self.client, &tag, &manifest, MANIFEST_MEDIA_TYPE, &digest)
+            .await
+            .map_err(|e| Problem::of(&e))?;
+        Ok(Some(if sent { offer.blob.size } else { 0 }))
+    }
+
+    /// Whether `tag` names the manifest `digest` already (a HEAD: the registry's digest).
+    async fn has_manifest(&self, tag: &str, digest: &str) -> Result<bool, Problem> {
+        let answer = self
+            .client
+            .send(
+                Method::HEAD,
+                &self.client.url(&format!("/manifests/{tag}")),
+                &[(header::ACCEPT, MANIFEST_MEDIA_TYPE.to_string())],
+                Body::Empty,
+                &[StatusCode::OK, StatusCode::NOT_FOUND],
+            )
+            .await
+            .map_err(|e| Problem::of(&e))?;
+        let named = answer
+            .headers
+            .get("docker-content-digest")
+            .and_then(|v| v.to_str().ok());
+        Ok(answer.status == StatusCode::OK && named == Some(digest))
+    }
+}
+
+impl SharedCache for CacheRepo {
+    fn fetch(
+        &self,
+        name: &str,
+        key: &str,
+        compression: Compression,
+        dir: &Path,
+        reporter: &dyn Reporter,
+    ) -> Option<SharedEntry> {
+        if !self.is_usable() {
+            return None;
+        }
+        self.looked_up.fetch_add(1, Ordering::Relaxed);
+        // The writer's threads are plain threads (or, for a one-layer build, a worker of
+        // this runtime, which `block_in_place` hands its other tasks from).
+        let found = tokio::task::block_in_place(|| {
+            self.runtime.block_on(self.lookup(key, compression, dir))
+        });
+        match found {
+            Ok(Some(entry)) => {
+                self.hits.fetch_add(1, Ordering::Relaxed);
+                Some(entry)
+            }
+            Ok(None) => None,
+            Err(problem) => {
+                self.note(problem, name, reporter);
+                None
+            }
+        }
+    }
+
+    fn rejected(&self, _key: &str) {
+        self.hits.fetch_sub(1, Ordering::Relaxed);
+        self.rejected.fetch_add(1, Ordering::Relaxed);
+    }
+
+    fn offer(&self, key: &str, blob: &LayerBlob, path: &Path, compression: Compression) {
+        if self.readonly {
+            return;
+        }
+        self.offers.lock().expect("not poisoned").push(Offer {
+            key: key.to_string(),
+            blob: blob.clone(),
+            path: path.to_path_buf(),
+            compression,
+        });
+    }
+}
+
+/// The config's and the layer's descriptors of the entry manifest `bytes`, once it is the
+/// shape an entry has for layers compressed as `compression`.
+fn entry_descriptors(
+    bytes: &[u8],
+    compression: Compression,
+) -> Result<(EntryDescriptor, EntryDescriptor), String> {
+    let manifest: EntryManifest =
+        serde_json::from_slice(bytes).map_err(|e| format!("is not an OCI manifest: {e}"))?;
+    if manifest.schema_version != 2 || manifest.media_type != MANIFEST_MEDIA_TYPE {
+        return Err("is not an OCI image manifest".into());
+    }
+    if manifest.config.media_type != ENTRY_MEDIA_TYPE {
+        return Err(format!(
+            "has a config of media type `{}`, not `{ENTRY_MEDIA_TYPE}`",
+            manifest.config.media_type
+        ));
+    }
+    let [layer] = <[EntryDescriptor; 1]>::try_from(manifest.layers)
+        .map_err(|layers| format!("names {} layers, not 1", layers.len()))?;
+    if layer.media_type != compression.media_type() {
+        return Err(format!(
+            "names a layer of media type `{}`, not `{}`",
+            layer.media_type,
+            compression.media_type()
+        ));
+    }
+    for digest in [&manifest.config.digest, &layer.digest] {
+        if !is_sha256(digest) {
+            return Err(format!("names `{digest}`, not a `sha256:<hex>` digest"));
+        }
+    }
+    if manifest.config.size > ENTRY_LIMIT.bytes {
+        return Err(format!("gives its config {} bytes", manifest.config.size));
+    }
+    Ok((manifest.config, layer))
+}
+
+/// Whether `config` is the entry of `key` for layers compressed as `compression`.
+fn check_config(config: &EntryConfig, key: &str, compression: Compression) -> Result<(), String> {
+    if config.format != ENTRY_FORMAT {
+        return Err(format!("is `{}`, not `{ENTRY_FORMAT}`", config.format));
+    }
+    if config.key != key {
+        return Err(format!("is the entry of key {}, not {key}", config.key));
+    }
+    if config.compression != compression.describe() {
+        return Err(format!(
+            "is of compression `{}`, not `{}`",
+            config.compression,
+            compression.describe()
+        ));
+    }
+    if !is_sha256(&config.diff_id) {
+        return Err(format!("names diff_id `{}`", config.diff_id));
+    }
+    Ok(())
+}
+
+/// The manifest and config bytes of `offer`'s entry: the same on every builder.
+fn entry_documents(offer: &Offer) -> (Vec<u8>, Vec<u8>) {
+    let config = EntryConfig {
+        format: ENTRY_FORMAT.into(),
+        key: offer.key.clone(),
+        compression: offer.compression.describe(),
+        diff_id: offer.blob.diff_id.clone(),
+        tar_size: offer.blob.tar_size,
+    };
+    let config = serde_json::to_vec(&config).expect("an entry serializes");
+    let manifest = EntryManifest {
+        schema_version: 2,
+        media_type: MANIFEST_MEDIA_TYPE.into(),
+        config: EntryDescriptor {
+            media_type: ENTRY_MEDIA_TYPE.into(),
+            digest: crate::oci::sha256_digest(&config),
+            size: config.len() as u64,
+            annotations: BTreeMap::new(),
+        },
+        layers: vec![EntryDescriptor {
+            media_type: offer.compression.media_type().into(),
+            digest: offer.blob.digest.clone(),
+            size: offer.blob.size,
+            annotations: offer.blob.annotations.clone(),
+        }],
+    };
+    let manifest = serde_json::to_vec(&manifest).expect("a manifest serializes");
+    (manifest, config)
+}
+
+fn is_sha256(digest: &str) -> bool {
+    digest.strip_prefix("sha256:").is_some_and(|hex| {
+        hex.len() == 64 && hex.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn offer(compression: Compression) -> Offer {
+        Offer {
+            key: "ab".repeat(32),
+            blob: LayerBlob {
+                diff_id: format!("sha256:{}", "1".repeat(64)),
+                digest: format!("sha256:{}", "2".repeat(64)),
+                size: 10,
+                tar_size: 2048,
+                media_type: compression.media_type(),
+                annotations: BTreeMap::new(),
+            },
+            path: "/nonexistent".into(),
+            compression,
+        }
+    }
+
+    #[test]
+    fn an_entry_written_is_the_entry_read() {
+        let offer = offer(Compression::Zstd);
+        let (manifest, config_bytes) = entry_documents(&offer);
+        let (config, layer) = entry_descriptors(&manifest, Compression::Zstd).unwrap();
+        assert_eq!(config.digest, crate::oci::sha256_digest(&config_bytes));
+        assert_eq!(layer.digest, offer.blob.digest);
+        let config: EntryConfig = serde_json::from_slice(&config_bytes).unwrap();
+        check_config(&config, &offer.key, Compression::Zstd).unwrap();
+        // Another key or compression is not this entry.
+        assert!(check_config(&config, &"cd".repeat(32), Compression::Zstd).is_err());
+        assert!(check_config(&config, &offer.key, Compression::Gzip).is_err());
+        assert!(entry_descriptors(&manifest, Compression::Gzip).is_err());
+    }
+
+    #[test]
+    fn the_same_layer_gives_the_same_entry_bytes() {
+        assert_eq!(
+            entry_documents(&offer(Compression::Gzip)),
+            entry_documents(&offer(Compression::Gzip))
+        );
+    }
+
+    #[test]
+    fn malformed_manifests_are_refused_with_a_reason() {
+        let cases: [&[u8]; 4] = [
+            b"not json",
+            br#"{"schemaVersion":2,"mediaType":"application/vnd.oci.image.manifest.v1+json","config":{"mediaType":"application/vnd.oci.image.config.v1+json","digest":"sha256:00","size":2},"layers":[]}"#,
+            br#"{"schemaVersion":2,"mediaType":"application/vnd.oci.image.manifest.v1+json","config":{"mediaType":"application/vnd.imgbuild.layer-cache.entry.v1+json","digest":"sha256:00","size":2},"layers":[]}"#,
+            br#"{"schemaVersion":1,"mediaType":"x","config":{"mediaType":"x","digest":"x","size":1},"layers":[]}"#,
+        ];
+        for case in cases {
+            let refused = entry_descriptors(case, Compression::Zstd);
+            assert!(refused.is_err(), "{}", String::from_utf8_lossy(case));
+        }
+    }
+}
