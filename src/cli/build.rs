@@ -184,7 +184,8 @@ pub(super) async fn run_build(
     }
     if let (Some(reference), Some(tag)) = (&args.push, report.tags.first()) {
         let image = format!("{}:{tag}", report.layout_dir.display());
-        push_built(&image, reference, env, printer).await?;
+        let mount_first = args.cache_repo.as_ref();
+        push_built(&image, reference, mount_first, env, printer).await?;
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -393,15 +394,22 @@ fn write_archive(
     Ok(())
 }
 
-/// `--push REF`: the built `image` (layout and first tag) pushed once the build succeeded.
+/// `--push REF`: the built `image` (layout and first tag) pushed once the build succeeded,
+/// its blobs mounted from `mount_first` (the `--cache-repo`) when that is on the same registry.
 async fn push_built(
     image: &str,
     reference: &str,
+    mount_first: Option<&crate::registry::Reference>,
     env: &Env<'_>,
     printer: &Printer,
 ) -> Result<(), CommandFailure> {
     let options = env.global.registry_options();
-    let report = registry::publish_layout(image, reference, &[], None, &options, printer)
+    let push = registry::PushOf {
+        image,
+        reference,
+        mount_first,
+    };
+    let report = registry::publish_layout(&push, &[], None, &options, printer)
         .await?
         .push;
     if printer.json() {

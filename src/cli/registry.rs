@@ -127,18 +127,35 @@ pub(super) fn parse_timeout(value: &str) -> Result<std::time::Duration, String> 
     Ok(std::time::Duration::from_secs_f64(seconds))
 }
 
-/// Publishes `image` to `reference` with the documents beside its layout, mounting blobs
-/// from its base; the push drawn as a bar.
+/// The push's source and target: the layout image, and the reference it goes to.
+pub(super) struct PushOf<'a> {
+    pub image: &'a str,
+    pub reference: &'a str,
+    /// A repository of the target's registry to mount missing blobs from before the base's
+    /// (`build --push` with a `--cache-repo` there, whose layers the build took).
+    pub mount_first: Option<&'a Reference>,
+}
+
+/// Publishes the image to the reference with the documents beside its layout, mounting
+/// blobs from `mount_first` when it is on the target's registry, else from its base; the
+/// push drawn as a bar.
 pub(super) async fn publish_layout(
-    image: &str,
-    reference: &str,
+    push: &PushOf<'_>,
     tags: &[String],
     signing: Option<&Signing>,
     registry: &ClientOptions,
     printer: &Printer,
 ) -> Result<PublishReport, PublishError> {
+    let (image, reference) = (push.image, push.reference);
     let image = LayoutRef::parse(image);
-    let mount_from = publish::base_of(&image);
+    let same_registry = |from: &&Reference| {
+        Reference::parse(reference).is_ok_and(|target| target.registry == from.registry)
+    };
+    let mount_from = push
+        .mount_first
+        .filter(same_registry)
+        .cloned()
+        .or_else(|| publish::base_of(&image));
     let options = PublishOptions {
         tags,
         mount_from: mount_from.as_ref(),
@@ -195,15 +212,12 @@ pub(super) async fn run_push(
     printer: &Printer,
 ) -> Result<ExitCode, CommandFailure> {
     let signing = args.signing.prepare()?;
-    let report = publish_layout(
-        &args.image,
-        &args.reference,
-        &args.tags,
-        signing.as_ref(),
-        options,
-        printer,
-    )
-    .await?;
+    let push = PushOf {
+        image: &args.image,
+        reference: &args.reference,
+        mount_first: None,
+    };
+    let report = publish_layout(&push, &args.tags, signing.as_ref(), options, printer).await?;
     if args.json {
         let mut value = serde_json::to_value(&report.push).expect("the report serializes");
         value["signatures"] = serde_json::to_value(&report.signed).expect("signatures serialize");

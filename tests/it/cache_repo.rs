@@ -436,3 +436,45 @@ fn a_cache_repo_that_names_an_image_is_refused() {
     assert_eq!(run.code, 2, "{}", run.stderr);
     project.assert_no_image();
 }
+
+#[test]
+fn a_fresh_builder_pushing_beside_the_cache_mounts_the_shared_layers() {
+    let registry = Registry::start(Auth::None);
+    let cache = format!("{}/ci/cache", registry.host);
+    let recipe = conda_recipe("mounted", "zstd");
+    let cold = project(&recipe);
+    build(&cold, &["--cache-repo", &cache]);
+
+    let fresh = fresh_from(&cold, &recipe);
+    let target = format!("{}/ml/mounted:v1", registry.host);
+    let (run, result) = build(
+        &fresh,
+        &["--locked", "--cache-repo", &cache, "--push", &target],
+    );
+    let layers = package_layers(&result);
+    assert_eq!(result["cache_repo"]["hits"], layers, "{result}");
+    let push = run
+        .stdout
+        .lines()
+        .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+        .find(|event| event["event"] == "push")
+        .unwrap_or_else(|| panic!("no push event in:\n{}", run.stdout));
+    // Every package layer is mounted from the cache; only what the build made itself (its
+    // own layer, config, manifest) is sent.
+    assert_eq!(push["blobs_mounted"], layers, "{push}");
+    assert_eq!(
+        push["blobs_uploaded"].as_u64().unwrap(),
+        push["blobs_total"].as_u64().unwrap() - layers,
+        "{push}"
+    );
+    let pushed = run_tool(
+        "skopeo",
+        &[
+            "inspect",
+            "--tls-verify=false",
+            &format!("docker://{target}"),
+        ],
+    );
+    let pushed: Value = serde_json::from_str(&pushed).unwrap();
+    assert_eq!(pushed["Digest"], result["digest"]);
+}
