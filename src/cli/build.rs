@@ -132,7 +132,7 @@ fn parse_tag(text: &str) -> Result<String, String> {
 }
 
 /// `--cache-repo`: a repository, not an image in it.
-fn parse_cache_repo(text: &str) -> Result<crate::registry::Reference, String> {
+pub(super) fn parse_cache_repo(text: &str) -> Result<crate::registry::Reference, String> {
     let reference = crate::registry::Reference::parse(text).map_err(|e| e.to_string())?;
     if reference.tag.is_some() || reference.digest.is_some() {
         return Err(format!(

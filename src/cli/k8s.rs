@@ -63,6 +63,10 @@ pub(crate) struct K8sArgs {
     /// A `kubernetes.io/dockerconfigjson` Secret the build pods push with
     #[arg(long, value_name = "SECRET", requires = "build_job")]
     pub push_secret: Option<String>,
+    /// The registry layer cache the build pods share (`REGISTRY/REPO`, see `build
+    /// --cache-repo`): a layer already there when a pod reaches it is not compressed again
+    #[arg(long, value_name = "REGISTRY/REPO", requires = "build_job", value_parser = super::build::parse_cache_repo)]
+    pub cache_repo: Option<crate::registry::Reference>,
     /// A Job that runs the image once (the default)
     #[arg(long, conflicts_with = "deployment")]
     pub job: bool,
@@ -308,6 +312,7 @@ fn build_job_options(
         cpu: options.cpu.clone(),
         memory: options.memory.clone(),
         tolerations: options.tolerations.clone(),
+        cache_repo: args.cache_repo.as_ref().map(ToString::to_string),
     })
 }
 

@@ -43,6 +43,9 @@ pub(crate) struct BuildJobOptions {
     pub memory: Option<String>,
     /// `--toleration`: taints the build pods tolerate (e.g. of dedicated build nodes).
     pub tolerations: Vec<Toleration>,
+    /// `--cache-repo`: the registry layer cache the pods share (`REGISTRY/REPO`): a layer
+    /// that is there when a pod reaches it is not compressed again.
+    pub cache_repo: Option<String>,
 }
 
 /// The ConfigMap holding the recipe and locks, and an Indexed Job with one pod per variant:
@@ -137,6 +140,9 @@ fn builder_container(options: &BuildJobOptions) -> Container {
     ];
     if options.variants > 0 {
         args.extend(["--variant".to_string(), "$(VARIANT_INDEX)".to_string()]);
+    }
+    if let Some(cache_repo) = &options.cache_repo {
+        args.extend(["--cache-repo".to_string(), cache_repo.clone()]);
     }
     let mut limits = BTreeMap::new();
     if let Some(cpu) = &options.cpu {

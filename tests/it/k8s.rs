@@ -302,6 +302,8 @@ fn build_job_builds_each_variant_in_its_own_pod() {
         "push-creds",
         "--toleration",
         "dedicated=build:NoSchedule",
+        "--cache-repo",
+        "registry.example/ci/cache",
     ];
     // No locks yet: the pods build `--locked`, so the command asks for them.
     project
@@ -364,7 +366,11 @@ fn build_job_builds_each_variant_in_its_own_pod() {
             "--push",
             "registry.example/ml/m",
             "--variant",
-            "$(VARIANT_INDEX)"
+            "$(VARIANT_INDEX)",
+            // The pods share one registry layer cache: a layer already there when a pod
+            // reaches it is not compressed again.
+            "--cache-repo",
+            "registry.example/ci/cache"
         ]
     );
     assert_eq!(pod["securityContext"]["runAsNonRoot"], true);
