@@ -64,6 +64,9 @@ demo:
 # tools: a deterministic ~2.6 GB, 20-package environment from a seeded PRNG (incompressible,
 # text-like and binary-like bytes) as a local channel, then a warm zstd and gzip build per -j,
 # each pinned to that many CPUs: wall time, peak RSS, speedup and wall ÷ CPU floor (issue 32).
+# `just bench --fleet [--size-gb N] [--no-buildah]`: fresh builders of that environment through
+# a local docker-registry as `--cache-repo` (cold, no change, one package changed), beside
+# buildah's --cache-to/--cache-from; time, bytes extracted, compressed and moved (issue 28).
 bench *ARGS:
     cargo build --release --bin imgbuild --example bench
     cargo run --release --quiet --example bench -- --out docs/benchmarks.md {{ARGS}}

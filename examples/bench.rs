@@ -29,6 +29,8 @@ mod channel;
 #[allow(dead_code)]
 #[path = "../tests/support/containerd.rs"]
 mod containerd;
+#[path = "support/bench_fleet.rs"]
+mod fleet;
 #[path = "../tests/support/go.rs"]
 mod go;
 #[path = "support/bench_node.rs"]
@@ -284,6 +286,9 @@ fn main() -> anyhow::Result<()> {
     // The offline mode needs none of the tools or wheels below.
     if std::env::args().any(|arg| arg == "--synthetic") {
         return synthetic::run(std::env::args().skip(1));
+    }
+    if std::env::args().any(|arg| arg == "--fleet") {
+        return fleet::run(std::env::args().skip(1));
     }
     let args = parse_args()?;
     for tool in [

@@ -126,7 +126,7 @@ pub(super) fn run(args: impl Iterator<Item = String>) -> anyhow::Result<()> {
 // --- the environment ----------------------------------------------------------------------
 
 /// splitmix64: small, fast and the same on every machine.
-struct Rng(u64);
+pub(super) struct Rng(pub(super) u64);
 
 impl Rng {
     fn next(&mut self) -> u64 {
@@ -181,7 +181,7 @@ fn piece(rng: &mut Rng, len: usize) -> Vec<u8> {
 
 /// Bytes of package `index`: one large package (the "torch" of the environment) and a tail
 /// of smaller ones, as a real ML environment has.
-fn package_bytes(total: u64, index: usize) -> u64 {
+pub(super) fn package_bytes(total: u64, index: usize) -> u64 {
     let weight = |i: usize| 1.0 / (i as f64 + 1.0).powf(1.3);
     let sum: f64 = (0..PACKAGES).map(weight).sum();
     (total as f64 * weight(index) / sum) as u64
@@ -189,7 +189,7 @@ fn package_bytes(total: u64, index: usize) -> u64 {
 
 /// Writes `bytes` of generated data into `dir` as a few files of package `name` (paths of
 /// its own: packages may not share a file).
-fn write_files(dir: &Path, name: &str, rng: &mut Rng, bytes: u64) -> anyhow::Result<()> {
+pub(super) fn write_files(dir: &Path, name: &str, rng: &mut Rng, bytes: u64) -> anyhow::Result<()> {
     let lib = dir.join("lib");
     fs_err::create_dir_all(&lib)?;
     let files = 1 + bytes / (64 << 20);
@@ -210,7 +210,7 @@ fn write_files(dir: &Path, name: &str, rng: &mut Rng, bytes: u64) -> anyhow::Res
 }
 
 /// Makes (once per size and seed) the channel of generated packages.
-fn prepare_channel(work: &Path, size_gb: f64, seed: u64) -> anyhow::Result<PathBuf> {
+pub(super) fn prepare_channel(work: &Path, size_gb: f64, seed: u64) -> anyhow::Result<PathBuf> {
     let channel = work.join(format!(
         "synthetic-{SYNTHETIC_VERSION}-{size_gb}gb-seed{seed}"
     ));
@@ -246,7 +246,7 @@ struct Row {
     digest: String,
 }
 
-fn recipe(channel: &Path, compression: &str) -> anyhow::Result<String> {
+pub(super) fn recipe(channel: &Path, compression: &str) -> anyhow::Result<String> {
     let url = url::Url::from_directory_path(channel)
         .map_err(|()| anyhow::anyhow!("{} is not absolute", channel.display()))?;
     let names: Vec<String> = (0..PACKAGES).map(|i| format!("\"synth{i:02}\"")).collect();

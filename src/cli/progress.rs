@@ -610,6 +610,13 @@ pub(crate) fn result_event(report: &BuildReport) -> Value {
     let compressed: u64 = report.layers.iter().map(|l| l.blob.size).sum();
     let uncompressed: u64 = report.layers.iter().map(|l| l.blob.tar_size).sum();
     let reused = report.layers.iter().filter(|l| l.reused).count();
+    // What this build compressed itself: the layers it did not take from a cache.
+    let written: u64 = report
+        .layers
+        .iter()
+        .filter(|l| !l.reused)
+        .map(|l| l.blob.size)
+        .sum();
     let timings: serde_json::Map<String, Value> = report
         .timings
         .iter()
@@ -643,6 +650,7 @@ pub(crate) fn result_event(report: &BuildReport) -> Value {
         "reused_layers": reused,
         "unchanged": report.unchanged,
         "compressed_size": compressed,
+        "written_size": written,
         "total_size": uncompressed,
         "packages": report.lock.packages,
         "sboms": report.sboms,

@@ -140,11 +140,18 @@ fn every_layer_kind_from_the_registry_is_the_layer_a_cold_build_writes() {
                 // Their TOC can only be checked by building them: not looked up.
                 assert_eq!(shared["looked_up"], 0, "{warm}");
                 assert_eq!(warm["reused_layers"], 0, "{warm}");
+                assert_eq!(warm["written_size"], cold_result["written_size"]);
             } else {
                 assert_eq!(shared["hits"], package_layers(&warm), "{warm}");
                 assert_eq!(shared["rejected"], 0, "{warm}");
                 assert_eq!(warm["reused_layers"], package_layers(&warm), "{warm}");
                 assert_eq!(shared["stored"], 0, "nothing new to store: {warm}");
+                // Only the image's own layer was compressed.
+                let written = warm["written_size"].as_u64().unwrap();
+                assert!(
+                    written < cold_result["written_size"].as_u64().unwrap(),
+                    "{warm}"
+                );
             }
             fresh.run(&["verify", &format!("images/{name}")]).success();
         }
