@@ -20,7 +20,7 @@ pub(super) fn open(settings: &BuildSettings, reporter: &dyn Reporter) -> Option<
                 .map_err(|e| e.to_string())
         });
     match client {
-        Ok(client) => Some(CacheRepo::new(client, asked.readonly)),
+        Ok(client) => Some(CacheRepo::new(client, asked.readonly, asked.keys.clone())),
         Err(why) => {
             reporter.on_warning(&format!(
                 "layer cache repository `{reference}` cannot be used ({why}); building without it"

@@ -60,12 +60,14 @@ pub(crate) struct BuildSettings {
 }
 
 /// `--cache-repo`: the registry repository layers are shared through (`cache_repo`).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub(crate) struct CacheRepoSettings {
     /// `REGISTRY/REPO`, neither tag nor digest.
     pub repository: crate::registry::Reference,
     /// `--cache-repo-readonly`: entries are read, never written.
     pub readonly: bool,
+    /// `--cache-sign-by`, `--cache-verify-key`.
+    pub keys: crate::registry::cache_repo::EntryKeys,
 }
 
 /// How the lock was obtained.

@@ -1,7 +1,7 @@
 //! `imgbuild build`: one image, one variant of a `[matrix]` recipe or all of them, then the
 //! archive and the push it asks for.
 
-use std::{path::Path, path::PathBuf, process::ExitCode};
+use std::{path::Path, path::PathBuf, process::ExitCode, sync::Arc};
 
 use clap::Args;
 use serde_json::json;
@@ -18,7 +18,8 @@ use crate::{
     build::{self, BuildReport, BuildSettings, LockMode, counted},
     oci::archive::OutputFormat,
     recipe::matrix::Variant,
-    registry::cache_repo::CacheRepoSummary,
+    registry::cache_repo::{CacheRepoSummary, EntryKeys},
+    sign::{Signer, Verifier},
 };
 
 pub(super) const BUILD_EXAMPLES: &str = "\
@@ -88,6 +89,17 @@ pub(crate) struct BuildArgs {
     /// push rights)
     #[arg(long, requires = "cache_repo")]
     pub cache_repo_readonly: bool,
+    /// Sign the `--cache-repo` entries this build stores with this OpenPGP secret key file
+    /// (as `--sign-by` of `push` takes one)
+    #[arg(long, value_name = "KEY", requires = "cache_repo")]
+    pub cache_sign_by: Option<PathBuf>,
+    /// A file whose first line is the `--cache-sign-by` key's passphrase
+    #[arg(long, value_name = "FILE", requires = "cache_sign_by")]
+    pub cache_sign_passphrase_file: Option<PathBuf>,
+    /// Use only `--cache-repo` entries signed by this OpenPGP public key file (`gpg
+    /// --export`); then eStargz and zstd:chunked entries are used too, on their signature
+    #[arg(long, value_name = "PUBKEY", requires = "cache_repo")]
+    pub cache_verify_key: Option<PathBuf>,
     /// Also write the image as one file next to the layout: `oci-archive`
     /// (`NAME.oci.tar`) or `docker-archive` (`NAME.docker.tar`, for `docker load` and
     /// `podman load`)
@@ -131,6 +143,31 @@ fn parse_tag(text: &str) -> Result<String, String> {
     Ok(text.to_string())
 }
 
+/// `--cache-sign-by` and `--cache-verify-key`, loaded (and the signing key unlocked) before
+/// anything is built: a key that cannot be used is the operator's mistake (exit 2).
+fn cache_keys(args: &BuildArgs) -> Result<EntryKeys, CommandFailure> {
+    let failed = |err: &dyn std::fmt::Display| CommandFailure::new(err.to_string(), 2);
+    let signer = match &args.cache_sign_by {
+        Some(key) => {
+            let passphrase = args
+                .cache_sign_passphrase_file
+                .as_deref()
+                .map(crate::publish::read_passphrase)
+                .transpose()
+                .map_err(|e| failed(&e))?;
+            let signer = Signer::load(key, passphrase.as_deref()).map_err(|e| failed(&e))?;
+            signer.sign(b"").map_err(|e| failed(&e))?;
+            Some(Arc::new(signer))
+        }
+        None => None,
+    };
+    let verifier = match &args.cache_verify_key {
+        Some(key) => Some(Arc::new(Verifier::load(key).map_err(|e| failed(&e))?)),
+        None => None,
+    };
+    Ok(EntryKeys { signer, verifier })
+}
+
 /// `--cache-repo`: a repository, not an image in it.
 pub(super) fn parse_cache_repo(text: &str) -> Result<crate::registry::Reference, String> {
     let reference = crate::registry::Reference::parse(text).map_err(|e| e.to_string())?;
@@ -160,13 +197,14 @@ pub(super) async fn run_build(
         jobs: compression_threads(args.jobs, printer),
         tags: dedup(&args.tags),
         platforms: dedup(&args.platforms),
-        cache_repo: args
-            .cache_repo
-            .clone()
-            .map(|repository| build::CacheRepoSettings {
-                repository,
+        cache_repo: match &args.cache_repo {
+            Some(repository) => Some(build::CacheRepoSettings {
+                repository: repository.clone(),
                 readonly: args.cache_repo_readonly,
+                keys: cache_keys(args)?,
             }),
+            None => None,
+        },
         ..env.build_settings(args.recipe().to_path_buf(), lock_mode)
     };
     match variants_to_build(args)? {

@@ -146,7 +146,7 @@ impl Signing {
     }
 }
 
-fn read_passphrase(path: &Path) -> Result<String, SigningError> {
+pub(crate) fn read_passphrase(path: &Path) -> Result<String, SigningError> {
     let text = crate::fs::read_input_text(path, MAX_PASSPHRASE_BYTES).map_err(|source| {
         SigningError::Passphrase {
             path: path.to_path_buf(),

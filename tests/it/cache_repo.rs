@@ -347,6 +347,7 @@ fn a_cache_that_lies_or_breaks_is_a_warning_and_a_cold_build() {
     let mut lying_config = config_of(&first);
     lying_config["diffId"] = config_of(&second)["diffId"].clone();
     lying_config["tarSize"] = config_of(&second)["tarSize"].clone();
+    lying_config["layer"] = second["layers"][0].clone();
     let config_bytes = serde_json::to_vec(&lying_config).unwrap();
     let mut lying = first.clone();
     lying["config"]["digest"] = upload(&registry, repo, &config_bytes, work.path()).into();
@@ -484,4 +485,139 @@ fn a_fresh_builder_pushing_beside_the_cache_mounts_the_shared_layers() {
     );
     let pushed: Value = serde_json::from_str(&pushed).unwrap();
     assert_eq!(pushed["Digest"], result["digest"]);
+}
+
+#[test]
+fn a_layer_of_another_prefix_or_python_site_is_never_a_hit() {
+    let registry = Registry::start(Auth::None);
+    let repo = format!("{}/ci/prefixes", registry.host);
+    let recipe = conda_recipe("prefixes", "zstd");
+    let first = project(&recipe);
+    let (_, stored) = build(&first, &["--cache-repo", &repo]);
+    assert!(
+        stored["cache_repo"]["stored"].as_u64().unwrap() > 0,
+        "{stored}"
+    );
+
+    // The same packages at another prefix: every path, the noarch package's site-packages
+    // and its entry point's shebang differ, so no key may match.
+    let moved = recipe.replace("[image]\n", "[image]\nprefix = \"/opt/other\"\n");
+    assert_ne!(moved, recipe);
+    let other = project(&moved);
+    let (_, elsewhere) = build(&other, &["--cache-repo", &repo]);
+    assert_eq!(
+        elsewhere["cache_repo"]["looked_up"],
+        package_layers(&elsewhere)
+    );
+    assert_eq!(elsewhere["cache_repo"]["hits"], 0, "{elsewhere}");
+
+    // And that image is what a cold build at that prefix writes.
+    let cold = fresh_from(&other, &moved);
+    let (_, cold_result) = build(&cold, &["--locked"]);
+    assert_eq!(cold_result["digest"], elsewhere["digest"]);
+}
+
+#[test]
+fn signed_entries_serve_seekable_layers_and_others_are_refused() {
+    let registry = Registry::start(Auth::None);
+    let repo = format!("{}/ci/signed", registry.host);
+    let keys = tempfile::tempdir().unwrap();
+    let ours = crate::signing::Gpg::new(keys.path(), "ours");
+    let theirs = crate::signing::Gpg::new(keys.path(), "theirs");
+    let secret = ours.secret_key(&keys.path().join("ours.asc"));
+    let public = ours.public_key(&keys.path().join("ours.pub"));
+    let foreign = theirs.public_key(&keys.path().join("theirs.pub"));
+    let (secret, public, foreign) = (
+        secret.to_str().unwrap(),
+        public.to_str().unwrap(),
+        foreign.to_str().unwrap(),
+    );
+
+    let recipe = conda_recipe("signed", "estargz");
+    let cold = project(&recipe);
+    let (_, stored) = build(&cold, &["--cache-repo", &repo, "--cache-sign-by", secret]);
+    let layers = package_layers(&stored);
+    assert_eq!(stored["cache_repo"]["stored"], layers, "{stored}");
+
+    // Signed by the key asked for: an eStargz layer rests on its signature, not a rebuild.
+    let trusting = fresh_from(&cold, &recipe);
+    let (_, served) = build(
+        &trusting,
+        &[
+            "--locked",
+            "--cache-repo",
+            &repo,
+            "--cache-verify-key",
+            public,
+        ],
+    );
+    assert_eq!(served["cache_repo"]["hits"], layers, "{served}");
+    assert_eq!(served["reused_layers"], layers, "{served}");
+    assert_same_image(&cold, &trusting, "signed");
+    trusting.run(&["verify", "images/signed"]).success();
+
+    // A signature moved from one entry to another is refused: it signs the other config.
+    let tags = entry_tags(&registry, "ci/signed");
+    let (first, _) = entry_layer(&registry, "ci/signed", &tags[0]);
+    let (mut second, _) = entry_layer(&registry, "ci/signed", &tags[1]);
+    second["annotations"] = first["annotations"].clone();
+    let work = tempfile::tempdir().unwrap();
+    put_manifest(&registry, "ci/signed", &tags[1], &second, work.path());
+    let replayed = fresh_from(&cold, &recipe);
+    let (run, result) = build(
+        &replayed,
+        &[
+            "--locked",
+            "--cache-repo",
+            &repo,
+            "--cache-verify-key",
+            public,
+        ],
+    );
+    assert_eq!(result["cache_repo"]["hits"], layers - 1, "{result}");
+    assert!(run.stdout.contains("of another config"), "{}", run.stdout);
+    assert_same_image(&cold, &replayed, "signed");
+
+    // Another key's builder refuses every entry and builds cold.
+    let wary = fresh_from(&cold, &recipe);
+    let (run, refused) = build(
+        &wary,
+        &[
+            "--locked",
+            "--cache-repo",
+            &repo,
+            "--cache-verify-key",
+            foreign,
+        ],
+    );
+    assert_eq!(refused["cache_repo"]["hits"], 0, "{refused}");
+    assert!(run.stdout.contains("not signed by"), "{}", run.stdout);
+    assert_same_image(&cold, &wary, "signed");
+
+    // Unsigned entries are refused under a verify key, gzip ones included.
+    let plain_repo = format!("{}/ci/unsigned", registry.host);
+    let gzip = conda_recipe("signed", "gzip");
+    let unsigned = project(&gzip);
+    build(&unsigned, &["--cache-repo", &plain_repo]);
+    let checking = fresh_from(&unsigned, &gzip);
+    let (run, unsigned_result) = build(
+        &checking,
+        &[
+            "--locked",
+            "--cache-repo",
+            &plain_repo,
+            "--cache-verify-key",
+            public,
+        ],
+    );
+    assert_eq!(unsigned_result["cache_repo"]["hits"], 0);
+    assert!(run.stdout.contains("it is not signed"), "{}", run.stdout);
+
+    // A key that cannot be used stops the build before it starts.
+    let missing = keys.path().join("missing.asc");
+    for flag in ["--cache-sign-by", "--cache-verify-key"] {
+        let run = checking.build(&["--cache-repo", &plain_repo, flag, missing.to_str().unwrap()]);
+        assert_eq!(run.code, 2, "{flag}: {}", run.stderr);
+        assert!(run.stderr.contains("missing.asc"), "{}", run.stderr);
+    }
 }

@@ -63,7 +63,7 @@ impl Gpg {
         path.to_path_buf()
     }
 
-    fn public_key(&self, path: &Path) -> PathBuf {
+    pub(crate) fn public_key(&self, path: &Path) -> PathBuf {
         fs_err::write(path, self.run(&["--export"])).unwrap();
         path.to_path_buf()
     }

@@ -369,7 +369,15 @@ impl LayerCache {
 
     /// Takes `entry`, downloaded from a shared cache, as the entry under `key`, not sealed:
     /// the next [`Self::fetch`] verifies it in full, as any entry this machine did not check.
-    pub fn adopt(&self, key: &str, entry: &SharedEntry) -> std::io::Result<()> {
+    /// A signed entry of a seekable layer is sealed instead (its signature is its check; the
+    /// full check of a seekable layer is a rebuild), so the next fetch checks its digest.
+    pub fn adopt(
+        &self,
+        key: &str,
+        entry: &SharedEntry,
+        compression: Compression,
+        reporter: &dyn Reporter,
+    ) -> std::io::Result<()> {
         if !is_sha256(&entry.blob.digest) || !is_sha256(&entry.blob.diff_id) {
             return Err(std::io::Error::new(
                 std::io::ErrorKind::InvalidData,
@@ -381,8 +389,13 @@ impl LayerCache {
             fs_err::remove_file(&target)?;
         }
         fs_err::rename(&entry.path, &target)?;
-        let json =
-            serde_json::to_vec(&CachedBlob::of(&entry.blob)).map_err(std::io::Error::other)?;
+        let cached = CachedBlob::of(&entry.blob);
+        if entry.signed && compression.seekable().is_some() && self.seal_key.is_some() {
+            // Sealed without the file's identity: the next fetch reads its digest.
+            self.write_key_file(key, &cached, compression, None, reporter);
+            return Ok(());
+        }
+        let json = serde_json::to_vec(&cached).map_err(std::io::Error::other)?;
         crate::fs::write_atomic(&self.key_path(key), &json)
     }
 

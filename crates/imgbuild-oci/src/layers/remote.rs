@@ -19,6 +19,9 @@ pub struct SharedEntry {
     pub blob: LayerBlob,
     /// The downloaded blob: a file in the directory [`SharedCache::fetch`] was given.
     pub path: PathBuf,
+    /// Its claims carry a signature by a key this build trusts (`--cache-verify-key`): a
+    /// seekable layer's TOC may rest on it instead of a rebuild.
+    pub signed: bool,
 }
 
 /// A layer cache shared by builders. Every failure is the implementation's to warn of: to
@@ -26,7 +29,7 @@ pub struct SharedEntry {
 pub trait SharedCache: Send + Sync {
     /// Whether entries of layers compressed as `compression` are looked up. An entry of a
     /// seekable layer (eStargz, zstd:chunked) can only be checked by building the layer
-    /// again, which is what the cache should save, so those are only offered.
+    /// again, which is what the cache should save, so by default those are only offered.
     fn serves(&self, compression: Compression) -> bool {
         compression.seekable().is_none()
     }

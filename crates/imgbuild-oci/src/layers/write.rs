@@ -252,7 +252,7 @@ impl LayerWriter<'_> {
         let Some(entry) = shared.fetch(name, key, self.compression, incoming, self.reporter) else {
             return Ok(Fetched::Miss);
         };
-        if let Err(err) = cache.adopt(key, &entry) {
+        if let Err(err) = cache.adopt(key, &entry, self.compression, self.reporter) {
             self.reporter.on_warning(&format!(
                 "layer `{name}`: the shared cache's entry cannot be taken into the layer cache ({err}); building the layer"
             ));

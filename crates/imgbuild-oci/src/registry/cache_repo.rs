@@ -24,10 +24,12 @@ use std::{
     collections::{BTreeMap, BTreeSet},
     path::Path,
     sync::{
-        Mutex,
+        Arc, Mutex,
         atomic::{AtomicU64, AtomicUsize, Ordering},
     },
 };
+
+use base64::Engine as _;
 
 use futures::StreamExt;
 use reqwest::{Method, StatusCode, header};
@@ -44,12 +46,16 @@ use crate::{
         remote::{SharedCache, SharedEntry},
     },
     report::Reporter,
+    sign::{Signer, Verifier},
 };
 
 /// The media type of an entry's config.
 pub const ENTRY_MEDIA_TYPE: &str = "application/vnd.imgbuild.layer-cache.entry.v1+json";
 /// What an entry's config says it is; bumped when the entry's meaning changes.
 const ENTRY_FORMAT: &str = "imgbuild-layer-cache-entry/1";
+/// The manifest annotation holding a signed entry's signature: base64 of an OpenPGP signed
+/// message whose payload is the config's exact bytes.
+pub const SIGNATURE_ANNOTATION: &str = "dev.imgbuild.cache.signature";
 /// An entry is tagged this and the layer key.
 pub const TAG_PREFIX: &str = "layer-";
 const MANIFEST_MEDIA_TYPE: &str = "application/vnd.oci.image.manifest.v1+json";
@@ -70,6 +76,9 @@ pub struct EntryConfig {
     compression: String,
     diff_id: String,
     tar_size: u64,
+    /// The blob, as the manifest's one layer names it: so a signature over the config
+    /// covers every claim of the entry.
+    layer: EntryDescriptor,
 }
 
 /// The manifest of an entry, as far as it is read and written.
@@ -80,10 +89,13 @@ struct EntryManifest {
     media_type: String,
     config: EntryDescriptor,
     layers: Vec<EntryDescriptor>,
+    /// [`SIGNATURE_ANNOTATION`], when the writer signed the entry.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    annotations: BTreeMap<String, String>,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 struct EntryDescriptor {
     media_type: String,
     digest: String,
@@ -167,10 +179,28 @@ fn error_text(err: &dyn std::error::Error) -> String {
     text
 }
 
+/// `--cache-sign-by` and `--cache-verify-key`: the key entries this build writes are signed
+/// with, and the key entries it reads must be signed by.
+#[derive(Clone, Default)]
+pub struct EntryKeys {
+    pub signer: Option<Arc<Signer>>,
+    pub verifier: Option<Arc<Verifier>>,
+}
+
+impl std::fmt::Debug for EntryKeys {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EntryKeys")
+            .field("signer", &self.signer.as_ref().map(|s| s.fingerprint()))
+            .field("verifier", &self.verifier.as_ref().map(|v| v.fingerprint()))
+            .finish()
+    }
+}
+
 /// The shared layer cache in one registry repository.
 pub struct CacheRepo {
     client: RepositoryClient,
     readonly: bool,
+    keys: EntryKeys,
     /// The build's runtime: the layer writer's threads are not its own, and block on it.
     runtime: tokio::runtime::Handle,
     /// Set, with its reason, once the repository cannot be used.
@@ -185,10 +215,11 @@ pub struct CacheRepo {
 impl CacheRepo {
     /// The cache in `client`'s repository; `readonly` never writes it. Must be made on the
     /// build's runtime.
-    pub fn new(client: RepositoryClient, readonly: bool) -> Self {
+    pub fn new(client: RepositoryClient, readonly: bool, keys: EntryKeys) -> Self {
         CacheRepo {
             client,
             readonly,
+            keys,
             runtime: tokio::runtime::Handle::current(),
             unusable: Mutex::default(),
             offers: Mutex::default(),
@@ -256,9 +287,21 @@ impl CacheRepo {
         }
         let (config_descriptor, layer) = entry_descriptors(&answer.body, compression)
             .map_err(|why| Problem::Entry(format!("its manifest {why}")))?;
-        let config = self.config(&config_descriptor).await?;
+        let (config, config_bytes) = self.config(&config_descriptor).await?;
         check_config(&config, key, compression)
             .map_err(|why| Problem::Entry(format!("its config {why}")))?;
+        if config.layer != layer {
+            return Err(Problem::Entry(
+                "its config and its manifest name different blobs".into(),
+            ));
+        }
+        let signed = match &self.keys.verifier {
+            Some(verifier) => {
+                check_signature(verifier, &answer.body, &config_bytes).map_err(Problem::Entry)?;
+                true
+            }
+            None => false,
+        };
         let path = self.download(&layer, dir).await?;
         self.bytes_downloaded
             .fetch_add(layer.size, Ordering::Relaxed);
@@ -270,11 +313,15 @@ impl CacheRepo {
             media_type: compression.media_type(),
             annotations: layer.annotations,
         };
-        Ok(Some(SharedEntry { blob, path }))
+        Ok(Some(SharedEntry { blob, path, signed }))
     }
 
-    /// The entry's config, read to at most [`ENTRY_LIMIT`] and checked against its digest.
-    async fn config(&self, descriptor: &EntryDescriptor) -> Result<EntryConfig, Problem> {
+    /// The entry's config, read to at most [`ENTRY_LIMIT`] and checked against its digest,
+    /// with its bytes.
+    async fn config(
+        &self,
+        descriptor: &EntryDescriptor,
+    ) -> Result<(EntryConfig, bytes::Bytes), Problem> {
         let answer = self
             .client
             .send_reading(
@@ -294,8 +341,9 @@ impl CacheRepo {
                 descriptor.digest
             )));
         }
-        serde_json::from_slice(&answer.body)
-            .map_err(|e| Problem::Entry(format!("its config is not an entry: {e}")))
+        let config = serde_json::from_slice(&answer.body)
+            .map_err(|e| Problem::Entry(format!("its config is not an entry: {e}")))?;
+        Ok((config, answer.body))
     }
 
     /// The blob `layer` names, streamed into a new file in `dir`, its size and digest
@@ -365,14 +413,17 @@ impl CacheRepo {
         }
     }
 
-    /// Writes one entry unless its tag names the same manifest already; the bytes of the
-    /// blob sent, or `None` when it was there.
+    /// Writes one entry unless its tag is there already; the bytes of the blob sent, or
+    /// `None` when it was there. An entry is never replaced by an unsigned one (a reader that
+    /// trusts a key would lose it); a signing builder replaces any other than its own bytes.
     async fn store(&self, offer: &Offer) -> Result<Option<u64>, Problem> {
-        let (manifest, config) = entry_documents(offer);
+        let signer = self.keys.signer.as_deref();
+        let (manifest, config) = entry_documents(offer, signer).map_err(Problem::Entry)?;
         let digest = crate::oci::sha256_digest(&manifest);
         let tag = format!("{TAG_PREFIX}{}", offer.key);
-        if self.has_manifest(&tag, &digest).await? {
-            return Ok(None);
+        match self.tagged(&tag).await? {
+            Some(present) if present == digest || signer.is_none() => return Ok(None),
+            _ => {}
         }
         let sent = push_file(
             &self.client,
@@ -394,8 +445,9 @@ impl CacheRepo {
         Ok(Some(if sent { offer.blob.size } else { 0 }))
     }
 
-    /// Whether `tag` names the manifest `digest` already (a HEAD: the registry's digest).
-    async fn has_manifest(&self, tag: &str, digest: &str) -> Result<bool, Problem> {
+    /// The digest of the manifest `tag` names, if any (a HEAD: the registry's digest, or
+    /// none it gives).
+    async fn tagged(&self, tag: &str) -> Result<Option<String>, Problem> {
         let answer = self
             .client
             .send(
@@ -407,15 +459,22 @@ impl CacheRepo {
             )
             .await
             .map_err(|e| Problem::of(&e))?;
+        if answer.status != StatusCode::OK {
+            return Ok(None);
+        }
         let named = answer
             .headers
             .get("docker-content-digest")
             .and_then(|v| v.to_str().ok());
-        Ok(answer.status == StatusCode::OK && named == Some(digest))
+        Ok(Some(named.unwrap_or_default().to_string()))
     }
 }
 
 impl SharedCache for CacheRepo {
+    fn serves(&self, compression: Compression) -> bool {
+        compression.seekable().is_none() || self.keys.verifier.is_some()
+    }
+
     fn fetch(
         &self,
         name: &str,
@@ -462,6 +521,139 @@ impl SharedCache for CacheRepo {
             compression,
         });
     }
+}
+
+/// One entry of a cache repository, as `imgbuild cache ls` lists it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ListedEntry {
+    pub key: String,
+    pub compression: String,
+    pub media_type: String,
+    pub digest: String,
+    pub size: u64,
+    pub diff_id: String,
+    pub tar_size: u64,
+}
+
+/// An entry that could not be read, and why.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct UnreadEntry {
+    pub tag: String,
+    pub problem: String,
+}
+
+/// The tags answer of `GET /v2/<name>/tags/list`.
+#[derive(Debug, Deserialize)]
+struct TagList {
+    #[serde(default)]
+    tags: Option<Vec<String>>,
+}
+
+/// Tag lists are read to at most this: 64-hex tags, about 200,000 of them.
+const TAG_LIST_LIMIT: Limit = Limit {
+    bytes: 16 << 20,
+    what: "a tag list",
+};
+/// Every compression an entry may be of.
+const COMPRESSIONS: [Compression; 4] = [
+    Compression::Gzip,
+    Compression::Zstd,
+    Compression::Estargz,
+    Compression::ZstdChunked,
+];
+/// Entries read at once by [`list`].
+const PARALLEL_READS: usize = 8;
+
+/// Every entry of the cache repository `client` names, by key; the tags that look like
+/// entries but cannot be read are returned apart, with why. A repository nothing was
+/// stored in has none.
+pub async fn list(
+    client: &RepositoryClient,
+) -> Result<(Vec<ListedEntry>, Vec<UnreadEntry>), RegistryError> {
+    let answer = client
+        .send_reading(
+            Method::GET,
+            &client.url("/tags/list"),
+            &[],
+            Body::Empty,
+            &[StatusCode::OK, StatusCode::NOT_FOUND],
+            TAG_LIST_LIMIT,
+        )
+        .await?;
+    if answer.status == StatusCode::NOT_FOUND {
+        return Ok((Vec::new(), Vec::new()));
+    }
+    let tags: TagList =
+        serde_json::from_slice(&answer.body).map_err(|_| RegistryError::Invalid {
+            registry: client.reference.registry.clone(),
+            what: "tag list".into(),
+        })?;
+    let mut tags: Vec<String> = tags
+        .tags
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|tag| tag.starts_with(TAG_PREFIX))
+        .collect();
+    tags.sort();
+    let read: Vec<Result<ListedEntry, UnreadEntry>> = futures::stream::iter(tags)
+        .map(|tag| async move {
+            read_entry(client, &tag)
+                .await
+                .map_err(|problem| UnreadEntry { tag, problem })
+        })
+        .buffered(PARALLEL_READS)
+        .collect()
+        .await;
+    let (listed, unread): (Vec<_>, Vec<_>) = read.into_iter().partition(Result::is_ok);
+    Ok((
+        listed.into_iter().filter_map(Result::ok).collect(),
+        unread.into_iter().filter_map(Result::err).collect(),
+    ))
+}
+
+/// The entry tagged `tag`, read as a build would read it (any compression).
+async fn read_entry(client: &RepositoryClient, tag: &str) -> Result<ListedEntry, String> {
+    let key = tag.trim_start_matches(TAG_PREFIX);
+    let answer = client
+        .send_reading(
+            Method::GET,
+            &client.url(&format!("/manifests/{tag}")),
+            &[(header::ACCEPT, MANIFEST_MEDIA_TYPE.to_string())],
+            Body::Empty,
+            &[StatusCode::OK],
+            MANIFEST_LIMIT,
+        )
+        .await
+        .map_err(|e| error_text(&e))?;
+    let manifest: EntryManifest = serde_json::from_slice(&answer.body)
+        .map_err(|e| format!("its manifest is not an OCI manifest: {e}"))?;
+    if manifest.config.media_type != ENTRY_MEDIA_TYPE || !is_sha256(&manifest.config.digest) {
+        return Err("its manifest's config is not an entry".into());
+    }
+    let repo = CacheRepo::new(client.clone(), true, EntryKeys::default());
+    let (config, _) = repo
+        .config(&manifest.config)
+        .await
+        .map_err(|problem| match problem {
+            Problem::Repository(why) | Problem::Entry(why) => why,
+        })?;
+    // The media type does not tell gzip from eStargz: the config's compressor does.
+    let compression = COMPRESSIONS
+        .into_iter()
+        .find(|c| c.describe() == config.compression)
+        .ok_or_else(|| format!("its config names compression `{}`", config.compression))?;
+    let (_, layer) = entry_descriptors(&answer.body, compression)
+        .map_err(|why| format!("its manifest {why}"))?;
+    check_config(&config, key, compression).map_err(|why| format!("its config {why}"))?;
+    Ok(ListedEntry {
+        key: key.to_string(),
+        compression: compression.name().to_string(),
+        media_type: layer.media_type,
+        digest: layer.digest,
+        size: layer.size,
+        diff_id: config.diff_id,
+        tar_size: config.tar_size,
+    })
 }
 
 /// The config's and the layer's descriptors of the entry manifest `bytes`, once it is the
@@ -522,16 +714,32 @@ fn check_config(config: &EntryConfig, key: &str, compression: Compression) -> Re
     Ok(())
 }
 
-/// The manifest and config bytes of `offer`'s entry: the same on every builder.
-fn entry_documents(offer: &Offer) -> (Vec<u8>, Vec<u8>) {
+/// The manifest and config bytes of `offer`'s entry: the same on every builder (and signed by
+/// `signer`, when given).
+fn entry_documents(offer: &Offer, signer: Option<&Signer>) -> Result<(Vec<u8>, Vec<u8>), String> {
+    let layer = EntryDescriptor {
+        media_type: offer.compression.media_type().into(),
+        digest: offer.blob.digest.clone(),
+        size: offer.blob.size,
+        annotations: offer.blob.annotations.clone(),
+    };
     let config = EntryConfig {
         format: ENTRY_FORMAT.into(),
         key: offer.key.clone(),
         compression: offer.compression.describe(),
         diff_id: offer.blob.diff_id.clone(),
         tar_size: offer.blob.tar_size,
+        layer: layer.clone(),
     };
     let config = serde_json::to_vec(&config).expect("an entry serializes");
+    let annotations = match signer {
+        Some(signer) => {
+            let signature = signer.sign(&config).map_err(|e| error_text(&e))?;
+            let encoded = base64::engine::general_purpose::STANDARD.encode(signature);
+            BTreeMap::from([(SIGNATURE_ANNOTATION.to_string(), encoded)])
+        }
+        None => BTreeMap::new(),
+    };
     let manifest = EntryManifest {
         schema_version: 2,
         media_type: MANIFEST_MEDIA_TYPE.into(),
@@ -541,15 +749,37 @@ fn entry_documents(offer: &Offer) -> (Vec<u8>, Vec<u8>) {
             size: config.len() as u64,
             annotations: BTreeMap::new(),
         },
-        layers: vec![EntryDescriptor {
-            media_type: offer.compression.media_type().into(),
-            digest: offer.blob.digest.clone(),
-            size: offer.blob.size,
-            annotations: offer.blob.annotations.clone(),
-        }],
+        layers: vec![layer],
+        annotations,
     };
     let manifest = serde_json::to_vec(&manifest).expect("a manifest serializes");
-    (manifest, config)
+    Ok((manifest, config))
+}
+
+/// Whether the entry manifest `manifest` carries a signature by `verifier`'s key whose
+/// payload is exactly `config`.
+fn check_signature(verifier: &Verifier, manifest: &[u8], config: &[u8]) -> Result<(), String> {
+    let manifest: EntryManifest =
+        serde_json::from_slice(manifest).map_err(|e| format!("its manifest: {e}"))?;
+    let encoded = manifest
+        .annotations
+        .get(SIGNATURE_ANNOTATION)
+        .ok_or_else(|| {
+            format!(
+                "it is not signed, and --cache-verify-key asks for {}",
+                verifier.fingerprint()
+            )
+        })?;
+    let signature = base64::engine::general_purpose::STANDARD
+        .decode(encoded)
+        .map_err(|e| format!("its signature is not base64: {e}"))?;
+    let payload = verifier
+        .payload(&signature)
+        .map_err(|why| format!("its signature is {why}"))?;
+    if payload != config {
+        return Err("its signature is of another config".into());
+    }
+    Ok(())
 }
 
 fn is_sha256(digest: &str) -> bool {
@@ -581,7 +811,7 @@ mod tests {
     #[test]
     fn an_entry_written_is_the_entry_read() {
         let offer = offer(Compression::Zstd);
-        let (manifest, config_bytes) = entry_documents(&offer);
+        let (manifest, config_bytes) = entry_documents(&offer, None).unwrap();
         let (config, layer) = entry_descriptors(&manifest, Compression::Zstd).unwrap();
         assert_eq!(config.digest, crate::oci::sha256_digest(&config_bytes));
         assert_eq!(layer.digest, offer.blob.digest);
@@ -596,8 +826,8 @@ mod tests {
     #[test]
     fn the_same_layer_gives_the_same_entry_bytes() {
         assert_eq!(
-            entry_documents(&offer(Compression::Gzip)),
-            entry_documents(&offer(Compression::Gzip))
+            entry_documents(&offer(Compression::Gzip), None).unwrap(),
+            entry_documents(&offer(Compression::Gzip), None).unwrap()
         );
     }
 

@@ -15,4 +15,4 @@ pub mod payload;
 
 pub use gnupg::KeyringSigner;
 pub use lookaside::{LookasideError, RegistriesD};
-pub use openpgp::{SignError, Signer};
+pub use openpgp::{SignError, Signer, Verifier};

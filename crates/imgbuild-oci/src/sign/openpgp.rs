@@ -98,3 +98,115 @@ impl Signer {
             })
     }
 }
+
+/// The largest signed message [`Verifier::payload`] reads: a signature over a few hundred
+/// bytes of payload.
+const MAX_SIGNED_BYTES: usize = 64 << 10;
+
+/// A public key that checks signed messages (`--cache-verify-key`), as gpg would.
+pub struct Verifier {
+    key: pgp::composed::SignedPublicKey,
+    path: PathBuf,
+}
+
+impl Verifier {
+    /// Loads the public key in `path`, ASCII-armored or binary, as `gpg --export` writes it.
+    pub fn load(path: &Path) -> Result<Verifier, SignError> {
+        let bytes =
+            crate::fs::read_input(path, MAX_KEY_BYTES).map_err(|source| SignError::Read {
+                path: path.to_path_buf(),
+                source: source.into(),
+            })?;
+        let not_a_key = |err: pgp::errors::Error| SignError::NotAKey {
+            path: path.to_path_buf(),
+            reason: err.to_string(),
+        };
+        let key = if bytes.starts_with(b"-----BEGIN PGP") {
+            pgp::composed::SignedPublicKey::from_armor_single(bytes.as_slice())
+                .map_err(not_a_key)?
+                .0
+        } else {
+            pgp::composed::SignedPublicKey::from_bytes(bytes.as_slice()).map_err(not_a_key)?
+        };
+        key.verify_bindings().map_err(not_a_key)?;
+        Ok(Verifier {
+            key,
+            path: path.to_path_buf(),
+        })
+    }
+
+    /// The primary key's fingerprint, upper-case hex as gpg prints it.
+    pub fn fingerprint(&self) -> String {
+        hex::encode_upper(self.key.primary_key.fingerprint().as_bytes())
+    }
+
+    /// The payload of `signed`, a signed message (compressed or not, as [`Signer::sign`] and
+    /// gpg write them), once its signature is this key's primary key's; else why not.
+    pub fn payload(&self, signed: &[u8]) -> Result<Vec<u8>, String> {
+        if signed.len() > MAX_SIGNED_BYTES {
+            return Err(format!("a signature of {} bytes", signed.len()));
+        }
+        let mut message = pgp::composed::Message::from_bytes(signed)
+            .map_err(|e| format!("not an OpenPGP message: {e}"))?;
+        if message.is_compressed() {
+            message = message
+                .decompress()
+                .map_err(|e| format!("its compression: {e}"))?;
+        }
+        if !message.is_signed() {
+            return Err("an OpenPGP message without a signature".into());
+        }
+        let payload = crate::fs::read_stream(&mut message, MAX_SIGNED_BYTES as u64)
+            .map_err(|e| format!("its payload {e}"))?;
+        message.verify(&self.key.primary_key).map_err(|e| {
+            format!(
+                "not signed by {} ({}): {e}",
+                self.fingerprint(),
+                self.path.display()
+            )
+        })?;
+        Ok(payload)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_payload_is_read_back_only_with_the_signers_key() {
+        use pgp::composed::{KeyType, SecretKeyParamsBuilder};
+        let make = |id: &str| {
+            let params = SecretKeyParamsBuilder::default()
+                .key_type(KeyType::Ed25519Legacy)
+                .can_sign(true)
+                .primary_user_id(id.into())
+                .build()
+                .unwrap();
+            params.generate(rand::thread_rng()).unwrap()
+        };
+        let (ours, theirs) = (make("ours <a@example>"), make("theirs <b@example>"));
+        let dir = tempfile::tempdir().unwrap();
+        let write = |name: &str, key: &pgp::composed::SignedSecretKey, public: bool| {
+            let path = dir.path().join(name);
+            let bytes = if public {
+                key.to_public_key().to_armored_bytes(None.into()).unwrap()
+            } else {
+                key.to_armored_bytes(None.into()).unwrap()
+            };
+            fs_err::write(&path, bytes).unwrap();
+            path
+        };
+        let signer = Signer::load(&write("ours.asc", &ours, false), None).unwrap();
+        let signed = signer.sign(b"the entry").unwrap();
+        let verifier = Verifier::load(&write("ours.pub", &ours, true)).unwrap();
+        assert_eq!(verifier.payload(&signed).unwrap(), b"the entry");
+        let other = Verifier::load(&write("theirs.pub", &theirs, true)).unwrap();
+        assert!(other.payload(&signed).is_err());
+        let mut flipped = signed.clone();
+        let last = flipped.len() - 5;
+        flipped[last] ^= 1;
+        assert!(verifier.payload(&flipped).is_err());
+        assert!(verifier.payload(b"not a message").is_err());
+    }
+}
