@@ -15,6 +15,7 @@ pub use imgbuild_recipe::recipe;
 pub use imgbuild_solve::{lock, resolve};
 
 pub(crate) mod build;
+pub(crate) mod cache_admin;
 pub mod cli;
 pub mod init;
 pub(crate) mod inspect;

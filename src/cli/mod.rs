@@ -2,6 +2,7 @@
 //! module prints, through [`printer::Printer`].
 
 mod build;
+mod cache;
 mod completions;
 mod init;
 mod inspect;
@@ -128,6 +129,9 @@ pub(crate) enum Command {
     /// Write a commented starter recipe, or convert a conda environment.yml into a recipe
     #[command(after_help = init::INIT_EXAMPLES)]
     Init(init::InitArgs),
+    /// Show the local cache's size by kind, or evict layer-cache entries (`du`, `prune`)
+    #[command(after_help = cache::CACHE_EXAMPLES)]
+    Cache(cache::CacheArgs),
     /// Print shell completions for bash, zsh, fish, elvish or PowerShell
     #[command(after_help = completions::COMPLETIONS_EXAMPLES)]
     Completions(completions::CompletionsArgs),
@@ -343,6 +347,7 @@ async fn run(cli: &Cli, printer: &Printer) -> Result<ExitCode, CommandFailure> {
         Command::Diff(args) => inspect::run_diff(args, printer),
         Command::Sbom(args) => sbom::run_sbom(args, &env, printer),
         Command::Init(args) => init::run_init(args, printer),
+        Command::Cache(args) => cache::run_cache(args, &env, printer),
         Command::Completions(args) => completions::run_completions(args),
         Command::Man(args) => completions::run_man(args, printer),
         Command::Version => {

@@ -24,8 +24,8 @@ pub(crate) enum ProgressMode {
 /// The output mode of one run: `--quiet`, the `--json` event stream of `build` and `lock`,
 /// and whether stderr is a terminal (for progress bars).
 ///
-/// The `--json` of `inspect`, `diff`, `verify`, `push` and `smoke` is not this mode: they
-/// print one JSON report as their result, and their status and errors stay text.
+/// The `--json` of `inspect`, `diff`, `verify`, `push`, `smoke` and `cache` is not this
+/// mode: they print one JSON report as their result, and their status and errors stay text.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Printer {
     quiet: bool,
@@ -205,7 +205,7 @@ fn error_lines(err: &(dyn std::error::Error + 'static)) -> String {
 /// `text` with its control characters (but newline and TAB) and bidirectional controls
 /// written as `<U+XXXX>`. Errors quote strangers' text (lock entries, server answers, file
 /// names), which must not drive the terminal with escape sequences or reorder what it shows.
-fn printable(text: &str) -> String {
+pub(crate) fn printable(text: &str) -> String {
     text.chars()
         .map(|c| match c {
             '\n' | '\t' => c.to_string(),

@@ -140,6 +140,7 @@ const LEVELS: &[(&str, &[&str])] = &[
         "what builds use and read back",
         &[
             "rebuild",
+            "cache_admin",
             "smoke",
             "inspect",
             "sizes",

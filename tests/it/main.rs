@@ -15,6 +15,7 @@ mod archive;
 mod book;
 mod build;
 mod builder;
+mod cache_admin;
 mod cache_repo;
 mod channel_priority;
 mod common;

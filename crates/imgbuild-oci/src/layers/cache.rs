@@ -25,7 +25,9 @@
 //! changed (a link added or removed, a write, a restore), the hit costs one sha256 of the
 //! blob and is sealed again. An entry that fails is evicted, named in a warning, and the
 //! layer is built again. Key files and blobs are opened without following links, as regular
-//! files of bounded size.
+//! files of bounded size. Every hit leaves its key file's mtime at the time of use (written
+//! again, or touched), so `imgbuild cache prune` ([`listing`]) evicts the least recently
+//! used entries first.
 
 use std::{
     collections::BTreeMap,
@@ -49,6 +51,7 @@ use super::{
     tar::{Entry, TarError},
 };
 
+pub mod listing;
 pub mod seal;
 pub mod verify;
 
@@ -254,6 +257,10 @@ impl LayerCache {
         if self.seal_key.is_some() && (check != HitCheck::Unchanged || linked) {
             let now = resealable(&file, &checked_meta);
             self.write_key_file(key, &cached, compression, now.as_ref(), reporter);
+        } else {
+            // A hit that rewrites nothing still marks the entry used: `imgbuild cache prune`
+            // evicts the least recently used entries by their key files' mtime.
+            self.touch_key_file(key);
         }
         Ok(Fetched::Hit(
             LayerBlob {
@@ -322,6 +329,18 @@ impl LayerCache {
             HitCheck::Digest
         } else {
             HitCheck::Full
+        }
+    }
+
+    /// Sets the mtime of the key file under `key` to now, through a descriptor opened
+    /// without following a link; a key file that cannot be touched only loses its place in
+    /// the least-recently-used order, so a failure is logged, not returned.
+    fn touch_key_file(&self, key: &str) {
+        let path = self.key_path(key);
+        let touched =
+            open_regular(&path).and_then(|file| file.set_modified(std::time::SystemTime::now()));
+        if let Err(err) = touched {
+            tracing::debug!("cannot mark `{}` used: {err}", path.display());
         }
     }
 

@@ -318,6 +318,21 @@ impl Layout {
         Ok(removed)
     }
 
+    /// Every digest the layout's `index.json` reaches ([`Self::reachable`]): the blobs its
+    /// images use, which a cache must not remove from under them. A missing or unreadable
+    /// `index.json`, or a manifest or index it reaches that cannot be read, is an error
+    /// naming the file.
+    pub fn reachable_blobs(&self) -> Result<HashSet<String>, ReadError> {
+        let index = self.index()?;
+        self.reachable(&index).map_err(|path| ReadError::Read {
+            path,
+            source: std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                "reachable from index.json, but missing or not a manifest or index",
+            ),
+        })
+    }
+
     /// Every digest `index` reaches: its entries, and through each manifest or index its
     /// config, layers, children and subject. What a blob is comes from its content, not the
     /// descriptor's media type, so images other tools wrote (Docker media types, artifacts)
