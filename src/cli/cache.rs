@@ -53,6 +53,27 @@ enum CacheCommand {
     /// unused for more than --older-than days
     #[command(after_help = PRUNE_EXAMPLES)]
     Prune(CachePruneArgs),
+    /// List the entries of a registry layer cache (`build --cache-repo REGISTRY/REPO`)
+    #[command(after_help = LS_EXAMPLES)]
+    Ls(CacheLsArgs),
+}
+
+const LS_EXAMPLES: &str = "\
+Examples:
+  imgbuild cache ls registry.example/ci/imgbuild-cache
+  imgbuild --insecure cache ls 127.0.0.1:5000/ci/cache --json
+
+Each entry: its key, compression, the layer's digest and size, and its diff_id. A tag that
+looks like an entry but cannot be read as one is listed with why.";
+
+#[derive(Debug, Args)]
+struct CacheLsArgs {
+    /// The cache repository, `REGISTRY/REPO` (no tag)
+    #[arg(value_name = "REGISTRY/REPO", value_parser = super::build::parse_cache_repo)]
+    repository: crate::registry::Reference,
+    /// Print one JSON object instead of the table
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Debug, Args)]
@@ -109,7 +130,7 @@ fn failure(err: CacheAdminError) -> CommandFailure {
     CommandFailure::new(err, code)
 }
 
-pub(super) fn run_cache(
+pub(super) async fn run_cache(
     args: &CacheArgs,
     env: &Env<'_>,
     printer: &Printer,
@@ -125,8 +146,65 @@ pub(super) fn run_cache(
             }
         }
         CacheCommand::Prune(args) => run_prune(args, env, printer)?,
+        CacheCommand::Ls(args) => run_ls(args, env, printer).await?,
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `cache ls`: the remote cache's entries, read as a build reads them.
+async fn run_ls(
+    args: &CacheLsArgs,
+    env: &Env<'_>,
+    printer: &Printer,
+) -> Result<(), CommandFailure> {
+    let reference = &args.repository;
+    let failed = |err: &dyn std::fmt::Display| {
+        CommandFailure::new(format!("layer cache repository `{reference}`: {err}"), 1)
+    };
+    let credentials =
+        crate::registry::auth::credentials_for(&reference.registry).map_err(|e| failed(&e))?;
+    let options = env.global.registry_options();
+    let client = crate::registry::RepositoryClient::new(reference, credentials, &options)
+        .map_err(|e| failed(&e))?;
+    let (entries, unread) = crate::registry::cache_repo::list(&client)
+        .await
+        .map_err(|e| failed(&e))?;
+    if args.json {
+        let value =
+            json!({"repository": reference.to_string(), "entries": entries, "unread": unread});
+        printer.result(serde_json::to_string_pretty(&value).expect("the listing serializes"));
+        return Ok(());
+    }
+    let mut out = String::new();
+    let total: u64 = entries.iter().map(|e| e.size).sum();
+    let _ = writeln!(
+        out,
+        "{reference}: {} entries, {}",
+        entries.len(),
+        human_bytes(total)
+    );
+    for entry in &entries {
+        let _ = writeln!(
+            out,
+            "{}  {:<12}  {}  {:>10}",
+            &entry.key[..12.min(entry.key.len())],
+            entry.compression,
+            entry.digest,
+            human_bytes(entry.size)
+        );
+    }
+    for tag in &unread {
+        // One line each, whatever the registry's error text holds.
+        let problem = tag.problem.replace(['\n', '\r'], " ");
+        let _ = writeln!(
+            out,
+            "{}: unreadable ({})",
+            printable(&tag.tag),
+            printable(&problem)
+        );
+    }
+    printer.document(&out);
+    Ok(())
 }
 
 fn render_usage(report: &CacheUsage) -> String {

@@ -347,7 +347,7 @@ async fn run(cli: &Cli, printer: &Printer) -> Result<ExitCode, CommandFailure> {
         Command::Diff(args) => inspect::run_diff(args, printer),
         Command::Sbom(args) => sbom::run_sbom(args, &env, printer),
         Command::Init(args) => init::run_init(args, printer),
-        Command::Cache(args) => cache::run_cache(args, &env, printer),
+        Command::Cache(args) => cache::run_cache(args, &env, printer).await,
         Command::Completions(args) => completions::run_completions(args),
         Command::Man(args) => completions::run_man(args, printer),
         Command::Version => {

@@ -427,6 +427,46 @@ fn concurrent_writers_and_a_read_only_builder_leave_a_cache_that_serves() {
     let (_, served) = build(&third, &["--locked", "--cache-repo", &full_repo]);
     assert_eq!(served["cache_repo"]["hits"], layers, "{served}");
     assert_eq!(served["digest"], results[0]["digest"]);
+
+    // `cache ls` lists each entry as a build reads it, and a tag that is no entry apart.
+    let tags = entry_tags(&registry, repo);
+    let (mut manifest, _) = entry_layer(&registry, repo, &tags[0]);
+    manifest["config"]["mediaType"] = "application/vnd.example.not-an-entry+json".into();
+    let work = tempfile::tempdir().unwrap();
+    put_manifest(
+        &registry,
+        repo,
+        "layer-not-an-entry",
+        &manifest,
+        work.path(),
+    );
+    let listed = third
+        .run(&["--insecure", "cache", "ls", &full_repo, "--json"])
+        .success();
+    let listed: Value = serde_json::from_str(&listed.stdout).unwrap();
+    let entries = listed["entries"].as_array().unwrap();
+    assert_eq!(entries.len() as u64, layers, "{listed}");
+    let blobs = LayoutView::new(third.path().join("images/shared")).blob_names();
+    for entry in entries {
+        assert_eq!(entry["compression"], "gzip", "{entry}");
+        assert_eq!(entry["key"].as_str().unwrap().len(), 64, "{entry}");
+        let digest = entry["digest"].as_str().unwrap();
+        assert!(
+            blobs.iter().any(|b| digest.ends_with(b.as_str())),
+            "{entry}"
+        );
+    }
+    assert_eq!(listed["unread"][0]["tag"], "layer-not-an-entry", "{listed}");
+    let text = third
+        .run(&["--insecure", "cache", "ls", &full_repo])
+        .success();
+    let count = format!("{layers} entries");
+    assert!(text.stdout.contains(&count), "{}", text.stdout);
+    assert!(
+        text.stdout.contains("layer-not-an-entry: unreadable"),
+        "{}",
+        text.stdout
+    );
 }
 
 #[test]

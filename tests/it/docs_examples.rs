@@ -71,6 +71,10 @@ const SKIPS: &[(&str, &str)] = &[
     ),
     ("--push ", "needs a registry"),
     (
+        "cache ls",
+        "needs a registry (tests/it/cache_repo.rs lists one on docker-registry)",
+    ),
+    (
         "IMGBUILD_CACHE_REPO=",
         "needs a registry (tests/it/cache_repo.rs builds against docker-registry on 127.0.0.1)",
     ),
