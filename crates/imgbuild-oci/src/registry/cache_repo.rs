@@ -169,14 +169,7 @@ impl Problem {
 
 /// An error with its causes, on one line.
 fn error_text(err: &dyn std::error::Error) -> String {
-    let mut text = err.to_string();
-    let mut source = err.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
+    imgbuild_model::http::error_chain(err)
 }
 
 /// `--cache-sign-by` and `--cache-verify-key`: the key entries this build writes are signed

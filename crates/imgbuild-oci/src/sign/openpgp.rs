@@ -50,23 +50,8 @@ impl Signer {
     pub fn load(path: &Path, passphrase: Option<&str>) -> Result<Signer, SignError> {
         // A regular file, bounded, opened without blocking (a fifo is refused, not waited
         // on). A link is followed: a Kubernetes secret volume mounts its keys as links.
-        let bytes =
-            crate::fs::read_input(path, MAX_KEY_BYTES).map_err(|source| SignError::Read {
-                path: path.to_path_buf(),
-                source: source.into(),
-            })?;
-        let not_a_key = |err: pgp::errors::Error| SignError::NotAKey {
-            path: path.to_path_buf(),
-            reason: err.to_string(),
-        };
-        let key = if bytes.starts_with(b"-----BEGIN PGP") {
-            SignedSecretKey::from_armor_single(bytes.as_slice())
-                .map_err(not_a_key)?
-                .0
-        } else {
-            SignedSecretKey::from_bytes(bytes.as_slice()).map_err(not_a_key)?
-        };
-        key.verify_bindings().map_err(not_a_key)?;
+        let key: SignedSecretKey = read_key(path)?;
+        key.verify_bindings().map_err(not_a_key(path))?;
         Ok(Signer {
             key,
             passphrase: passphrase.map(str::to_string),
@@ -99,6 +84,29 @@ impl Signer {
     }
 }
 
+/// The key in `path`, ASCII-armored or binary: a regular file of at most [`MAX_KEY_BYTES`],
+/// read without blocking.
+fn read_key<K: Deserializable>(path: &Path) -> Result<K, SignError> {
+    let bytes = crate::fs::read_input(path, MAX_KEY_BYTES).map_err(|source| SignError::Read {
+        path: path.to_path_buf(),
+        source: source.into(),
+    })?;
+    let not_a_key = not_a_key(path);
+    if bytes.starts_with(b"-----BEGIN PGP") {
+        Ok(K::from_armor_single(bytes.as_slice()).map_err(not_a_key)?.0)
+    } else {
+        K::from_bytes(bytes.as_slice()).map_err(not_a_key)
+    }
+}
+
+/// How an OpenPGP error about the key in `path` is told.
+fn not_a_key(path: &Path) -> impl Fn(pgp::errors::Error) -> SignError + '_ {
+    move |err| SignError::NotAKey {
+        path: path.to_path_buf(),
+        reason: err.to_string(),
+    }
+}
+
 /// The largest signed message [`Verifier::payload`] reads: a signature over a few hundred
 /// bytes of payload.
 const MAX_SIGNED_BYTES: usize = 64 << 10;
@@ -112,23 +120,8 @@ pub struct Verifier {
 impl Verifier {
     /// Loads the public key in `path`, ASCII-armored or binary, as `gpg --export` writes it.
     pub fn load(path: &Path) -> Result<Verifier, SignError> {
-        let bytes =
-            crate::fs::read_input(path, MAX_KEY_BYTES).map_err(|source| SignError::Read {
-                path: path.to_path_buf(),
-                source: source.into(),
-            })?;
-        let not_a_key = |err: pgp::errors::Error| SignError::NotAKey {
-            path: path.to_path_buf(),
-            reason: err.to_string(),
-        };
-        let key = if bytes.starts_with(b"-----BEGIN PGP") {
-            pgp::composed::SignedPublicKey::from_armor_single(bytes.as_slice())
-                .map_err(not_a_key)?
-                .0
-        } else {
-            pgp::composed::SignedPublicKey::from_bytes(bytes.as_slice()).map_err(not_a_key)?
-        };
-        key.verify_bindings().map_err(not_a_key)?;
+        let key: pgp::composed::SignedPublicKey = read_key(path)?;
+        key.verify_bindings().map_err(not_a_key(path))?;
         Ok(Verifier {
             key,
             path: path.to_path_buf(),
