@@ -60,6 +60,15 @@ fn layers(project: &Project) -> PathBuf {
 }
 
 /// The entries of the project's layer cache, by key.
+/// Every entry's key file and blob are still there.
+#[track_caller]
+fn assert_all_present(entries: &[Entry]) {
+    for entry in entries {
+        assert!(entry.key_file.exists(), "{}", entry.key_file.display());
+        assert!(entry.blob.exists(), "{}", entry.blob.display());
+    }
+}
+
 fn entries(project: &Project) -> Vec<Entry> {
     let keys = layers(project).join("keys");
     let mut found: Vec<Entry> = fs_err::read_dir(&keys)
@@ -253,11 +262,7 @@ fn prune_max_size_evicts_the_least_recently_used_and_the_rest_still_hits() {
         text.contains("would remove 1 layer-cache entries"),
         "{text}"
     );
-    assert!(
-        before
-            .iter()
-            .all(|e| e.key_file.exists() && e.blob.exists())
-    );
+    assert_all_present(&before);
 
     let pruned = json(
         &project
@@ -267,11 +272,7 @@ fn prune_max_size_evicts_the_least_recently_used_and_the_rest_still_hits() {
     assert_eq!(pruned["entries_removed"], 1, "{pruned:#}");
     assert_eq!(pruned["bytes_left"], max);
     assert!(!before[0].key_file.exists() && !before[0].blob.exists());
-    assert!(
-        before[1..]
-            .iter()
-            .all(|e| e.key_file.exists() && e.blob.exists())
-    );
+    assert_all_present(&before[1..]);
     assert_eq!(tree_bytes(&layers(&project)).0, max);
 
     // Into a new layout: every entry left is a hit, and the evicted layer is built again.
@@ -335,11 +336,7 @@ fn keep_layout_protects_the_blobs_its_images_use() {
     );
     assert_eq!(kept["entries_removed"], 0, "{kept:#}");
     assert_eq!(kept["kept_for_layouts"], before.len());
-    assert!(
-        before
-            .iter()
-            .all(|e| e.key_file.exists() && e.blob.exists())
-    );
+    assert_all_present(&before);
 
     // A layout that cannot be read is an error naming it, and nothing goes.
     fs_err::create_dir_all(project.path().join("not-a-layout")).unwrap();
@@ -353,11 +350,7 @@ fn keep_layout_protects_the_blobs_its_images_use() {
             "not-a-layout",
         ])
         .assert_failure_naming(1, &["not-a-layout", "--keep-layout"]);
-    assert!(
-        before
-            .iter()
-            .all(|e| e.key_file.exists() && e.blob.exists())
-    );
+    assert_all_present(&before);
 
     // Unprotected, the old entries go; the image keeps its own copies of the blobs.
     let pruned = json(
@@ -461,11 +454,7 @@ fn older_than_orphans_stale_locks_and_links_that_are_never_followed() {
         );
     }
     assert!(young.exists(), "a young orphan stays");
-    assert!(
-        before[1..]
-            .iter()
-            .all(|e| e.key_file.exists() && e.blob.exists())
-    );
+    assert_all_present(&before[1..]);
     // The links' targets are untouched.
     assert_eq!(fs_err::read(&secret).unwrap(), b"not the cache's");
     assert_eq!(
