@@ -661,3 +661,95 @@ fn signed_entries_serve_seekable_layers_and_others_are_refused() {
         assert!(run.stderr.contains("missing.asc"), "{}", run.stderr);
     }
 }
+
+/// A channel with a stand-in python 3.10, laid out as the shared channel's 3.9 is, so a
+/// `noarch: python` package links into `lib/python3.10/site-packages`.
+fn python310_channel(dir: &Path) {
+    use crate::support::channel::{
+        executable, file, index_channel, link, linux64_index, write_package,
+    };
+    let linux64 = dir.join("linux-64");
+    fs_err::create_dir_all(&linux64).unwrap();
+    fs_err::create_dir_all(dir.join("noarch")).unwrap();
+    write_package(
+        &linux64.join("python-3.10.14-h0_0.tar.bz2"),
+        linux64_index("python", "3.10.14", &[]),
+        &[
+            executable(
+                "bin/python3.10",
+                "#!/bin/sh\necho \"stand-in python 3.10 $@\"\n",
+            ),
+            link("bin/python", "python3.10"),
+            file(
+                "lib/python3.10/site-packages/README.txt",
+                "site-packages of a stand-in python 3.10\n",
+            ),
+        ],
+        None,
+    )
+    .unwrap();
+    index_channel(dir).unwrap();
+}
+
+/// Every `result` event of a matrix build's `--json` run.
+fn matrix_build(project: &Project, extra: &[&str]) -> Vec<Value> {
+    let mut args = vec!["--insecure", "build", "recipes/image.toml", "--json"];
+    args.extend_from_slice(extra);
+    let run = project.run(&args);
+    assert_eq!(run.code, 0, "the build failed:\n{}", run.stderr);
+    run.stdout
+        .lines()
+        .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+        .filter(|event| event["event"] == "result")
+        .collect()
+}
+
+#[test]
+fn a_matrix_of_two_pythons_shares_no_layer_across_them_and_each_is_served() {
+    let registry = Registry::start(Auth::None);
+    let repo = format!("{}/ci/pythons", registry.host);
+    let extra = tempfile::tempdir().unwrap();
+    python310_channel(extra.path());
+    let extra_url = url::Url::from_directory_path(extra.path()).unwrap();
+    let shared_url = url::Url::from_directory_path(shared_channel()).unwrap();
+    let recipe = tiny_recipe(
+        shared_channel(),
+        "pythons",
+        &["python {{python}}", "pyhello"],
+    )
+    .lines()
+    .map(|line| match line.starts_with("channels = ") {
+        true => format!(
+            "channels = [\"{extra_url}\", \"{shared_url}\"]\nchannel-priority = \"disabled\""
+        ),
+        false => line.to_string(),
+    })
+    .collect::<Vec<_>>()
+    .join("\n")
+        + "\n\n[matrix]\npython = [\"3.9.18\", \"3.10.14\"]\n";
+    let cold = project(&recipe);
+    let built = matrix_build(&cold, &["--cache-repo", &repo]);
+    assert_eq!(built.len(), 2, "{built:?}");
+    // The second python's layers (python, and pyhello linked into its site-packages) are
+    // no hit of the first's: their keys differ.
+    assert_eq!(built[1]["reused_layers"], 0, "{}", built[1]);
+    assert_eq!(built[1]["cache_repo"]["hits"], 0, "{}", built[1]);
+
+    let fresh = project(&recipe);
+    for entry in fs_err::read_dir(cold.path().join("recipes")).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "lock") {
+            fs_err::copy(
+                &path,
+                fresh.path().join("recipes").join(path.file_name().unwrap()),
+            )
+            .unwrap();
+        }
+    }
+    let served = matrix_build(&fresh, &["--locked", "--cache-repo", &repo]);
+    for (cold_variant, warm) in built.iter().zip(&served) {
+        assert_eq!(warm["digest"], cold_variant["digest"], "{warm}");
+        assert_eq!(warm["cache_repo"]["hits"], package_layers(warm), "{warm}");
+    }
+    assert_ne!(served[0]["digest"], served[1]["digest"]);
+}
