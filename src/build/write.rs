@@ -162,7 +162,7 @@ impl<'a> Writer<'a> {
                 blobs_dir: &blobs_dir,
                 pool: pool.clone(),
                 cache: cache.as_ref(),
-                shared: self.shared.filter(|_| cache.is_some()),
+                shared: self.shared,
                 prefetch: &self.cx.recipe.prefetch,
                 reporter,
             };

@@ -1,4 +1,4 @@
-//! Names the stages share: the OCI tag grammar, the OCI architecture and platform of a conda
+//! Names the stages share: the OCI tag and sha256 digest grammars, the OCI architecture and platform of a conda
 //! subdir (and the subdir of a platform as a user writes it), and a conda record's
 //! `name-version-build`.
 //! A leaf: the recipe checks them, the registry client parses references with them, and the
@@ -17,6 +17,14 @@ pub fn is_valid_tag(tag: &str) -> bool {
     matches!(chars.next(), Some(c) if c.is_ascii_alphanumeric() || c == '_')
         && tag.len() <= 128
         && chars.all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
+}
+
+/// Whether `digest` is `sha256:` and 64 lowercase hex digits: the only digests imgbuild
+/// writes or takes from a cache.
+pub fn is_sha256_digest(digest: &str) -> bool {
+    digest.strip_prefix("sha256:").is_some_and(|hex| {
+        hex.len() == 64 && hex.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+    })
 }
 
 /// The OCI `architecture` (and `variant`) of a conda subdir.

@@ -535,12 +535,7 @@ fn read_bounded(file: std::io::Result<File>, max: u64) -> std::io::Result<Vec<u8
 }
 
 fn is_sha256(digest: &str) -> bool {
-    digest.strip_prefix("sha256:").is_some_and(|hex| {
-        hex.len() == 64
-            && hex
-                .bytes()
-                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
-    })
+    crate::names::is_sha256_digest(digest)
 }
 
 /// `sha256:<hex>` and size of `file`, read from its start.

@@ -203,13 +203,11 @@ impl LayerWriter<'_> {
                     .join(blob.digest.trim_start_matches("sha256:"));
                 (blob, target, true)
             }
-            Fetched::Miss => {
-                let (blob, target) =
-                    self.written_and_stored(cache, name, &key, None, landmark, &write_tar)?;
-                (blob, target, false)
-            }
-            Fetched::Rebuild { claimed } => {
-                let claimed = Some(claimed.as_str());
+            missed => {
+                let claimed = match &missed {
+                    Fetched::Rebuild { claimed } => Some(claimed.as_str()),
+                    _ => None,
+                };
                 let (blob, target) =
                     self.written_and_stored(cache, name, &key, claimed, landmark, &write_tar)?;
                 (blob, target, false)

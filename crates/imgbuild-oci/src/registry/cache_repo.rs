@@ -263,24 +263,18 @@ impl CacheRepo {
         dir: &Path,
     ) -> Result<Option<SharedEntry>, Problem> {
         let tag = format!("{TAG_PREFIX}{key}");
-        let answer = self
-            .client
-            .send_reading(
-                Method::GET,
-                &self.client.url(&format!("/manifests/{tag}")),
-                &[(header::ACCEPT, MANIFEST_MEDIA_TYPE.to_string())],
-                Body::Empty,
-                &[StatusCode::OK, StatusCode::NOT_FOUND],
-                MANIFEST_LIMIT,
-            )
-            .await
-            .map_err(|e| Problem::of(&e))?;
-        if answer.status == StatusCode::NOT_FOUND {
+        let Some(manifest) = get_manifest(&self.client, &tag).await? else {
             return Ok(None);
-        }
-        let (config_descriptor, layer) = entry_descriptors(&answer.body, compression)
+        };
+        let EntryManifest {
+            config: config_descriptor,
+            layers,
+            annotations,
+            ..
+        } = check_manifest(manifest, compression)
             .map_err(|why| Problem::Entry(format!("its manifest {why}")))?;
-        let (config, config_bytes) = self.config(&config_descriptor).await?;
+        let [layer] = <[EntryDescriptor; 1]>::try_from(layers).expect("checked: one layer");
+        let (config, config_bytes) = get_config(&self.client, &config_descriptor).await?;
         check_config(&config, key, compression)
             .map_err(|why| Problem::Entry(format!("its config {why}")))?;
         if config.layer != layer {
@@ -290,7 +284,7 @@ impl CacheRepo {
         }
         let signed = match &self.keys.verifier {
             Some(verifier) => {
-                check_signature(verifier, &answer.body, &config_bytes).map_err(Problem::Entry)?;
+                check_signature(verifier, &annotations, &config_bytes).map_err(Problem::Entry)?;
                 true
             }
             None => false,
@@ -307,36 +301,6 @@ impl CacheRepo {
             annotations: layer.annotations,
         };
         Ok(Some(SharedEntry { blob, path, signed }))
-    }
-
-    /// The entry's config, read to at most [`ENTRY_LIMIT`] and checked against its digest,
-    /// with its bytes.
-    async fn config(
-        &self,
-        descriptor: &EntryDescriptor,
-    ) -> Result<(EntryConfig, bytes::Bytes), Problem> {
-        let answer = self
-            .client
-            .send_reading(
-                Method::GET,
-                &self.client.url(&format!("/blobs/{}", descriptor.digest)),
-                &[],
-                Body::Empty,
-                &[StatusCode::OK],
-                ENTRY_LIMIT,
-            )
-            .await
-            .map_err(|e| Problem::of(&e))?;
-        let actual = crate::oci::sha256_digest(&answer.body);
-        if actual != descriptor.digest {
-            return Err(Problem::Entry(format!(
-                "its config is {actual}, not {} as its manifest says",
-                descriptor.digest
-            )));
-        }
-        let config = serde_json::from_slice(&answer.body)
-            .map_err(|e| Problem::Entry(format!("its config is not an entry: {e}")))?;
-        Ok((config, answer.body))
     }
 
     /// The blob `layer` names, streamed into a new file in `dir`, its size and digest
@@ -604,59 +568,100 @@ pub async fn list(
     ))
 }
 
-/// The entry tagged `tag`, read as a build would read it (any compression).
-async fn read_entry(client: &RepositoryClient, tag: &str) -> Result<ListedEntry, String> {
-    let key = tag.trim_start_matches(TAG_PREFIX);
+/// The manifest tagged `tag`, read to at most [`MANIFEST_LIMIT`] and parsed; `None` when
+/// the tag is not there.
+async fn get_manifest(
+    client: &RepositoryClient,
+    tag: &str,
+) -> Result<Option<EntryManifest>, Problem> {
     let answer = client
         .send_reading(
             Method::GET,
             &client.url(&format!("/manifests/{tag}")),
             &[(header::ACCEPT, MANIFEST_MEDIA_TYPE.to_string())],
             Body::Empty,
-            &[StatusCode::OK],
+            &[StatusCode::OK, StatusCode::NOT_FOUND],
             MANIFEST_LIMIT,
         )
         .await
-        .map_err(|e| error_text(&e))?;
-    let manifest: EntryManifest = serde_json::from_slice(&answer.body)
-        .map_err(|e| format!("its manifest is not an OCI manifest: {e}"))?;
+        .map_err(|e| Problem::of(&e))?;
+    if answer.status == StatusCode::NOT_FOUND {
+        return Ok(None);
+    }
+    serde_json::from_slice(&answer.body)
+        .map(Some)
+        .map_err(|e| Problem::Entry(format!("its manifest is not an OCI manifest: {e}")))
+}
+
+/// The entry's config, read to at most [`ENTRY_LIMIT`] and checked against its digest,
+/// with its bytes (what a signature covers).
+async fn get_config(
+    client: &RepositoryClient,
+    descriptor: &EntryDescriptor,
+) -> Result<(EntryConfig, bytes::Bytes), Problem> {
+    let answer = client
+        .send_reading(
+            Method::GET,
+            &client.url(&format!("/blobs/{}", descriptor.digest)),
+            &[],
+            Body::Empty,
+            &[StatusCode::OK],
+            ENTRY_LIMIT,
+        )
+        .await
+        .map_err(|e| Problem::of(&e))?;
+    let actual = crate::oci::sha256_digest(&answer.body);
+    if actual != descriptor.digest {
+        return Err(Problem::Entry(format!(
+            "its config is {actual}, not {} as its manifest says",
+            descriptor.digest
+        )));
+    }
+    let config = serde_json::from_slice(&answer.body)
+        .map_err(|e| Problem::Entry(format!("its config is not an entry: {e}")))?;
+    Ok((config, answer.body))
+}
+
+/// The entry tagged `tag`, read as a build would read it (any compression).
+async fn read_entry(client: &RepositoryClient, tag: &str) -> Result<ListedEntry, String> {
+    let text = |problem| match problem {
+        Problem::Repository(why) | Problem::Entry(why) => why,
+    };
+    let key = tag.trim_start_matches(TAG_PREFIX);
+    let manifest = get_manifest(client, tag)
+        .await
+        .map_err(text)?
+        .ok_or("its tag names no manifest")?;
     if manifest.config.media_type != ENTRY_MEDIA_TYPE || !is_sha256(&manifest.config.digest) {
         return Err("its manifest's config is not an entry".into());
     }
-    let repo = CacheRepo::new(client.clone(), true, EntryKeys::default());
-    let (config, _) = repo
-        .config(&manifest.config)
-        .await
-        .map_err(|problem| match problem {
-            Problem::Repository(why) | Problem::Entry(why) => why,
-        })?;
+    let (config, _) = get_config(client, &manifest.config).await.map_err(text)?;
     // The media type does not tell gzip from eStargz: the config's compressor does.
     let compression = COMPRESSIONS
         .into_iter()
         .find(|c| c.describe() == config.compression)
         .ok_or_else(|| format!("its config names compression `{}`", config.compression))?;
-    let (_, layer) = entry_descriptors(&answer.body, compression)
-        .map_err(|why| format!("its manifest {why}"))?;
+    let manifest =
+        check_manifest(manifest, compression).map_err(|why| format!("its manifest {why}"))?;
     check_config(&config, key, compression).map_err(|why| format!("its config {why}"))?;
+    let layer = &manifest.layers[0];
     Ok(ListedEntry {
         key: key.to_string(),
         compression: compression.name().to_string(),
-        media_type: layer.media_type,
-        digest: layer.digest,
+        media_type: layer.media_type.clone(),
+        digest: layer.digest.clone(),
         size: layer.size,
         diff_id: config.diff_id,
         tar_size: config.tar_size,
     })
 }
 
-/// The config's and the layer's descriptors of the entry manifest `bytes`, once it is the
-/// shape an entry has for layers compressed as `compression`.
-fn entry_descriptors(
-    bytes: &[u8],
+/// `manifest`, once it is the shape an entry has for layers compressed as `compression`:
+/// an OCI image manifest of an entry config and exactly one layer of that compression.
+fn check_manifest(
+    manifest: EntryManifest,
     compression: Compression,
-) -> Result<(EntryDescriptor, EntryDescriptor), String> {
-    let manifest: EntryManifest =
-        serde_json::from_slice(bytes).map_err(|e| format!("is not an OCI manifest: {e}"))?;
+) -> Result<EntryManifest, String> {
     if manifest.schema_version != 2 || manifest.media_type != MANIFEST_MEDIA_TYPE {
         return Err("is not an OCI image manifest".into());
     }
@@ -666,8 +671,9 @@ fn entry_descriptors(
             manifest.config.media_type
         ));
     }
-    let [layer] = <[EntryDescriptor; 1]>::try_from(manifest.layers)
-        .map_err(|layers| format!("names {} layers, not 1", layers.len()))?;
+    let [layer] = manifest.layers.as_slice() else {
+        return Err(format!("names {} layers, not 1", manifest.layers.len()));
+    };
     if layer.media_type != compression.media_type() {
         return Err(format!(
             "names a layer of media type `{}`, not `{}`",
@@ -683,7 +689,7 @@ fn entry_descriptors(
     if manifest.config.size > ENTRY_LIMIT.bytes {
         return Err(format!("gives its config {} bytes", manifest.config.size));
     }
-    Ok((manifest.config, layer))
+    Ok(manifest)
 }
 
 /// Whether `config` is the entry of `key` for layers compressed as `compression`.
@@ -749,20 +755,19 @@ fn entry_documents(offer: &Offer, signer: Option<&Signer>) -> Result<(Vec<u8>, V
     Ok((manifest, config))
 }
 
-/// Whether the entry manifest `manifest` carries a signature by `verifier`'s key whose
+/// Whether an entry manifest's `annotations` carry a signature by `verifier`'s key whose
 /// payload is exactly `config`.
-fn check_signature(verifier: &Verifier, manifest: &[u8], config: &[u8]) -> Result<(), String> {
-    let manifest: EntryManifest =
-        serde_json::from_slice(manifest).map_err(|e| format!("its manifest: {e}"))?;
-    let encoded = manifest
-        .annotations
-        .get(SIGNATURE_ANNOTATION)
-        .ok_or_else(|| {
-            format!(
-                "it is not signed, and --cache-verify-key asks for {}",
-                verifier.fingerprint()
-            )
-        })?;
+fn check_signature(
+    verifier: &Verifier,
+    annotations: &BTreeMap<String, String>,
+    config: &[u8],
+) -> Result<(), String> {
+    let encoded = annotations.get(SIGNATURE_ANNOTATION).ok_or_else(|| {
+        format!(
+            "it is not signed, and --cache-verify-key asks for {}",
+            verifier.fingerprint()
+        )
+    })?;
     let signature = base64::engine::general_purpose::STANDARD
         .decode(encoded)
         .map_err(|e| format!("its signature is not base64: {e}"))?;
@@ -776,9 +781,7 @@ fn check_signature(verifier: &Verifier, manifest: &[u8], config: &[u8]) -> Resul
 }
 
 fn is_sha256(digest: &str) -> bool {
-    digest.strip_prefix("sha256:").is_some_and(|hex| {
-        hex.len() == 64 && hex.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
-    })
+    crate::names::is_sha256_digest(digest)
 }
 
 #[cfg(test)]
@@ -801,19 +804,25 @@ mod tests {
         }
     }
 
+    /// `bytes` parsed and checked as a build reads an entry manifest.
+    fn entry_manifest(bytes: &[u8], compression: Compression) -> Result<EntryManifest, String> {
+        let manifest = serde_json::from_slice(bytes).map_err(|e| e.to_string())?;
+        check_manifest(manifest, compression)
+    }
+
     #[test]
     fn an_entry_written_is_the_entry_read() {
         let offer = offer(Compression::Zstd);
         let (manifest, config_bytes) = entry_documents(&offer, None).unwrap();
-        let (config, layer) = entry_descriptors(&manifest, Compression::Zstd).unwrap();
-        assert_eq!(config.digest, crate::oci::sha256_digest(&config_bytes));
-        assert_eq!(layer.digest, offer.blob.digest);
+        let read = entry_manifest(&manifest, Compression::Zstd).unwrap();
+        assert_eq!(read.config.digest, crate::oci::sha256_digest(&config_bytes));
+        assert_eq!(read.layers[0].digest, offer.blob.digest);
         let config: EntryConfig = serde_json::from_slice(&config_bytes).unwrap();
         check_config(&config, &offer.key, Compression::Zstd).unwrap();
         // Another key or compression is not this entry.
         assert!(check_config(&config, &"cd".repeat(32), Compression::Zstd).is_err());
         assert!(check_config(&config, &offer.key, Compression::Gzip).is_err());
-        assert!(entry_descriptors(&manifest, Compression::Gzip).is_err());
+        assert!(entry_manifest(&manifest, Compression::Gzip).is_err());
     }
 
     #[test]
@@ -833,7 +842,7 @@ mod tests {
             br#"{"schemaVersion":1,"mediaType":"x","config":{"mediaType":"x","digest":"x","size":1},"layers":[]}"#,
         ];
         for case in cases {
-            let refused = entry_descriptors(case, Compression::Zstd);
+            let refused = entry_manifest(case, Compression::Zstd);
             assert!(refused.is_err(), "{}", String::from_utf8_lossy(case));
         }
     }
