@@ -19,7 +19,7 @@ use crate::{
     oci::archive::OutputFormat,
     recipe::matrix::Variant,
     registry::cache_repo::{CacheRepoSummary, EntryKeys},
-    sign::{Signer, Verifier},
+    sign::Verifier,
 };
 
 pub(super) const BUILD_EXAMPLES: &str = "\
@@ -149,13 +149,10 @@ fn cache_keys(args: &BuildArgs) -> Result<EntryKeys, CommandFailure> {
     let failed = |err: &dyn std::fmt::Display| CommandFailure::new(err.to_string(), 2);
     let signer = match &args.cache_sign_by {
         Some(key) => {
-            let passphrase = args
-                .cache_sign_passphrase_file
-                .as_deref()
-                .map(crate::publish::read_passphrase)
-                .transpose()
-                .map_err(|e| failed(&e))?;
-            let signer = Signer::load(key, passphrase.as_deref()).map_err(|e| failed(&e))?;
+            let passphrase_file = args.cache_sign_passphrase_file.as_deref();
+            let signer =
+                crate::publish::load_key_file(key, passphrase_file).map_err(|e| failed(&e))?;
+            // The key must unlock now, not when the first entry is stored.
             signer.sign(b"").map_err(|e| failed(&e))?;
             Some(Arc::new(signer))
         }

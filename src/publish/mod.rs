@@ -23,7 +23,7 @@ use crate::{
 
 pub(crate) use error::PublishError;
 pub(crate) use remote::{attach_document, sign_image};
-pub(crate) use signing::{Signed, Signing, SigningError, read_passphrase};
+pub(crate) use signing::{Signed, Signing, SigningError, load_key_file};
 
 /// How to publish: the extra tags, a repository to mount shared blobs from, the signing
 /// (prepared before anything is pushed), and whether to attach the documents beside the

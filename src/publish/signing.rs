@@ -72,11 +72,7 @@ impl Key {
             passphrase_file.map(read_passphrase).transpose()?;
             return Ok(Key::Keyring(KeyringSigner::find(&name, passphrase_file)?));
         }
-        let passphrase = passphrase_file.map(read_passphrase).transpose()?;
-        Ok(Key::File(Box::new(Signer::load(
-            key,
-            passphrase.as_deref(),
-        )?)))
+        Ok(Key::File(Box::new(load_key_file(key, passphrase_file)?)))
     }
 
     fn sign(&self, payload: &[u8]) -> Result<Vec<u8>, SignError> {
@@ -146,7 +142,16 @@ impl Signing {
     }
 }
 
-pub(crate) fn read_passphrase(path: &Path) -> Result<String, SigningError> {
+/// The OpenPGP secret key file `key`, unlocked with the first line of `passphrase_file`.
+pub(crate) fn load_key_file(
+    key: &Path,
+    passphrase_file: Option<&Path>,
+) -> Result<Signer, SigningError> {
+    let passphrase = passphrase_file.map(read_passphrase).transpose()?;
+    Ok(Signer::load(key, passphrase.as_deref())?)
+}
+
+fn read_passphrase(path: &Path) -> Result<String, SigningError> {
     let text = crate::fs::read_input_text(path, MAX_PASSPHRASE_BYTES).map_err(|source| {
         SigningError::Passphrase {
             path: path.to_path_buf(),
