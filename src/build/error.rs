@@ -92,6 +92,23 @@ pub(crate) enum BuildError {
     /// A library runs on none of `[cuda] architectures`.
     #[error(transparent)]
     GpuArchitectures(#[from] Box<crate::cuda::fatbin::NotCovered>),
+    #[error(
+        "`--shard` builds layers for the build that follows, and they reach it through the layer cache repository: give `--cache-repo REGISTRY/REPO`, not read-only"
+    )]
+    ShardWithoutCache,
+    #[error(
+        "`--shard`: the layer cache repository `{repository}` cannot be used, so this shard's layers would reach no one; see the warning above"
+    )]
+    ShardCacheUnusable { repository: String },
+    #[error(
+        "`--shard`: {stored} of this shard's {layers} layers are in the layer cache repository `{repository}` ({why}); the build that follows would compress the others again"
+    )]
+    ShardNotStored {
+        repository: String,
+        stored: usize,
+        layers: usize,
+        why: String,
+    },
     /// A PTX-only library needs a newer driver than `[cuda] min-driver`.
     #[error(transparent)]
     PtxDriver(#[from] Box<crate::cuda::jit::PtxTooNew>),

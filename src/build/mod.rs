@@ -37,6 +37,7 @@ mod obtain_lock;
 mod plan;
 mod prepare;
 mod runnable;
+mod shard;
 mod stage;
 mod write;
 
@@ -49,8 +50,9 @@ pub(crate) use error::BuildError;
 pub(crate) use files_layer::source_digests;
 pub(crate) use model::counted;
 pub(crate) use model::{
-    BuildReport, BuildSettings, CacheRepoSettings, LockMode, LockOutcome, LockReport,
+    BuildReport, BuildSettings, CacheRepoSettings, LockMode, LockOutcome, LockReport, ShardReport,
 };
+pub(crate) use shard::build_shard;
 
 use crate::{
     install::InstallOptions,

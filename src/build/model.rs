@@ -121,6 +121,28 @@ pub(crate) struct BuildReport {
     pub cache_repo: Option<crate::registry::cache_repo::CacheRepoSummary>,
 }
 
+/// The result of `build --shard I/N`: what this worker compressed and stored.
+#[derive(Debug)]
+pub(crate) struct ShardReport {
+    pub shard: crate::layers::shard::Shard,
+    /// Variants staged (1 for a recipe without a matrix).
+    pub variants: usize,
+    /// Distinct package layers of all the variants and platforms, and their file bytes.
+    pub distinct_layers: usize,
+    pub distinct_bytes: u64,
+    /// This shard's layers, each once.
+    pub layers: Vec<ShardLayer>,
+    pub cache_repo: crate::registry::cache_repo::CacheRepoSummary,
+}
+
+/// One of a shard's layers: its layer-cache key, and the layer (`reused`: taken from a
+/// cache, not compressed).
+#[derive(Debug)]
+pub(crate) struct ShardLayer {
+    pub key: String,
+    pub built: BuiltLayer,
+}
+
 /// The image a build leaves in the layout (written, or found unchanged), as it reports it.
 #[derive(Debug)]
 pub(super) struct BuiltImage {

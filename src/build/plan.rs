@@ -100,7 +100,8 @@ fn unchanged(
     })
 }
 
-fn work<'a>(platforms: &'a [PreparedPlatform], lock: &'a Lock) -> Vec<PlatformWork<'a>> {
+/// Every platform's work: the platform with its part of the lock and its staging tree.
+pub(super) fn work<'a>(platforms: &'a [PreparedPlatform], lock: &'a Lock) -> Vec<PlatformWork<'a>> {
     let multi = platforms.len() > 1;
     platforms
         .iter()

@@ -13,8 +13,8 @@ use super::{
 };
 use crate::{
     layers::{
-        BuiltLayer, budget::layer_memory_from_env, cache::LayerCache, compress::CompressPool,
-        remote::SharedCache, write::LayerWriter,
+        BuiltLayer, LayerKind, LayerPlan, PlannedLayer, budget::layer_memory_from_env,
+        cache::LayerCache, compress::CompressPool, remote::SharedCache, write::LayerWriter,
     },
     oci::{
         base::BaseError,
@@ -24,6 +24,21 @@ use crate::{
     registry::cache_repo::CacheRepo,
     report::Stage,
 };
+
+/// A package layer of a staged platform's plan, with the key the layer caches file it under.
+pub(super) struct KeyedLayer<'p> {
+    pub(super) key: String,
+    pub(super) layer: &'p PlannedLayer,
+    /// The index of its platform among the staged ones.
+    pub(super) platform: usize,
+}
+
+/// What the layers of one build share: the layer cache (none when it cannot be used) and
+/// the compression pool.
+struct Tools {
+    cache: Option<LayerCache>,
+    pool: CompressPool,
+}
 
 /// The staged platforms into one layout.
 pub(super) struct Writer<'a> {
@@ -122,7 +137,7 @@ impl<'a> Writer<'a> {
         &self,
         platforms: &[StagedPlatform<'_>],
     ) -> Result<Vec<Vec<BuiltLayer>>, BuildError> {
-        let (settings, reporter) = (self.cx.settings, self.cx.reporter);
+        let reporter = self.cx.reporter;
         let total: usize = platforms
             .iter()
             .map(|p| p.plan.layers.len() + p.owned.len())
@@ -130,6 +145,82 @@ impl<'a> Writer<'a> {
         reporter.on_stage(Stage::Layers, &counted(total, "layer"));
         reporter.on_stage_total(Stage::Layers, total);
         let blobs_dir = self.layout.blobs_dir();
+        let tools = self.tools()?;
+        let mut platform_layers = Vec::with_capacity(platforms.len());
+        for platform in platforms {
+            let writer = self.layer_writer(platform, &tools, &blobs_dir);
+            let mut layers = writer.write_all(&platform.plan)?;
+            // The recipe's own layers are small next to the environment's: one at a time.
+            for owned in &platform.owned {
+                let layer = writer.write_owned(owned)?;
+                reporter.on_item_done(Stage::Layers, &layer.blob.digest, layer.blob.size);
+                layers.push(layer);
+            }
+            platform_layers.push(layers);
+        }
+        Ok(platform_layers)
+    }
+
+    /// Every package layer of `platforms` (the layers the caches share) with its cache key,
+    /// for a sharded build to assign; none without a layer cache.
+    pub(super) fn package_layers<'p>(
+        &self,
+        platforms: &'p [StagedPlatform<'_>],
+    ) -> Result<Vec<KeyedLayer<'p>>, BuildError> {
+        let tools = self.tools()?;
+        let blobs_dir = self.layout.blobs_dir();
+        let mut keyed = Vec::new();
+        for (index, platform) in platforms.iter().enumerate() {
+            let writer = self.layer_writer(platform, &tools, &blobs_dir);
+            for layer in &platform.plan.layers {
+                if !matches!(layer.kind, LayerKind::Conda | LayerKind::Wheels) {
+                    continue;
+                }
+                if let Some(key) = writer.key(layer)? {
+                    keyed.push(KeyedLayer {
+                        key,
+                        layer,
+                        platform: index,
+                    });
+                }
+            }
+        }
+        Ok(keyed)
+    }
+
+    /// The `picked` package layers of `platforms` (from [`Self::package_layers`]), written
+    /// into the layout's blobs and so into the layer caches, as one `Layers` stage; with
+    /// their keys.
+    pub(super) fn write_picked(
+        &self,
+        platforms: &[StagedPlatform<'_>],
+        picked: &[&KeyedLayer<'_>],
+    ) -> Result<Vec<(String, BuiltLayer)>, BuildError> {
+        let reporter = self.cx.reporter;
+        reporter.on_stage(Stage::Layers, &counted(picked.len(), "layer"));
+        reporter.on_stage_total(Stage::Layers, picked.len());
+        let tools = self.tools()?;
+        let blobs_dir = self.layout.blobs_dir();
+        let mut written = Vec::with_capacity(picked.len());
+        for (index, platform) in platforms.iter().enumerate() {
+            let mine: Vec<&KeyedLayer> = picked
+                .iter()
+                .copied()
+                .filter(|l| l.platform == index)
+                .collect();
+            let plan = LayerPlan {
+                layers: mine.iter().map(|l| l.layer.clone()).collect(),
+            };
+            let writer = self.layer_writer(platform, &tools, &blobs_dir);
+            let layers = writer.write_all(&plan)?;
+            written.extend(mine.iter().map(|l| l.key.clone()).zip(layers));
+        }
+        Ok(written)
+    }
+
+    /// The layer cache and the compression pool the layers of one build share.
+    fn tools(&self) -> Result<Tools, BuildError> {
+        let (settings, reporter) = (self.cx.settings, self.cx.reporter);
         let cache = match LayerCache::open(&settings.cache_dir, reporter) {
             Ok(cache) => Some(cache),
             // A cache directory that is a link or a file is not written through: the build
@@ -154,28 +245,26 @@ impl<'a> Writer<'a> {
         let pool = CompressPool::new(settings.jobs)
             .map_err(staging)?
             .with_memory(memory);
-        let mut platform_layers = Vec::with_capacity(platforms.len());
-        for platform in platforms {
-            let writer = LayerWriter {
-                root: &platform.root,
-                compression: self.cx.recipe.compression,
-                blobs_dir: &blobs_dir,
-                pool: pool.clone(),
-                cache: cache.as_ref(),
-                shared: self.shared,
-                prefetch: &self.cx.recipe.prefetch,
-                reporter,
-            };
-            let mut layers = writer.write_all(&platform.plan)?;
-            // The recipe's own layers are small next to the environment's: one at a time.
-            for owned in &platform.owned {
-                let layer = writer.write_owned(owned)?;
-                reporter.on_item_done(Stage::Layers, &layer.blob.digest, layer.blob.size);
-                layers.push(layer);
-            }
-            platform_layers.push(layers);
+        Ok(Tools { cache, pool })
+    }
+
+    /// The writer of one platform's layers into `blobs_dir`.
+    fn layer_writer<'w>(
+        &'w self,
+        platform: &'w StagedPlatform<'_>,
+        tools: &'w Tools,
+        blobs_dir: &'w std::path::Path,
+    ) -> LayerWriter<'w> {
+        LayerWriter {
+            root: &platform.root,
+            compression: self.cx.recipe.compression,
+            blobs_dir,
+            pool: tools.pool.clone(),
+            cache: tools.cache.as_ref(),
+            shared: self.shared,
+            prefetch: &self.cx.recipe.prefetch,
+            reporter: self.cx.reporter,
         }
-        Ok(platform_layers)
     }
 
     /// Each platform's config and manifest, then `index.json` naming them under the

@@ -113,6 +113,19 @@ pub(crate) struct BuildArgs {
     /// build lists them) or its name (`cuda11.8-python3.9`)
     #[arg(long, value_name = "INDEX|NAME")]
     pub variant: Option<String>,
+    /// Be worker I (from 0) of N: of the distinct package layers of every variant and
+    /// platform, compress those assigned to I (largest first, balanced by size) and store
+    /// them in the `--cache-repo`; write no image. The builds of the variants that follow
+    /// then take every package layer from the cache. `$SLURM_ARRAY_TASK_ID/N`,
+    /// `$JOB_COMPLETION_INDEX/N`
+    #[arg(
+        long,
+        value_name = "I/N",
+        value_parser = crate::layers::shard::Shard::parse,
+        requires = "cache_repo",
+        conflicts_with_all = ["push", "output", "tags", "variant", "cache_repo_readonly"]
+    )]
+    pub shard: Option<crate::layers::shard::Shard>,
 }
 
 impl BuildArgs {
@@ -204,6 +217,15 @@ pub(super) async fn run_build(
         },
         ..env.build_settings(args.recipe().to_path_buf(), lock_mode)
     };
+    if let Some(shard) = args.shard {
+        if args.format.archive_suffix().is_some() {
+            return Err(CommandFailure::new(
+                "`--format` writes an image, and `--shard` writes none (only layers, into the cache)",
+                2,
+            ));
+        }
+        return super::shard::run_shard(&settings, shard, printer).await;
+    }
     match variants_to_build(args)? {
         Variants::One(variant) => settings.variant = variant,
         Variants::All(variants) => return matrix::run_matrix(&settings, variants, printer).await,

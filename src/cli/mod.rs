@@ -16,6 +16,7 @@ mod printer;
 mod progress;
 mod registry;
 mod sbom;
+mod shard;
 mod sign;
 mod slurm;
 mod smoke;

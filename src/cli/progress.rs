@@ -651,6 +651,14 @@ pub(crate) fn result_event(report: &BuildReport) -> Value {
         "unchanged": report.unchanged,
         "compressed_size": compressed,
         "written_size": written,
+        // What this build compressed, layer by layer: with `--shard` runs before it, only
+        // the layers the build makes itself.
+        "written_layers": report
+            .layers
+            .iter()
+            .filter(|l| !l.reused)
+            .map(|l| json!({"name": l.name, "kind": l.kind, "digest": l.blob.digest}))
+            .collect::<Vec<_>>(),
         "total_size": uncompressed,
         "packages": report.lock.packages,
         "sboms": report.sboms,

@@ -21,7 +21,7 @@ const COMPRESSIONS: [&str; 4] = ["gzip", "zstd", "estargz", "zstd:chunked"];
 
 /// A project with `recipe`, and an empty Docker config so the host's credentials never
 /// reach the test registry.
-fn project(recipe: &str) -> Project {
+pub(crate) fn project(recipe: &str) -> Project {
     let project = Project::new();
     project.write_recipe(recipe);
     fs_err::create_dir_all(project.path().join("docker")).unwrap();
@@ -664,7 +664,7 @@ fn signed_entries_serve_seekable_layers_and_others_are_refused() {
 
 /// A channel with a stand-in python 3.10, laid out as the shared channel's 3.9 is, so a
 /// `noarch: python` package links into `lib/python3.10/site-packages`.
-fn python310_channel(dir: &Path) {
+pub(crate) fn python310_channel(dir: &Path) {
     use crate::support::channel::{
         executable, file, index_channel, link, linux64_index, write_package,
     };
@@ -691,8 +691,38 @@ fn python310_channel(dir: &Path) {
     index_channel(dir).unwrap();
 }
 
+/// A recipe of `packages` with a `[matrix]` of two pythons: the shared channel's 3.9 and a
+/// stand-in 3.10 from a channel made in `extra`.
+pub(crate) fn pythons_recipe(extra: &Path, packages: &[&str]) -> String {
+    python310_channel(extra);
+    let extra_url = url::Url::from_directory_path(extra).unwrap();
+    let shared_url = url::Url::from_directory_path(shared_channel()).unwrap();
+    tiny_recipe(shared_channel(), "pythons", packages)
+        .lines()
+        .map(|line| match line.starts_with("channels = ") {
+            true => format!(
+                "channels = [\"{extra_url}\", \"{shared_url}\"]\nchannel-priority = \"disabled\""
+            ),
+            false => line.to_string(),
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+        + "\n\n[matrix]\npython = [\"3.9.18\", \"3.10.14\"]\n"
+}
+
+/// Every variant's lock of `from`, copied into `to`.
+pub(crate) fn copy_locks(from: &Project, to: &Project) {
+    for entry in fs_err::read_dir(from.path().join("recipes")).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "lock") {
+            let name = path.file_name().unwrap();
+            fs_err::copy(&path, to.path().join("recipes").join(name)).unwrap();
+        }
+    }
+}
+
 /// Every `result` event of a matrix build's `--json` run.
-fn matrix_build(project: &Project, extra: &[&str]) -> Vec<Value> {
+pub(crate) fn matrix_build(project: &Project, extra: &[&str]) -> Vec<Value> {
     let mut args = vec!["--insecure", "build", "recipes/image.toml", "--json"];
     args.extend_from_slice(extra);
     let run = project.run(&args);
@@ -709,24 +739,7 @@ fn a_matrix_of_two_pythons_shares_no_layer_across_them_and_each_is_served() {
     let registry = Registry::start(Auth::None);
     let repo = format!("{}/ci/pythons", registry.host);
     let extra = tempfile::tempdir().unwrap();
-    python310_channel(extra.path());
-    let extra_url = url::Url::from_directory_path(extra.path()).unwrap();
-    let shared_url = url::Url::from_directory_path(shared_channel()).unwrap();
-    let recipe = tiny_recipe(
-        shared_channel(),
-        "pythons",
-        &["python {{python}}", "pyhello"],
-    )
-    .lines()
-    .map(|line| match line.starts_with("channels = ") {
-        true => format!(
-            "channels = [\"{extra_url}\", \"{shared_url}\"]\nchannel-priority = \"disabled\""
-        ),
-        false => line.to_string(),
-    })
-    .collect::<Vec<_>>()
-    .join("\n")
-        + "\n\n[matrix]\npython = [\"3.9.18\", \"3.10.14\"]\n";
+    let recipe = pythons_recipe(extra.path(), &["python {{python}}", "pyhello"]);
     let cold = project(&recipe);
     let built = matrix_build(&cold, &["--cache-repo", &repo]);
     assert_eq!(built.len(), 2, "{built:?}");
@@ -736,16 +749,7 @@ fn a_matrix_of_two_pythons_shares_no_layer_across_them_and_each_is_served() {
     assert_eq!(built[1]["cache_repo"]["hits"], 0, "{}", built[1]);
 
     let fresh = project(&recipe);
-    for entry in fs_err::read_dir(cold.path().join("recipes")).unwrap() {
-        let path = entry.unwrap().path();
-        if path.extension().is_some_and(|e| e == "lock") {
-            fs_err::copy(
-                &path,
-                fresh.path().join("recipes").join(path.file_name().unwrap()),
-            )
-            .unwrap();
-        }
-    }
+    copy_locks(&cold, &fresh);
     let served = matrix_build(&fresh, &["--locked", "--cache-repo", &repo]);
     for (cold_variant, warm) in built.iter().zip(&served) {
         assert_eq!(warm["digest"], cold_variant["digest"], "{warm}");

@@ -80,6 +80,7 @@ mod reproducible;
 mod resume;
 mod runnable;
 mod sbom;
+mod shard;
 mod signing;
 mod slurm;
 mod slurm_jupyter;

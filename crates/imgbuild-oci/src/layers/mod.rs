@@ -2,7 +2,8 @@
 //! blobs ([`write`]), each a deterministic tar ([`tar`]) through a deterministic parallel
 //! compressor ([`compress`]), reused across builds through the layer cache ([`cache`]).
 //! The recipe's accounts and files are layers of entries with their own owners ([`owned`]);
-//! a large package may be split by file into several layers ([`split`]).
+//! a large package may be split by file into several layers ([`split`]), and a sharded build
+//! splits the distinct layers between its workers ([`shard`]).
 
 mod blob_file;
 pub mod budget;
@@ -14,6 +15,7 @@ pub mod owned;
 pub mod plan;
 pub mod remote;
 pub mod seekable;
+pub mod shard;
 pub mod split;
 pub mod tar;
 pub mod write;

@@ -92,6 +92,13 @@ struct Cached {
     shared: bool,
 }
 
+/// A layer's tar entries as written, where the prefetched ones end, and its cache key.
+struct KeyedEntries {
+    entries: Vec<super::tar::Entry>,
+    landmark: Option<usize>,
+    key: Option<String>,
+}
+
 /// Where and how layers are written.
 pub struct LayerWriter<'a> {
     pub root: &'a Path,
@@ -109,8 +116,15 @@ pub struct LayerWriter<'a> {
 }
 
 impl LayerWriter<'_> {
-    /// Writes (or takes from the cache) one layer.
-    pub fn write(&self, layer: &PlannedLayer) -> Result<BuiltLayer, WriteError> {
+    /// The key the layer cache files `layer` under; `None` for a layer it does not keep
+    /// (one without packages), or without a cache. A sharded build assigns layers by it.
+    pub fn key(&self, layer: &PlannedLayer) -> Result<Option<String>, WriteError> {
+        self.keyed_entries(layer).map(|keyed| keyed.key)
+    }
+
+    /// The tar entries of `layer` in the order they are written (the prefetched paths
+    /// first), and its cache key.
+    fn keyed_entries(&self, layer: &PlannedLayer) -> Result<KeyedEntries, WriteError> {
         let tar_err = |source: TarError| WriteError::Tar {
             name: layer.name.clone(),
             source,
@@ -127,6 +141,20 @@ impl LayerWriter<'_> {
                 .map_err(|e| self.blob_err(&layer.name, self.root, e))?,
             None => None,
         };
+        Ok(KeyedEntries {
+            entries,
+            landmark,
+            key,
+        })
+    }
+
+    /// Writes (or takes from the cache) one layer.
+    pub fn write(&self, layer: &PlannedLayer) -> Result<BuiltLayer, WriteError> {
+        let KeyedEntries {
+            entries,
+            landmark,
+            key,
+        } = self.keyed_entries(layer)?;
         // Only package layers are shared: the others are the build's own, small, and made
         // from what this build read.
         let shared = matches!(layer.kind, LayerKind::Conda | LayerKind::Wheels);
