@@ -7,6 +7,7 @@
 //! `srun` line is checked as text and by `bash -n`).
 
 use std::{
+    collections::{BTreeMap, BTreeSet},
     os::unix::fs::PermissionsExt,
     path::{Path, PathBuf},
     process::{Child, Command, Output, Stdio},
@@ -36,34 +37,72 @@ pub(crate) const TOOLS: &[&str] = &[
     "umoci",
 ];
 
-/// munged, slurmctld and slurmd as child processes, with every file in one temp dir; killed on
-/// drop.
+/// How long the daemons may take to start, and jobs to end.
+const DAEMONS: Duration = Duration::from_secs(60);
+const JOBS: Duration = Duration::from_secs(300);
+
+/// munged, slurmctld and one slurmd a node as child processes, with every file in one temp
+/// dir; killed on drop.
 pub(crate) struct Cluster {
     pub dir: tempfile::TempDir,
-    children: Vec<(&'static str, Child)>,
+    nodes: Vec<String>,
+    children: Vec<Child>,
 }
 
 impl Cluster {
+    /// One node: this host, by its name, with its CPUs and memory as `slurmd -C` reads them.
     pub(crate) fn start() -> Cluster {
+        let (line, _, _) = hardware();
+        Self::start_with(vec![line])
+    }
+
+    /// `n` nodes, `node1`…, each a `slurmd -N` of its own on this host with a port of its
+    /// own and an equal share of the host's CPUs (one at least) and memory. Debian builds
+    /// Slurm with multiple-slurmd support (`scontrol show config` says MULTIPLE_SLURMD = Yes).
+    pub(crate) fn start_nodes(n: usize) -> Cluster {
+        assert!(n > 0, "a cluster needs a node");
+        let (_, cpus, memory) = hardware();
+        let host = run_ok(Command::new("hostname").arg("-s"));
+        let lines = (1..=n)
+            .map(|i| {
+                format!(
+                    "NodeName=node{i} NodeAddr=127.0.0.1 NodeHostname={} Port={} \
+                     CPUs={} RealMemory={}",
+                    host.trim(),
+                    free_port(),
+                    (cpus / n).max(1),
+                    memory / n as u64,
+                )
+            })
+            .collect();
+        Self::start_with(lines)
+    }
+
+    /// A cluster of the nodes `lines` configure (`NodeName=… CPUs=… …`), once all are idle.
+    fn start_with(lines: Vec<String>) -> Cluster {
         let dir = tempfile::tempdir().unwrap();
         // munged refuses a socket in a directory others cannot search.
         fs_err::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        let nodes = lines.iter().map(|line| node_name(line)).collect();
         let mut cluster = Cluster {
             dir,
+            nodes,
             children: Vec::new(),
         };
         cluster.start_munge();
-        cluster.write_config();
-        for daemon in ["slurmctld", "slurmd"] {
-            let child = cluster.spawn(Command::new(daemon).arg("-D"), daemon);
-            cluster.children.push((daemon, child));
-        }
+        cluster.write_config(&lines);
+        cluster.start_slurm();
         cluster.wait_until_idle();
         cluster
     }
 
     pub(crate) fn path(&self, name: &str) -> PathBuf {
         self.dir.path().join(name)
+    }
+
+    /// The nodes' names, as jobs see them in `SLURMD_NODENAME`.
+    pub(crate) fn nodes(&self) -> &[String] {
+        &self.nodes
     }
 
     /// munged with a key of its own (in a directory only root reads), on its own socket.
@@ -88,30 +127,50 @@ impl Cluster {
             munged.arg(format!("--{flag}={}", self.path(file).display()));
         }
         let child = self.spawn(&mut munged, "munged");
-        self.children.push(("munged", child));
-        self.wait_for("munged's socket", || self.path("munge/socket").exists());
+        self.children.push(child);
+        self.wait_for("munged's socket", DAEMONS, || {
+            self.path("munge/socket").exists()
+        });
     }
 
-    /// `slurm.conf` for one node, this host with its CPUs and memory as `slurmd -C` reads
-    /// them, and a stand-in GPU (`File=/dev/null`) so that `--gres=gpu:1` can be scheduled.
-    fn write_config(&self) {
-        let node = run_ok(Command::new("slurmd").arg("-C"));
-        let node = node.lines().next().unwrap_or_default();
+    /// slurmctld, then each node's slurmd, named with `-N` so that it takes its own line of
+    /// `slurm.conf` (and its own port, spool, pid and log files, by `%n`).
+    fn start_slurm(&mut self) {
+        let child = self.spawn(Command::new("slurmctld").arg("-D"), "slurmctld");
+        self.children.push(child);
+        for node in self.nodes.clone() {
+            let mut slurmd = Command::new("slurmd");
+            slurmd.args(["-D", "-N", &node]);
+            let child = self.spawn(&mut slurmd, &format!("slurmd-{node}"));
+            self.children.push(child);
+        }
+    }
+
+    /// `slurm.conf` for the nodes `lines` configure, each with a stand-in GPU
+    /// (`File=/dev/null`) so that `--gres=gpu:1` can be scheduled. There is no slurmdbd:
+    /// MinJobAge keeps ended jobs in `scontrol show job` for 10 minutes, and a job whose
+    /// dependency can never be met is cancelled rather than left pending for ever.
+    fn write_config(&self, lines: &[String]) {
         let host = run_ok(Command::new("hostname").arg("-s"));
         let dir = self.dir.path().display();
+        let nodes: String = lines
+            .iter()
+            .map(|line| format!("{line} Gres=gpu:1 Feature=fast,ib State=UNKNOWN\n"))
+            .collect();
         let config = format!(
             "ClusterName=imgbuild\nSlurmctldHost={host}\n\
              SlurmctldPort={}\nSlurmdPort={}\n\
              AuthType=auth/munge\nCredType=cred/munge\nAuthInfo=socket={dir}/munge/socket\n\
              SlurmUser=root\nSlurmdUser=root\n\
-             StateSaveLocation={dir}/state\nSlurmdSpoolDir={dir}/spool\n\
-             SlurmctldPidFile={dir}/slurmctld.pid\nSlurmdPidFile={dir}/slurmd.pid\n\
-             SlurmctldLogFile={dir}/slurmctld.log\nSlurmdLogFile={dir}/slurmd.log\n\
+             StateSaveLocation={dir}/state\nSlurmdSpoolDir={dir}/spool/%n\n\
+             SlurmctldPidFile={dir}/slurmctld.pid\nSlurmdPidFile={dir}/slurmd-%n.pid\n\
+             SlurmctldLogFile={dir}/slurmctld.log\nSlurmdLogFile={dir}/slurmd-%n.log\n\
              ProctrackType=proctrack/linuxproc\nTaskPlugin=task/none\n\
              SelectType=select/cons_tres\nSelectTypeParameters=CR_Core_Memory\n\
              MpiDefault=none\nJobAcctGatherType=jobacct_gather/none\n\
              MailProg=/bin/true\nReturnToService=2\nGresTypes=gpu\n\
-             {node} Gres=gpu:1 Feature=fast,ib State=UNKNOWN\n\
+             MinJobAge=600\nDependencyParameters=kill_invalid_depend\n\
+             {nodes}\
              PartitionName=debug Nodes=ALL Default=YES MaxTime=60 State=UP\n",
             free_port(),
             free_port(),
@@ -123,8 +182,9 @@ impl Cluster {
             "AutoDetect=off\nName=gpu File=/dev/null\n",
         )
         .unwrap();
-        for sub in ["state", "spool"] {
-            fs_err::create_dir_all(self.path(sub)).unwrap();
+        fs_err::create_dir_all(self.path("state")).unwrap();
+        for node in &self.nodes {
+            fs_err::create_dir_all(self.path(&format!("spool/{node}"))).unwrap();
         }
     }
 
@@ -143,18 +203,23 @@ impl Cluster {
     }
 
     fn wait_until_idle(&self) {
-        self.wait_for("the node to be idle", || {
-            let state = self.client("sinfo").args(["-h", "-N", "-o", "%T"]).output();
-            state.is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "idle")
+        let what = format!("{} to be idle", self.nodes.join(", "));
+        let all: BTreeSet<&str> = self.nodes.iter().map(String::as_str).collect();
+        self.wait_for(&what, DAEMONS, || {
+            let state = self
+                .client("sinfo")
+                .args(["-h", "-N", "-o", "%N %T"])
+                .output();
+            state.is_ok_and(|o| idle(&String::from_utf8_lossy(&o.stdout)) == all)
         });
     }
 
-    /// Polls `ready` for up to 60 s, failing with the daemons' output.
-    fn wait_for(&self, what: &str, ready: impl Fn() -> bool) {
+    /// Polls `ready` for up to `limit`, failing with the daemons' output.
+    fn wait_for(&self, what: &str, limit: Duration, ready: impl Fn() -> bool) {
         let started = Instant::now();
         while !ready() {
             assert!(
-                started.elapsed() < Duration::from_secs(60),
+                started.elapsed() < limit,
                 "timed out waiting for {what}:\n{}",
                 self.logs()
             );
@@ -162,17 +227,26 @@ impl Cluster {
         }
     }
 
+    /// What each daemon wrote: its own output holds what failed before its log file was
+    /// open (a bad `slurm.conf`); the log file also holds what slurmstepd wrote for jobs.
     pub(crate) fn logs(&self) -> String {
-        ["munged", "slurmctld", "slurmd"]
+        let mut files = vec!["munged.out".to_string(), "slurmctld.out".into()];
+        files.push("slurmctld.log".into());
+        for node in &self.nodes {
+            files.push(format!("slurmd-{node}.out"));
+            files.push(format!("slurmd-{node}.log"));
+        }
+        files
             .iter()
             .map(|name| {
-                let text = fs_err::read_to_string(self.path(&format!("{name}.out")));
+                let text = fs_err::read_to_string(self.path(name));
                 format!("--- {name}:\n{}", text.unwrap_or_default())
             })
             .collect()
     }
 
-    /// A Slurm client command for this cluster, run in its directory.
+    /// Any command (a Slurm client, a script that submits jobs) with this cluster's
+    /// `SLURM_CONF`, run in its directory.
     pub(crate) fn client(&self, program: &str) -> Command {
         let mut command = Command::new(program);
         command
@@ -180,16 +254,98 @@ impl Cluster {
             .current_dir(self.dir.path());
         command
     }
+
+    /// Every job slurmctld remembers: pending, running, or ended in the last 10 minutes.
+    pub(crate) fn jobs(&self) -> Vec<Job> {
+        let text = run_ok(self.client("scontrol").args(["show", "job", "--oneliner"]));
+        text.lines()
+            .filter(|line| line.starts_with("JobId="))
+            .map(Job::parse)
+            .collect()
+    }
+
+    /// Waits (5 minutes at most) until job `id`, an array's tasks with it, and every job that
+    /// depends on it have ended; returns every job, in its final state. The wait is for this
+    /// cluster's queue to empty, not for jobs by id: slurmctld forgets a dependency once it
+    /// is met, so a dependent that started before this call would not be found by it.
+    pub(crate) fn wait_for_job(&self, id: &str) -> Vec<Job> {
+        // A job slurmctld does not know (a typo, an id parsed wrongly) fails here.
+        run_ok(self.client("scontrol").args(["show", "job", id]));
+        self.wait_for(&format!("job {id} and its dependents"), JOBS, || {
+            let queue = self.client("squeue").arg("-h").output();
+            queue.is_ok_and(|o| o.status.success() && o.stdout.is_empty())
+        });
+        self.jobs()
+    }
 }
 
 impl Drop for Cluster {
     fn drop(&mut self) {
         // The daemons in the reverse order of their start: slurmd, slurmctld, munged.
-        for (_, child) in self.children.iter_mut().rev() {
+        for child in self.children.iter_mut().rev() {
             let _ = child.kill();
             let _ = child.wait();
         }
     }
+}
+
+/// A job as `scontrol show job` shows it, by field: `JobId`, `JobState`, `NodeList`,
+/// `ArrayJobId`, `ArrayTaskId`…
+#[derive(Debug)]
+pub(crate) struct Job(BTreeMap<String, String>);
+
+impl Job {
+    /// One line of `scontrol show job --oneliner`: `KEY=VALUE` words, where a word without
+    /// `=` goes on with the value before it (a job name or a path with a space).
+    fn parse(line: &str) -> Job {
+        let mut fields = BTreeMap::new();
+        let mut last = String::new();
+        for word in line.split_whitespace() {
+            if let Some((key, value)) = word.split_once('=') {
+                fields.insert(key.to_string(), value.to_string());
+                last = key.to_string();
+            } else if let Some(value) = fields.get_mut(&last) {
+                value.push(' ');
+                value.push_str(word);
+            }
+        }
+        Job(fields)
+    }
+
+    /// The field `key`, empty where the job has none.
+    pub(crate) fn get(&self, key: &str) -> &str {
+        self.0.get(key).map_or("", String::as_str)
+    }
+}
+
+/// The first line of `slurmd -C` (this host as one node), and its CPUs and memory (MiB).
+fn hardware() -> (String, usize, u64) {
+    let text = run_ok(Command::new("slurmd").arg("-C"));
+    let line = text.lines().next().unwrap_or_default().to_string();
+    let field = |key: &str| {
+        let word = line.split_whitespace().find_map(|w| w.strip_prefix(key));
+        word.and_then(|n| n.parse::<u64>().ok())
+            .unwrap_or_else(|| panic!("no {key} in `slurmd -C`: {line}"))
+    };
+    let (cpus, memory) = (field("CPUs="), field("RealMemory="));
+    (line, cpus as usize, memory)
+}
+
+/// The name of the node a `NodeName=NAME …` line configures.
+fn node_name(line: &str) -> String {
+    let first = line.split_whitespace().next().unwrap_or_default();
+    let name = first.strip_prefix("NodeName=");
+    name.unwrap_or_else(|| panic!("not a node line: {line}"))
+        .to_string()
+}
+
+/// The nodes `sinfo -h -N -o '%N %T'` shows idle.
+fn idle(sinfo: &str) -> BTreeSet<&str> {
+    let nodes = sinfo.lines().filter_map(|line| line.split_once(' '));
+    nodes
+        .filter(|(_, state)| state.trim() == "idle")
+        .map(|(node, _)| node)
+        .collect()
 }
 
 /// A munge key: 1024 bytes from the kernel's random source.
@@ -716,4 +872,124 @@ fn the_pyxis_export_list_reaches_the_step_as_slurm_splits_it() {
             "{item:?} in the step's environment:\n{output}"
         );
     }
+}
+
+/// Panics naming what is missing of `tools` (CI installs them all).
+fn require_tools(tools: &[&str]) {
+    let missing: Vec<&str> = tools.iter().copied().filter(|t| !have(t)).collect();
+    assert!(
+        missing.is_empty(),
+        "{} are required: run tests/install-deps.sh (missing: {})",
+        tools.join(", "),
+        missing.join(", ")
+    );
+}
+
+/// An array task: records its id and node in the directory `$1`, then waits (a minute at
+/// most) until a second task has started too. With one CPU a node, that one runs on another
+/// node, so the tasks are spread however fast they end.
+const ARRAY_TASK: &str = r#"#!/bin/sh
+echo "$SLURM_ARRAY_TASK_ID $SLURMD_NODENAME" > "$1/$SLURM_ARRAY_TASK_ID"
+i=0
+while [ "$(ls "$1" | wc -l)" -lt 2 ] && [ "$i" -lt 600 ]; do
+    sleep 0.1
+    i=$((i + 1))
+done
+"#;
+
+/// What the tasks of [`ARRAY_TASK`] wrote in `dir`, each task's node by its id, once all
+/// four of `--array=0-3` have.
+fn all_tasks_ran(dir: &Path) -> BTreeMap<String, String> {
+    let mut ran = BTreeMap::new();
+    for entry in fs_err::read_dir(dir).unwrap() {
+        let text = fs_err::read_to_string(entry.unwrap().path()).unwrap();
+        let (task, node) = text.trim().split_once(' ').unwrap_or((&text, ""));
+        ran.insert(task.to_string(), node.to_string());
+    }
+    let all = ["0", "1", "2", "3"];
+    assert!(ran.keys().map(String::as_str).eq(all), "{ran:?}");
+    ran
+}
+
+/// `sbatch --parsable ARGS`: the id of the job it submitted.
+fn sbatch_parsable(cluster: &Cluster, args: &[&str]) -> String {
+    let id = run_ok(cluster.client("sbatch").arg("--parsable").args(args));
+    id.trim().to_string()
+}
+
+/// `sbatch --wait --array=0-3` of [`ARRAY_TASK`]: the tasks ran on the cluster's nodes, on
+/// two of them at least.
+fn the_array_spreads_over_the_nodes(cluster: &Cluster, script: &Path) {
+    let dir = cluster.path("waited");
+    fs_err::create_dir(&dir).unwrap();
+    let mut sbatch = cluster.client("timeout");
+    sbatch.args(["300", "sbatch", "--wait", "--array=0-3"]);
+    run_ok(sbatch.arg(script).arg(&dir));
+    let ran = all_tasks_ran(&dir);
+    let used: BTreeSet<&String> = ran.values().collect();
+    assert!(
+        used.iter().all(|node| cluster.nodes().contains(node)),
+        "{ran:?}"
+    );
+    assert!(
+        used.len() >= 2,
+        "all tasks on one node: {ran:?}\n{}",
+        cluster.logs()
+    );
+}
+
+/// The array submitted without waiting, and a job with `--dependency=afterok:` on it that
+/// lists what the tasks wrote: all of them end COMPLETED, and the list has every task's file.
+fn a_dependent_runs_after_the_array(cluster: &Cluster, script: &Path) {
+    let dir = cluster.path("chained");
+    fs_err::create_dir(&dir).unwrap();
+    let (script, dir_arg) = (script.display().to_string(), dir.display().to_string());
+    let array = sbatch_parsable(cluster, &["--array=0-3", &script, &dir_arg]);
+    let listed = cluster.path("dependent.out");
+    let dependent = sbatch_parsable(
+        cluster,
+        &[
+            &format!("--dependency=afterok:{array}"),
+            &format!("--output={}", listed.display()),
+            "--wrap",
+            &format!("cat {dir_arg}/*"),
+        ],
+    );
+    let jobs = cluster.wait_for_job(&array);
+    let ours = |job: &&Job| job.get("ArrayJobId") == array || job.get("JobId") == dependent;
+    let ended: Vec<&str> = jobs
+        .iter()
+        .filter(ours)
+        .map(|j| j.get("JobState"))
+        .collect();
+    assert_eq!(ended, ["COMPLETED"; 5], "{jobs:#?}\n{}", cluster.logs());
+    let expected: String = all_tasks_ran(&dir)
+        .iter()
+        .map(|(task, node)| format!("{task} {node}\n"))
+        .collect();
+    let listed = fs_err::read_to_string(&listed).unwrap();
+    assert_eq!(listed, expected, "the dependent saw every task's file");
+}
+
+/// Two slurmd on this host as two nodes of one CPU each: an array's tasks run on both, and
+/// a job that depends on the array starts once all its tasks have ended, seeing what they
+/// wrote.
+#[test]
+fn an_array_runs_across_several_nodes() {
+    require_tools(&[
+        "slurmctld",
+        "slurmd",
+        "sbatch",
+        "sinfo",
+        "squeue",
+        "scontrol",
+        "munged",
+    ]);
+    require_root!("slurmd needs root to start jobs as their users");
+    let cluster = Cluster::start_nodes(2);
+    assert_eq!(cluster.nodes(), ["node1", "node2"]);
+    let script = cluster.path("array.sbatch");
+    fs_err::write(&script, ARRAY_TASK).unwrap();
+    the_array_spreads_over_the_nodes(&cluster, &script);
+    a_dependent_runs_after_the_array(&cluster, &script);
 }
