@@ -20,6 +20,7 @@ pub mod cli;
 pub mod init;
 pub(crate) mod inspect;
 pub(crate) mod k8s;
+pub(crate) mod locked_variants;
 pub(crate) mod notebook;
 pub(crate) mod provenance;
 pub(crate) mod publish;

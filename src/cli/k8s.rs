@@ -247,56 +247,28 @@ fn build_job_options(
     options: &WorkloadOptions,
     printer: &Printer,
 ) -> Result<BuildJobOptions, Box<dyn std::error::Error>> {
-    use crate::recipe::{Recipe, RecipeOptions, matrix};
-
     let builder_image = args
         .builder_image
         .clone()
         .ok_or("`--build-job` needs `--builder-image REF`: the imgbuild image the pods run")?;
-    let text = crate::recipe::read_recipe_text(recipe_path)?;
-    let variants = matrix::variants(&text, recipe_path)?;
-    let choices: Vec<Option<matrix::Variant>> = if variants.is_empty() {
-        vec![None]
-    } else {
-        variants.iter().cloned().map(Some).collect()
-    };
-    let mut locks = Vec::new();
-    let mut tags = std::collections::BTreeMap::new();
-    let mut base_name = None;
-    for variant in &choices {
-        let recipe = Recipe::load(
-            recipe_path,
-            &RecipeOptions {
-                variant: variant.clone(),
-                ..RecipeOptions::default()
-            },
-        )?;
-        let suffix = variant.as_ref().map(matrix::Variant::suffix);
-        locks.push(read_lock(&recipe, recipe_path)?);
-        let tag = recipe.tags.first().cloned().unwrap_or_default();
-        if let Some(other) = tags.insert(tag.clone(), suffix.clone()) {
-            return Err(format!(
-                "variants `{}` and `{}` would both push to tag `{tag}`: put a matrix key in the recipe's tags, e.g. `tags = [\"{{{{python}}}}-{{{{cuda}}}}\"]`",
-                other.unwrap_or_default(),
-                suffix.unwrap_or_default()
-            )
-            .into());
-        }
-        warn_of_local_channels(&recipe, printer);
-        base_name.get_or_insert_with(|| match &suffix {
-            Some(suffix) => recipe
-                .name
-                .strip_suffix(&format!("-{suffix}"))
-                .unwrap_or(&recipe.name)
-                .to_string(),
-            None => recipe.name.clone(),
-        });
+    let (text, variants) = crate::locked_variants::locked_variants(recipe_path)?;
+    for variant in &variants {
+        warn_of_local_channels(&variant.recipe, printer);
     }
+    let base_name = variants[0].base_name();
+    let matrix_variants = match variants[0].variant {
+        Some(_) => variants.len(),
+        None => 0,
+    };
+    let locks: Vec<(String, String)> = variants
+        .into_iter()
+        .map(|v| (v.lock_file, v.lock_text))
+        .collect();
     Ok(BuildJobOptions {
         name: options
             .name
             .clone()
-            .unwrap_or_else(|| format!("{}-build", base_name.unwrap_or_default())),
+            .unwrap_or_else(|| format!("{base_name}-build")),
         namespace: options.namespace.clone(),
         builder_image,
         repository: options.repository.clone(),
@@ -306,7 +278,7 @@ fn build_job_options(
             .unwrap_or_default(),
         recipe_text: text,
         locks,
-        variants: variants.len(),
+        variants: matrix_variants,
         pull_secrets: options.pull_secrets.clone(),
         push_secret: args.push_secret.clone(),
         cpu: options.cpu.clone(),
@@ -314,30 +286,6 @@ fn build_job_options(
         tolerations: options.tolerations.clone(),
         cache_repo: args.cache_repo.as_ref().map(ToString::to_string),
     })
-}
-
-/// A variant's lock, as the ConfigMap holds it: (file name, text). The pods build with
-/// `--locked`, so a missing lock is an error here rather than a failed pod.
-fn read_lock(
-    recipe: &crate::recipe::Recipe,
-    recipe_path: &std::path::Path,
-) -> Result<(String, String), String> {
-    let lock_path = recipe.lock_path();
-    let lock = crate::fs::read_input_text(&lock_path, crate::lock::MAX_LOCK_BYTES).map_err(|err| {
-        if !err.is_not_found() {
-            return format!("`{}` cannot be read: {err}", lock_path.display());
-        }
-        format!(
-            "`{}` does not exist: the pods build with `--locked`, so lock every variant first (`imgbuild build {}`)",
-            lock_path.display(),
-            recipe_path.display()
-        )
-    })?;
-    let file_name = lock_path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    Ok((file_name, lock))
 }
 
 /// Warns of channels on this machine's disk, which the pods see only if mounted alike.

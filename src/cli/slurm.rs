@@ -7,9 +7,9 @@ use clap::Args;
 use super::printer::{CommandFailure, Printer};
 
 use crate::slurm::{
-    JobOptions, Jupyter, Runner, SlurmError, Volume, check_constraint, check_login_host,
-    check_login_user, check_name, check_time, parse_count, parse_cpus, parse_gpus, parse_memory,
-    parse_switch, parse_volume, sbatch_script,
+    BuildOptions, Builder, JobOptions, Jupyter, Runner, SlurmError, Volume, build_script,
+    check_constraint, check_login_host, check_login_user, check_name, check_time, parse_count,
+    parse_cpus, parse_gpus, parse_memory, parse_switch, parse_volume, sbatch_script,
 };
 
 pub(super) const SLURM_EXAMPLES: &str = "\
@@ -24,7 +24,9 @@ Examples:
       --set nodes=4 --set ntasks-per-node=1 --set gpus-per-node=h100:8 \\
       --volume /scratch/datasets:/data:ro > multi.sbatch
   imgbuild slurm images/jupyter --repository registry.example/ml/jupyter --jupyter \\
-      --set partition=gpu --set time=8:00:00 --login-host login.cluster.example > lab.sbatch";
+      --set partition=gpu --set time=8:00:00 --login-host login.cluster.example > lab.sbatch
+  imgbuild slurm --build recipes/torch21-matrix.toml --repository registry.example/ml/torch \\
+      --cache-repo registry.example/ci/layers --shards 8 --set cpus=16 > build.sh && bash build.sh";
 
 /// The keys `--set` takes.
 const SET_KEYS: &[&str] = &[
@@ -49,11 +51,39 @@ const SET_KEYS: &[&str] = &[
 #[derive(Debug, Args)]
 pub(crate) struct SlurmArgs {
     /// The image: an OCI layout directory, optionally with `:TAG`
-    pub image: String,
+    #[arg(required_unless_present = "build")]
+    pub image: Option<String>,
     /// Where the image was pushed (`REGISTRY/REPO`); the script runs it as
-    /// `REGISTRY/REPO@sha256:…`, never by tag
+    /// `REGISTRY/REPO@sha256:…`, never by tag. With `--build`: where each variant is
+    /// pushed, under its own tag
     #[arg(long, value_name = "REGISTRY/REPO")]
     pub repository: String,
+    /// Instead of running an image, write a driver script that builds RECIPE's variants on
+    /// the cluster: a job array of `--shards` tasks, each compressing its share of the
+    /// distinct layers into the `--cache-repo`, then a job after them all (`afterok`) that
+    /// builds each variant `--locked` from that cache and pushes it. Run it with `bash`
+    #[arg(long, value_name = "RECIPE", conflicts_with_all = ["image", "jupyter", "volumes"])]
+    pub build: Option<std::path::PathBuf>,
+    /// With `--build`: the tasks of the array
+    #[arg(long, value_name = "N", requires = "build", default_value_t = 4,
+          value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub shards: u32,
+    /// With `--build`: the registry layer cache the tasks share (`REGISTRY/REPO`)
+    #[arg(long, value_name = "REGISTRY/REPO", requires = "build",
+          value_parser = super::build::parse_cache_repo)]
+    pub cache_repo: Option<crate::registry::Reference>,
+    /// With `--build`: run imgbuild's own image (`recipes/imgbuild-builder.toml`) through
+    /// the `--runner`, instead of the imgbuild on the nodes
+    #[arg(long, value_name = "REF", requires = "build")]
+    pub builder_image: Option<String>,
+    /// With `--build`: the imgbuild the nodes run [default: this one, by its absolute path]
+    #[arg(
+        long,
+        value_name = "PATH",
+        requires = "build",
+        conflicts_with = "builder_image"
+    )]
+    pub imgbuild: Option<std::path::PathBuf>,
     /// What runs the container: Pyxis (`srun --container-image`, enroot) or podman
     #[arg(long, value_enum, default_value = "pyxis")]
     pub runner: Runner,
@@ -197,7 +227,18 @@ fn options(args: &SlurmArgs) -> Result<JobOptions, String> {
 
 pub(super) fn run_slurm(args: &SlurmArgs, printer: &Printer) -> Result<ExitCode, CommandFailure> {
     let options = options(args).map_err(|err| CommandFailure::new(err, 1))?;
-    let image = crate::inspect::inspect(&args.image).map_err(|err| CommandFailure::new(err, 1))?;
+    if let Some(recipe) = &args.build {
+        let script = build_options(args, recipe, options)
+            .and_then(|o| build_script(&o).map_err(Into::into))
+            .map_err(|err| CommandFailure::new(err, 1))?;
+        printer.document(&script);
+        return Ok(ExitCode::SUCCESS);
+    }
+    let image_arg = args
+        .image
+        .as_deref()
+        .expect("clap requires IMAGE without --build");
+    let image = crate::inspect::inspect(image_arg).map_err(|err| CommandFailure::new(err, 1))?;
     let script = sbatch_script(&image, &options).map_err(|err| CommandFailure::new(err, 1))?;
     printer.document(&script);
     if options.jupyter.is_some() {
@@ -207,4 +248,92 @@ pub(super) fn run_slurm(args: &SlurmArgs, printer: &Printer) -> Result<ExitCode,
         );
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Whether a `--set` key was given.
+type IsSet = fn(&JobOptions) -> bool;
+
+/// The `--set` keys of a job that runs an image, not of a build: a build job is one task
+/// on one node, with no GPU, running imgbuild.
+const RUN_ONLY_KEYS: &[(&str, IsSet)] = &[
+    ("gpus", |o| o.gpus.is_some()),
+    ("gpus-per-node", |o| o.gpus_per_node.is_some()),
+    ("nodes", |o| o.nodes.is_some()),
+    ("ntasks-per-node", |o| o.ntasks_per_node.is_some()),
+    ("command", |o| o.command.is_some()),
+    ("args", |o| o.args.is_some()),
+];
+
+/// `--build`: the recipe's variants, each locked and with a tag of its own, and where the
+/// jobs run and what runs imgbuild in them.
+fn build_options(
+    args: &SlurmArgs,
+    recipe: &std::path::Path,
+    job: JobOptions,
+) -> Result<BuildOptions, Box<dyn std::error::Error>> {
+    if let Some((key, _)) = RUN_ONLY_KEYS.iter().find(|(_, set)| set(&job)) {
+        return Err(
+            format!("`--set {key}` is for a job that runs an image, not for `--build`").into(),
+        );
+    }
+    let cache_repo = args
+        .cache_repo
+        .as_ref()
+        .ok_or("`--build` needs `--cache-repo REGISTRY/REPO`: the shard tasks hand their layers to the build through it")?;
+    let (_, variants) = crate::locked_variants::locked_variants(recipe)?;
+    let absolute = |path: &std::path::Path| -> Result<String, std::io::Error> {
+        Ok(std::path::absolute(path)?.to_string_lossy().into_owned())
+    };
+    let builder = match (&args.builder_image, &args.imgbuild) {
+        (Some(image), _) => Builder::Container {
+            runner: args.runner,
+            image: crate::reference::Reference::parse(image)?,
+        },
+        (None, Some(path)) => Builder::Host {
+            imgbuild: absolute(path)?,
+        },
+        (None, None) => Builder::Host {
+            imgbuild: absolute(&std::env::current_exe()?)?,
+        },
+    };
+    let name = match &job.name {
+        Some(name) => name.clone(),
+        None => job_name_of(&variants[0].base_name()),
+    };
+    Ok(BuildOptions {
+        recipe: absolute(recipe)?,
+        workdir: absolute(std::path::Path::new("."))?
+            .trim_end_matches("/.")
+            .to_string(),
+        name,
+        builder,
+        shards: args.shards,
+        cache_repo: cache_repo.to_string(),
+        repository: args.repository.clone(),
+        variants: if variants[0].variant.is_some() {
+            variants.len()
+        } else {
+            0
+        },
+        job,
+    })
+}
+
+/// A job name from a recipe's name, in the characters `--job-name` takes.
+fn job_name_of(recipe_name: &str) -> String {
+    let name: String = recipe_name
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || "-_.".contains(c) {
+                c
+            } else {
+                '-'
+            }
+        })
+        .collect();
+    if name.is_empty() {
+        "imgbuild".into()
+    } else {
+        name
+    }
 }

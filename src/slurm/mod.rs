@@ -7,9 +7,11 @@
 //! (the `#SBATCH` lines, which sbatch reads with its own parser) or shell-quoted (the `srun`
 //! line, which bash reads), so no `--set`, `--env` or image config can add a command.
 
+mod build;
 mod jupyter;
 mod values;
 
+pub(crate) use build::{BuildOptions, Builder, build_script};
 pub(crate) use jupyter::{Jupyter, check_login_host, check_login_user};
 
 pub(crate) use values::{
@@ -155,6 +157,11 @@ pub(crate) enum SlurmError {
         "`--set gpus` and `--set gpus-per-node` both ask for GPUs; give one (gpus-per-node for a multi-node job)"
     )]
     GpusTwice,
+    #[error(
+        "the {what} `{}` holds a line break or another control character, which a job script cannot carry",
+        value.escape_debug()
+    )]
+    LineBreak { what: &'static str, value: String },
     #[error("`--jupyter`: `{image}` {reason}")]
     Jupyter { image: String, reason: String },
 }
@@ -280,7 +287,7 @@ fn pinned_reference(repository: &str, digest: &str) -> Result<Reference, SlurmEr
 /// The `#SBATCH` options, each already checked by the `check_*` functions. One task unless
 /// nodes or tasks per node are asked for; then `srun` runs the step once per task, on
 /// every node.
-fn directives(name: &str, options: &JobOptions, gpus: &Gpus) -> Vec<String> {
+pub(super) fn directives(name: &str, options: &JobOptions, gpus: &Gpus) -> Vec<String> {
     let mut lines = vec![format!("--job-name={name}")];
     if options.jupyter.is_some() {
         lines.push(format!("--output={}", jupyter::OUTPUT));

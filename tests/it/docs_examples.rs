@@ -137,6 +137,10 @@ const SKIPS: &[(&str, &str)] = &[
         "needs the site's login node (tests/it/slurm_jupyter.rs runs it against its sshd)",
     ),
     ("scancel", "needs a Slurm cluster"),
+    (
+        "bash build.sh",
+        "needs a Slurm cluster (tests/it/slurm_build.rs runs the script on one of its own)",
+    ),
     ("skopeo copy docker://", "needs a registry (Docker Hub)"),
     (
         "lock recipes/env.toml",

@@ -147,6 +147,7 @@ const LEVELS: &[(&str, &[&str])] = &[
             "sbom",
             "provenance",
             "init",
+            "locked_variants",
             "k8s",
             "slurm",
             "notebook",

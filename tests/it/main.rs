@@ -83,6 +83,7 @@ mod sbom;
 mod shard;
 mod signing;
 mod slurm;
+mod slurm_build;
 mod slurm_jupyter;
 mod smoke;
 mod smoke_embed;
