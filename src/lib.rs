@@ -21,6 +21,7 @@ pub mod init;
 pub(crate) mod inspect;
 pub(crate) mod k8s;
 pub(crate) mod locked_variants;
+pub(crate) mod models;
 pub(crate) mod notebook;
 pub(crate) mod provenance;
 pub(crate) mod publish;

@@ -92,6 +92,8 @@ pub(crate) enum BuildError {
     /// A library runs on none of `[cuda] architectures`.
     #[error(transparent)]
     GpuArchitectures(#[from] Box<crate::cuda::fatbin::NotCovered>),
+    #[error(transparent)]
+    Model(#[from] crate::models::ModelError),
     #[error(
         "`--shard` builds layers for the build that follows, and they reach it through the layer cache repository: give `--cache-repo REGISTRY/REPO`, not read-only"
     )]
@@ -135,6 +137,7 @@ impl BuildError {
             BuildError::Layout(_) | BuildError::Staging { .. } => 2,
             BuildError::Lock(LockError::Write { .. }) => 2,
             BuildError::Sbom(_) => 2,
+            BuildError::Model(crate::models::ModelError::Write { .. }) => 2,
             BuildError::Provenance(err) => err.exit_code(),
             BuildError::Smoke(EmbedError::Stage { .. }) => 2,
             _ => 1,

@@ -147,7 +147,10 @@ pub(crate) async fn build(
                 Stage::Write,
                 "unchanged: inputs identical to the image in place",
             );
-            return output.report(image, &lock, lock_report, timings, true);
+            let models = write_models(&cx, &output.layout_dir)?;
+            let mut report = output.report(image, &lock, lock_report, timings, true)?;
+            report.models = models;
+            return Ok(report);
         }
         BuildPlan::Build(work) => work,
     };
@@ -173,9 +176,39 @@ pub(crate) async fn build(
         Some(shared) => Some(shared.store_offered(reporter).await),
         None => None,
     };
+    let models = write_models(&cx, &output.layout_dir)?;
     let mut report = output.report(image, &lock, lock_report, timings, false)?;
     report.cache_repo = shared;
+    report.models = models;
     Ok(report)
+}
+
+/// Step 5½: the recipe's `[[models]]` beside the image's layout, each file checked against
+/// the lock's pin as it is read (for an unchanged image too: the models have layouts of
+/// their own).
+fn write_models(
+    cx: &Context<'_>,
+    layout_dir: &Path,
+) -> Result<Vec<crate::models::WrittenModel>, BuildError> {
+    let recipe = cx.recipe;
+    if recipe.models.is_empty() {
+        return Ok(Vec::new());
+    }
+    let pinned = crate::lock::read_models(&recipe.lock_path())?;
+    let architecture = recipe
+        .platforms
+        .iter()
+        .next()
+        .and_then(crate::names::oci_architecture)
+        .map_or("amd64", |(arch, _)| arch);
+    let created = write::rfc3339_utc(cx.created_seconds);
+    Ok(crate::models::write_all(
+        recipe,
+        &pinned,
+        layout_dir,
+        &created,
+        architecture,
+    )?)
 }
 
 /// Step 4½ ([`runnable`]): each staged platform must start the program the recipe's
@@ -423,6 +456,7 @@ impl Output {
             provenance,
             unchanged,
             cache_repo: None,
+            models: Vec::new(),
         })
     }
 }

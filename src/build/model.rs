@@ -119,6 +119,8 @@ pub(crate) struct BuildReport {
     pub unchanged: bool,
     /// What the layer cache repository did, when one was used.
     pub cache_repo: Option<crate::registry::cache_repo::CacheRepoSummary>,
+    /// The `[[models]]` written beside the image, in the recipe's order.
+    pub models: Vec<crate::models::WrittenModel>,
 }
 
 /// The result of `build --shard I/N`: what this worker compressed and stored.

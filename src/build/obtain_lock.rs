@@ -28,8 +28,8 @@ enum LockStep {
     Outdated(Staleness),
     /// The lock satisfies the recipe: use it.
     Reuse,
-    /// The lock's packages satisfy the recipe but a `[[files]]` source changed: pin the
-    /// sources again without solving (the packages do not depend on the files).
+    /// The lock's packages satisfy the recipe but a `[[files]]` source or a model's file
+    /// changed: pin them again without solving (the packages do not depend on them).
     Repin { reason: String },
     /// Solve and write a lock; `reason` says why one that exists is replaced.
     Solve { reason: Option<String> },
@@ -43,7 +43,11 @@ impl LockStep {
             (LockMode::Locked, false, _) => LockStep::Missing,
             (LockMode::Locked, true, Some(reason)) => LockStep::Outdated(reason),
             (LockMode::Locked | LockMode::Reuse, true, None) => LockStep::Reuse,
-            (LockMode::Reuse, true, Some(reason @ Staleness::Sources { .. })) => LockStep::Repin {
+            (
+                LockMode::Reuse,
+                true,
+                Some(reason @ (Staleness::Sources { .. } | Staleness::Model { .. })),
+            ) => LockStep::Repin {
                 reason: reason.to_string(),
             },
             (_, exists, staleness) => LockStep::Solve {
@@ -55,6 +59,12 @@ impl LockStep {
             },
         }
     }
+}
+
+/// What a lock pins beside the packages: the `[[files]]` sources and the models' files.
+struct LockPins {
+    sources: Vec<crate::lock::SourceDigest>,
+    models: Vec<crate::lock::ModelPin>,
 }
 
 /// Returns a lock that satisfies the recipe, solving and writing one when needed.
@@ -72,13 +82,19 @@ pub(super) async fn obtain_lock(
     for platform in &prepared.platforms {
         super::accounts_layer::check_names(recipe, platform.tables.as_ref())?;
     }
-    let sources = super::files_layer::source_digests(recipe)?;
+    let pins = LockPins {
+        sources: super::files_layer::source_digests(recipe)?,
+        models: crate::models::pins(recipe)?,
+    };
     let staleness = match &existing {
         Some(lock) => {
-            // The `[[files]]` sources after the packages: a changed package explains more.
+            // The `[[files]]` sources and the models after the packages: a changed
+            // package explains more.
             let files = crate::lock::read_sources(&lock_path)?;
+            let models = crate::lock::read_models(&lock_path)?;
             lock.check(recipe, &prepared.wanted())
-                .and_then(|()| crate::lock::check_files(&files, &sources))
+                .and_then(|()| crate::lock::check_files(&files, &pins.sources))
+                .and_then(|()| crate::lock::check_models(&models, &pins.models))
                 .err()
         }
         None => None,
@@ -89,7 +105,7 @@ pub(super) async fn obtain_lock(
         })?;
         super::lock_update::check_names(&old, &settings.update, &lock_path)?;
         let lock = solve(prepared, settings, Some(&old), &lock_path, reporter).await?;
-        let lock = write_and_read_back(&lock, recipe, &sources, &lock_path)?;
+        let lock = write_and_read_back(&lock, recipe, &pins, &lock_path)?;
         let outcome = LockOutcome::Updated {
             names: settings.update.clone(),
             changes: super::lock_update::changes(&old, &lock),
@@ -116,12 +132,12 @@ pub(super) async fn obtain_lock(
             let lock = existing.expect("a lock is repinned only when there is one");
             lock.check_sources(recipe, &lock_path)?;
             check_cuda_runtimes(recipe, &lock.platforms, reporter)?;
-            let lock = write_and_read_back(&lock, recipe, &sources, &lock_path)?;
+            let lock = write_and_read_back(&lock, recipe, &pins, &lock_path)?;
             Ok(reported(lock, lock_path, LockOutcome::Repinned { reason }))
         }
         (LockStep::Solve { reason }, _) => {
             let lock = solve(prepared, settings, None, &lock_path, reporter).await?;
-            let lock = write_and_read_back(&lock, recipe, &sources, &lock_path)?;
+            let lock = write_and_read_back(&lock, recipe, &pins, &lock_path)?;
             Ok(reported(lock, lock_path, LockOutcome::Written { reason }))
         }
     }
@@ -226,18 +242,19 @@ async fn solve_platform(
     })
 }
 
-/// Writes `lock` for `recipe`, with its `[[files]]` sources' digests, and reads it back.
+/// Writes `lock` for `recipe`, with its `[[files]]` sources' digests and its models'
+/// files, and reads it back.
 fn write_and_read_back(
     lock: &Lock,
     recipe: &Recipe,
-    sources: &[crate::lock::SourceDigest],
+    pins: &LockPins,
     lock_path: &Path,
 ) -> Result<Lock, BuildError> {
     let recipe_file = recipe.path.file_name().map_or_else(
         || recipe.path.display().to_string(),
         |f| f.to_string_lossy().into_owned(),
     );
-    lock.write_with_sources(lock_path, &recipe_file, sources)?;
+    lock.write_pinned(lock_path, &recipe_file, &pins.sources, &pins.models)?;
     // Build from the lock as it reads back, not from the solver's records: the lock
     // keeps fewer fields (no `arch`/`platform`, which some channels leave to be
     // derived), and a build from a fresh solve must equal any later build from its

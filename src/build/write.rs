@@ -309,7 +309,7 @@ impl<'a> Writer<'a> {
 /// `seconds` since the epoch as an RFC 3339 UTC time, for `created`. Civil time, because
 /// jiff's `Timestamp` ends a day before 9999-12-31T23:59:59Z (the last `SOURCE_DATE_EPOCH`
 /// accepted), where the image would silently say 1970.
-fn rfc3339_utc(seconds: i64) -> String {
+pub(super) fn rfc3339_utc(seconds: i64) -> String {
     let epoch = jiff::civil::DateTime::constant(1970, 1, 1, 0, 0, 0, 0);
     epoch
         .checked_add(jiff::SignedDuration::from_secs(seconds.max(0)))

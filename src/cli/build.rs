@@ -408,6 +408,20 @@ fn print_build(report: &BuildReport, printer: &Printer) {
     if let Some(shared) = &report.cache_repo {
         print_cache_repo(shared, printer);
     }
+    for model in &report.models {
+        printer.status(
+            "Model",
+            format_args!(
+                "{} ({}, {}) for {}: {}@{}",
+                model.name,
+                counted(model.files, "file"),
+                human_bytes(model.bytes),
+                model.mount,
+                model.layout.display(),
+                model.image_digest
+            ),
+        );
+    }
     for path in &report.sboms {
         printer.status("SBOM", path.display());
     }

@@ -665,5 +665,15 @@ pub(crate) fn result_event(report: &BuildReport) -> Value {
         "provenance": report.provenance,
         "timings": timings,
         "cache_repo": report.cache_repo,
+        "models": report.models.iter().map(|m| json!({
+            "name": m.name,
+            "mount": m.mount,
+            "layout": m.layout,
+            "image": format!("{}:{}@{}", m.layout.display(), report.tags.first().map_or("latest", |t| t), m.image_digest),
+            "artifact": m.artifact_digest,
+            "files": m.files,
+            "bytes": m.bytes,
+            "layers": m.layers.iter().map(|(path, digest)| json!({"path": path, "digest": digest})).collect::<Vec<_>>(),
+        })).collect::<Vec<_>>(),
     })
 }

@@ -301,6 +301,11 @@ entrypoint = ["/opt/conda/bin/python"]
 # mode = "0644"                 # files; directories get the matching x bits
 # exclude = ["*.tmp", "__pycache__/"]   # also .imgbuildignore or .dockerignore in src
 
+# [[models]]                    # model weights beside the image, mounted at `mount`
+# name = "tiny-llama"           # its layout: images/NAME.models/tiny-llama
+# mount = "/models/tiny-llama"  # absolute path in the container
+# source = "models/tiny-llama"  # a file or directory beneath this file's directory
+
 # [[checks]]                    # notebooks `imgbuild notebook --recipe` runs in the image
 # notebook = "notebooks/analysis.ipynb"      # relative to this file, beneath its directory
 # expect = "notebooks/analysis.intoto.json"  # an earlier run's statement to match
@@ -451,7 +456,7 @@ mod tests {
             None => "zzz-unknown = 1\n[image]\nname = \"x\"\n".to_string(),
             Some("image") => "[image]\nname = \"x\"\nzzz-unknown = 1\n".to_string(),
             // An array of tables.
-            Some(array @ ("files" | "checks")) => {
+            Some(array @ ("files" | "checks" | "models")) => {
                 format!("[image]\nname = \"x\"\n[[{array}]]\nzzz-unknown = 1\n")
             }
             Some(section) => format!("[image]\nname = \"x\"\n[{section}]\nzzz-unknown = 1\n"),

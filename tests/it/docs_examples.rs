@@ -138,6 +138,14 @@ const SKIPS: &[(&str, &str)] = &[
     ),
     ("scancel", "needs a Slurm cluster"),
     (
+        "served.models",
+        "a placeholder for the reader's model layout (tests/it/models.rs copies one into podman)",
+    ),
+    (
+        "--mount type=image",
+        "needs podman as root (tests/it/models.rs mounts a model so)",
+    ),
+    (
         "bash build.sh",
         "needs a Slurm cluster (tests/it/slurm_build.rs runs the script on one of its own)",
     ),

@@ -148,6 +148,7 @@ const LEVELS: &[(&str, &[&str])] = &[
             "provenance",
             "init",
             "locked_variants",
+            "models",
             "k8s",
             "slurm",
             "notebook",

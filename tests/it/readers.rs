@@ -117,6 +117,12 @@ const EXCEPTIONS: &[(&str, &str, usize, &str)] = &[
         "BuildContext::read_dir, beneath the context handle",
     ),
     (
+        "src/models/source.rs",
+        "read_dir(",
+        1,
+        "BuildContext::read_dir, beneath the recipe directory's handle",
+    ),
+    (
         "src/build/files_layer.rs",
         "read_link(",
         1,

@@ -107,6 +107,8 @@ pub struct Recipe {
     pub check_entrypoint: bool,
     /// `[pypi]`: wheels installed into the environment; `None` without the section.
     pub pypi: Option<super::pypi::PypiRecipe>,
+    /// `[[models]]`: model weights, each an artifact beside the image, pinned in the lock.
+    pub models: Vec<super::models::Model>,
     /// `[[checks]]`: notebooks to run in the built image; not part of the image or its lock.
     pub checks: Vec<super::checks::NotebookCheck>,
 }
@@ -228,6 +230,7 @@ impl Checker {
             self.owned_directory(dir, dir.get_ref(), "workdir", &target.prefix, false)?;
         }
         let files = self.files(&file.files, &recipe_dir(&self.path))?;
+        let models = self.models(&file.models, &recipe_dir(&self.path), &target.prefix)?;
         let layers = self.layers(&file.layers)?;
         let checks = self.checks(&file.checks)?;
         Ok(Recipe {
@@ -247,6 +250,7 @@ impl Checker {
             config,
             accounts,
             files,
+            models,
             layer_budget: layers.budget,
             split: layers.split,
             compression: layers.compression,

@@ -12,6 +12,7 @@ mod error;
 pub mod files;
 mod load;
 pub mod matrix;
+pub mod models;
 mod platforms;
 pub mod pypi;
 mod runtime;

@@ -32,6 +32,9 @@ pub(crate) struct RecipeFile {
     /// Optional: `[[files]]`, the recipe's own files and directories, a layer each.
     #[serde(default)]
     pub files: Vec<Spanned<FilesEntry>>,
+    /// Optional: `[[models]]`, model weights written as artifacts beside the image.
+    #[serde(default)]
+    pub models: Vec<Spanned<ModelEntry>>,
     /// Optional: `[[checks]]`, notebooks `imgbuild notebook --recipe` runs in the image.
     #[serde(default)]
     pub checks: Vec<Spanned<CheckEntry>>,
@@ -233,4 +236,15 @@ pub(crate) struct FilesEntry {
     /// Globs of paths under `src` to leave out, as in `.imgbuildignore`.
     #[serde(default)]
     pub exclude: Vec<Spanned<String>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct ModelEntry {
+    /// Required: the model's name, a DNS label; its artifact is `images/NAME.models/MODEL`.
+    pub name: Spanned<String>,
+    /// Required: absolute in-container path the model is mounted at.
+    pub mount: Spanned<String>,
+    /// Required: a file or directory beneath the recipe's directory.
+    pub source: Spanned<String>,
 }

@@ -59,6 +59,13 @@ pub enum Staleness {
         locked: Option<String>,
         wanted: Option<String>,
     },
+    /// A `[[models]]` file differs from what the lock pins: `None` where one side lacks it.
+    Model {
+        model: String,
+        path: String,
+        locked: Option<String>,
+        wanted: Option<String>,
+    },
     /// A reason that holds for one platform of a multi-platform lock.
     OnPlatform {
         platform: String,
@@ -126,6 +133,19 @@ impl fmt::Display for Staleness {
                     write!(f, "`[[files]]` source `{src}` is no longer in the recipe")
                 }
                 _ => write!(f, "`[[files]]` source `{src}` is not in the lock"),
+            },
+            Staleness::Model {
+                model,
+                path,
+                locked,
+                wanted,
+            } => match (locked, wanted) {
+                (Some(locked), Some(wanted)) => write!(
+                    f,
+                    "file `{path}` of model `{model}` changed (locked {locked}, now {wanted})"
+                ),
+                (Some(_), None) => write!(f, "file `{path}` of model `{model}` is no longer there"),
+                _ => write!(f, "file `{path}` of model `{model}` is not in the lock"),
             },
             Staleness::OnPlatform { platform, reason } => write!(f, "{platform}: {reason}"),
         }

@@ -11,6 +11,7 @@
 mod check;
 mod file;
 mod model;
+mod models;
 mod sources;
 
 // Test values, for this crate's tests and (through the `fixtures` feature) the crates
@@ -21,6 +22,7 @@ pub mod fixtures;
 pub use check::Staleness;
 pub use file::{LockError, MAX_LOCK_BYTES};
 pub use model::{Lock, LockedBase, PlatformLock, ResolvedWheel};
+pub use models::{ModelPin, check_models, models_in, read_models};
 pub use sources::{SourceDigest, check_files, read_sources, sources_in};
 
 /// A lock written, read back and checked against the recipe it was written for.

@@ -37,15 +37,17 @@ impl Lock {
         Ok(with_sources_header(&text, sources))
     }
 
-    /// Writes the lock with the `sources` pinned, atomically.
-    pub fn write_with_sources(
+    /// Writes the lock with the `sources` and the `models`' files pinned, atomically.
+    pub fn write_pinned(
         &self,
         path: &Path,
         recipe_file: &str,
         sources: &[SourceDigest],
+        models: &[super::ModelPin],
     ) -> Result<(), LockError> {
         let lock_dir = path.parent().unwrap_or(Path::new("."));
         let text = self.render_with_sources(recipe_file, lock_dir, sources)?;
+        let text = super::models::with_models_header(&text, models);
         crate::fs::write_atomic(path, text.as_bytes()).map_err(|source| LockError::Write {
             path: path.to_path_buf(),
             source,
