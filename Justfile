@@ -66,7 +66,9 @@ demo:
 # each pinned to that many CPUs: wall time, peak RSS, speedup and wall ÷ CPU floor (issue 32).
 # `just bench --fleet [--size-gb N] [--no-buildah]`: fresh builders of that environment through
 # a local docker-registry as `--cache-repo` (cold, no change, one package changed), beside
-# buildah's --cache-to/--cache-from; time, bytes extracted, compressed and moved (issue 28).
+# buildah's --cache-to/--cache-from; time, bytes extracted, compressed and moved (issue 28); then
+# a 4-variant matrix built by 1, 2 and 4 `--shard` workers and assembled from the registry,
+# against one plain matrix build: time, peak RSS, bytes compressed ÷ distinct layer bytes.
 bench *ARGS:
     cargo build --release --bin imgbuild --example bench
     cargo run --release --quiet --example bench -- --out docs/benchmarks.md {{ARGS}}

@@ -40,6 +40,8 @@ mod node;
 mod podman;
 #[path = "../tests/support/registry_log.rs"]
 mod registry_log;
+#[path = "support/bench_shards.rs"]
+mod shards;
 #[path = "support/bench_split.rs"]
 mod split;
 #[path = "support/bench_synthetic.rs"]

@@ -5,7 +5,9 @@
 //!
 //! - cold: an empty registry cache, `build --cache-repo … --push …`;
 //! - a fresh builder, no change: the same lock, with the registry cache warm;
-//! - a fresh builder, one small package changed.
+//! - a fresh builder, one small package changed;
+//! - a `[matrix]` of four variants built by 1, 2 and 4 `--shard` workers, then assembled
+//!   from the registry, against one plain matrix build (`bench_shards.rs`).
 //!
 //! Each row gives the wall time, the package bytes extracted, the bytes compressed and the
 //! registry bytes moved (cache downloads and uploads, and the push's uploads, as imgbuild
@@ -117,12 +119,19 @@ pub(super) fn run(args: impl Iterator<Item = String>) -> anyhow::Result<()> {
         rows[0].digest
     );
 
+    let fleet = super::shards::Fleet {
+        imgbuild: &args.imgbuild,
+        run_dir: &run_dir,
+        registry: &registry,
+    };
+    let matrix = super::shards::run(&fleet, &work, &channel, args.size_gb)?;
+
     let buildah = if args.buildah {
         Some(buildah_rows(&run_dir, &registry, &channel, &extra)?)
     } else {
         None
     };
-    let report = render(&args, &rows, buildah.as_deref())?;
+    let report = render(&args, &rows, buildah.as_deref())? + &matrix;
     println!("{report}");
     if let Some(out) = &args.out {
         super::replace_section(out, &args.label, &report)?;
@@ -387,7 +396,7 @@ fn dir_bytes(dir: &Path) -> u64 {
 
 // --- the report -----------------------------------------------------------------------------
 
-fn mb(bytes: u64) -> String {
+pub(super) fn mb(bytes: u64) -> String {
     format!("{:.1}", bytes as f64 / 1e6)
 }
 

@@ -352,7 +352,7 @@ fn pin_to(command: &mut Command, cpus: usize) {
 
 /// Waits for the child `pid` and returns its wait status and resource usage (the peak RSS
 /// is the child's own, not this process's).
-fn wait4(pid: u32) -> anyhow::Result<(i32, libc::rusage)> {
+pub(super) fn wait4(pid: u32) -> anyhow::Result<(i32, libc::rusage)> {
     let mut status = 0;
     // SAFETY: rusage is plain data, zeroed is a valid value; wait4 writes both out-params.
     let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
