@@ -13,7 +13,7 @@ use std::collections::BTreeSet;
 use super::{
     cache_repo,
     error::BuildError,
-    model::{BuildSettings, Context, ShardLayer, ShardReport},
+    model::{BuildSettings, Context, ShardLayer, ShardReport, counted},
     obtain_lock::obtain_lock,
     plan::work,
     prepare::{Prepared, prepare},
@@ -119,6 +119,14 @@ pub(crate) async fn build_shard(
             layers.push(ShardLayer { key, built });
         }
     }
+    // Its own stage, so the upload's time is not the last variant's layers'.
+    reporter.on_stage(
+        crate::report::Stage::Write,
+        &format!(
+            "{} to the layer cache {repository}",
+            counted(layers.len(), "layer")
+        ),
+    );
     let summary = shared.store_offered(reporter).await;
     let report = ShardReport {
         shard,
