@@ -8,10 +8,14 @@ use k8s_openapi::api::core::v1::Toleration;
 
 use super::printer::{CommandFailure, Printer};
 
-use crate::k8s::{
-    BuildJobOptions, DataVolume, Workload, WorkloadKind, WorkloadOptions, build_job,
-    check_namespace, check_object_name, check_quantity, check_user, jupyter_instructions,
-    numeric_user, parse_env, parse_toleration, parse_volume, smoke_policy, workload,
+use crate::{
+    k8s::{
+        BuildJobOptions, DEFAULT_KUBECTL_IMAGE, DataVolume, ShardOptions, Workload, WorkloadKind,
+        WorkloadOptions, build_job, check_namespace, check_object_name, check_quantity, check_user,
+        jupyter_instructions, numeric_user, parse_env, parse_toleration, parse_volume,
+        smoke_policy, workload,
+    },
+    layers::shard::MAX_SHARDS,
 };
 
 pub(super) const K8S_EXAMPLES: &str = "\
@@ -28,7 +32,10 @@ Examples:
       --volume cache=host:/mnt/cache:/cache --toleration dedicated=ml:NoSchedule
   imgbuild k8s images/train --repository registry.example/ml/train \\
       --require-smoke-attestation > train-with-policy.yaml   # and a Kyverno ClusterPolicy
-  imgbuild k8s images/jupyter --repository registry.example/ml/jupyter --jupyter > lab.yaml";
+  imgbuild k8s images/jupyter --repository registry.example/ml/jupyter --jupyter > lab.yaml
+  imgbuild k8s --build-job recipes/torch21-matrix.toml --repository registry.example/ml/torch \\
+      --builder-image registry.example/tools/imgbuild:0.1.0 \\
+      --cache-repo registry.example/ci/layers --shards 8 > build.yaml   # shards, then variants";
 
 /// The keys `--set` takes.
 const SET_KEYS: &[&str] = &[
@@ -67,6 +74,18 @@ pub(crate) struct K8sArgs {
     /// --cache-repo`): a layer already there when a pod reaches it is not compressed again
     #[arg(long, value_name = "REGISTRY/REPO", requires = "build_job", value_parser = super::build::parse_cache_repo)]
     pub cache_repo: Option<crate::registry::Reference>,
+    /// With `--cache-repo`: first an Indexed Job `NAME-shards` of N pods (1 to 1000), pod I
+    /// running `build --shard I/N`, so that each distinct package layer of the matrix is
+    /// compressed once; the variant pods wait for it to complete (init containers running
+    /// kubectl, under the ServiceAccount `NAME-builder`, which may only read that Job) and
+    /// take every package layer from the cache
+    #[arg(long, value_name = "N", requires = "build_job", requires = "cache_repo",
+          value_parser = clap::value_parser!(u16).range(1..=MAX_SHARDS as i64))]
+    pub shards: Option<u16>,
+    /// With `--shards`: the image the variant pods wait for the shards Job with; kubectl on its
+    /// PATH is all it needs (default: `registry.k8s.io/kubectl:v1.33.0`)
+    #[arg(long, value_name = "REF", requires = "shards")]
+    pub kubectl_image: Option<String>,
     /// A Job that runs the image once (the default)
     #[arg(long, conflicts_with = "deployment")]
     pub job: bool,
@@ -285,6 +304,13 @@ fn build_job_options(
         memory: options.memory.clone(),
         tolerations: options.tolerations.clone(),
         cache_repo: args.cache_repo.as_ref().map(ToString::to_string),
+        shards: args.shards.map(|count| ShardOptions {
+            count: count.into(),
+            kubectl_image: args
+                .kubectl_image
+                .clone()
+                .unwrap_or_else(|| DEFAULT_KUBECTL_IMAGE.to_string()),
+        }),
     })
 }
 

@@ -14,8 +14,9 @@ use k8s_openapi::{
             Capabilities, ConfigMap, Container, EmptyDirVolumeSource, EnvVar, HostPathVolumeSource,
             LocalObjectReference, PersistentVolumeClaimVolumeSource, PodSecurityContext, PodSpec,
             PodTemplateSpec, ResourceRequirements, SeccompProfile, SecurityContext, Service,
-            Toleration, Volume, VolumeMount,
+            ServiceAccount, Toleration, Volume, VolumeMount,
         },
+        rbac::v1::{Role, RoleBinding},
     },
     apimachinery::pkg::{
         api::resource::Quantity,
@@ -29,13 +30,15 @@ mod build_job;
 mod image_user;
 mod jupyter;
 mod scheduling;
+mod shard_wait;
 mod smoke_policy;
 mod yaml;
 
-pub(crate) use build_job::{BuildJobOptions, build_job};
+pub(crate) use build_job::{BuildJobOptions, ShardOptions, build_job};
 pub(crate) use image_user::numeric_user;
 pub(crate) use jupyter::instructions as jupyter_instructions;
 use scheduling::{affinity, targeted_compute_terms, tolerations};
+pub(crate) use shard_wait::DEFAULT_KUBECTL_IMAGE;
 pub(crate) use smoke_policy::{ClusterPolicy, GpuClass};
 
 /// GPU feature discovery's labels for the host driver version (`535.104.05` → `535`, `104`,
@@ -236,18 +239,61 @@ pub(crate) enum K8sError {
         "`--require-smoke-attestation` is for a pod with a GPU, and this one asks for none (`--set gpus=0`, or an image without `[cuda]`): a GPU smoke attestation says nothing about it"
     )]
     SmokePolicyWithoutGpu,
+    #[error(
+        "`--shards {count}` needs `--cache-repo`, where the shards leave the layers, and N from 1 to {}",
+        crate::layers::shard::MAX_SHARDS
+    )]
+    Shards { count: usize },
     #[error("`--jupyter`: `{image}` {reason}")]
     Jupyter { image: String, reason: String },
     #[error("Failed to write YAML")]
     Yaml(#[source] serde_yaml::Error),
 }
 
+/// `--build-job`'s objects.
+pub(crate) struct BuildJobObjects {
+    /// The recipe and every variant's lock.
+    pub config: ConfigMap,
+    /// With `--shards`: the Job that fills the layer cache, and the identity the assembly
+    /// waits for it with.
+    pub shards: Option<ShardObjects>,
+    /// The Job that builds and pushes each variant.
+    pub assembly: Job,
+}
+
+/// `--shards`: the shards Job, and the ServiceAccount, Role and RoleBinding that let the
+/// assembly pods read it.
+pub(crate) struct ShardObjects {
+    pub service_account: ServiceAccount,
+    pub role: Role,
+    pub role_binding: RoleBinding,
+    pub job: Job,
+}
+
+impl BuildJobObjects {
+    /// The documents in the order `kubectl apply -f` creates them: what a pod mounts or runs
+    /// as before the pod, and the shards Job before the assembly, whose pods look it up.
+    fn documents(&self) -> Result<Vec<String>, serde_yaml::Error> {
+        let mut documents = vec![yaml::to_string(&self.config)?];
+        if let Some(shards) = &self.shards {
+            documents.extend([
+                yaml::to_string(&shards.service_account)?,
+                yaml::to_string(&shards.role)?,
+                yaml::to_string(&shards.role_binding)?,
+                yaml::to_string(&shards.job)?,
+            ]);
+        }
+        documents.push(yaml::to_string(&self.assembly)?);
+        Ok(documents)
+    }
+}
+
 /// A manifest ready to print.
 pub(crate) enum Workload {
     Job(Box<Job>),
     Deployment(Box<Deployment>),
-    /// `--build-job`: the recipe and its locks, and the Indexed Job that builds them.
-    BuildJob(Box<ConfigMap>, Box<Job>),
+    /// `--build-job`: the recipe and its locks, and the Indexed Jobs that build them.
+    BuildJob(Box<BuildJobObjects>),
     /// `--jupyter`: the Deployment and the Service in front of it.
     Jupyter(Box<Deployment>, Box<Service>),
 }
@@ -258,8 +304,7 @@ impl Workload {
         match self {
             Workload::Job(job) => yaml::to_string(job),
             Workload::Deployment(deployment) => yaml::to_string(deployment),
-            Workload::BuildJob(config, job) => yaml::to_string(config)
-                .and_then(|c| yaml::to_string(job).map(|j| format!("{c}---\n{j}"))),
+            Workload::BuildJob(objects) => objects.documents().map(|d| d.join("---\n")),
             Workload::Jupyter(deployment, service) => yaml::to_string(deployment)
                 .and_then(|d| yaml::to_string(service).map(|s| format!("{d}---\n{s}"))),
         }

@@ -124,6 +124,56 @@ fn yaml_11_lookalikes_stay_strings_for_kubernetes_validate() {
     );
 }
 
+/// `--build-job --shards`: names derived from a look-alike `--set name` (`on-shards`,
+/// `on-builder`), a look-alike namespace in every object and the RoleBinding's subject, and
+/// images and a cache repository that are YAML in disguise all come back as the same strings.
+#[test]
+fn build_job_shard_values_stay_strings() {
+    let project = image();
+    let kubectl_image = "no\nkind: Secret # not a comment";
+    let run = project
+        .run(&[
+            "k8s",
+            "--build-job",
+            "recipes/image.toml",
+            "--builder-image",
+            "yes",
+            "--repository",
+            REPOSITORY,
+            "--cache-repo",
+            "registry.example/on/1_000",
+            "--shards",
+            "3",
+            "--kubectl-image",
+            kubectl_image,
+            "--set",
+            "name=on",
+            "--set",
+            "namespace=off",
+        ])
+        .success();
+    let docs = validated(&project, &run.stdout);
+    assert_eq!(docs.len(), 6, "{}", run.stdout);
+    for doc in &docs {
+        assert_eq!(doc["metadata"]["namespace"], "off", "{doc}");
+    }
+    assert_eq!(docs[1]["metadata"]["name"], "on-builder");
+    assert_eq!(docs[2]["rules"][0]["resourceNames"][0], "on-shards");
+    assert_eq!(docs[3]["subjects"][0]["namespace"], "off");
+    let shards = &docs[4]["spec"]["template"]["spec"];
+    assert_eq!(shards["containers"][0]["image"], "yes");
+    assert_eq!(
+        shards["containers"][0]["args"][6],
+        "registry.example/on/1_000"
+    );
+    let assembly = &docs[5]["spec"]["template"]["spec"];
+    assert_eq!(assembly["serviceAccountName"], "on-builder");
+    for init in assembly["initContainers"].as_array().unwrap() {
+        assert_eq!(init["image"], kubectl_image);
+        assert_eq!(init["args"][1], "job/on-shards");
+    }
+}
+
 #[test]
 fn shell_and_yaml_metacharacters_in_values_round_trip() {
     let project = image();

@@ -423,6 +423,273 @@ fn build_job_builds_each_variant_in_its_own_pod() {
         .assert_failure_naming(1, &["no variant `9`", "0: extrapyhello-hello1.0"]);
 }
 
+/// The builder image of the `--build-job` tests, by digest.
+const BUILDER: &str = "registry.example/tools/imgbuild@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+
+/// A locked matrix of two variants, each with its own tag.
+fn locked_matrix() -> Project {
+    let project = Project::new();
+    let recipe = tiny_recipe(shared_channel(), "m", &["hello {{hello}}"])
+        .replace("[image]\n", "[image]\ntags = [\"{{hello}}\"]\n")
+        + "\n[matrix]\nhello = [\"1.0\", \"2.0\"]\n";
+    project.write_recipe(&recipe);
+    project.build(&[]).success();
+    project
+}
+
+/// A container's or pod's field as strings (`args`, `command`).
+fn strings(value: &Value) -> Vec<&str> {
+    value
+        .as_array()
+        .unwrap_or_else(|| panic!("not an array: {value}"))
+        .iter()
+        .map(|a| a.as_str().unwrap())
+        .collect()
+}
+
+/// `--shards 4`: before the variant Job, the ServiceAccount, Role and RoleBinding its pods
+/// wait with and an Indexed Job of four pods, each building one shard of the matrix's layers
+/// into the cache; the variant pods wait for that Job in init containers (until it completed
+/// or failed, then that it completed) and run as the ServiceAccount, which may only read it.
+/// All six documents validate; the shard pods are the build pods but for their arguments.
+#[test]
+fn build_job_shards_fill_the_cache_before_the_variants() {
+    let project = locked_matrix();
+    let cache = "registry.example/ci/cache";
+    let base = [
+        "k8s",
+        "--build-job",
+        "recipes/image.toml",
+        "--builder-image",
+        BUILDER,
+        "--repository",
+        "registry.example/ml/m",
+        "--push-secret",
+        "push-creds",
+        "--pull-secret",
+        "regcred",
+        "--toleration",
+        "dedicated=build:NoSchedule",
+        "--set",
+        "cpu=2",
+        "--set",
+        "namespace=ci",
+    ];
+    let run = |extra: &[&str]| {
+        let mut args = base.to_vec();
+        args.extend_from_slice(extra);
+        project.run(&args)
+    };
+    let out = run(&["--cache-repo", cache, "--shards", "4"]).success();
+    let docs = validated(&project, &out.stdout);
+    let kinds: Vec<&str> = docs.iter().map(|d| d["kind"].as_str().unwrap()).collect();
+    assert_eq!(
+        kinds,
+        [
+            "ConfigMap",
+            "ServiceAccount",
+            "Role",
+            "RoleBinding",
+            "Job",
+            "Job"
+        ]
+    );
+    let [_, account, role, binding, shards, assembly] = &docs[..] else {
+        unreachable!()
+    };
+    for doc in &docs {
+        assert_eq!(doc["metadata"]["namespace"], "ci", "{doc}");
+    }
+    for doc in [account, role, binding] {
+        assert_eq!(doc["metadata"]["name"], "m-build-builder");
+    }
+    // Reading the shards Job, nothing else: no other verb, resource or name.
+    assert_eq!(role["apiVersion"], "rbac.authorization.k8s.io/v1");
+    assert_eq!(
+        role["rules"],
+        serde_json::json!([{
+            "apiGroups": ["batch"],
+            "resources": ["jobs"],
+            "resourceNames": ["m-build-shards"],
+            "verbs": ["get", "list", "watch"],
+        }])
+    );
+    assert_eq!(
+        binding["roleRef"],
+        serde_json::json!({"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "m-build-builder"})
+    );
+    assert_eq!(
+        binding["subjects"],
+        serde_json::json!([{"kind": "ServiceAccount", "name": "m-build-builder", "namespace": "ci"}])
+    );
+
+    assert_eq!(shards["metadata"]["name"], "m-build-shards");
+    let spec = &shards["spec"];
+    assert_eq!(spec["completionMode"], "Indexed");
+    assert_eq!(spec["completions"], 4);
+    assert_eq!(spec["parallelism"], 4);
+    assert_eq!(spec["backoffLimitPerIndex"], 1);
+    let shard_pod = pod_of(shards);
+    let shard = &shard_pod["containers"][0];
+    assert_eq!(
+        strings(&shard["args"]),
+        [
+            "build",
+            "/recipes/image.toml",
+            "--locked",
+            "--shard",
+            "$(SHARD_INDEX)/4",
+            "--cache-repo",
+            cache,
+            "--json"
+        ]
+    );
+    let index = shard["env"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["name"] == "SHARD_INDEX")
+        .unwrap_or_else(|| panic!("no SHARD_INDEX: {shard}"));
+    assert_eq!(
+        index["valueFrom"]["fieldRef"]["fieldPath"],
+        "metadata.annotations['batch.kubernetes.io/job-completion-index']"
+    );
+    assert!(shard_pod.get("serviceAccountName").is_none(), "{shard_pod}");
+    assert!(shard_pod.get("initContainers").is_none(), "{shard_pod}");
+
+    // The assembly: the variant Job as without `--shards`, its pods held back by the waits.
+    assert_eq!(assembly["metadata"]["name"], "m-build");
+    assert_eq!(assembly["spec"]["completions"], 2);
+    let pod = pod_of(assembly);
+    assert_eq!(pod["serviceAccountName"], "m-build-builder");
+    let builder = &pod["containers"][0];
+    assert_eq!(
+        strings(&builder["args"]),
+        [
+            "build",
+            "/recipes/image.toml",
+            "--locked",
+            "--push",
+            "registry.example/ml/m",
+            "--variant",
+            "$(VARIANT_INDEX)",
+            "--cache-repo",
+            cache
+        ]
+    );
+    // The shard pods are the build pods: same image, security, volumes, mounts, resources,
+    // pull secrets and tolerations.
+    for key in [
+        "securityContext",
+        "volumes",
+        "imagePullSecrets",
+        "tolerations",
+        "restartPolicy",
+    ] {
+        assert_eq!(shard_pod[key], pod[key], "{key}");
+    }
+    for key in [
+        "image",
+        "securityContext",
+        "volumeMounts",
+        "resources",
+        "workingDir",
+    ] {
+        assert_eq!(shard[key], builder[key], "{key}");
+    }
+    assert_eq!(pod["securityContext"]["runAsNonRoot"], true);
+    assert_eq!(pod["securityContext"]["runAsUser"], 1000);
+    assert_eq!(builder["resources"]["requests"]["cpu"], "2");
+
+    let init = pod["initContainers"].as_array().unwrap();
+    let names: Vec<&str> = init.iter().map(|c| c["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["wait-for-shards", "shards-complete"]);
+    // Until the shards Job has a terminal condition (Complete or Failed: a failed shard
+    // fails the assembly now, not after the timeout), then that it completed.
+    assert_eq!(
+        strings(&init[0]["args"]),
+        [
+            "wait",
+            "job/m-build-shards",
+            r#"--for=jsonpath={.status.conditions[?(@.type<"Failed~")].status}=True"#,
+            "--timeout=24h"
+        ]
+    );
+    assert_eq!(
+        strings(&init[1]["args"]),
+        [
+            "wait",
+            "job/m-build-shards",
+            "--for=condition=Complete",
+            "--timeout=0s"
+        ]
+    );
+    let help = project.run(&["k8s", "--help"]).success().stdout;
+    assert!(
+        help.contains("(default: `registry.k8s.io/kubectl:v1.33.0`)"),
+        "the help names the default: {help}"
+    );
+    for container in init {
+        assert_eq!(container["image"], "registry.k8s.io/kubectl:v1.33.0");
+        assert_eq!(strings(&container["command"]), ["kubectl"]);
+        assert_eq!(
+            container["securityContext"],
+            serde_json::json!({
+                "allowPrivilegeEscalation": false,
+                "capabilities": {"drop": ["ALL"]},
+                "readOnlyRootFilesystem": true,
+            })
+        );
+        // kubectl's cache on the pod's scratch volume.
+        assert_eq!(
+            container["env"],
+            serde_json::json!([{"name": "HOME", "value": "/work"}])
+        );
+        assert_eq!(
+            container["volumeMounts"],
+            serde_json::json!([{"name": "work", "mountPath": "/work"}])
+        );
+    }
+
+    // Another kubectl image; without a namespace the binding's subject names none (it is
+    // the binding's own).
+    let mut other = base[..base.len() - 2].to_vec();
+    other.extend([
+        "--cache-repo",
+        cache,
+        "--shards",
+        "1",
+        "--kubectl-image",
+        "registry.example/tools/kubectl:v1.34.1",
+    ]);
+    let docs = validated(&project, &project.run(&other).success().stdout);
+    assert_eq!(
+        docs[3]["subjects"],
+        serde_json::json!([{"kind": "ServiceAccount", "name": "m-build-builder"}])
+    );
+    assert_eq!(docs[4]["spec"]["completions"], 1);
+    assert_eq!(
+        strings(&pod_of(&docs[4])["containers"][0]["args"])[3..5],
+        ["--shard", "$(SHARD_INDEX)/1"]
+    );
+    let init = &pod_of(&docs[5])["initContainers"];
+    assert_eq!(init[0]["image"], "registry.example/tools/kubectl:v1.34.1");
+    assert_eq!(init[1]["image"], "registry.example/tools/kubectl:v1.34.1");
+
+    // Refused, naming the flag: no cache for the shards to fill, and N outside 1..=1000.
+    run(&["--shards", "4"]).assert_failure_naming(2, &["--cache-repo", "--shards"]);
+    for n in ["0", "1001", "four"] {
+        run(&["--cache-repo", cache, "--shards", n])
+            .assert_failure_naming(2, &["--shards", &format!("'{n}'")]);
+    }
+    run(&["--cache-repo", cache, "--kubectl-image", "k:1"])
+        .assert_failure_naming(2, &["--kubectl-image", "--shards"]);
+    // A name that `-shards` would make too long for a Job.
+    let long = format!("name={}", "n".repeat(60));
+    run(&["--cache-repo", cache, "--shards", "2", "--set", &long])
+        .assert_failure_naming(1, &["-shards`", "not a valid Kubernetes name"]);
+}
+
 /// The pod spec of a one-document manifest.
 fn pod_of(doc: &Value) -> &Value {
     &doc["spec"]["template"]["spec"]
