@@ -296,6 +296,10 @@ fn check_against_lock(
     let files = crate::build::source_digests(recipe).map_err(|e| mismatch(e.to_string()))?;
     crate::lock::check_files(&crate::lock::read_sources(lock_path)?, &files)
         .map_err(|stale| mismatch(stale.to_string()))?;
+    // And its models' files, against their pins.
+    let models = crate::models::pins(recipe).map_err(|e| mismatch(e.to_string()))?;
+    crate::lock::check_models(&crate::lock::read_models(lock_path)?, &models)
+        .map_err(|stale| mismatch(stale.to_string()))?;
     for locked in &lock.platforms {
         let platform = locked.target.platform.to_string();
         let matching: Vec<&ImageContents> = images

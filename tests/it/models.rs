@@ -231,6 +231,13 @@ fn a_revision_of_one_file_changes_one_layer_and_locked_names_the_file() {
     .unwrap();
     let run = project.run(&["build", "recipes/image.toml", "--locked"]);
     run.assert_failure_naming(1, &["config.json", "model `tiny`", "--locked"]);
+    let verify = project.run(&["verify", "images/served", "--recipe", "recipes/image.toml"]);
+    assert_ne!(verify.code, 0, "{}", verify.stdout);
+    let said = format!("{}{}", verify.stdout, verify.stderr);
+    assert!(
+        said.contains("config.json") && said.contains("model `tiny`"),
+        "{said}"
+    );
 
     let revised = build(&project, &[]);
     let after = layers_by_path(&LayoutView::new(model_layout(&project)), "latest-modelpack");
