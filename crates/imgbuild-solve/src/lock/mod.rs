@@ -10,6 +10,7 @@
 
 mod check;
 mod file;
+mod header;
 mod model;
 mod models;
 mod sources;

@@ -9,7 +9,7 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use super::{LockError, MAX_LOCK_BYTES, Staleness};
+use super::{LockError, Staleness};
 
 const MODELS_MARKER: &str = "# imgbuild-models: ";
 
@@ -44,31 +44,12 @@ pub(crate) fn with_models_header(text: &str, pins: &[ModelPin]) -> String {
 
 /// The pins the lock text holds; none without the header.
 pub fn models_in(text: &str, path: &Path) -> Result<Vec<ModelPin>, LockError> {
-    let Some(json) = text
-        .lines()
-        .take_while(|line| line.starts_with('#'))
-        .find_map(|line| line.strip_prefix(MODELS_MARKER))
-    else {
-        return Ok(Vec::new());
-    };
-    serde_json::from_str(json).map_err(|err| LockError::Shape {
-        path: path.to_path_buf(),
-        reason: format!("the `# imgbuild-models:` header is not a list of model files: {err}"),
-    })
+    super::header::list_in(text, path, MODELS_MARKER, "model files")
 }
 
 /// The pins of the lock at `path`; none when there is no lock.
 pub fn read_models(path: &Path) -> Result<Vec<ModelPin>, LockError> {
-    match crate::fs::read_input_text(path, MAX_LOCK_BYTES) {
-        Ok(text) => models_in(&text, path),
-        Err(crate::fs::InputError::Io(err)) if err.kind() == std::io::ErrorKind::NotFound => {
-            Ok(Vec::new())
-        }
-        Err(err) => Err(LockError::Read {
-            path: path.to_path_buf(),
-            source: std::io::Error::other(err),
-        }),
-    }
+    super::header::read_list(path, MODELS_MARKER, "model files")
 }
 
 /// Whether the `locked` pins are the `wanted` ones (the models' files as they are now, in

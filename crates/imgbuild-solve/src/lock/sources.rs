@@ -11,7 +11,7 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use super::{Lock, LockError, MAX_LOCK_BYTES, Staleness};
+use super::{Lock, LockError, Staleness};
 
 const SOURCES_MARKER: &str = "# imgbuild-files: ";
 
@@ -78,31 +78,12 @@ fn with_sources_header(text: &str, sources: &[SourceDigest]) -> String {
 
 /// The sources the lock text pins; none without the header.
 pub fn sources_in(text: &str, path: &Path) -> Result<Vec<SourceDigest>, LockError> {
-    let Some(json) = text
-        .lines()
-        .take_while(|line| line.starts_with('#'))
-        .find_map(|line| line.strip_prefix(SOURCES_MARKER))
-    else {
-        return Ok(Vec::new());
-    };
-    serde_json::from_str(json).map_err(|err| LockError::Shape {
-        path: path.to_path_buf(),
-        reason: format!("the `# imgbuild-files:` header is not a list of sources: {err}"),
-    })
+    super::header::list_in(text, path, SOURCES_MARKER, "sources")
 }
 
 /// The sources the lock at `path` pins; none when there is no lock.
 pub fn read_sources(path: &Path) -> Result<Vec<SourceDigest>, LockError> {
-    match crate::fs::read_input_text(path, MAX_LOCK_BYTES) {
-        Ok(text) => sources_in(&text, path),
-        Err(crate::fs::InputError::Io(err)) if err.kind() == std::io::ErrorKind::NotFound => {
-            Ok(Vec::new())
-        }
-        Err(err) => Err(LockError::Read {
-            path: path.to_path_buf(),
-            source: std::io::Error::other(err),
-        }),
-    }
+    super::header::read_list(path, SOURCES_MARKER, "sources")
 }
 
 /// Whether the `locked` sources are the `wanted` ones (the recipe's entries, in order, as
