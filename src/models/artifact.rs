@@ -5,13 +5,14 @@
 //! (mode 0644, owner 0:0, mtime 0, no names), so the same file gives the same layer on any
 //! machine and in every revision that keeps it.
 
-use std::{collections::BTreeMap, io::Write};
+use std::collections::BTreeMap;
 
 use oci_spec::image::{Descriptor, DescriptorBuilder, MediaType};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
 use super::{ModelError, source::ModelFile};
+use crate::layers::write::HashingWriter;
 use crate::oci::layout::{Layout, REF_NAME};
 
 pub(crate) const MANIFEST_ARTIFACT_TYPE: &str = "application/vnd.cncf.model.manifest.v1+json";
@@ -78,7 +79,7 @@ pub(crate) fn write_layer(
         .prefix(".model-")
         .tempfile_in(&blobs)
         .map_err(io)?;
-    let mut out = Hashing::new(std::io::BufWriter::new(temp.as_file()));
+    let mut out = HashingWriter::new(std::io::BufWriter::new(temp.as_file()));
     let mut header = tar::Header::new_gnu();
     header.set_size(file.size);
     header.set_mode(0o644);
@@ -239,41 +240,6 @@ fn entry(
         builder = builder.artifact_type(MediaType::Other(kind.to_string()));
     }
     builder.build().map_err(|e| bad(e.to_string()))
-}
-
-/// A writer that hashes and counts what passes through.
-struct Hashing<W> {
-    inner: W,
-    hasher: Sha256,
-    bytes: u64,
-}
-
-impl<W: Write> Hashing<W> {
-    fn new(inner: W) -> Self {
-        Hashing {
-            inner,
-            hasher: Sha256::new(),
-            bytes: 0,
-        }
-    }
-
-    fn finish(self) -> (W, String, u64) {
-        let digest = format!("sha256:{}", hex::encode(self.hasher.finalize()));
-        (self.inner, digest, self.bytes)
-    }
-}
-
-impl<W: Write> Write for Hashing<W> {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        let n = self.inner.write(buf)?;
-        self.hasher.update(&buf[..n]);
-        self.bytes += n as u64;
-        Ok(n)
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        self.inner.flush()
-    }
 }
 
 /// A model file read for its layer, hashed as it is read, and of exactly its listed size.

@@ -50,7 +50,7 @@ fn shard(project: &Project, shard: &str, repo: &str) -> Value {
 }
 
 /// The digests of the package layers (those with a packages annotation) of a result's image.
-fn package_digests(project: &Project, result: &Value) -> BTreeSet<String> {
+pub(crate) fn package_digests(project: &Project, result: &Value) -> BTreeSet<String> {
     let layout = LayoutView::new(project.path().join(result["layout"].as_str().unwrap()));
     layout
         .layers()

@@ -14,8 +14,9 @@ use serde_json::Value;
 
 use crate::{
     cache_repo::{copy_locks, matrix_build, project, pythons_recipe},
-    common::{LayoutView, Project, require_root},
+    common::{Project, require_root},
     registry::{Auth, Registry},
+    shard::package_digests,
     slurm::Cluster,
     support::base::have,
 };
@@ -36,17 +37,6 @@ fn events(path: &Path) -> Vec<Value> {
     let text = fs_err::read_to_string(path).unwrap_or_default();
     text.lines()
         .filter_map(|line| serde_json::from_str(line).ok())
-        .collect()
-}
-
-/// The digests of the package layers of the image a `result` event names, in `project`.
-fn package_digests(project: &Project, result: &Value) -> BTreeSet<String> {
-    let layout = LayoutView::new(project.path().join(result["layout"].as_str().unwrap()));
-    layout
-        .layers()
-        .into_iter()
-        .filter(|(packages, _)| !packages.is_empty())
-        .map(|(_, digest)| digest)
         .collect()
 }
 

@@ -47,15 +47,16 @@ pub enum WriteError {
     },
 }
 
-/// A writer that hashes and counts what passes through it.
-struct HashingWriter<W> {
+/// A writer that hashes and counts what passes through it: a layer's tar (its diff_id) and
+/// its blob (its digest), and a model's layers (`crate::models`).
+pub struct HashingWriter<W> {
     inner: W,
     hasher: Sha256,
     bytes: u64,
 }
 
 impl<W: Write> HashingWriter<W> {
-    fn new(inner: W) -> Self {
+    pub fn new(inner: W) -> Self {
         Self {
             inner,
             hasher: Sha256::new(),
@@ -63,7 +64,8 @@ impl<W: Write> HashingWriter<W> {
         }
     }
 
-    fn finish(self) -> (W, String, u64) {
+    /// The inner writer, the `sha256:<hex>` of what passed and its bytes.
+    pub fn finish(self) -> (W, String, u64) {
         (
             self.inner,
             format!("sha256:{}", hex::encode(self.hasher.finalize())),
