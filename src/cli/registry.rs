@@ -96,6 +96,10 @@ pub(crate) struct PushArgs {
     /// Print the push report as one JSON object on stdout (instead of `REF@sha256:…`)
     #[arg(long)]
     pub json: bool,
+    /// Push the image alone, not the models beside its layout (`IMAGE.models/MODEL`, which
+    /// otherwise go to `REGISTRY/REPO/models/MODEL` under the same tags)
+    #[arg(long)]
+    pub no_models: bool,
     #[command(flatten)]
     pub signing: super::sign::SigningArgs,
 }
@@ -134,6 +138,8 @@ pub(super) struct PushOf<'a> {
     /// A repository of the target's registry to mount missing blobs from before the base's
     /// (`build --push` with a `--cache-repo` there, whose layers the build took).
     pub mount_first: Option<&'a Reference>,
+    /// Whether the models beside the layout go too.
+    pub models: bool,
 }
 
 /// Publishes the image to the reference with the documents beside its layout, mounting
@@ -161,6 +167,7 @@ pub(super) async fn publish_layout(
         mount_from: mount_from.as_ref(),
         signing,
         attach: true,
+        models: push.models,
         registry,
     };
     let report = publish::publish(&image, reference, &options, &PushBar::new(printer)).await?;
@@ -206,6 +213,30 @@ pub(super) fn print_push(report: &PushReport, printer: &Printer) {
     printer.result(&report.pushed);
 }
 
+/// The models pushed beside the image: each one's name, and the `pushed` reference, digest
+/// and counts of both its forms.
+pub(super) fn models_json(models: &[publish::PushedModel]) -> serde_json::Value {
+    serde_json::to_value(models).expect("the models serialize")
+}
+
+/// A status line per model pushed beside the image.
+pub(super) fn print_models(models: &[publish::PushedModel], printer: &Printer) {
+    for model in models {
+        let sent = model.image.bytes_uploaded + model.artifact.bytes_uploaded;
+        let uploaded = model.image.blobs_uploaded + model.artifact.blobs_uploaded;
+        printer.status(
+            "Pushed",
+            format_args!(
+                "model {}: {uploaded} blobs uploaded ({}); {} and {}",
+                model.name,
+                human_bytes(sent),
+                model.image.pushed,
+                model.artifact.pushed
+            ),
+        );
+    }
+}
+
 pub(super) async fn run_push(
     args: &PushArgs,
     options: &ClientOptions,
@@ -216,14 +247,17 @@ pub(super) async fn run_push(
         image: &args.image,
         reference: &args.reference,
         mount_first: None,
+        models: !args.no_models,
     };
     let report = publish_layout(&push, &args.tags, signing.as_ref(), options, printer).await?;
     if args.json {
         let mut value = serde_json::to_value(&report.push).expect("the report serializes");
         value["signatures"] = serde_json::to_value(&report.signed).expect("signatures serialize");
+        value["models"] = models_json(&report.models);
         printer.result(value);
     } else {
         print_signed(&report.signed, printer);
+        print_models(&report.models, printer);
         print_push(&report.push, printer);
     }
     Ok(ExitCode::SUCCESS)

@@ -21,6 +21,8 @@ const MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json";
 const IMAGE_CONFIG: &str = "application/vnd.oci.image.config.v1+json";
 /// The ModelPack annotation of a layer's file path, relative to the model's top.
 pub(crate) const FILEPATH: &str = "org.cncf.model.filepath";
+/// The tag of a model's ModelPack artifact is its image form's with this after it.
+pub(crate) const MODELPACK_TAG_SUFFIX: &str = "-modelpack";
 
 /// One layer written: its file, its tar's digest (which is also its diff_id) and size.
 #[derive(Debug, Clone)]
@@ -163,7 +165,7 @@ pub(crate) fn write_manifests(
         entries.push(entry(&image, tag, None)?);
         entries.push(entry(
             &artifact,
-            &format!("{tag}-modelpack"),
+            &format!("{tag}{MODELPACK_TAG_SUFFIX}"),
             Some(MANIFEST_ARTIFACT_TYPE),
         )?);
     }

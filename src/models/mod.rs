@@ -9,8 +9,12 @@
 //!    the files describe ([`describe`]).
 
 mod artifact;
+mod beside;
 mod describe;
 mod source;
+
+pub(crate) use artifact::MODELPACK_TAG_SUFFIX;
+pub(crate) use beside::{ModelLayout, beside};
 
 use std::path::{Path, PathBuf};
 

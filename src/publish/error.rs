@@ -27,6 +27,9 @@ pub(crate) enum PublishError {
     /// The pushed image, read back from its layout to attach documents to it.
     #[error(transparent)]
     Layout(#[from] ReadError),
+    /// The models beside the layout, found before anything is pushed.
+    #[error(transparent)]
+    Model(#[from] crate::models::ModelError),
     /// The key, its passphrase or registries.d (read before anything is pushed), or a
     /// signature of an artifact whose attachment was already reported.
     #[error(transparent)]

@@ -7,6 +7,7 @@
 mod attach;
 mod error;
 mod fault;
+mod models;
 mod remote;
 mod signing;
 
@@ -22,6 +23,7 @@ use crate::{
 };
 
 pub(crate) use error::PublishError;
+pub(crate) use models::PushedModel;
 pub(crate) use remote::{attach_document, sign_image};
 pub(crate) use signing::{Signed, Signing, SigningError, load_key_file};
 
@@ -33,6 +35,8 @@ pub(crate) struct PublishOptions<'a> {
     pub mount_from: Option<&'a Reference>,
     pub signing: Option<&'a Signing>,
     pub attach: bool,
+    /// Whether to push the models beside the layout too ([`models`]).
+    pub models: bool,
     pub registry: &'a ClientOptions,
 }
 
@@ -43,10 +47,12 @@ pub(crate) struct PublishReport {
     pub signed: Vec<Signed>,
     /// Documents beside the layout left out: they describe another image of it.
     pub not_attached: Vec<PathBuf>,
+    /// The models beside the layout, pushed after the image.
+    pub models: Vec<PushedModel>,
 }
 
 /// Pushes `image` to `target` (`registry/repository[:tag]`), attaches the documents beside
-/// its layout, then signs what was pushed.
+/// its layout, pushes the models beside it, then signs what was pushed.
 pub(crate) async fn publish(
     image: &LayoutRef,
     target: &str,
@@ -59,6 +65,10 @@ pub(crate) async fn publish(
     let documents = match options.attach {
         true => Some(attach::Documents::beside(&layout, image.tag())?),
         false => None,
+    };
+    let models = match options.models {
+        true => crate::models::beside(&image.dir)?,
+        false => Vec::new(),
     };
     let client = client_for(&target, options.registry)?;
     let mut push = push(
@@ -73,21 +83,47 @@ pub(crate) async fn publish(
     if let Some(documents) = &documents {
         documents.attach(&client, &mut push).await?;
     }
+    let pushed_image = Reference::parse(&push.pushed)?;
+    let models = models::push_models(
+        &models,
+        image.tag(),
+        &Reference {
+            digest: None,
+            ..pushed_image
+        },
+        options.tags,
+        options.registry,
+        progress,
+    )
+    .await?;
     let signed = match options.signing {
-        Some(signing) => {
-            sign_pushed(signing, &push, options.tags).map_err(|source| PublishError::NotSigned {
+        Some(signing) => sign_all(signing, &push, &models, options.tags).map_err(|source| {
+            PublishError::NotSigned {
                 pushed: push.pushed.clone(),
                 digest: push.digest.clone(),
                 source,
-            })?
-        }
+            }
+        })?,
         None => Vec::new(),
     };
     Ok(PublishReport {
         push,
         signed,
         not_attached: documents.map(|d| d.skipped).unwrap_or_default(),
+        models,
     })
+}
+
+/// Signs the image and its documents ([`sign_pushed`]), then the models pushed beside it.
+fn sign_all(
+    signing: &Signing,
+    push: &PushReport,
+    models: &[PushedModel],
+    tags: &[String],
+) -> Result<Vec<Signed>, SigningError> {
+    let mut signed = sign_pushed(signing, push, tags)?;
+    signed.extend(models::sign_models(signing, models, tags)?);
+    Ok(signed)
 }
 
 /// `target` parsed, naming a tag (or none: the layout's), with every extra tag valid.

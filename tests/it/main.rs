@@ -64,6 +64,7 @@ mod lazy_pull;
 mod lock;
 mod matrix;
 mod meant;
+mod model_push;
 mod models;
 mod names;
 mod notebook;

@@ -32,7 +32,7 @@ fn recipe() -> String {
 
 /// A small model in `dir`: two safetensors shards written by the `safetensors` package, a
 /// `config.json`, a tokenizer and a README.
-fn write_model(dir: &Path) {
+pub(crate) fn write_model(dir: &Path) {
     fs_err::create_dir_all(dir.join("tokenizer")).unwrap();
     let script = "import sys, numpy as np\n\
         from safetensors.numpy import save_file\n\
@@ -62,7 +62,7 @@ fn write_model(dir: &Path) {
 }
 
 /// A project of [`recipe`] with the model beside it.
-fn model_project() -> Project {
+pub(crate) fn model_project() -> Project {
     let project = Project::new();
     project.write_recipe(&recipe());
     write_model(&project.path().join("recipes/models/tiny"));
@@ -70,7 +70,7 @@ fn model_project() -> Project {
 }
 
 /// `build --json` (which must succeed) and its `result` event.
-fn build(project: &Project, extra: &[&str]) -> Value {
+pub(crate) fn build(project: &Project, extra: &[&str]) -> Value {
     let mut args = vec!["build", "recipes/image.toml", "--json"];
     args.extend_from_slice(extra);
     let run = project.run(&args);
@@ -82,12 +82,12 @@ fn build(project: &Project, extra: &[&str]) -> Value {
         .unwrap_or_else(|| panic!("no result in {}", run.stdout))
 }
 
-fn model_layout(project: &Project) -> PathBuf {
+pub(crate) fn model_layout(project: &Project) -> PathBuf {
     project.path().join("images/served.models/tiny")
 }
 
 /// Each layer's file path and digest, of the manifest tagged `tag`.
-fn layers_by_path(layout: &LayoutView, tag: &str) -> BTreeMap<String, String> {
+pub(crate) fn layers_by_path(layout: &LayoutView, tag: &str) -> BTreeMap<String, String> {
     let manifest = tagged_manifest(layout, tag);
     manifest["layers"]
         .as_array()
@@ -105,7 +105,7 @@ fn layers_by_path(layout: &LayoutView, tag: &str) -> BTreeMap<String, String> {
         .collect()
 }
 
-fn tagged_manifest(layout: &LayoutView, tag: &str) -> Value {
+pub(crate) fn tagged_manifest(layout: &LayoutView, tag: &str) -> Value {
     let index = layout.index();
     let entry = index["manifests"]
         .as_array()

@@ -68,6 +68,25 @@ impl Gpg {
         path.to_path_buf()
     }
 
+    /// What `skopeo standalone-verify` says of `signature` for the manifest in
+    /// `manifest_file` as `reference`, checked against this keyring: accepted, and its words.
+    pub(crate) fn standalone_verify(
+        &self,
+        manifest_file: &Path,
+        reference: &str,
+        signature: &Path,
+    ) -> (bool, String) {
+        let mut verify = Command::new("skopeo");
+        verify
+            .env("GNUPGHOME", &self.home)
+            .arg("standalone-verify")
+            .arg(manifest_file)
+            .arg(reference)
+            .arg(self.fingerprint())
+            .arg(signature);
+        consumer(verify)
+    }
+
     fn fingerprint(&self) -> String {
         let listing = String::from_utf8(self.run(&["--with-colons", "--list-keys"])).unwrap();
         let fpr = listing.lines().find(|l| l.starts_with("fpr:")).unwrap();
@@ -273,15 +292,11 @@ fn signed_images_pass_skopeo_and_podman_signed_by_policies_and_others_are_refuse
         "ml/signed@sha256={}/signature-1",
         provenance.trim_start_matches("sha256:")
     ));
-    let mut verify = Command::new("skopeo");
-    verify
-        .env("GNUPGHOME", &trusted.home)
-        .arg("standalone-verify")
-        .arg(&manifest_file)
-        .arg(format!("{host}/ml/signed"))
-        .arg(trusted.fingerprint())
-        .arg(&provenance_sig);
-    let (ok, said) = consumer(verify);
+    let (ok, said) = trusted.standalone_verify(
+        &manifest_file,
+        &format!("{host}/ml/signed"),
+        &provenance_sig,
+    );
     eprintln!("skopeo standalone-verify of the provenance's signature:\n{said}");
     assert!(ok, "{said}");
 

@@ -144,7 +144,8 @@ fn nested(a: &str, b: &str) -> bool {
     under(a, b) || under(b, a)
 }
 
-fn is_model_name(name: &str) -> bool {
+/// Whether `name` may name a model: a DNS label, as a Kubernetes volume name is.
+pub fn is_model_name(name: &str) -> bool {
     let bytes = name.as_bytes();
     let edge = |b: &u8| b.is_ascii_lowercase() || b.is_ascii_digit();
     !name.is_empty()
