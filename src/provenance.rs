@@ -25,7 +25,7 @@ use serde_json::{Map, Value, json};
 use crate::{
     attest::{AttestError, SLSA_PROVENANCE_V1, STATEMENT_V1},
     compression::Compression,
-    lock::{Lock, LockedBase, MAX_LOCK_BYTES, SourceDigest},
+    lock::{Lock, LockedBase, MAX_LOCK_BYTES, ModelPin, SourceDigest},
 };
 
 /// The media type of the provenance file, for attaching it as an OCI artifact: an in-toto
@@ -134,6 +134,8 @@ pub(crate) struct Build<'a> {
     pub variant: Option<&'a str>,
     /// The `[[files]]` sources, in the recipe's order, with the digests the lock pins.
     pub files: Vec<SourceDigest>,
+    /// The files of the `[[models]]` beside the image, as the lock pins them.
+    pub models: Vec<ModelPin>,
     /// The `imgbuild-smoke` executables `[smoke] embed = true` put into the image.
     pub smoke_executables: Vec<EmbeddedSmoke>,
 }
@@ -267,6 +269,11 @@ fn predicate(build: &Build<'_>, dependencies: &[Dependency]) -> Value {
     if !build.files.is_empty() {
         external.insert("files".into(), json!(build.files));
     }
+    // The models are built beside the image from these files, each pinned by path, size
+    // and sha256: inputs of the build, though not materials of the image's layers.
+    if !build.models.is_empty() {
+        external.insert("models".into(), json!(build.models));
+    }
     let epoch_source = match build.epoch_source {
         EpochSource::Environment => "environment",
         EpochSource::Lock => "lock",
@@ -345,6 +352,8 @@ pub(crate) struct Recorded {
     pub dependencies: Vec<Dependency>,
     /// The `[[files]]` sources it lists (none when it lists none).
     pub files: Vec<SourceDigest>,
+    /// The model files it lists (none when it lists none).
+    pub models: Vec<ModelPin>,
 }
 
 impl Recorded {
@@ -405,6 +414,11 @@ impl Recorded {
             files => serde_json::from_value(files.clone())
                 .map_err(|e| shape(format!("its `[[files]]` sources do not read: {e}")))?,
         };
+        let models = match &external["models"] {
+            Value::Null => Vec::new(),
+            models => serde_json::from_value(models.clone())
+                .map_err(|e| shape(format!("its model files do not read: {e}")))?,
+        };
         Ok(Recorded {
             subject: format!("sha256:{subject}"),
             recipe: input("recipe")?,
@@ -413,6 +427,7 @@ impl Recorded {
             platforms,
             dependencies,
             files,
+            models,
         })
     }
 }
@@ -551,6 +566,7 @@ mod tests {
             epoch_source: EpochSource::Lock,
             variant: None,
             files: Vec::new(),
+            models: Vec::new(),
             smoke_executables: Vec::new(),
         }
     }

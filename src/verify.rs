@@ -442,6 +442,10 @@ pub(crate) fn check_provenance(
     if recorded.files != pinned {
         return Err(mismatch(files_difference(&recorded.files, &pinned)));
     }
+    let models = crate::lock::read_models(&lock_path)?;
+    if let Some(difference) = models_difference(&recorded.models, &models) {
+        return Err(mismatch(difference));
+    }
 
     let locked: BTreeSet<String> = lock
         .platforms
@@ -481,6 +485,37 @@ fn files_difference(listed: &[SourceDigest], pinned: &[SourceDigest]) -> String 
         show(listed),
         show(pinned)
     )
+}
+
+/// The first model file the provenance lists otherwise than the lock pins it, if any.
+fn models_difference(
+    listed: &[crate::lock::ModelPin],
+    pinned: &[crate::lock::ModelPin],
+) -> Option<String> {
+    let name = |pin: &crate::lock::ModelPin| format!("`{}` of model `{}`", pin.path, pin.model);
+    let shown =
+        |pin: &crate::lock::ModelPin| format!("{} ({} bytes, {})", name(pin), pin.size, pin.sha256);
+    if let Some(pin) = listed.iter().find(|p| !pinned.contains(p)) {
+        return Some(
+            match pinned
+                .iter()
+                .find(|q| q.model == pin.model && q.path == pin.path)
+            {
+                Some(now) => format!(
+                    "it lists {}, the lock pins {} bytes, {}",
+                    shown(pin),
+                    now.size,
+                    now.sha256
+                ),
+                None => format!("it lists {}, which the lock does not pin", shown(pin)),
+            },
+        );
+    }
+    let pin = pinned.iter().find(|p| !listed.contains(p))?;
+    Some(format!(
+        "the lock pins {}, which it does not list",
+        shown(pin)
+    ))
 }
 
 /// The provenance at `path`, read with a bound: it lists what the lock lists, so it is no

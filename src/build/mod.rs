@@ -374,6 +374,8 @@ impl Output {
                 image_digest: None,
                 base_reference: has_base.then(|| recipe.base_reference.clone()),
                 created: cx.created_seconds,
+                // Read from the lock the build used, with the documents (`report`).
+                models: Vec::new(),
             },
             provenance: ProvenanceInputs {
                 recipe_path: cx.settings.recipe_path.clone(),
@@ -404,7 +406,12 @@ impl Output {
     /// Writes the provenance of the image `digest` beside the layout. The recipe and lock
     /// are hashed now, after the build: the lock is the one the build used (written and
     /// read back, or reused) and a build holds no lock on its recipe either way.
-    fn write_provenance(&self, digest: &str, lock: &Lock) -> Result<PathBuf, BuildError> {
+    fn write_provenance(
+        &self,
+        digest: &str,
+        lock: &Lock,
+        models: Vec<crate::lock::ModelPin>,
+    ) -> Result<PathBuf, BuildError> {
         use crate::provenance::{Build, InputFile, write_beside};
         let inputs = &self.provenance;
         let build = Build {
@@ -419,6 +426,7 @@ impl Output {
             epoch_source: inputs.epoch_source,
             variant: inputs.variant.as_deref(),
             files: crate::lock::read_sources(&inputs.lock_path)?,
+            models,
             smoke_executables: inputs.smoke_executables.clone(),
         };
         Ok(write_beside(&self.layout_dir, &build, lock)?)
@@ -434,15 +442,17 @@ impl Output {
         timings: Vec<(Stage, Duration)>,
         unchanged: bool,
     ) -> Result<BuildReport, BuildError> {
+        let models = crate::lock::read_models(&self.provenance.lock_path)?;
         let sboms = crate::sbom::write_beside(
             &self.layout_dir,
             lock,
             &SbomSubject {
                 image_digest: Some(image.digest.clone()),
+                models: models.clone(),
                 ..self.sbom.clone()
             },
         )?;
-        let provenance = self.write_provenance(&image.digest, lock)?;
+        let provenance = self.write_provenance(&image.digest, lock, models)?;
         Ok(BuildReport {
             layout_dir: self.layout_dir,
             tags: self.tags,

@@ -24,6 +24,12 @@ pub(super) fn document(lock: &Lock, subject: &SbomSubject) -> Value {
     let mut components: Vec<Value> = bases.iter().map(base_component).collect();
     components.extend(packages.iter().map(conda_component));
     components.extend(wheels.iter().map(|wheel| wheel_component(wheel)));
+    // Beside the image, not in it: listed, but not among what the image depends on.
+    components.extend(
+        super::models::models(&subject.models)
+            .iter()
+            .map(super::models::cyclonedx_component),
+    );
     // The image depends on every component, in the order they are listed.
     let image_depends: Vec<String> = bases
         .iter()

@@ -7,6 +7,7 @@
 //! image's, never a random value or the clock.
 
 mod cyclonedx;
+mod models;
 mod spdx;
 
 use std::{
@@ -19,7 +20,7 @@ use rattler_conda_types::{MatchSpec, ParseStrictness, RepoDataRecord};
 use sha2::{Digest, Sha256};
 
 use crate::{
-    lock::{Lock, LockError, LockedBase, ResolvedWheel},
+    lock::{Lock, LockError, LockedBase, ModelPin, ResolvedWheel},
     recipe::{OciPlatform, Recipe, RecipeError, RecipeOptions},
     reference::Base,
 };
@@ -35,6 +36,8 @@ pub(crate) struct SbomSubject {
     pub base_reference: Option<String>,
     /// The image's `created` time, seconds since the epoch.
     pub created: i64,
+    /// The files of the `[[models]]` beside the image, as the lock pins them.
+    pub models: Vec<ModelPin>,
 }
 
 /// The SBOM formats imgbuild writes.
@@ -113,6 +116,7 @@ pub(crate) fn load_input(
         image_digest: None,
         base_reference,
         created,
+        models: crate::lock::read_models(&lock_path)?,
     };
     Ok((lock, subject))
 }
@@ -373,6 +377,12 @@ fn content_digest(lock: &Lock, subject: &SbomSubject) -> [u8; 32] {
         hasher.update(wheel.url.as_str().as_bytes());
         hasher.update([0]);
         hasher.update(wheel.sha256);
+    }
+    for pin in &subject.models {
+        for part in [&pin.model, &pin.path, &pin.sha256] {
+            hasher.update(part.as_bytes());
+            hasher.update([0]);
+        }
     }
     hasher.finalize().into()
 }

@@ -27,7 +27,20 @@ pub(super) fn document(lock: &Lock, subject: &SbomSubject) -> Value {
     spdx_packages.extend(bases.iter().map(base_package));
     spdx_packages.extend(packages.iter().map(conda_package));
     spdx_packages.extend(wheels.iter().map(|wheel| wheel_package(wheel)));
-    let relationships = relationships(&bases, &packages, &wheels);
+    let mut relationships = relationships(&bases, &packages, &wheels);
+    let mut described = vec![IMAGE_ID.to_string()];
+    for model in super::models::models(&subject.models) {
+        let (model_packages, contains) = super::models::spdx_packages(&model);
+        let id = super::models::spdx_id(&model);
+        relationships.push(relationship("SPDXRef-DOCUMENT", "DESCRIBES", &id));
+        relationships.extend(
+            contains
+                .iter()
+                .map(|(model, file)| relationship(model, "CONTAINS", file)),
+        );
+        spdx_packages.extend(model_packages);
+        described.push(id);
+    }
     let extracted = extracted_licences(&packages);
 
     let mut document = json!({
@@ -45,7 +58,7 @@ pub(super) fn document(lock: &Lock, subject: &SbomSubject) -> Value {
             "creators": [format!("Tool: {}", tool())],
             "comment": "Generated from the imgbuild lock file; every conda package is pinned by URL and sha256",
         },
-        "documentDescribes": [IMAGE_ID],
+        "documentDescribes": described,
         "packages": spdx_packages,
         "relationships": relationships,
     });

@@ -12,7 +12,7 @@ use sha2::{Digest, Sha256};
 
 use crate::{
     common::{LayoutView, Project, venv_tool},
-    models::{build, layers_by_path, model_layout, model_project, tagged_manifest},
+    models::{build, layers_by_path, model_layout, model_project, source_files, tagged_manifest},
     registry::{Auth, Registry},
     signing::{Gpg, imgbuild, registries_d_staging_in},
 };
@@ -41,23 +41,6 @@ fn local_digest(project: &Project, tag: &str) -> String {
         .unwrap_or_else(|| panic!("no `{tag}` in {index}"))
         .clone();
     entry["digest"].as_str().unwrap().to_string()
-}
-
-/// The model's files on disk beside the recipe, by path: their sha256.
-fn source_files(project: &Project) -> BTreeMap<String, String> {
-    let top = project.path().join("recipes/models/tiny");
-    walkdir::WalkDir::new(&top)
-        .into_iter()
-        .map(Result::unwrap)
-        .filter(|e| e.file_type().is_file())
-        .map(|e| {
-            let path = e.path().strip_prefix(&top).unwrap().to_str().unwrap();
-            (
-                path.to_string(),
-                sha256_hex(&fs_err::read(e.path()).unwrap()),
-            )
-        })
-        .collect()
 }
 
 /// What oras-py reads of `reference`: its manifest (checked by oras-py against the OCI

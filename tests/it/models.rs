@@ -13,6 +13,7 @@ use std::{
 };
 
 use serde_json::Value;
+use sha2::Digest;
 
 use crate::{
     common::{LayoutView, Project, require_root, run_tool, venv_tool},
@@ -114,6 +115,23 @@ pub(crate) fn tagged_manifest(layout: &LayoutView, tag: &str) -> Value {
         .find(|m| m["annotations"]["org.opencontainers.image.ref.name"] == tag)
         .unwrap_or_else(|| panic!("no `{tag}` in {index}"));
     layout.json_blob(entry["digest"].as_str().unwrap())
+}
+
+/// The model's files on disk beside the recipe, by path: their sha256.
+pub(crate) fn source_files(project: &Project) -> BTreeMap<String, String> {
+    let top = project.path().join("recipes/models/tiny");
+    walkdir::WalkDir::new(&top)
+        .into_iter()
+        .map(Result::unwrap)
+        .filter(|e| e.file_type().is_file())
+        .map(|e| {
+            let path = e.path().strip_prefix(&top).unwrap().to_str().unwrap();
+            (
+                path.to_string(),
+                hex::encode(sha2::Sha256::digest(fs_err::read(e.path()).unwrap())),
+            )
+        })
+        .collect()
 }
 
 #[test]
@@ -307,4 +325,118 @@ fn podman_mounts_the_model_beside_the_runtime_and_reads_its_files_intact() {
             "{line} not in:\n{listing}\n{result}"
         );
     }
+}
+
+#[test]
+fn the_sboms_and_the_provenance_list_every_model_file_and_verify_checks_them() {
+    let project = model_project();
+    build(&project, &[]);
+    let files = source_files(&project);
+    let images = project.path().join("images");
+    let (spdx_path, cdx_path) = (
+        images.join("served.spdx.json"),
+        images.join("served.cdx.json"),
+    );
+    crate::sbom::validate_sboms(&spdx_path, &cdx_path);
+
+    // SPDX: the model described beside the image, a package per file with its sha256.
+    let spdx: Value = serde_json::from_slice(&fs_err::read(&spdx_path).unwrap()).unwrap();
+    assert_eq!(
+        spdx["documentDescribes"],
+        serde_json::json!(["SPDXRef-Image", "SPDXRef-Model-tiny"])
+    );
+    let listed: BTreeMap<String, String> = spdx["packages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| p["primaryPackagePurpose"] == "FILE")
+        .map(|p| {
+            let name = p["name"].as_str().unwrap();
+            let path = name.strip_prefix("tiny/").unwrap().to_string();
+            (
+                path,
+                p["checksums"][0]["checksumValue"]
+                    .as_str()
+                    .unwrap()
+                    .to_string(),
+            )
+        })
+        .collect();
+    assert_eq!(listed, files);
+    let contains = spdx["relationships"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| {
+            r["spdxElementId"] == "SPDXRef-Model-tiny" && r["relationshipType"] == "CONTAINS"
+        })
+        .count();
+    assert_eq!(contains, files.len());
+
+    // CycloneDX: a machine-learning-model component holding its files.
+    let cdx: Value = serde_json::from_slice(&fs_err::read(&cdx_path).unwrap()).unwrap();
+    let model = cdx["components"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["type"] == "machine-learning-model")
+        .unwrap_or_else(|| panic!("no model in {cdx}"));
+    assert_eq!(model["name"], "tiny");
+    let listed: BTreeMap<String, String> = model["components"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| {
+            (
+                f["name"].as_str().unwrap().to_string(),
+                f["hashes"][0]["content"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    assert_eq!(listed, files);
+    // `imgbuild sbom` of the recipe says the same, from the lock.
+    let from_lock = project.run(&["sbom", "recipes/image.toml", "--format", "cyclonedx"]);
+    assert_eq!(from_lock.code, 0, "{}", from_lock.stderr);
+    let from_lock: Value = serde_json::from_str(&from_lock.stdout).unwrap();
+    assert_eq!(from_lock["components"], cdx["components"]);
+
+    // The provenance lists each file as the lock pins it, and verify holds it to the lock.
+    let provenance_path = images.join("served.provenance.json");
+    let mut provenance: Value =
+        serde_json::from_slice(&fs_err::read(&provenance_path).unwrap()).unwrap();
+    let recorded = &provenance["predicate"]["buildDefinition"]["externalParameters"]["models"];
+    let recorded: BTreeMap<String, String> = recorded
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| {
+            assert_eq!(m["model"], "tiny");
+            let sha256 = m["sha256"].as_str().unwrap();
+            (
+                m["path"].as_str().unwrap().to_string(),
+                sha256.trim_start_matches("sha256:").to_string(),
+            )
+        })
+        .collect();
+    assert_eq!(recorded, files);
+    let verify = [
+        "verify",
+        "images/served",
+        "--recipe",
+        "recipes/image.toml",
+        "--provenance",
+    ];
+    let ok = project.run(&verify);
+    assert_eq!(ok.code, 0, "{}{}", ok.stdout, ok.stderr);
+    let listed = &mut provenance["predicate"]["buildDefinition"]["externalParameters"]["models"][0];
+    listed["sha256"] = Value::String(format!("sha256:{}", "0".repeat(64)));
+    let path = listed["path"].as_str().unwrap().to_string();
+    fs_err::write(&provenance_path, serde_json::to_vec(&provenance).unwrap()).unwrap();
+    let tampered = project.run(&verify);
+    assert_ne!(tampered.code, 0, "{}", tampered.stdout);
+    let said = format!("{}{}", tampered.stdout, tampered.stderr);
+    assert!(
+        said.contains(&format!("`{path}` of model `tiny`")) && said.contains("the lock pins"),
+        "{said}"
+    );
 }
