@@ -4,7 +4,8 @@ use std::{fmt::Write, process::ExitCode};
 
 use clap::Args;
 
-use super::printer::{CommandFailure, Printer, human_bytes};
+use super::inspect_models;
+use super::printer::{CommandFailure, Printer, human_bytes, short_digest as short};
 use crate::inspect::{ImageDiff, ImageSummary, describe_layer, diff, inspect_platform};
 
 /// `--platform`: an OCI platform or a conda subdir that maps to one.
@@ -21,13 +22,15 @@ Examples:
   imgbuild inspect images/py39-torch21:cuda11.8 --json | jq '.layers[].packages'
   imgbuild inspect registry.example/ml/py39-torch21:v1    # its manifest and config only
   imgbuild inspect images/py39-torch21 --sizes --top 10  # where the bytes are
-  imgbuild inspect images/py39-torch21 --sizes --architectures sm_80,sm_90";
+  imgbuild inspect images/py39-torch21 --sizes --architectures sm_80,sm_90
+  imgbuild inspect images/served.models/tiny --json   # a model: its files, kinds, layers";
 
 pub(super) const DIFF_EXAMPLES: &str = "\
 Examples:
   imgbuild diff images/app-old images/app          # what a rebuild changed
   imgbuild diff images/a:v1 images/a:v2 --json | jq .changed
-  imgbuild diff images/multi:v1 images/multi:v2 --platform linux/arm64";
+  imgbuild diff images/multi:v1 images/multi:v2 --platform linux/arm64
+  imgbuild diff old/served.models/tiny images/served.models/tiny   # which files a revision changed";
 
 #[derive(Debug, Args)]
 pub(crate) struct InspectArgs {
@@ -94,18 +97,57 @@ pub(super) async fn run_inspect(
             printer,
         );
     }
+    if inspect_models::is_model(&args.image) {
+        inspect_models::run_inspect(&args.image, args.json, printer)?;
+        return Ok(ExitCode::SUCCESS);
+    }
     let summary = crate::inspect::inspect_any(&args.image, args.platform, cache_dir, registry)
         .await
         .map_err(|err| CommandFailure::new(err, 1))?;
+    let local = !matches!(
+        crate::smoke::ImageSource::of(&args.image),
+        crate::smoke::ImageSource::Registry(_)
+    );
+    let models = match local {
+        true => inspect_models::beside(&args.image, printer),
+        false => Vec::new(),
+    };
     if args.json {
-        printer.result(serde_json::to_string_pretty(&summary).expect("the summary serializes"));
+        let mut value = serde_json::to_value(&summary).expect("the summary serializes");
+        if !models.is_empty() {
+            value["models"] = serde_json::to_value(&models).expect("the models serialize");
+        }
+        printer.result(serde_json::to_string_pretty(&value).expect("JSON serializes"));
     } else {
-        printer.document(&render_summary(&summary));
+        printer.document(&(render_summary(&summary) + &inspect_models::render_beside(&models)));
     }
     Ok(ExitCode::SUCCESS)
 }
 
 pub(super) fn run_diff(args: &DiffArgs, printer: &Printer) -> Result<ExitCode, CommandFailure> {
+    match (
+        inspect_models::is_model(&args.from),
+        inspect_models::is_model(&args.to),
+    ) {
+        (true, true) => {
+            inspect_models::run_diff(&args.from, &args.to, args.json, printer)?;
+            return Ok(ExitCode::SUCCESS);
+        }
+        (false, false) => {}
+        (from, _) => {
+            let (model, image) = if from {
+                (&args.from, &args.to)
+            } else {
+                (&args.to, &args.from)
+            };
+            return Err(CommandFailure::new(
+                format!(
+                    "`{model}` is a model's layout and `{image}` is not: diff compares two revisions of one kind"
+                ),
+                1,
+            ));
+        }
+    }
     let (from, to) = match (
         inspect_platform(&args.from, args.platform),
         inspect_platform(&args.to, args.platform),
@@ -120,11 +162,6 @@ pub(super) fn run_diff(args: &DiffArgs, printer: &Printer) -> Result<ExitCode, C
         printer.document(&render_diff(&changes));
     }
     Ok(ExitCode::SUCCESS)
-}
-
-fn short(digest: &str) -> &str {
-    let hex = digest.trim_start_matches("sha256:");
-    &hex[..hex.len().min(12)]
 }
 
 fn words(list: &Option<Vec<String>>) -> String {

@@ -6,6 +6,7 @@ mod cache;
 mod completions;
 mod init;
 mod inspect;
+mod inspect_models;
 mod inspect_sizes;
 mod k8s;
 mod lock;

@@ -214,6 +214,14 @@ pub(crate) fn printable(text: &str) -> String {
         .collect()
 }
 
+/// A digest for people: the first 12 hex digits, without `sha256:`.
+pub(crate) fn short_digest(digest: &str) -> &str {
+    let hex = digest.trim_start_matches("sha256:");
+    // By characters: a digest read from a stranger's layout need not be ASCII.
+    let end = hex.char_indices().nth(12).map_or(hex.len(), |(i, _)| i);
+    &hex[..end]
+}
+
 /// A byte count for people: `512 B`, `1.5 KiB`, `2.7 GiB`.
 pub(crate) fn human_bytes(bytes: u64) -> String {
     const UNITS: &[&str] = &["B", "KiB", "MiB", "GiB", "TiB"];

@@ -12,9 +12,11 @@ mod artifact;
 mod beside;
 mod describe;
 mod source;
+mod summary;
 
 pub(crate) use artifact::MODELPACK_TAG_SUFFIX;
 pub(crate) use beside::{ModelLayout, beside};
+pub(crate) use summary::{ModelDiff, ModelSummary, diff, is_model_layout, summarize};
 
 use std::path::{Path, PathBuf};
 

@@ -440,3 +440,85 @@ fn the_sboms_and_the_provenance_list_every_model_file_and_verify_checks_them() {
         "{said}"
     );
 }
+
+#[test]
+fn inspect_lists_a_models_files_and_diff_names_the_layer_a_revision_changed() {
+    let project = model_project();
+    build(&project, &[]);
+    let files = source_files(&project);
+    let run = project.run(&["inspect", "images/served.models/tiny", "--json"]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let summary: Value = serde_json::from_str(&run.stdout).unwrap();
+    let kinds: BTreeMap<String, String> = summary["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| {
+            (
+                f["path"].as_str().unwrap().to_string(),
+                f["kind"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        kinds.keys().collect::<Vec<_>>(),
+        files.keys().collect::<Vec<_>>()
+    );
+    assert_eq!(kinds["model-00001-of-00002.safetensors"], "weight");
+    assert_eq!(kinds["config.json"], "config");
+    assert_eq!(kinds["README.md"], "doc");
+    assert_eq!(summary["architecture"], "LlamaForCausalLM", "{summary}");
+    assert_eq!(summary["format"], "safetensors", "{summary}");
+
+    // The image's summary names the model beside it.
+    let image = project.run(&["inspect", "images/served"]);
+    assert_eq!(image.code, 0, "{}", image.stderr);
+    assert!(
+        image.stdout.contains("Models beside it:") && image.stdout.contains("served.models/tiny"),
+        "{}",
+        image.stdout
+    );
+    let image = project.run(&["inspect", "images/served", "--json"]);
+    let image: Value = serde_json::from_str(&image.stdout).unwrap();
+    assert_eq!(image["models"][0]["artifact"], summary["artifact"]);
+
+    // A revision of one shard: diff names that file's layer, and the bytes of new layers.
+    let old = project.path().join("old-tiny");
+    crate::common::run_tool(
+        "cp",
+        &[
+            "-a",
+            model_layout(&project).to_str().unwrap(),
+            old.to_str().unwrap(),
+        ],
+    );
+    let shard = project
+        .path()
+        .join("recipes/models/tiny/model-00002-of-00002.safetensors");
+    let mut bytes = fs_err::read(&shard).unwrap();
+    bytes[100] ^= 1;
+    fs_err::write(&shard, &bytes).unwrap();
+    build(&project, &[]);
+    let run = project.run(&["diff", "old-tiny", "images/served.models/tiny", "--json"]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let changes: Value = serde_json::from_str(&run.stdout).unwrap();
+    let changed: Vec<&str> = changes["changed"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["path"].as_str().unwrap())
+        .collect();
+    assert_eq!(changed, ["model-00002-of-00002.safetensors"], "{changes}");
+    assert_eq!(changes["unchanged"], files.len() - 1);
+    assert_eq!(changes["added"], serde_json::json!([]));
+    assert_eq!(changes["new_bytes"], changes["changed"][0]["to"]["size"]);
+    let text = project.run(&["diff", "old-tiny", "images/served.models/tiny"]);
+    assert!(
+        text.stdout
+            .contains("~ model-00002-of-00002.safetensors: layer"),
+        "{}",
+        text.stdout
+    );
+    let mixed = project.run(&["diff", "old-tiny", "images/served"]);
+    mixed.assert_failure_naming(1, &["is a model's layout", "images/served"]);
+}
